@@ -1,0 +1,73 @@
+# Tessera: the two commands a fresh machine needs are `make demo` and `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PROTO_SRC := kubelet_plugin/proto
+PROTO_GEN := kubelet_plugin/proto/gen
+STAMP := $(VENV)/.installed
+
+.PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
+        bench-prepare bench-interceptor bench-e2e proto interceptor cluster clean
+
+dev: $(STAMP) proto interceptor
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+proto: $(STAMP) $(PROTO_GEN)/.stamp
+
+$(PROTO_GEN)/.stamp: $(wildcard $(PROTO_SRC)/*.proto) kubelet_plugin/proto/generate.py
+	$(BIN)/python kubelet_plugin/proto/generate.py
+	touch $@
+
+interceptor:
+	$(MAKE) -C interceptor
+
+lint: dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy dra_driver kubelet_plugin cdi e2e tests
+	$(BIN)/lint-imports
+
+test-unit: dev
+	$(BIN)/pytest -q tests/unit
+
+test-integration: dev
+	$(BIN)/pytest -q tests/integration
+
+test-interceptor: dev
+	$(MAKE) -C interceptor test
+
+cluster:
+	bash e2e/cluster/build.sh
+
+test-e2e: dev cluster
+	$(BIN)/pytest -q -m e2e tests/e2e_cluster e2e
+
+test: dev lint
+	$(MAKE) -C interceptor test
+	$(MAKE) cluster
+	$(BIN)/pytest -q tests e2e
+
+demo: dev cluster
+	$(BIN)/python -m e2e.demo up
+
+demo-down:
+	$(BIN)/python -m e2e.demo down
+
+bench-prepare: dev
+	$(BIN)/python -m kubelet_plugin.bench
+
+bench-interceptor: interceptor
+	$(MAKE) -C interceptor bench
+
+bench-e2e: dev cluster
+	$(BIN)/python -m e2e.bench
+
+clean:
+	rm -rf $(VENV) $(PROTO_GEN) build *.egg-info
+	$(MAKE) -C interceptor clean

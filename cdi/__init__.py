@@ -1,0 +1,1 @@
+"""Container Device Interface: the spec model, per-claim spec rendering and the atomic writer."""

@@ -1,0 +1,1 @@
+"""Tessera's device model: discovery, MIG tables, inventory → ResourceSlices, opaque configs, CLI."""

@@ -1,0 +1,21 @@
+"""GPU discovery backends: NVML through pynvml, and a simulated node described in YAML."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dra_driver.backends.base import GpuBackend
+
+
+def open_backend(*, simulate: Path | None, state_file: Path | None) -> GpuBackend:
+    """The simulated node in `simulate` (its state persisted in `state_file` when given), else NVML."""
+    if simulate is not None:
+        from dra_driver.backends.simulated import SimulatedBackend  # noqa: PLC0415 - keeps pynvml optional
+
+        return SimulatedBackend.from_file(node_file=simulate, state_file=state_file)
+    from dra_driver.backends.nvml import NvmlBackend  # noqa: PLC0415 - only hosts with a GPU import pynvml
+
+    return NvmlBackend.open()
+
+
+__all__ = ["GpuBackend", "open_backend"]

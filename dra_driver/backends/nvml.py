@@ -1,0 +1,410 @@
+"""The NVML backend: real GPUs through pynvml (nvidia-ml-py).
+
+Every pynvml error is translated here into Tessera's errors (`raise ... from e`); nothing above this module
+sees an `NVMLError`. Facts used are in shared/facts/mig-and-nvml.md.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pynvml
+import structlog
+
+from dra_driver.errors import InventoryError, MigError, PlacementTakenError
+from dra_driver.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, MigProfile
+from dra_driver.names import GpuUUID
+from dra_driver.profiles import find_product
+
+T = TypeVar("T")
+log = structlog.get_logger(__name__)
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+PROC_DEVICES = Path("/proc/devices")
+CAPS_ROOT = Path("/proc/driver/nvidia/capabilities")
+
+_ARCHITECTURES = {
+    2: Architecture.KEPLER,
+    3: Architecture.MAXWELL,
+    4: Architecture.PASCAL,
+    5: Architecture.VOLTA,
+    6: Architecture.TURING,
+    7: Architecture.AMPERE,
+    8: Architecture.ADA,
+    9: Architecture.HOPPER,
+    10: Architecture.BLACKWELL,
+}
+# GPU-instance profile indices worth asking about (1, 2, 3, 4, 7 slices; the +me and 1g-double revisions).
+_GI_PROFILE_INDICES = (0, 1, 2, 3, 4, 7, 8, 9)
+# Compute-instance profile index for a GI of N compute slices (a single CI spanning the whole GI).
+_CI_PROFILE_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
+# CUDA cores per SM by compute-capability major (GetNumGpuCores counts cores, Tessera publishes SMs).
+_CORES_PER_SM = {7: 64, 8: 128, 9: 128, 10: 128, 12: 128}
+_PROFILE_NAME_RE = re.compile(r"^(?:MIG )?(\d+g\.\d+gb(?:\+me)?)$")
+
+
+def architecture_of(code: int) -> Architecture:
+    return _ARCHITECTURES.get(code, Architecture.UNKNOWN)
+
+
+def cuda_version_text(code: int) -> str:
+    """NVML's CUDA driver version integer: 12040 → "12.4"."""
+    return f"{code // 1000}.{(code % 1000) // 10}"
+
+
+def profile_name(raw: str) -> str | None:
+    """`MIG 1g.10gb+me` → `1g.10gb+me`; profiles Tessera cannot name (e.g. `+gfx`, `-me`) → None."""
+    m = _PROFILE_NAME_RE.match(raw.strip())
+    return m.group(1) if m else None
+
+
+def multiprocessors_from_cores(cores: int, compute_capability: str) -> int:
+    major = int(compute_capability.split(".", 1)[0])
+    minor = int(compute_capability.split(".", 1)[1] or 0)
+    per_sm = 64 if (major, minor) == (8, 0) else _CORES_PER_SM.get(major, 128)
+    return cores // per_sm
+
+
+def char_major(name: str, proc_devices: Path = PROC_DEVICES) -> int | None:
+    """The major of a character device as the `Character devices:` section of /proc/devices lists it."""
+    try:
+        lines = proc_devices.read_text().splitlines()
+    except OSError:
+        return None
+    in_chars = False
+    for line in lines:
+        if line.strip().endswith("devices:"):
+            in_chars = line.strip() == "Character devices:"
+            continue
+        parts = line.split()
+        if in_chars and len(parts) == 2 and parts[1] == name and parts[0].isdigit():
+            return int(parts[0])
+    return None
+
+
+def cap_minor(access_file: Path) -> int:
+    """`DeviceFileMinor: N` from a /proc/driver/nvidia/capabilities/.../access file."""
+    try:
+        text = access_file.read_text()
+    except OSError as e:
+        raise MigError(f"cannot read MIG capability file {access_file}: {e.strerror}") from e
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
+            return int(value.strip())
+    raise MigError(f"MIG capability file {access_file} has no DeviceFileMinor line")
+
+
+def mig_cap_nodes(
+    *, gpu_minor: int, gi_id: int, ci_id: int, caps_major: int, caps_root: Path = CAPS_ROOT
+) -> tuple[DeviceNode, ...]:
+    base = caps_root / f"gpu{gpu_minor}" / "mig" / f"gi{gi_id}"
+    minors = (cap_minor(base / "access"), cap_minor(base / f"ci{ci_id}" / "access"))
+    return tuple(DeviceNode(f"/dev/nvidia-caps/nvidia-cap{m}", caps_major, m) for m in minors)
+
+
+def translate(e: pynvml.NVMLError, what: str, *, mig: bool = False) -> InventoryError:
+    """Tessera's error for an NVML failure; the caller raises it `from e`."""
+    code = getattr(e, "value", None)
+    message = f"{what}: NVML says {e}"
+    if code == pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES and mig:
+        return PlacementTakenError(
+            f"{message} (the placement overlaps an instance, or the profile is at its maximum)"
+        )
+    if code == pynvml.NVML_ERROR_IN_USE and mig:
+        return MigError(f"{message} (processes or compute instances still use it)")
+    if code == pynvml.NVML_ERROR_NO_PERMISSION:
+        return (MigError if mig else InventoryError)(
+            f"{message} (the plugin needs root or the MIG config capability)"
+        )
+    if code in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
+        return InventoryError(f"{message}: is the NVIDIA driver installed and libnvidia-ml.so.1 visible?")
+    return (MigError if mig else InventoryError)(message)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _is(e: pynvml.NVMLError, *codes: int) -> bool:
+    return getattr(e, "value", None) in codes
+
+
+class NvmlBackend:
+    """`GpuBackend` over NVML. NVML is initialised once per backend and shut down by `close()`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._caps_major = char_major("nvidia-caps") or 0
+        self._uvm_major = char_major("nvidia-uvm") or 0
+
+    @classmethod
+    def open(cls) -> NvmlBackend:
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as e:
+            raise translate(e, "initialising NVML") from e
+        return cls()
+
+    @contextmanager
+    def _nvml(self, what: str, *, mig: bool = False) -> Iterator[None]:
+        try:
+            yield
+        except pynvml.NVMLError as e:
+            raise translate(e, what, mig=mig) from e
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, mig: bool = False) -> T:
+        with self._nvml(what, mig=mig):
+            return fn(*args)
+
+    # -- discovery -------------------------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        with self._lock, self._nvml("reading the GPU inventory"):
+            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            cuda = cuda_version_text(pynvml.nvmlSystemGetCudaDriverVersion())
+            count = pynvml.nvmlDeviceGetCount()
+            gpus = tuple(self._gpu(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count))
+        return Inventory(
+            driver_version=driver,
+            cuda_driver_version=cuda,
+            gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+            control_nodes=(
+                DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR),
+                DeviceNode("/dev/nvidia-uvm", self._uvm_major, 0),
+                DeviceNode("/dev/nvidia-uvm-tools", self._uvm_major, 1),
+            ),
+        )
+
+    def _gpu(self, h: Any) -> Gpu:
+        minor = pynvml.nvmlDeviceGetMinorNumber(h)
+        uuid = GpuUUID(_text(pynvml.nvmlDeviceGetUUID(h)))
+        name = _text(pynvml.nvmlDeviceGetName(h))
+        cc_major, cc_minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
+        cc = f"{cc_major}.{cc_minor}"
+        known = find_product(name)
+        try:
+            sms = multiprocessors_from_cores(pynvml.nvmlDeviceGetNumGpuCores(h), cc)
+        except pynvml.NVMLError:
+            sms = known.multiprocessors if known else 0
+        try:
+            current, _pending = pynvml.nvmlDeviceGetMigMode(h)
+            mig_capable, mig_enabled = True, current == pynvml.NVML_DEVICE_MIG_ENABLE
+        except pynvml.NVMLError as e:
+            if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                raise
+            mig_capable, mig_enabled = False, False
+        profiles = self._profiles(h) if mig_capable else ()
+        largest = max(profiles, key=lambda p: p.memory_slices, default=None)
+        engines = known or largest
+        return Gpu(
+            index=minor,
+            uuid=uuid,
+            product_name=name,
+            brand=_brand(pynvml.nvmlDeviceGetBrand(h)),
+            architecture=architecture_of(pynvml.nvmlDeviceGetArchitecture(h)),
+            cuda_compute_capability=cc,
+            memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
+            multiprocessors=sms,
+            pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(h).busId),
+            device_node=DeviceNode(f"/dev/nvidia{minor}", NVIDIA_MAJOR, minor),
+            mig_capable=mig_capable,
+            mig_enabled=mig_enabled,
+            memory_slice_count=largest.memory_slices if largest else 0,
+            copy_engines=engines.copy_engines if engines else 0,
+            decoders=engines.decoders if engines else 0,
+            encoders=engines.encoders if engines else 0,
+            jpeg_engines=engines.jpeg_engines if engines else 0,
+            ofa_engines=engines.ofa_engines if engines else 0,
+            mig_profiles=profiles,
+            mig_instances=self._instances(h, minor, uuid, profiles) if mig_enabled else (),
+        )
+
+    def _profiles(self, h: Any) -> tuple[MigProfile, ...]:
+        found: list[MigProfile] = []
+        for index in _GI_PROFILE_INDICES:
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
+            except pynvml.NVMLError as e:
+                if _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                raise
+            name = profile_name(_text(info.name))
+            if name is None:
+                log.info("nvml.profile_skipped", name=_text(info.name), id=info.id)
+                continue
+            placements = _possible_placements(h, info.id)
+            found.append(
+                MigProfile(
+                    profile_id=info.id,
+                    name=name,
+                    memory_mib=int(info.memorySizeMB),
+                    multiprocessors=info.multiprocessorCount,
+                    compute_slices=info.sliceCount,
+                    memory_slices=placements[0][1] if placements else 0,
+                    copy_engines=info.copyEngineCount,
+                    decoders=info.decoderCount,
+                    encoders=info.encoderCount,
+                    jpeg_engines=info.jpegCount,
+                    ofa_engines=info.ofaCount,
+                    max_instances=info.instanceCount,
+                    placement_starts=tuple(start for start, _size in placements),
+                )
+            )
+        return tuple(found)
+
+    def _instances(
+        self, h: Any, minor: int, uuid: GpuUUID, profiles: tuple[MigProfile, ...]
+    ) -> tuple[MigInstance, ...]:
+        mig_uuids = _mig_uuids(h)
+        found: list[MigInstance] = []
+        for prof in profiles:
+            for gi in _gpu_instances(h, prof):
+                info = pynvml.nvmlGpuInstanceGetInfo(gi)
+                ci_ids = [pynvml.nvmlComputeInstanceGetInfo(ci).id for ci in _compute_instances(gi, prof)]
+                ci_id = min(ci_ids, default=0)
+                nodes = (
+                    mig_cap_nodes(gpu_minor=minor, gi_id=info.id, ci_id=ci_id, caps_major=self._caps_major)
+                    if ci_ids
+                    else ()
+                )
+                found.append(
+                    MigInstance(
+                        parent_uuid=uuid,
+                        profile_id=prof.profile_id,
+                        profile_name=prof.name,
+                        start=info.placement.start,
+                        size=info.placement.size,
+                        gi_id=info.id,
+                        ci_id=ci_id,
+                        uuid=mig_uuids.get((info.id, ci_id), ""),
+                        device_nodes=nodes,
+                    )
+                )
+        return tuple(sorted(found, key=lambda m: m.start))
+
+    # -- mutations --------------------------------------------------------------------------------
+
+    def _handle(self, gpu: GpuUUID) -> Any:
+        return self._call(f"finding GPU {gpu}", pynvml.nvmlDeviceGetHandleByUUID, gpu.encode())
+
+    def set_mig_mode(self, *, gpu: GpuUUID, enabled: bool) -> None:
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if enabled else pynvml.NVML_DEVICE_MIG_DISABLE
+        with self._lock:
+            h = self._handle(gpu)
+            self._call(
+                f"setting MIG mode of {gpu} to {enabled}", pynvml.nvmlDeviceSetMigMode, h, mode, mig=True
+            )
+            current, pending = self._call("reading MIG mode", pynvml.nvmlDeviceGetMigMode, h, mig=True)
+        if current != mode:
+            raise MigError(f"GPU {gpu}: MIG mode is pending ({pending}) and needs a GPU reset to take effect")
+
+    def create_mig_instance(self, *, gpu: GpuUUID, profile_id: int, start: int) -> MigInstance:
+        what = f"creating MIG instance (profile {profile_id} at {start}) on {gpu}"
+        with self._lock, self._nvml(what, mig=True):
+            h = self._handle(gpu)
+            prof = next((p for p in self._profiles(h) if p.profile_id == profile_id), None)
+            if prof is None or start not in prof.placement_starts:
+                raise MigError(f"{what}: no such profile or placement on this GPU")
+            placement = pynvml.c_nvmlGpuInstancePlacement_t()
+            placement.start, placement.size = start, prof.memory_slices
+            gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, profile_id, placement)
+            try:
+                ci_info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                    gi,
+                    _CI_PROFILE_INDEX[prof.compute_slices],
+                    pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
+                )
+                pynvml.nvmlGpuInstanceCreateComputeInstance(gi, ci_info.id)
+            except (pynvml.NVMLError, KeyError):
+                pynvml.nvmlGpuInstanceDestroy(gi)  # leave no half-made instance behind
+                raise
+            gi_id = pynvml.nvmlGpuInstanceGetInfo(gi).id
+            minor = pynvml.nvmlDeviceGetMinorNumber(h)
+            made = self._instances(h, minor, gpu, (prof,))
+        created = next((m for m in made if m.gi_id == gi_id), None)
+        if created is None:
+            raise MigError(f"{what}: the new GPU instance {gi_id} is not listed by NVML")
+        log.info("nvml.mig_created", gpu=gpu, profile=prof.name, start=start, gi=gi_id, uuid=created.uuid)
+        return created
+
+    def destroy_mig_instance(self, *, gpu: GpuUUID, gi_id: int) -> None:
+        what = f"destroying GPU instance {gi_id} on {gpu}"
+        with self._lock, self._nvml(what, mig=True):
+            h = self._handle(gpu)
+            try:
+                gi = pynvml.nvmlDeviceGetGpuInstanceById(h, gi_id)
+            except pynvml.NVMLError as e:
+                if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                    return  # already gone: destroy is idempotent
+                raise
+            info = pynvml.nvmlGpuInstanceGetInfo(gi)
+            prof = next((p for p in self._profiles(h) if p.profile_id == info.profileId), None)
+            if prof is not None:
+                for ci in _compute_instances(gi, prof):
+                    pynvml.nvmlComputeInstanceDestroy(ci)
+            pynvml.nvmlGpuInstanceDestroy(gi)
+        log.info("nvml.mig_destroyed", gpu=gpu, gi=gi_id)
+
+    def close(self) -> None:
+        with self._nvml("shutting NVML down"):
+            pynvml.nvmlShutdown()
+
+
+def _brand(code: int) -> str:
+    names = {
+        pynvml.NVML_BRAND_TESLA: "Tesla",
+        pynvml.NVML_BRAND_NVIDIA: "Nvidia",
+        pynvml.NVML_BRAND_QUADRO: "Quadro",
+    }
+    return names.get(code, "Nvidia" if code == pynvml.NVML_BRAND_NVIDIA_RTX else f"Brand{code}")
+
+
+def _possible_placements(h: Any, profile_id: int) -> list[tuple[int, int]]:
+    count = ctypes.c_uint(0)
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, profile_id, None, ctypes.byref(count))
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * max(count.value, 1))()
+    pynvml.nvmlDeviceGetGpuInstancePossiblePlacements(h, profile_id, array, ctypes.byref(count))
+    return [(array[i].start, array[i].size) for i in range(count.value)]
+
+
+def _gpu_instances(h: Any, prof: MigProfile) -> list[Any]:
+    count = ctypes.c_uint(0)
+    array = (pynvml.c_nvmlGpuInstance_t * max(prof.max_instances, 1))()
+    pynvml.nvmlDeviceGetGpuInstances(h, prof.profile_id, array, ctypes.byref(count))
+    return [array[i] for i in range(count.value)]
+
+
+def _compute_instances(gi: Any, prof: MigProfile) -> list[Any]:
+    index = _CI_PROFILE_INDEX.get(prof.compute_slices)
+    if index is None:
+        return []
+    ci_info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        gi, index, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+    )
+    count = ctypes.c_uint(0)
+    array = (pynvml.c_nvmlComputeInstance_t * 8)()
+    pynvml.nvmlGpuInstanceGetComputeInstances(gi, ci_info.id, array, ctypes.byref(count))
+    return [array[i] for i in range(count.value)]
+
+
+def _mig_uuids(h: Any) -> dict[tuple[int, int], str]:
+    """(GI id, CI id) → `MIG-…` UUID, walking the parent's MIG device handles."""
+    found: dict[tuple[int, int], str] = {}
+    for i in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+        try:
+            mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
+        except pynvml.NVMLError as e:
+            if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                continue
+            raise
+        key = (pynvml.nvmlDeviceGetGpuInstanceId(mig), pynvml.nvmlDeviceGetComputeInstanceId(mig))
+        found[key] = _text(pynvml.nvmlDeviceGetUUID(mig))
+    return found

@@ -1,0 +1,208 @@
+"""The simulated node file (`sim.tessera.dev/v1`, kind `SimulatedNode`): which GPUs a fake node has.
+
+apiVersion: sim.tessera.dev/v1
+kind: SimulatedNode
+nodeName: node-a            # optional; seeds the GPU UUIDs so two nodes differ
+seed: node-a                # optional; overrides the UUID seed
+driverVersion: "550.54.15"  # optional
+cudaDriverVersion: "12.4"   # optional
+gpus:
+- product: H100-80GB-SXM    # node-file key or NVML product name (dra_driver.profiles)
+  count: 8                  # optional, default 1
+  migEnabled: false         # optional; only for MIG-capable products
+  uuid: GPU-...             # optional; only with count 1
+  healthy: true             # optional
+  instances:                # optional; MIG instances an administrator created
+  - {profile: 3g.40gb, start: 0}
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from dra_driver.backends.decoding import (
+    check_fields,
+    check_header,
+    expect_list,
+    expect_mapping,
+    get_typed,
+)
+from dra_driver.errors import ConfigError
+from dra_driver.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID
+from dra_driver.profiles import GpuProduct, product
+
+DEFAULT_DRIVER_VERSION = "550.54.15"
+DEFAULT_CUDA_DRIVER_VERSION = "12.4"
+# Fixed namespace so the same seed always yields the same GPU UUIDs.
+_UUID_NAMESPACE = uuidlib.UUID("5f0c1d2e-7a43-4c59-9e1b-3c7d2a9b8e60")
+
+
+@dataclass(frozen=True, slots=True)
+class AdminInstance:
+    profile_id: int
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpu:
+    index: int
+    uuid: GpuUUID
+    product: GpuProduct
+    pci_bus_id: str
+    mig_enabled: bool
+    healthy: bool
+    admin_instances: tuple[AdminInstance, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SimulatedNode:
+    node_name: str
+    seed: str
+    driver_version: str
+    cuda_driver_version: str
+    gpus: tuple[SimGpu, ...]
+
+    def gpu(self, uuid: str) -> SimGpu | None:
+        return next((g for g in self.gpus if g.uuid == uuid), None)
+
+
+def gpu_uuid(seed: str, index: int) -> GpuUUID:
+    return GpuUUID(f"GPU-{uuidlib.uuid5(_UUID_NAMESPACE, f'{seed}/gpu/{index}')}")
+
+
+def admin_mig_uuid(seed: str, gpu: GpuUUID, start: int) -> str:
+    """Instances from the node file get stable UUIDs so a restart without a state file sees the same ones."""
+    return f"MIG-{uuidlib.uuid5(_UUID_NAMESPACE, f'{seed}/{gpu}/mig/{start}')}"
+
+
+def _pci_bus_id(index: int) -> str:
+    return f"00000000:{0x18 + 0x10 * index:02X}:00.0"
+
+
+def _decode_instance(raw: object, where: str, prod: GpuProduct) -> AdminInstance:
+    data = expect_mapping(raw, where)
+    check_fields(data, where, required={"profile", "start"}, optional=set())
+    profile_ref = data["profile"]
+    if isinstance(profile_ref, bool) or not isinstance(profile_ref, str | int):
+        raise ConfigError(f"{where}.profile: expected a profile name (e.g. 1g.10gb) or a profile id")
+    prof = (
+        prof_by_name
+        if isinstance(profile_ref, str) and (prof_by_name := prod.profile_by_name(profile_ref))
+        else (prod.profile_by_id(profile_ref) if isinstance(profile_ref, int) else None)
+    )
+    if prof is None:
+        known = ", ".join(p.name for p in prod.mig_profiles)
+        raise ConfigError(f"{where}.profile: {profile_ref!r} is not a MIG profile of {prod.key} ({known})")
+    start = get_typed(data, "start", int, where, -1)
+    if start not in prof.placement_starts:
+        raise ConfigError(
+            f"{where}.start: {start} is not a placement of {prof.name}; "
+            f"valid starts: {list(prof.placement_starts)}"
+        )
+    return AdminInstance(profile_id=prof.profile_id, start=start)
+
+
+def _check_admin_layout(instances: tuple[AdminInstance, ...], prod: GpuProduct, where: str) -> None:
+    used: set[int] = set()
+    for inst in instances:
+        prof = prod.profile_by_id(inst.profile_id)
+        assert prof is not None  # decoded against this product
+        slices = set(range(inst.start, inst.start + prof.memory_slices))
+        if used & slices:
+            raise ConfigError(f"{where}: instance {prof.name} at {inst.start} overlaps another instance")
+        used |= slices
+        count = sum(1 for i in instances if i.profile_id == inst.profile_id)
+        if count > prof.max_instances:
+            raise ConfigError(f"{where}: more than {prof.max_instances} instances of {prof.name}")
+
+
+def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
+    data = expect_mapping(raw, "node file")
+    check_fields(
+        data,
+        "",
+        required={"apiVersion", "kind", "gpus"},
+        optional={"nodeName", "seed", "driverVersion", "cudaDriverVersion"},
+    )
+    check_header(data, "", api_version=SIM_API_VERSION, kind=SIM_NODE_KIND)
+    node_name = get_typed(data, "nodeName", str, "", default_name)
+    seed = get_typed(data, "seed", str, "", node_name)
+    driver_version = get_typed(data, "driverVersion", str, "", DEFAULT_DRIVER_VERSION)
+    cuda_version = get_typed(data, "cudaDriverVersion", str, "", DEFAULT_CUDA_DRIVER_VERSION)
+    gpus: list[SimGpu] = []
+    seen_uuids: set[str] = set()
+    for n, raw_entry in enumerate(expect_list(data["gpus"], "gpus")):
+        where = f"gpus[{n}]"
+        entry = expect_mapping(raw_entry, where)
+        check_fields(
+            entry,
+            where,
+            required={"product"},
+            optional={"count", "migEnabled", "uuid", "healthy", "instances"},
+        )
+        try:
+            prod = product(get_typed(entry, "product", str, where, ""))
+        except ConfigError as e:
+            raise ConfigError(f"{where}.product: {e}") from e
+        count = get_typed(entry, "count", int, where, 1)
+        if count < 1:
+            raise ConfigError(f"{where}.count: must be at least 1, got {count}")
+        mig_enabled = get_typed(entry, "migEnabled", bool, where, False)
+        if mig_enabled and not prod.mig_capable:
+            raise ConfigError(f"{where}.migEnabled: {prod.key} cannot do MIG; remove the field")
+        explicit_uuid = get_typed(entry, "uuid", str, where, "")
+        if explicit_uuid and count != 1:
+            raise ConfigError(f"{where}.uuid: only allowed with count 1 (list such GPUs one by one)")
+        if explicit_uuid and not explicit_uuid.startswith("GPU-"):
+            raise ConfigError(f"{where}.uuid: must start with 'GPU-', got {explicit_uuid!r}")
+        healthy = get_typed(entry, "healthy", bool, where, True)
+        raw_instances = expect_list(entry.get("instances", []), f"{where}.instances")
+        if raw_instances and not mig_enabled:
+            raise ConfigError(f"{where}.instances: MIG instances need migEnabled: true")
+        instances = tuple(
+            _decode_instance(r, f"{where}.instances[{k}]", prod) for k, r in enumerate(raw_instances)
+        )
+        _check_admin_layout(instances, prod, f"{where}.instances")
+        for _ in range(count):
+            index = len(gpus)
+            uuid = GpuUUID(explicit_uuid) if explicit_uuid else gpu_uuid(seed, index)
+            if uuid in seen_uuids:
+                raise ConfigError(f"{where}.uuid: {uuid} is used by two GPUs")
+            seen_uuids.add(uuid)
+            gpus.append(
+                SimGpu(
+                    index=index,
+                    uuid=uuid,
+                    product=prod,
+                    pci_bus_id=_pci_bus_id(index),
+                    mig_enabled=mig_enabled,
+                    healthy=healthy,
+                    admin_instances=instances,
+                )
+            )
+    if not gpus:
+        raise ConfigError("gpus: list at least one GPU")
+    return SimulatedNode(
+        node_name=node_name,
+        seed=seed,
+        driver_version=driver_version,
+        cuda_driver_version=cuda_version,
+        gpus=tuple(gpus),
+    )
+
+
+def load_node(path: Path) -> SimulatedNode:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read simulated node file {path}: {e.strerror}") from e
+    except yaml.YAMLError as e:
+        raise ConfigError(f"simulated node file {path} is not valid YAML: {e}") from e
+    try:
+        return decode_node(raw, default_name=path.stem)
+    except ConfigError as e:
+        raise ConfigError(f"simulated node file {path}: {e}") from e

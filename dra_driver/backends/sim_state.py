@@ -1,0 +1,147 @@
+"""The simulated GPUs' mutable state (MIG mode, live instances), persisted in a versioned JSON file so a
+daemon restart sees what the previous process created, as a real driver would."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from dra_driver.backends.decoding import (
+    check_fields,
+    check_header,
+    expect_list,
+    expect_mapping,
+    get_typed,
+)
+from dra_driver.errors import ConfigError, StorageError
+from dra_driver.names import SIM_API_VERSION, SIM_STATE_KIND, GpuUUID
+
+
+@dataclass(frozen=True, slots=True)
+class SimInstance:
+    profile_id: int
+    start: int
+    gi_id: int
+    ci_id: int
+    uuid: str
+    gi_cap_minor: int
+    ci_cap_minor: int
+
+
+@dataclass(frozen=True, slots=True)
+class SimGpuState:
+    mig_enabled: bool
+    instances: tuple[SimInstance, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SimState:
+    gpus: Mapping[GpuUUID, SimGpuState]
+
+    def of(self, gpu: GpuUUID) -> SimGpuState:
+        return self.gpus[gpu]
+
+    def with_gpu(self, gpu: GpuUUID, state: SimGpuState) -> SimState:
+        return replace(self, gpus={**self.gpus, gpu: state})
+
+    def used_cap_minors(self) -> set[int]:
+        return {m for g in self.gpus.values() for i in g.instances for m in (i.gi_cap_minor, i.ci_cap_minor)}
+
+
+def encode_state(state: SimState) -> dict[str, object]:
+    return {
+        "apiVersion": SIM_API_VERSION,
+        "kind": SIM_STATE_KIND,
+        "gpus": {
+            uuid: {
+                "migEnabled": g.mig_enabled,
+                "instances": [
+                    {
+                        "profileId": i.profile_id,
+                        "start": i.start,
+                        "giId": i.gi_id,
+                        "ciId": i.ci_id,
+                        "uuid": i.uuid,
+                        "giCapMinor": i.gi_cap_minor,
+                        "ciCapMinor": i.ci_cap_minor,
+                    }
+                    for i in g.instances
+                ],
+            }
+            for uuid, g in sorted(state.gpus.items())
+        },
+    }
+
+
+_INSTANCE_FIELDS = {"profileId", "start", "giId", "ciId", "uuid", "giCapMinor", "ciCapMinor"}
+
+
+def _decode_instance(raw: object, where: str) -> SimInstance:
+    data = expect_mapping(raw, where)
+    check_fields(data, where, required=_INSTANCE_FIELDS, optional=set())
+    return SimInstance(
+        profile_id=get_typed(data, "profileId", int, where, 0),
+        start=get_typed(data, "start", int, where, 0),
+        gi_id=get_typed(data, "giId", int, where, 0),
+        ci_id=get_typed(data, "ciId", int, where, 0),
+        uuid=get_typed(data, "uuid", str, where, ""),
+        gi_cap_minor=get_typed(data, "giCapMinor", int, where, 0),
+        ci_cap_minor=get_typed(data, "ciCapMinor", int, where, 0),
+    )
+
+
+def decode_state(raw: object) -> SimState:
+    data = expect_mapping(raw, "state")
+    check_fields(data, "", required={"apiVersion", "kind", "gpus"}, optional=set())
+    check_header(data, "", api_version=SIM_API_VERSION, kind=SIM_STATE_KIND)
+    gpus: dict[GpuUUID, SimGpuState] = {}
+    for uuid, raw_gpu in expect_mapping(data["gpus"], "gpus").items():
+        where = f"gpus[{uuid}]"
+        g = expect_mapping(raw_gpu, where)
+        check_fields(g, where, required={"migEnabled", "instances"}, optional=set())
+        instances = tuple(
+            _decode_instance(r, f"{where}.instances[{k}]")
+            for k, r in enumerate(expect_list(g["instances"], f"{where}.instances"))
+        )
+        gpus[GpuUUID(uuid)] = SimGpuState(
+            mig_enabled=get_typed(g, "migEnabled", bool, where, False), instances=instances
+        )
+    return SimState(gpus=gpus)
+
+
+def read_state(path: Path) -> SimState | None:
+    """The saved state, or None when no file exists yet."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise StorageError(f"cannot read simulated GPU state {path}: {e.strerror}") from e
+    try:
+        return decode_state(json.loads(text))
+    except (ValueError, ConfigError) as e:
+        raise StorageError(f"simulated GPU state {path} is corrupt ({e}); delete it to start afresh") from e
+
+
+def write_state(path: Path, state: SimState) -> None:
+    """temp → fsync → rename → fsync(dir): a crash leaves the old or the new state, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    data = json.dumps(encode_state(state), indent=1, sort_keys=True).encode()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"cannot write simulated GPU state {path}: {e.strerror}") from e

@@ -1,0 +1,143 @@
+"""The `tessera` command.
+
+    tessera inventory [--simulate NODE.yaml] [--state-file FILE] [--settings FILE] [--node-name NAME]
+                      [-o summary|yaml|json]
+
+prints the ResourceSlices this node would publish. The daemon's subcommand (`plugin`) is wired in
+`_add_plugin_command` below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import yaml
+
+from dra_driver.backends import open_backend
+from dra_driver.backends.simulated import SimulatedBackend
+from dra_driver.devices import Json
+from dra_driver.errors import ConfigError, TesseraError
+from dra_driver.settings import NodeSettings
+from dra_driver.slices import build_slices
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _load_settings(path: Path | None, node_name: str) -> NodeSettings:
+    if path is None:
+        return NodeSettings(node_name=node_name)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"cannot read node settings {path}: {e}") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"node settings {path}: expected a NodeSettings mapping")
+    try:
+        return NodeSettings.from_mapping(data, node_name=node_name)
+    except ConfigError as e:
+        raise ConfigError(f"node settings {path}: {e}") from e
+
+
+def summary(slices: Sequence[Json]) -> str:
+    """One line per slice and per GPU: what is offered, in which slice."""
+    lines: list[str] = []
+    for s in slices:
+        spec = s["spec"]
+        meta = s["metadata"]
+        assert isinstance(spec, dict) and isinstance(meta, dict)
+        pool = spec["pool"]
+        if "sharedCounters" in spec:
+            sets = spec["sharedCounters"]
+            lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(sets)} counter sets")
+            lines.extend(f"  {cs['name']}: {len(cs['counters'])} counters" for cs in sets)
+            continue
+        devices = spec["devices"]
+        lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(devices)} devices")
+        per_gpu: dict[str, list[str]] = {}
+        for d in devices:
+            gpu = "-".join(str(d["name"]).split("-")[:2])
+            per_gpu.setdefault(gpu, []).append(str(d["name"]))
+        for gpu, names in per_gpu.items():
+            whole = sum(1 for n in names if n == gpu)
+            vgpu = sum(1 for n in names if n.endswith("-vgpu"))
+            mig = sum(1 for n in names if "-mig-" in n)
+            lines.append(f"  {gpu}: whole {whole}, vgpu {vgpu}, mig {mig}")
+    total = sum(len(s["spec"].get("devices", [])) for s in slices)
+    lines.append(f"{len(slices)} slices, {total} devices")
+    return "\n".join(lines)
+
+
+def render(slices: Sequence[Json], output: str) -> str:
+    if output == "json":
+        return json.dumps({"apiVersion": "v1", "kind": "List", "items": list(slices)}, indent=2)
+    if output == "yaml":
+        return yaml.safe_dump_all(list(slices), sort_keys=False)
+    return summary(slices)
+
+
+def _inventory(args: argparse.Namespace) -> int:
+    backend = open_backend(simulate=args.simulate, state_file=args.state_file)
+    try:
+        node_name = args.node_name or os.environ.get("NODE_NAME") or ""
+        if not node_name and isinstance(backend, SimulatedBackend):
+            node_name = backend.node.node_name
+        settings = _load_settings(args.settings, node_name or socket.gethostname())
+        slices = build_slices(backend.inventory(), settings, degraded=args.degraded)
+    finally:
+        backend.close()
+    sys.stdout.write(render(slices, args.output) + "\n")
+    return 0
+
+
+def _add_inventory_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("inventory", help="print the ResourceSlices this node would publish")
+    p.add_argument("--simulate", type=Path, help="simulated node file (sim.tessera.dev/v1 SimulatedNode)")
+    p.add_argument("--state-file", type=Path, help="the simulated backend's state file")
+    p.add_argument("--settings", type=Path, help="node settings file (resource.tessera.dev/v1 NodeSettings)")
+    p.add_argument(
+        "--node-name", help="node (and pool) name; default $NODE_NAME, the node file's, the hostname"
+    )
+    p.add_argument("--degraded", action="store_true", help="whole GPUs only, without counters")
+    p.add_argument("-o", "--output", choices=("summary", "yaml", "json"), default="summary")
+    p.set_defaults(handler=_inventory)
+
+
+# ---- the node daemon ----------------------------------------------------------------------------
+# The `plugin` subcommand (the kubelet plugin daemon) is added here by kubelet_plugin's owner:
+# define `_add_plugin_command(sub)` that registers a parser with `set_defaults(handler=...)`, and call it
+# from `build_parser` below. Imports of kubelet_plugin belong inside that handler (the CLI is the one
+# place allowed to reach up into the daemon's layer).
+
+
+def _add_plugin_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from kubelet_plugin.daemon import add_cli  # noqa: PLC0415 - light; the daemon's heavy imports wait for run
+
+    add_cli(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tessera", description="Tessera: a DRA driver for NVIDIA GPUs")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_inventory_command(sub)
+    _add_plugin_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except TesseraError as e:
+        sys.stderr.write(f"tessera {args.command}: {e}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The one place that defines Tessera's names, each formatter with its parser.
+
+Device names, counter names, attribute names, DeviceClass names, CDI names and the
+paths the container sees are all spelled here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NewType
+
+from dra_driver.errors import InvalidNameError
+
+ClaimUID = NewType("ClaimUID", str)
+GpuUUID = NewType("GpuUUID", str)
+DeviceName = NewType("DeviceName", str)
+
+DRIVER_NAME = "gpu.tessera.dev"
+ATTRIBUTE_DOMAIN = DRIVER_NAME
+PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+
+# Opaque configuration API (resource.tessera.dev/v1).
+CONFIG_GROUP = "resource.tessera.dev"
+CONFIG_API_VERSION = f"{CONFIG_GROUP}/v1"
+
+# CDI: one transient spec per claim.
+CDI_VENDOR = f"k8s.{DRIVER_NAME}"
+CDI_CLASS = "claim"
+CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
+
+# Where the interception library and the per-claim directory appear inside a container.
+CONTAINER_LIBRARY_PATH = "/usr/local/tessera/lib/libtessera.so"
+CONTAINER_CLAIMS_ROOT = "/var/run/tessera/claims"
+LIMITS_FILE_NAME = "limits"
+REGION_FILE_NAME = "region"
+CLAIM_DIRS_ENV = "TESSERA_CLAIM_DIRS"
+
+
+class Family(StrEnum):
+    """How a GPU is offered; also the value of the `type` attribute."""
+
+    GPU = "gpu"
+    VGPU = "vgpu"
+    MIG = "mig"
+
+
+CLASS_DOMAIN = "tessera.dev"
+
+
+def device_class_name(family: Family) -> str:
+    """`gpu.tessera.dev`, `vgpu.tessera.dev`, `mig.tessera.dev`."""
+    return f"{family.value}.{CLASS_DOMAIN}"
+
+
+def mig_device_class_name(profile: str) -> str:
+    """`1g.10gb+me` → `mig-1g.10gb-me.gpu.tessera.dev`: one class per profile for extended resources."""
+    return f"mig-{profile.replace('+', '-')}.{DRIVER_NAME}"
+
+
+# Attribute and capacity names (unqualified; qualified with ATTRIBUTE_DOMAIN when published).
+class Attr:
+    TYPE = "type"
+    UUID = "uuid"
+    PARENT_UUID = "parentUUID"
+    PRODUCT_NAME = "productName"
+    BRAND = "brand"
+    ARCHITECTURE = "architecture"
+    CUDA_COMPUTE_CAPABILITY = "cudaComputeCapability"
+    DRIVER_VERSION = "driverVersion"
+    CUDA_DRIVER_VERSION = "cudaDriverVersion"
+    PROFILE = "profile"
+    INDEX = "index"
+    MIG_START = "migPlacementStart"
+    MIG_STATIC = "migStatic"
+
+
+class Cap:
+    MEMORY = "memory"
+    MULTIPROCESSORS = "multiprocessors"
+    CORES = "cores"
+    SHARES = "shares"
+
+
+def qualified(name: str) -> str:
+    return f"{ATTRIBUTE_DOMAIN}/{name}"
+
+
+# ---- device names -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedDeviceName:
+    family: Family
+    index: int
+    profile: str | None = None  # canonical profile, e.g. "1g.10gb+me"
+    start: int | None = None
+
+
+_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+_PROFILE_LABEL_RE = re.compile(r"^(\d+)g(\d+)gb(-me)?$")
+_DEVICE_RE = re.compile(r"^gpu-(\d+)(?:-(vgpu)|-mig-(\d+g\d+gb(?:-me)?)-(\d+))?$")
+
+
+def profile_label(profile: str) -> str:
+    """`1g.10gb` → `1g10gb`, `1g.10gb+me` → `1g10gb-me` (a DNS-label-safe spelling)."""
+    m = _PROFILE_RE.match(profile)
+    if m is None:
+        raise InvalidNameError(f"MIG profile {profile!r} is not of the form <N>g.<M>gb[+me]")
+    return f"{m.group(1)}g{m.group(2)}gb{'-me' if m.group(3) else ''}"
+
+
+def parse_profile_label(label: str) -> str:
+    m = _PROFILE_LABEL_RE.match(label)
+    if m is None:
+        raise InvalidNameError(f"MIG profile label {label!r} is not of the form <N>g<M>gb[-me]")
+    return f"{m.group(1)}g.{m.group(2)}gb{'+me' if m.group(3) else ''}"
+
+
+def gpu_device_name(index: int) -> DeviceName:
+    return DeviceName(f"gpu-{index}")
+
+
+def vgpu_device_name(index: int) -> DeviceName:
+    return DeviceName(f"gpu-{index}-vgpu")
+
+
+def mig_device_name(index: int, profile: str, start: int) -> DeviceName:
+    return DeviceName(f"gpu-{index}-mig-{profile_label(profile)}-{start}")
+
+
+def format_device_name(parsed: ParsedDeviceName) -> DeviceName:
+    if parsed.family is Family.GPU:
+        return gpu_device_name(parsed.index)
+    if parsed.family is Family.VGPU:
+        return vgpu_device_name(parsed.index)
+    if parsed.profile is None or parsed.start is None:
+        raise InvalidNameError("a MIG device name needs a profile and a placement start")
+    return mig_device_name(parsed.index, parsed.profile, parsed.start)
+
+
+def parse_device_name(name: str) -> ParsedDeviceName:
+    m = _DEVICE_RE.match(name)
+    if m is None:
+        raise InvalidNameError(
+            f"device name {name!r} is not one of gpu-<i>, gpu-<i>-vgpu, gpu-<i>-mig-<profile>-<start>"
+        )
+    index = int(m.group(1))
+    if m.group(2):
+        return ParsedDeviceName(Family.VGPU, index)
+    if m.group(3):
+        return ParsedDeviceName(Family.MIG, index, parse_profile_label(m.group(3)), int(m.group(4)))
+    return ParsedDeviceName(Family.GPU, index)
+
+
+# ---- counters -----------------------------------------------------------------------------------
+
+
+def counter_set_name(index: int) -> str:
+    return f"gpu-{index}-counters"
+
+
+def memory_slice_counter(k: int) -> str:
+    return f"memory-slice-{k}"
+
+
+class Counter:
+    MULTIPROCESSORS = "multiprocessors"
+    COPY_ENGINES = "copy-engines"
+    DECODERS = "decoders"
+    ENCODERS = "encoders"
+    JPEG_ENGINES = "jpeg-engines"
+    OFA_ENGINES = "ofa-engines"
+    MEMORY = "memory"
+
+
+# ---- CDI ----------------------------------------------------------------------------------------
+
+
+def cdi_device_name(claim_uid: ClaimUID, device: str, share_id: str | None = None) -> str:
+    base = f"{claim_uid}-{device}"
+    return f"{base}-{share_id}" if share_id else base
+
+
+def cdi_qualified_name(name: str) -> str:
+    return f"{CDI_KIND}={name}"
+
+
+def parse_cdi_qualified_name(qualified_name: str) -> tuple[str, str, str]:
+    """`vendor/class=name` → (vendor, class, name)."""
+    kind, sep, name = qualified_name.partition("=")
+    vendor, slash, klass = kind.partition("/")
+    if not sep or not slash or not vendor or not klass or not name:
+        raise InvalidNameError(f"CDI device {qualified_name!r} is not of the form vendor/class=name")
+    return vendor, klass, name
+
+
+def cdi_spec_file_name(claim_uid: ClaimUID) -> str:
+    return f"{CDI_VENDOR}-{CDI_CLASS}_{claim_uid}.json"
+
+
+def container_claim_dir(claim_uid: ClaimUID) -> str:
+    return f"{CONTAINER_CLAIMS_ROOT}/{claim_uid}"
+
+
+# ---- kubelet plugin sockets ---------------------------------------------------------------------
+
+
+def registration_socket_name(pod_uid: str | None = None) -> str:
+    return f"{DRIVER_NAME}-{pod_uid}-reg.sock" if pod_uid else f"{DRIVER_NAME}-reg.sock"
+
+
+def dra_socket_name(pod_uid: str | None = None) -> str:
+    return f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"
+
+
+# ---- simulated backend and node settings files (versioned on-disk formats) ----------------------
+
+SIM_API_VERSION = "sim.tessera.dev/v1"
+SIM_NODE_KIND = "SimulatedNode"
+SIM_STATE_KIND = "SimulatedGpuState"
+NODE_SETTINGS_KIND = "NodeSettings"  # apiVersion CONFIG_API_VERSION
+
+
+def resource_slice_name(node_name: str, k: int) -> str:
+    """The k-th slice of a node's pool: `<node>-gpu.tessera.dev-<k>` (a DNS subdomain, ≤ 253 characters;
+    a very long node name is cut and made unique again with a hash)."""
+    suffix = f"-{DRIVER_NAME}-{k}"
+    if len(node_name) + len(suffix) > 253:
+        digest = hashlib.sha256(node_name.encode()).hexdigest()[:10]
+        node_name = f"{node_name[: 253 - len(suffix) - 11].rstrip('.-')}-{digest}"
+    return f"{node_name}{suffix}"
+
+
+# ---- per-claim files and the environment the interception library reads -------------------------
+# (added by the prepare/CDI helper; the C library in interceptor/ reads the same names)
+
+CLAIM_DIR_ENV_PREFIX = "TESSERA_CLAIM_DIR_"
+LD_PRELOAD_ENV = "LD_PRELOAD"
+CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+class HamiEnv:
+    """HAMi-core's variables, honoured so either library can be injected."""
+
+    MEMORY_LIMIT_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"  # + index within the claim; value "<MiB>m"
+    SM_LIMIT_PREFIX = "CUDA_DEVICE_SM_LIMIT_"  # + index within the claim; value 0-100
+    SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+    CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
+    TASK_PRIORITY = "CUDA_TASK_PRIORITY"
+    LOG_LEVEL = "LIBCUDA_LOG_LEVEL"
+
+
+def claim_dir_env(claim_uid: ClaimUID) -> str:
+    """One variable per claim, so two claims in one container never overwrite each other's."""
+    return f"{CLAIM_DIR_ENV_PREFIX}{claim_uid.replace('-', '_')}"
+
+
+def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
+    """The claim UID of one of our spec files, or None for any other file."""
+    prefix, suffix = f"{CDI_VENDOR}-{CDI_CLASS}_", ".json"
+    if not file_name.startswith(prefix) or not file_name.endswith(suffix):
+        return None
+    uid = file_name[len(prefix) : -len(suffix)]
+    return ClaimUID(uid) if uid and "/" not in uid else None
+
+
+# ---- test-only fault injection --------------------------------------------------------------------
+
+FAULT_ENV = "TESSERA_FAULT"  # comma-separated fault point names (kubelet_plugin.faults.FaultPoint)
+FAULT_CLAIM_ENV = "TESSERA_FAULT_CLAIM"  # optional: fire only for this claim UID

@@ -1,0 +1,126 @@
+"""Inventory + settings → the node pool's ResourceSlices (resource.k8s.io/v1 wire dicts).
+
+Pure. Packing respects every API limit: counter sets and devices in separate slices (Kubernetes ≥ 1.35),
+≤ 8 counter sets per slice, ≤ 32 counters per set, ≤ 64 devices per slice when any device consumes
+counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters. A GPU's devices
+stay together in one slice when they fit, so a change on one GPU rewrites as few slices as possible.
+The publisher owns `pool.generation`; `build_slices` writes the generation it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dra_driver.devices import GpuDevices, Json, PlacementRef, gpu_devices
+from dra_driver.errors import InventoryError
+from dra_driver.model import Inventory
+from dra_driver.names import DRIVER_NAME, resource_slice_name
+from dra_driver.settings import NodeSettings
+
+API_VERSION = "resource.k8s.io/v1"
+KIND = "ResourceSlice"
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_COUNTERS = 64
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_ATTRIBUTES_AND_CAPACITIES = 32
+
+
+def _device_limit(devices: Sequence[Json]) -> int:
+    uses_counters = any("consumesCounters" in d or "taints" in d for d in devices)
+    return MAX_DEVICES_WITH_COUNTERS if uses_counters else MAX_DEVICES
+
+
+def _check(group: GpuDevices) -> None:
+    """Limits one GPU's content must meet on its own; a violation is a bug or an impossible GPU."""
+    if group.counter_set is not None:
+        counters = group.counter_set["counters"]
+        assert isinstance(counters, dict)
+        if len(counters) > MAX_COUNTERS_PER_SET:
+            raise InventoryError(
+                f"GPU {group.index}: {len(counters)} counters exceed the API's {MAX_COUNTERS_PER_SET}"
+            )
+    for d in group.devices:
+        attributes, capacity = d.get("attributes", {}), d.get("capacity", {})
+        assert isinstance(attributes, dict) and isinstance(capacity, dict)
+        if len(attributes) + len(capacity) > MAX_ATTRIBUTES_AND_CAPACITIES:
+            raise InventoryError(
+                f"device {d['name']}: more than {MAX_ATTRIBUTES_AND_CAPACITIES} attributes+capacities"
+            )
+
+
+def pack_devices(groups: Sequence[Sequence[Json]]) -> list[list[Json]]:
+    """Pack per-GPU device groups into slices: whole groups where they fit, split only when one is too big."""
+    packed: list[list[Json]] = []
+    current: list[Json] = []
+    for group in groups:
+        if not group:
+            continue
+        if current and len(current) + len(group) > _device_limit([*current, *group]):
+            packed.append(current)
+            current = []
+        if len(group) > _device_limit(group):
+            limit = _device_limit(group)
+            chunks = [list(group[i : i + limit]) for i in range(0, len(group), limit)]
+            packed.extend(chunks[:-1])
+            current = chunks[-1]
+        else:
+            current.extend(group)
+    if current:
+        packed.append(current)
+    return packed
+
+
+def _slice(node_name: str, k: int, generation: int, count: int, body: Json) -> Json:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": resource_slice_name(node_name, k)},
+        "spec": {
+            "driver": DRIVER_NAME,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": generation, "resourceSliceCount": count},
+            **body,
+        },
+    }
+
+
+def build_slices(
+    inventory: Inventory,
+    settings: NodeSettings,
+    *,
+    owned_placements: frozenset[PlacementRef] = frozenset(),
+    degraded: bool = False,
+    generation: int = 1,
+) -> list[Json]:
+    """The pool's slices: counter-set slices first, then device slices, named `<node>-gpu.tessera.dev-<k>`.
+
+    `owned_placements`: MIG placements Tessera created (from the checkpoint); other live instances are an
+    administrator's. `degraded`: whole GPUs only and no counters, for API servers without the
+    partitionable-devices / consumable-capacity features.
+    """
+    groups = [
+        gpu_devices(g, inventory, settings, owned=owned_placements, degraded=degraded)
+        for g in sorted(inventory.gpus, key=lambda g: g.index)
+    ]
+    for group in groups:
+        _check(group)
+    counter_sets = [g.counter_set for g in groups if g.counter_set is not None]
+    bodies: list[Json] = [
+        {"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS]}
+        for i in range(0, len(counter_sets), MAX_COUNTER_SETS)
+    ]
+    bodies.extend({"devices": chunk} for chunk in pack_devices([list(g.devices) for g in groups]))
+    node = settings.node_name
+    return [_slice(node, k, generation, len(bodies), body) for k, body in enumerate(bodies)]
+
+
+def device_names(slices: Sequence[Json]) -> list[str]:
+    """Every device name in the slices, in order (for CLI summaries and tests)."""
+    names: list[str] = []
+    for s in slices:
+        spec = s["spec"]
+        assert isinstance(spec, dict)
+        for d in spec.get("devices", []):
+            names.append(str(d["name"]))
+    return names

@@ -1,0 +1,357 @@
+"""Starting the control plane (etcd, then kube-apiserver, then kube-controller-manager and kube-scheduler)
+and stopping it."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import socket
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+
+from e2e.controlplane import settings
+from e2e.controlplane.binaries import Binaries
+from e2e.controlplane.certs import Pki, issue_certificate, make_pki
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.kubeconfig import write_kubeconfig
+from e2e.controlplane.processes import Component, spawn, stop_component, stop_record
+from e2e.controlplane.readiness import insecure_context, wait_for_http_ok, wait_until
+from e2e.controlplane.state import ControlPlaneState, load_state, save_state, state_path
+
+log = structlog.get_logger(__name__)
+
+# What a start creates inside the state directory; a new start removes exactly these.
+_GENERATED = (
+    "etcd",
+    "pki",
+    "logs",
+    "run",
+    "admin.kubeconfig",
+    "controller-manager.kubeconfig",
+    "scheduler.kubeconfig",
+)
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class ControlPlane:
+    """A running control plane. `stop()` is idempotent; tests get one from `start_control_plane`."""
+
+    def __init__(self, *, state_dir: Path, binaries: Binaries, pki: Pki, server: str, etcd: str) -> None:
+        self.state_dir = state_dir
+        self.binaries = binaries
+        self.pki = pki
+        self.server = server
+        self.etcd = etcd
+        self.kubeconfig = state_dir / "admin.kubeconfig"
+        self.components: list[Component] = []
+        self._stopped = False
+
+    def _save(self) -> None:
+        save_state(
+            self.state_dir,
+            ControlPlaneState(
+                server=self.server,
+                kubeconfig=str(self.kubeconfig),
+                etcd=self.etcd,
+                components=tuple(c.record() for c in self.components),
+            ),
+        )
+
+    def add(self, component: Component) -> Component:
+        self.components.append(component)
+        self._save()  # at once, so `down` finds a half-started plane too
+        return component
+
+    def api_client(self) -> k8s.ApiClient:
+        """A client with the admin (system:masters) identity."""
+        api: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(self.kubeconfig)
+        )
+        return api
+
+    def client_kubeconfig(self, *, name: str, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """Writes a kubeconfig for another identity (e.g. `system:node:<node>` in `system:nodes`)."""
+        pair = issue_certificate(ca=self.pki.ca, name=f"user-{name}", common_name=user, organizations=groups)
+        return write_kubeconfig(
+            self.state_dir / f"{name}.kubeconfig",
+            server=self.server,
+            ca_cert=self.pki.ca.cert,
+            client=pair,
+            user=user,
+        )
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        # Reverse order: clients first, etcd last, so nothing logs storage errors on the way down.
+        for component in reversed(self.components):
+            stop_component(component)
+        state_path(self.state_dir).unlink(missing_ok=True)
+        log.info("controlplane.stopped", state_dir=str(self.state_dir))
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def stop_control_plane(state_dir: Path) -> int:
+    """Stops whatever the state file in `state_dir` names, from any process. Returns how many were running."""
+    state = load_state(state_dir)
+    if state is None:
+        return 0
+    stopped = sum(stop_record(record) for record in reversed(state.components))
+    state_path(state_dir).unlink(missing_ok=True)
+    log.info("controlplane.down", state_dir=str(state_dir), stopped=stopped)
+    return stopped
+
+
+def _apiserver_context(pki: Pki) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki.ca.cert))
+    context.load_cert_chain(str(pki.admin.cert), str(pki.admin.key))
+    return context
+
+
+def _etcd_args(state_dir: Path, client_port: int, peer_port: int) -> list[str]:
+    peer = f"http://127.0.0.1:{peer_port}"
+    client = f"http://127.0.0.1:{client_port}"
+    return [
+        "--name=tessera-e2e",
+        f"--data-dir={state_dir / 'etcd'}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=tessera-e2e={peer}",
+        "--initial-cluster-state=new",
+        # Test data: durability is not worth the fsync latency.
+        "--unsafe-no-fsync=true",
+        "--log-level=warn",
+    ]
+
+
+def _apiserver_args(state_dir: Path, pki: Pki, port: int, etcd: str) -> list[str]:
+    return [
+        f"--etcd-servers={etcd}",
+        "--bind-address=127.0.0.1",
+        "--advertise-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={state_dir / 'run' / 'apiserver'}",
+        f"--tls-cert-file={pki.apiserver.cert}",
+        f"--tls-private-key-file={pki.apiserver.key}",
+        f"--client-ca-file={pki.ca.cert}",
+        f"--service-account-issuer={settings.SERVICE_ACCOUNT_ISSUER}",
+        f"--service-account-key-file={pki.service_account_pub}",
+        f"--service-account-signing-key-file={pki.service_account_key}",
+        f"--service-cluster-ip-range={settings.SERVICE_CLUSTER_IP_RANGE}",
+        "--authorization-mode=Node,RBAC",
+        f"--enable-admission-plugins={','.join(settings.ENABLED_ADMISSION_PLUGINS)}",
+        f"--feature-gates={settings.feature_gates_flag()}",
+        f"--runtime-config={settings.RUNTIME_CONFIG}",
+        # Endpoints may not hold loopback addresses; nothing in the tests needs the kubernetes Endpoints.
+        "--endpoint-reconciler-type=none",
+        "--allow-privileged=true",
+        "--profiling=false",
+    ]
+
+
+def _controller_manager_args(state_dir: Path, pki: Pki, port: int) -> list[str]:
+    return [
+        f"--kubeconfig={state_dir / 'controller-manager.kubeconfig'}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={state_dir / 'run' / 'kcm'}",
+        f"--controllers={','.join(settings.KCM_CONTROLLERS)}",
+        "--leader-elect=false",
+        # Each controller acts as its own service account, with the RBAC roles a real cluster gives it.
+        "--use-service-account-credentials=true",
+        f"--service-account-private-key-file={pki.service_account_key}",
+        f"--root-ca-file={pki.ca.cert}",
+        f"--feature-gates={settings.feature_gates_flag()}",
+    ]
+
+
+def _scheduler_args(state_dir: Path, port: int) -> list[str]:
+    return [
+        f"--kubeconfig={state_dir / 'scheduler.kubeconfig'}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--cert-dir={state_dir / 'run' / 'scheduler'}",
+        "--leader-elect=false",
+        f"--feature-gates={settings.feature_gates_flag()}",
+        "--v=2",
+    ]
+
+
+def _default_service_account_exists(api: k8s.ApiClient) -> bool:
+    try:
+        k8s.CoreV1Api(api).read_namespaced_service_account("default", "default")
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise ControlPlaneError(f"reading the default service account failed: {e.status} {e.reason}") from e
+    return True
+
+
+def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, timeout_s: float) -> None:
+    state_dir, pki, binaries = plane.state_dir, plane.pki, plane.binaries
+    logs = state_dir / "logs"
+    etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = ports
+
+    etcd = plane.add(
+        spawn(
+            name="etcd",
+            binary=binaries.etcd,
+            args=_etcd_args(state_dir, etcd_client, etcd_peer),
+            log_path=logs / "etcd.log",
+            die_with_parent=die_with_parent,
+        )
+    )
+    wait_for_http_ok(
+        etcd, f"{plane.etcd}/health", context=None, timeout_s=timeout_s, expect_body='"health":"true"'
+    )
+
+    apiserver = plane.add(
+        spawn(
+            name="kube-apiserver",
+            binary=binaries.kube_apiserver,
+            args=_apiserver_args(state_dir, pki, apiserver_port, plane.etcd),
+            log_path=logs / "kube-apiserver.log",
+            die_with_parent=die_with_parent,
+        )
+    )
+    wait_for_http_ok(
+        apiserver, f"{plane.server}/readyz", context=_apiserver_context(pki), timeout_s=timeout_s
+    )
+
+    write_kubeconfig(
+        plane.kubeconfig, server=plane.server, ca_cert=pki.ca.cert, client=pki.admin, user="tessera-admin"
+    )
+    write_kubeconfig(
+        state_dir / "controller-manager.kubeconfig",
+        server=plane.server,
+        ca_cert=pki.ca.cert,
+        client=pki.controller_manager,
+        user="system:kube-controller-manager",
+    )
+    write_kubeconfig(
+        state_dir / "scheduler.kubeconfig",
+        server=plane.server,
+        ca_cert=pki.ca.cert,
+        client=pki.scheduler,
+        user="system:kube-scheduler",
+    )
+
+    kcm = plane.add(
+        spawn(
+            name="kube-controller-manager",
+            binary=binaries.kube_controller_manager,
+            args=_controller_manager_args(state_dir, pki, kcm_port),
+            log_path=logs / "kube-controller-manager.log",
+            die_with_parent=die_with_parent,
+        )
+    )
+    scheduler = plane.add(
+        spawn(
+            name="kube-scheduler",
+            binary=binaries.kube_scheduler,
+            args=_scheduler_args(state_dir, scheduler_port),
+            log_path=logs / "kube-scheduler.log",
+            die_with_parent=die_with_parent,
+        )
+    )
+    wait_for_http_ok(
+        kcm, f"https://127.0.0.1:{kcm_port}/healthz", context=insecure_context(), timeout_s=timeout_s
+    )
+    wait_for_http_ok(
+        scheduler,
+        f"https://127.0.0.1:{scheduler_port}/readyz",
+        context=insecure_context(),
+        timeout_s=timeout_s,
+    )
+    # Pods are admitted only once the serviceaccount controller made the namespace's default account: proof
+    # that KCM's controllers run with working credentials.
+    with plane.api_client() as api:
+        wait_until(
+            kcm,
+            lambda: _default_service_account_exists(api),
+            what="default service account",
+            timeout_s=timeout_s,
+        )
+
+
+def start_control_plane(
+    *,
+    state_dir: Path,
+    binaries: Binaries,
+    die_with_parent: bool = True,
+    timeout_s: float = 120.0,
+) -> ControlPlane:
+    """Starts a fresh control plane in `state_dir` (stopping and wiping one left there before).
+
+    With `die_with_parent` the components are killed when this process exits, however it exits; the CLI's `up`
+    passes False to leave them running.
+    """
+    started = time.monotonic()
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    stop_control_plane(state_dir)
+    for name in _GENERATED:
+        path = state_dir / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    pki = make_pki(state_dir / "pki")
+    ports = _free_ports(5)
+    plane = ControlPlane(
+        state_dir=state_dir,
+        binaries=binaries,
+        pki=pki,
+        server=f"https://127.0.0.1:{ports[2]}",
+        etcd=f"http://127.0.0.1:{ports[0]}",
+    )
+    if die_with_parent:
+        atexit.register(plane.stop)
+    try:
+        _start(plane, ports, die_with_parent=die_with_parent, timeout_s=timeout_s)
+    except BaseException:
+        plane.stop()
+        raise
+    log.info(
+        "controlplane.ready",
+        server=plane.server,
+        kubeconfig=str(plane.kubeconfig),
+        seconds=round(time.monotonic() - started, 1),
+    )
+    return plane
+
+
+def describe(plane: ControlPlane) -> dict[str, Any]:
+    return {
+        "server": plane.server,
+        "kubeconfig": str(plane.kubeconfig),
+        "etcd": plane.etcd,
+        "components": {c.name: c.process.pid for c in plane.components},
+    }

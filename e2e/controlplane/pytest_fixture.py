@@ -1,0 +1,90 @@
+"""Pytest fixtures for e2e tests: import them into a conftest.py
+(`from e2e.controlplane.pytest_fixture import control_plane, k8s_api, e2e_namespace, node_factory`)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import structlog
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from e2e.controlplane.binaries import ensure_built
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.launcher import ControlPlane, start_control_plane
+from e2e.controlplane.nodes import create_node, delete_node
+
+log = structlog.get_logger(__name__)
+
+NodeFactory = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """One control plane for the whole session; its logs stay in the session's tmp dir (`<state>/logs`)."""
+    try:
+        binaries = ensure_built(allow_build=os.environ.get("TESSERA_E2E_BUILD") == "1")
+        plane = start_control_plane(state_dir=tmp_path_factory.mktemp("controlplane"), binaries=binaries)
+    except ControlPlaneError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def k8s_api(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
+    """An admin (system:masters) API client."""
+    with control_plane.api_client() as api:
+        yield api
+
+
+def wait_for_service_account(api: k8s.ApiClient, namespace: str, *, timeout_s: float = 60.0) -> None:
+    core = k8s.CoreV1Api(api)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            core.read_namespaced_service_account("default", namespace)
+            return
+        except ApiException as e:
+            if e.status != 404:
+                raise
+        if time.monotonic() > deadline:
+            raise ControlPlaneError(f"no default service account in {namespace!r} after {timeout_s}s")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def e2e_namespace(k8s_api: k8s.ApiClient) -> Iterator[str]:
+    """A fresh namespace whose default service account exists, so pods are admitted at once."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core = k8s.CoreV1Api(k8s_api)
+    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
+    wait_for_service_account(k8s_api, name)
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
+
+
+@pytest.fixture
+def node_factory(k8s_api: k8s.ApiClient) -> Iterator[NodeFactory]:
+    """`node_factory(name, labels={...})` creates a Ready, untainted Node; all are deleted after the test."""
+    created: list[str] = []
+
+    def make(name: str, labels: dict[str, str] | None = None, **resources: str) -> Any:
+        node = create_node(k8s_api, name=name, labels=labels, **resources)
+        created.append(name)
+        return node
+
+    try:
+        yield make
+    finally:
+        for name in created:
+            delete_node(k8s_api, name=name)

@@ -1,0 +1,57 @@
+"""The Kubernetes version and every knob that depends on it, in one place.
+
+The gate list was checked against the real 1.36.3 binaries: an unknown gate, or a locked gate set the
+other way, makes every component refuse to start.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+K8S_VERSION: Final = "v1.36.3"
+ETCD_VERSION: Final = "v3.6.8"
+
+# Every DRA gate the 1.36.3 binaries know that is not locked, switched on. Locked on (so absent, though on):
+# DynamicResourceAllocation and DRAAdminAccess. GenericWorkload is no DRA gate but DRAWorkloadResourceClaims
+# depends on it, and a gate whose dependency is off is a start-up error.
+FEATURE_GATES: Final[dict[str, bool]] = {
+    "DRAConsumableCapacity": True,
+    "DRADeviceBindingConditions": True,
+    "DRADeviceTaintRules": True,
+    "DRADeviceTaints": True,
+    "DRAExtendedResource": True,
+    "DRAListTypeAttributes": True,
+    "DRANodeAllocatableResources": True,
+    "DRAPartitionableDevices": True,
+    "DRAPrioritizedList": True,
+    "DRAResourceClaimDeviceStatus": True,
+    "DRAResourceClaimGranularStatusAuthorization": True,
+    "DRAResourcePoolStatus": True,
+    "DRASchedulerFilterTimeout": True,
+    "DRAWorkloadResourceClaims": True,
+    "GenericWorkload": True,
+}
+
+RUNTIME_CONFIG: Final = "api/all=true"
+
+# Controllers DRA needs, plus what pods and namespaces need to be admitted and cleaned up.
+KCM_CONTROLLERS: Final[tuple[str, ...]] = (
+    "resourceclaim-controller",
+    "device-taint-eviction-controller",
+    "resourcepoolstatusrequest-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "root-ca-certificate-publisher-controller",
+    "namespace-controller",
+    "garbage-collector-controller",
+)
+
+# NodeRestriction on top of the defaults so node identities are held to what a real cluster allows them.
+ENABLED_ADMISSION_PLUGINS: Final[tuple[str, ...]] = ("NodeRestriction",)
+
+SERVICE_CLUSTER_IP_RANGE: Final = "10.96.0.0/16"
+SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
+
+
+def feature_gates_flag(gates: dict[str, bool] = FEATURE_GATES) -> str:
+    return ",".join(f"{name}={'true' if on else 'false'}" for name, on in sorted(gates.items()))

@@ -1,0 +1,32 @@
+"""`python -m e2e.demo up|down [--state-dir DIR]` (default state dir: .state/demo in the repository)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dra_driver.errors import TesseraError
+from dra_driver.logs import configure
+from e2e.demo.session import down, up
+
+DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent.parent / ".state" / "demo"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__)
+    parser.add_argument("verb", choices=("up", "down"))
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    args = parser.parse_args(argv)
+    configure(level="warning")
+    try:
+        return up(args.state_dir) if args.verb == "up" else down(args.state_dir)
+    except TesseraError as e:
+        print(f"error: {e}", file=sys.stderr)
+        if args.verb == "up":
+            print("stop what was started with: make demo-down", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

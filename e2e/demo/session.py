@@ -1,0 +1,137 @@
+"""Bringing the demo up (build if needed, control plane, nodes, examples, the table) and down again."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from e2e.controlplane.binaries import ensure_built
+from e2e.controlplane.launcher import start_control_plane, stop_control_plane
+from e2e.controlplane.processes import stop_record
+from e2e.controlplane.pytest_fixture import wait_for_service_account
+from e2e.demo import state as demo_state
+from e2e.examples import device_rows, example_files, load, table
+from e2e.kube import Kubectl, list_pods, pod_claim_name, wait_running
+from e2e.kubelet_standin.errors import StandInError
+from e2e.testbed import H100_NODE, MIXED_NODE, Testbed, make_testbed, start_node
+
+NAMESPACE = "tessera-demo"
+POD_TIMEOUT_S = 120.0
+
+
+def _step(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def _create_namespace(api: k8s.ApiClient) -> None:
+    core = k8s.CoreV1Api(api)
+    try:
+        core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": NAMESPACE}}))
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    wait_for_service_account(api, NAMESPACE)
+
+
+def _apply_examples(bed: Testbed) -> None:
+    # One file at a time, each waited for: the selective examples (by UUID, by type) get their GPUs before
+    # the others could take them, so the demo comes out the same every time.
+    for path in example_files():
+        names = [d["metadata"]["name"] for d in load(path) if d["kind"] == "Pod"]
+        bed.kubectl.apply_path(path, namespace=NAMESPACE)
+        started = time.monotonic()
+        for name in names:
+            remaining = max(1.0, POD_TIMEOUT_S - (time.monotonic() - started))
+            try:
+                wait_running(bed.api, NAMESPACE, name, timeout_s=remaining)
+            except StandInError:
+                print(f"    {name}: not running after {POD_TIMEOUT_S:.0f}s (see the table)", flush=True)
+        print(f"    {path.name}: {', '.join(names)}", flush=True)
+
+
+def _describe_one(bed: Testbed) -> str:
+    pods = {p["metadata"]["name"]: p for p in list_pods(bed.api, NAMESPACE)}
+    pod = pods.get("vgpu-3000mi-30")
+    if pod is None:
+        return "(no vgpu-3000mi-30 pod to describe)"
+    claim = pod_claim_name(pod, "gpu")
+    header = f"$ kubectl describe resourceclaim {claim} -n {NAMESPACE}\n"
+    return header + bed.kubectl.run("describe", "resourceclaim", claim, f"--namespace={NAMESPACE}")
+
+
+def print_table(bed: Testbed) -> None:
+    rows = []
+    for pod in sorted(list_pods(bed.api, NAMESPACE), key=lambda p: p["metadata"]["name"]):
+        rows.extend(device_rows(bed.api, NAMESPACE, pod))
+    print(table(rows), flush=True)
+
+
+def up(state_dir: Path) -> int:
+    state_dir = state_dir.resolve()
+    if demo_state.load(state_dir) is not None:
+        _step("stopping the previous demo")
+        down(state_dir)
+    _step("checking the Kubernetes binaries (a cold build takes 15-30 minutes; progress below)")
+    binaries = ensure_built(allow_build=True)
+    _step("starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler")
+    plane = start_control_plane(
+        state_dir=state_dir / "controlplane", binaries=binaries, die_with_parent=False
+    )
+    api = plane.api_client()
+    _step("applying the DeviceClasses from deviceclasses/")
+    bed = make_testbed(plane, api)
+    nodes = []
+    try:
+        for node_file in (H100_NODE, MIXED_NODE):
+            _step(f"starting simulated node {node_file.stem}: node plugin + kubelet stand-in")
+            nodes.append(
+                start_node(bed, node_file, root=state_dir / "nodes" / node_file.stem, die_with_parent=False)
+            )
+    finally:
+        demo_state.save(
+            state_dir,
+            demo_state.DemoState(
+                kubeconfig=str(plane.kubeconfig),
+                kubectl=str(binaries.kubectl),
+                namespace=NAMESPACE,
+                nodes=tuple(n.record() for n in nodes if n.plugin and n.standin),
+            ),
+        )
+    _step(f"applying deploy/examples/ in namespace {NAMESPACE}")
+    _create_namespace(api)
+    _apply_examples(bed)
+    print()
+    print_table(bed)
+    print()
+    print(_describe_one(bed))
+    kubectl = Kubectl(binary=binaries.kubectl, kubeconfig=plane.kubeconfig)
+    print(
+        "The demo keeps running. Use it with:\n"
+        f"  export KUBECONFIG={plane.kubeconfig}\n"
+        f"  alias kubectl={kubectl.binary}\n"
+        f"  kubectl get pods,resourceclaims -n {NAMESPACE} -o wide\n"
+        "  kubectl get resourceslices\n"
+        f"  kubectl describe resourceclaim -n {NAMESPACE} <claim>\n"
+        f"Logs: {state_dir}/controlplane/logs, {state_dir}/nodes/<node>/logs; "
+        f"what each container got: {state_dir}/nodes/<node>/var/lib/standin/pods/\n"
+        "Stop it with: make demo-down",
+        flush=True,
+    )
+    return 0
+
+
+def down(state_dir: Path) -> int:
+    state_dir = state_dir.resolve()
+    saved = demo_state.load(state_dir)
+    stopped = 0
+    if saved is not None:
+        for node in saved.nodes:
+            stopped += stop_record(node.plugin, grace_s=15.0)
+            stopped += stop_record(node.standin, grace_s=15.0)
+    stopped += stop_control_plane(state_dir / "controlplane")
+    demo_state.forget(state_dir)
+    print(f"demo stopped ({stopped} processes)", flush=True)
+    return 0

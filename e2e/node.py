@@ -1,0 +1,295 @@
+"""One simulated GPU node: a Node object, the real node plugin daemon (`python -m kubelet_plugin.daemon
+--simulate ...`) and a kubelet stand-in, as two processes sharing a temporary root that plays the host's
+filesystem (sockets, CDI specs, claim directories, the simulated GPUs' state)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+from kubernetes import client as k8s
+
+from dra_driver.backends.sim_state import SimState, read_state
+from dra_driver.names import DRIVER_NAME
+from e2e.controlplane.nodes import create_node, delete_node
+from e2e.controlplane.processes import is_alive, log_tail, stop_record
+from e2e.controlplane.state import ComponentRecord
+from e2e.kubelet_standin.errors import StandInError
+from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
+
+log = structlog.get_logger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+NODES_DIR = REPO_ROOT / "e2e" / "nodes"
+LIBRARY_BUILD = REPO_ROOT / "interceptor" / "build" / "libtessera.so"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def node_name_of(node_file: Path) -> str:
+    data = yaml.safe_load(node_file.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("nodeName"), str):
+        raise StandInError(f"{node_file}: a SimulatedNode needs a string `nodeName`")
+    return str(data["nodeName"])
+
+
+def spawn_python(*, name: str, args: list[str], log_path: Path, die_with_parent: bool) -> ComponentRecord:
+    """Starts `python <args>` from the repository root in its own session, output to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    with log_path.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, *args],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509 - only prctl
+        )
+    return ComponentRecord(name=name, pid=process.pid, binary=sys.executable, log=str(log_path))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    root: str
+    node_file: str
+    plugin: ComponentRecord
+    standin: ComponentRecord
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "root": self.root,
+            "nodeFile": self.node_file,
+            "plugin": {"pid": self.plugin.pid, "binary": self.plugin.binary, "log": self.plugin.log},
+            "standin": {"pid": self.standin.pid, "binary": self.standin.binary, "log": self.standin.log},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeRecord:
+        return cls(
+            name=d["name"],
+            root=d["root"],
+            node_file=d["nodeFile"],
+            plugin=ComponentRecord(name="plugin", **d["plugin"]),
+            standin=ComponentRecord(name="standin", **d["standin"]),
+        )
+
+
+class SimNode:
+    """A simulated node. `start()` creates the Node, starts the stand-in (which wipes stale slices, as a
+    kubelet does at start) and then the plugin, and waits for the plugin's ResourceSlices."""
+
+    def __init__(
+        self,
+        *,
+        api: k8s.ApiClient,
+        node_file: Path,
+        root: Path,
+        admin_kubeconfig: Path,
+        node_kubeconfig: Path,
+        labels: dict[str, str] | None = None,
+        die_with_parent: bool = True,
+    ) -> None:
+        self.api = api
+        self.node_file = node_file.resolve()
+        self.name = node_name_of(node_file)
+        self.root = root.resolve()
+        self.admin_kubeconfig = admin_kubeconfig
+        self.node_kubeconfig = node_kubeconfig
+        self.labels = labels or {}
+        self.die_with_parent = die_with_parent
+        self.plugin: ComponentRecord | None = None
+        self.standin: ComponentRecord | None = None
+
+    # ---- paths ------------------------------------------------------------------------------------------
+
+    @property
+    def sim_state_file(self) -> Path:
+        return self.root / "sim-state.json"
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self.root / "var/lib/standin/pods"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.root / "var/run/cdi"
+
+    @property
+    def claims_dir(self) -> Path:
+        return self.root / "var/lib/tessera/claims"
+
+    @property
+    def library_path(self) -> Path:
+        return self.root / "var/lib/tessera/lib/libtessera.so"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    # ---- lifecycle --------------------------------------------------------------------------------------
+
+    def _install_library(self) -> None:
+        # The host copy of the interception library that vgpu containers get mounted; a placeholder when the
+        # C library was not built (the stand-in only checks that the mount source exists).
+        self.library_path.parent.mkdir(parents=True, exist_ok=True)
+        data = LIBRARY_BUILD.read_bytes() if LIBRARY_BUILD.exists() else b""
+        self.library_path.write_bytes(data)
+
+    def start(self, *, timeout_s: float = 60.0) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._install_library()
+        create_node(self.api, name=self.name, labels=self.labels)
+        self.start_standin()
+        self.start_plugin()
+        self.wait_for_slices(timeout_s=timeout_s)
+        log.info("simnode.ready", node=self.name, root=str(self.root))
+
+    def start_standin(self) -> None:
+        self.standin = spawn_python(
+            name="standin",
+            args=[
+                "-m",
+                "e2e.kubelet_standin",
+                f"--node-name={self.name}",
+                f"--root={self.root}",
+                f"--kubeconfig={self.node_kubeconfig}",
+            ],
+            log_path=self.logs / "standin.log",
+            die_with_parent=self.die_with_parent,
+        )
+
+    def start_plugin(self) -> None:
+        self.plugin = spawn_python(
+            name="plugin",
+            args=[
+                "-m",
+                "kubelet_plugin.daemon",
+                f"--node-name={self.name}",
+                f"--root={self.root}",
+                f"--simulate={self.node_file}",
+                f"--sim-state={self.sim_state_file}",
+                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--library-path={self.library_path}",
+                "--log-format=json",
+            ],
+            log_path=self.logs / "plugin.log",
+            die_with_parent=self.die_with_parent,
+        )
+
+    def stop_plugin(self) -> None:
+        if self.plugin is not None:
+            stop_record(self.plugin, grace_s=15.0)
+            self.plugin = None
+
+    def restart_plugin(self, *, timeout_s: float = 60.0) -> None:
+        self.stop_plugin()
+        self.start_plugin()
+        self.wait_for_registration(timeout_s=timeout_s)
+
+    def stop(self, *, delete_node_object: bool = True) -> None:
+        self.stop_plugin()
+        if self.standin is not None:
+            stop_record(self.standin, grace_s=15.0)
+            self.standin = None
+        if delete_node_object:
+            delete_node(self.api, name=self.name)
+
+    def record(self) -> NodeRecord:
+        if self.plugin is None or self.standin is None:
+            raise StandInError(f"node {self.name} is not running")
+        return NodeRecord(
+            name=self.name,
+            root=str(self.root),
+            node_file=str(self.node_file),
+            plugin=self.plugin,
+            standin=self.standin,
+        )
+
+    # ---- waiting and looking ----------------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        for record in (self.plugin, self.standin):
+            if record is not None and not is_alive(record.pid):
+                raise StandInError(f"{record.name} of node {self.name} exited:\n{log_tail(Path(record.log))}")
+
+    def slices(self) -> list[dict[str, Any]]:
+        response: Any = k8s.ResourceV1Api(self.api).list_resource_slice(
+            field_selector=f"spec.nodeName={self.name}", _preload_content=False
+        )
+        data = json.loads(response.data)
+        return [s for s in data.get("items") or [] if s["spec"]["driver"] == DRIVER_NAME]
+
+    def wait_for_slices(self, *, timeout_s: float) -> None:
+        """Until the pool is complete: as many slices as `resourceSliceCount` says, all of one generation."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._check_alive()
+            slices = self.slices()
+            if slices:
+                pools = {
+                    (s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices
+                }
+                if len(pools) == 1 and next(iter(pools))[1] == len(slices):
+                    return
+            if time.monotonic() > deadline:
+                raise StandInError(f"node {self.name} published no complete pool within {timeout_s}s")
+            time.sleep(0.2)
+
+    def wait_for_registration(self, *, timeout_s: float) -> None:
+        """Until the plugin answers on its registration socket again and the pool is complete."""
+        socket = self.root / "var/lib/kubelet/plugins_registry" / f"{DRIVER_NAME}-reg.sock"
+        deadline = time.monotonic() + timeout_s
+        while not socket.exists():
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise StandInError(f"the plugin of node {self.name} did not recreate {socket}")
+            time.sleep(0.1)
+        self.wait_for_slices(timeout_s=max(1.0, deadline - time.monotonic()))
+
+    def runtime(self, *, namespace: str, name: str) -> PodRuntime | None:
+        return find_record(self.runtime_dir, namespace=namespace, name=name)
+
+    def sim_state(self) -> SimState | None:
+        return read_state(self.sim_state_file)
+
+    def mig_instances(self) -> list[tuple[str, str]]:
+        """(GPU UUID, MIG UUID) of every live MIG instance on the simulated GPUs."""
+        state = self.sim_state()
+        if state is None:
+            return []
+        return [(str(gpu), i.uuid) for gpu, g in state.gpus.items() for i in g.instances]
+
+    def cdi_specs(self) -> list[Path]:
+        return sorted(self.cdi_dir.glob("*.json")) if self.cdi_dir.is_dir() else []
+
+    def claim_dirs(self) -> list[Path]:
+        return sorted(p for p in self.claims_dir.iterdir()) if self.claims_dir.is_dir() else []
+
+
+def node_kubeconfig(plane: Any, name: str) -> Path:
+    """A kubeconfig with the node's own identity, so the stand-in is held to what a kubelet may do."""
+    path: Path = plane.client_kubeconfig(
+        name=f"node-{name}", user=f"system:node:{name}", groups=("system:nodes",)
+    )
+    return path

@@ -1,0 +1,67 @@
+"""One control plane and two simulated nodes (8 H100s; 2 A100s and 2 L4s) for the whole session; every
+scenario gets a fresh namespace, emptied afterwards, and the nodes are checked for leftovers."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+
+from e2e.controlplane.launcher import ControlPlane
+from e2e.controlplane.pytest_fixture import control_plane, k8s_api, wait_for_service_account
+from e2e.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.testbed import H100_NODE, MIXED_NODE, Testbed, make_testbed, start_node
+
+__all__ = ["bed", "control_plane", "k8s_api", "ns"]
+
+
+@pytest.fixture(scope="session")
+def bed(
+    control_plane: ControlPlane, k8s_api: k8s.ApiClient, request: pytest.FixtureRequest
+) -> Iterator[Testbed]:
+    testbed = make_testbed(control_plane, k8s_api)
+    # A short root: the plugin's unix sockets live below it and their paths may not pass 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="tessera-e2e-"))
+    try:
+        start_node(testbed, H100_NODE, root=root / "h100")
+        start_node(testbed, MIXED_NODE, root=root / "mixed")
+        yield testbed
+    finally:
+        for node in list(testbed.nodes.values()):
+            node.stop()
+        # Kept on failure for the logs (<root>/<node>/logs); removed when every scenario passed.
+        if not getattr(request.session, "testsfailed", 0):
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def leftovers(testbed: Testbed) -> list[str]:
+    found: list[str] = []
+    for node in testbed.nodes.values():
+        found += [f"{node.name}: CDI spec {p.name}" for p in node.cdi_specs()]
+        found += [f"{node.name}: claim dir {p.name}" for p in node.claim_dirs()]
+        found += [f"{node.name}: MIG instance {mig} on {gpu}" for gpu, mig in node.mig_instances()]
+        found += [f"{node.name}: pod record {p.name}" for p in node.runtime_dir.glob("*.json")]
+    return found
+
+
+@pytest.fixture
+def ns(bed: Testbed) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core = k8s.CoreV1Api(bed.api)
+    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
+    wait_for_service_account(bed.api, name)
+    try:
+        yield name
+    finally:
+        delete_namespace_contents(bed.api, name)
+        core.delete_namespace(name)
+        # Unprepare runs before the node finalizes a pod, so nothing may remain once the pods are gone.
+        try:
+            wait_for("the nodes to be clean", lambda: not leftovers(bed), timeout_s=15)
+        except WaitTimeoutError:
+            pytest.fail(f"scenario left behind: {leftovers(bed)}")

@@ -1,0 +1,149 @@
+/* Device records: one per GPU UUID seen by this process, holding its limits
+ * and its place in a claim's region. CUDA ordinals and NVML handles map to
+ * records; the maps are filled once per device under g_dev_mutex. */
+
+#define MAX_RECS 64
+
+struct dev_rec {
+    char uuid[TR_UUID_LEN];
+    uint64_t limit;  /* bytes, 0 = unlimited */
+    uint32_t cores;  /* percent; 0 = unlimited */
+    int32_t priority;
+    int sm_limited;  /* cores in 1..99 and policy allows */
+    int64_t cap_ns;  /* token bucket capacity */
+    struct region_handle *rh; /* NULL: not accounted */
+    int g;           /* GPU entry in the region */
+};
+
+static struct dev_rec g_recs[MAX_RECS];
+static int g_nrecs;
+static pthread_mutex_t g_dev_mutex = PTHREAD_MUTEX_INITIALIZER;
+static int g_cuda_map[MAX_RECS];   /* CUdevice -> record index + 1 */
+static struct {
+    nvmlDevice_t h;
+    int rec;
+} g_nvml_map[MAX_RECS];
+static int g_nnvml;
+static int g_acct;                 /* anything configured at all */
+
+static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
+{
+    for (int i = 0; i < g_nrecs; i++)
+        if (!strcmp(g_recs[i].uuid, uuid))
+            return &g_recs[i];
+    if (g_nrecs == MAX_RECS)
+        return NULL;
+    struct dev_rec *d = &g_recs[g_nrecs];
+    memset(d, 0, sizeof *d);
+    str_copy(d->uuid, sizeof d->uuid, uuid);
+    d->g = -1;
+    uint64_t mem = 0;
+    uint32_t cores = 0;
+    int32_t prio = 0;
+    int claim = cfg_lookup(uuid, ordinal, &mem, &cores, &prio);
+    if (claim >= 0) {
+        struct region_handle *h = &g_regions[claim];
+        if (!h->state && !h->path[0]) {
+            if (claim < MAX_CLAIMS)
+                fmt_s(h->path, sizeof h->path, "%s/region", g_cfg.claim_dir[claim]);
+            else if (g_cfg.shared_cache[0])
+                str_copy(h->path, sizeof h->path, g_cfg.shared_cache);
+        }
+        if (region_attach(h) == 0) {
+            d->g = region_gpu_slot(h, uuid, mem, cores);
+            if (d->g >= 0)
+                d->rh = h;
+        }
+        d->limit = mem;
+        d->cores = cores >= 100 ? 0 : cores;
+        d->priority = prio;
+        d->sm_limited = d->rh && d->cores > 0 && g_cfg.policy != POLICY_DISABLE;
+        d->cap_ns = (int64_t)(g_cfg.window_ns * d->cores / 100);
+        tlog(LOG_INFO, "%s (ordinal %d): memory limit %llu bytes, cores %u%%, policy %s, %s", uuid, ordinal,
+             (unsigned long long)mem, d->cores, policy_name(g_cfg.policy), d->rh ? "accounted" : "NOT accounted");
+    }
+    __atomic_store_n(&g_nrecs, g_nrecs + 1, __ATOMIC_RELEASE);
+    return d;
+}
+
+/* The record for a CUDA device, or NULL when it is not accounted. */
+static struct dev_rec *rec_for_cuda(CUdevice dev)
+{
+    if (dev < 0 || dev >= MAX_RECS)
+        return NULL;
+    int idx = __atomic_load_n(&g_cuda_map[dev], __ATOMIC_ACQUIRE);
+    if (!idx) {
+        CUuuid u;
+        if (!r_cuDeviceGetUuid || r_cuDeviceGetUuid(&u, dev) != CUDA_SUCCESS)
+            return NULL;
+        char uuid[48];
+        uuid_format((const unsigned char *)u.bytes, uuid);
+        pthread_mutex_lock(&g_dev_mutex);
+        struct dev_rec *d = rec_create_locked(uuid, dev);
+        if (d)
+            __atomic_store_n(&g_cuda_map[dev], (int)(d - g_recs) + 1, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&g_dev_mutex);
+        idx = d ? (int)(d - g_recs) + 1 : 0;
+        if (!idx)
+            return NULL;
+    }
+    struct dev_rec *d = &g_recs[idx - 1];
+    return d->rh ? d : NULL;
+}
+
+/* The record of the current context's device. */
+static struct dev_rec *rec_current(void)
+{
+    CUdevice dev;
+    if (!r_cuCtxGetDevice || r_cuCtxGetDevice(&dev) != CUDA_SUCCESS)
+        return NULL;
+    return rec_for_cuda(dev);
+}
+
+static struct dev_rec *rec_for_nvml(nvmlDevice_t h)
+{
+    int n = __atomic_load_n(&g_nnvml, __ATOMIC_ACQUIRE);
+    for (int i = 0; i < n; i++)
+        if (g_nvml_map[i].h == h)
+            return g_recs[g_nvml_map[i].rec].rh ? &g_recs[g_nvml_map[i].rec] : NULL;
+    char uuid[96];
+    unsigned idx = 0;
+    if (!r_nvmlDeviceGetUUID || r_nvmlDeviceGetUUID(h, uuid, sizeof uuid) != NVML_SUCCESS)
+        return NULL;
+    if (!r_nvmlDeviceGetIndex || r_nvmlDeviceGetIndex(h, &idx) != NVML_SUCCESS)
+        idx = (unsigned)-1;
+    pthread_mutex_lock(&g_dev_mutex);
+    struct dev_rec *d = rec_create_locked(uuid, (int)idx);
+    if (d && g_nnvml < MAX_RECS) {
+        g_nvml_map[g_nnvml].h = h;
+        g_nvml_map[g_nnvml].rec = (int)(d - g_recs);
+        __atomic_store_n(&g_nnvml, g_nnvml + 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&g_dev_mutex);
+    return d && d->rh ? d : NULL;
+}
+
+static int acct_reserve(struct dev_rec *d, uint64_t size)
+{
+    return region_reserve(d->rh, d->g, size, d->limit);
+}
+
+static void acct_release(struct dev_rec *d, uint64_t size)
+{
+    region_release(d->rh, d->g, size);
+}
+
+/* Bytes the claim holds on this device, and the limit it sees as total. */
+static void acct_view(struct dev_rec *d, uint64_t real_total, uint64_t real_free, uint64_t *total, uint64_t *free_b,
+                      uint64_t *used)
+{
+    region_refresh(d->rh);
+    uint64_t u = region_used(d->rh, d->g);
+    uint64_t t = d->limit && d->limit < real_total ? d->limit : real_total;
+    uint64_t f = u < t ? t - u : 0;
+    if (f > real_free)
+        f = real_free;
+    *total = t;
+    *free_b = f;
+    *used = u < t ? u : t;
+}

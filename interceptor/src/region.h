@@ -1,0 +1,64 @@
+/* Layout of the shared accounting region (file `region` in a claim directory).
+ * Fixed-width fields only, apart from the process-shared robust mutex which is
+ * padded to 64 bytes. Every process of a claim maps it MAP_SHARED.
+ * Version 1. Any change to this layout must bump TR_VERSION. */
+#ifndef TESSERA_REGION_H
+#define TESSERA_REGION_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TR_MAGIC 0x4e4f494745525354ull /* "TSREGION" little-endian */
+#define TR_VERSION 1u
+#define TR_MAX_GPUS 16
+#define TR_MAX_PROCS 1024
+#define TR_UUID_LEN 64
+
+struct tr_gpu {                 /* 128 bytes */
+    char uuid[TR_UUID_LEN];     /* "GPU-…", NUL-terminated; empty = free slot */
+    uint64_t used;              /* bytes: sum of procs[*].used[i]; under lock */
+    uint64_t limit;             /* bytes, as last written by an attaching process */
+    int64_t tokens_ns;          /* SM token bucket, atomic */
+    uint64_t refill_ns;         /* CLOCK_MONOTONIC of the last refill, atomic */
+    uint32_t cores;             /* percent, 0 = unlimited */
+    uint32_t reserved0;
+    uint64_t launches;          /* throttled launches, atomic; for diagnostics */
+    uint64_t reserved1[2];
+};
+
+struct tr_proc {                /* 16 + 8 * TR_MAX_GPUS = 144 bytes */
+    int32_t pid;                /* in the pid namespace of the process that wrote it */
+    uint32_t state;             /* 0 free, 1 live */
+    uint64_t attach_ns;
+    uint64_t used[TR_MAX_GPUS]; /* bytes this process holds on region gpu slot i */
+};
+
+struct tr_region {
+    uint64_t magic;             /* written last at creation */
+    uint32_t version;
+    uint32_t header_size;       /* offsetof(struct tr_region, gpus) */
+    uint64_t total_size;        /* sizeof(struct tr_region) */
+    uint32_t max_gpus;
+    uint32_t max_procs;
+    uint32_t proc_high;         /* slots [0, proc_high) have ever been used */
+    uint32_t reserved0;
+    uint64_t reserved1;
+    union {
+        pthread_mutex_t mutex;  /* PTHREAD_PROCESS_SHARED + PTHREAD_MUTEX_ROBUST */
+        uint8_t bytes[64];
+    } lock;
+    struct tr_gpu gpus[TR_MAX_GPUS];
+    struct tr_proc procs[TR_MAX_PROCS];
+};
+
+_Static_assert(sizeof(pthread_mutex_t) <= 64, "mutex fits its slot");
+_Static_assert(sizeof(struct tr_gpu) == 128, "tr_gpu is 128 bytes");
+_Static_assert(sizeof(struct tr_proc) == 144, "tr_proc is 144 bytes");
+_Static_assert(offsetof(struct tr_region, lock) == 48, "lock at 48");
+_Static_assert(offsetof(struct tr_region, gpus) == 112, "gpus at 112");
+_Static_assert(offsetof(struct tr_region, procs) == 112 + 128 * TR_MAX_GPUS, "procs after gpus");
+_Static_assert(sizeof(struct tr_region) == 112 + 128 * TR_MAX_GPUS + 144 * TR_MAX_PROCS, "no hidden padding");
+_Static_assert(offsetof(struct tr_gpu, used) == 64 && offsetof(struct tr_gpu, tokens_ns) == 80, "tr_gpu fields");
+
+#endif

@@ -1,0 +1,684 @@
+/* Test driver for libtessera against the fake driver. Each subcommand is one
+ * check (exit 0 = pass) and prints why it failed. Run under LD_PRELOAD by
+ * tests/run.sh, which sets up claim directories and the environment. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tessera_cuda.h"
+#include "region.h"
+
+CUresult cuInit(unsigned);
+CUresult cuCtxCreate_v2(CUcontext *, unsigned, CUdevice);
+CUresult cuCtxSetCurrent(CUcontext);
+CUresult cuCtxSynchronize(void);
+CUresult cuMemAlloc_v2(CUdeviceptr *, size_t);
+CUresult cuMemFree_v2(CUdeviceptr);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
+CUresult cuMemAllocManaged(CUdeviceptr *, size_t, unsigned);
+CUresult cuMemAllocAsync(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *, size_t, CUstream);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+CUresult cuMemFreeAsync(CUdeviceptr, CUstream);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+CUresult cuMemRelease(CUmemGenericAllocationHandle);
+CUresult cuArrayCreate_v2(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+CUresult cuArray3DCreate_v2(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+CUresult cuArrayDestroy(CUarray);
+CUresult cuMipmappedArrayCreate(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+CUresult cuMipmappedArrayDestroy(CUmipmappedArray);
+CUresult cuMemGetInfo_v2(size_t *, size_t *);
+CUresult cuDeviceTotalMem_v2(size_t *, CUdevice);
+CUresult cuIpcGetMemHandle(CUipcMemHandle *, CUdeviceptr);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *, CUipcMemHandle, unsigned);
+CUresult cuIpcCloseMemHandle(CUdeviceptr);
+CUresult cuGetProcAddress(const char *, void **, int, cuuint64_t);
+CUresult cuGetProcAddress_v2(const char *, void **, int, cuuint64_t, int *);
+CUresult cuLaunchKernel(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernelEx(const CUlaunchConfig *, CUfunction, void **, void **);
+CUresult cuGraphLaunch(CUgraphExec, CUstream);
+CUresult cuEventCreate(CUevent *, unsigned);
+CUresult cuEventRecord(CUevent, CUstream);
+CUresult cuEventSynchronize(CUevent);
+CUfunction fakeKernel(uint64_t ns);
+CUgraphExec fakeGraphExec(uint64_t ns);
+uint64_t fakeBusyNs(int dev);
+uint64_t fakeUsedBytes(int dev);
+
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+static const char *g_test = "?";
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "FAIL %s:%d [%s] %s: ", __FILE__, __LINE__, g_test, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+            exit(1);                                                         \
+        }                                                                    \
+    } while (0)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void ctx_on(int dev)
+{
+    CUcontext c;
+    CHECK(cuInit(0) == CUDA_SUCCESS, "cuInit");
+    CHECK(cuCtxCreate_v2(&c, 0, dev) == CUDA_SUCCESS, "ctx on %d", dev);
+}
+
+static uint64_t used_view(void)
+{
+    size_t f, t;
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS, "meminfo");
+    return t - f;
+}
+
+static pid_t spawn(char *const argv[])
+{
+    pid_t p = fork();
+    if (p == 0) {
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    return p;
+}
+
+static int wait_ok(pid_t p)
+{
+    int st;
+    while (waitpid(p, &st, 0) < 0 && errno == EINTR) {
+    }
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static struct tr_region *map_region(const char *dir)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/region", dir);
+    int fd = open(path, O_RDONLY);
+    CHECK(fd >= 0, "open %s", path);
+    void *m = mmap(NULL, sizeof(struct tr_region), PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    CHECK(m != MAP_FAILED, "mmap region");
+    return m;
+}
+
+/* ---------- memory ---------- */
+
+static int t_limit(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: limit <bytes>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    ctx_on(0);
+    size_t f, t, tm;
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && t == limit && f == limit, "fresh view total %zu free %zu", t, f);
+    CHECK(cuDeviceTotalMem_v2(&tm, 0) == CUDA_SUCCESS && tm == limit, "cuDeviceTotalMem %zu", tm);
+    CUdeviceptr a, b, c, d;
+    uint64_t part = limit / 10 * 6;
+    CHECK(cuMemAlloc_v2(&a, part) == CUDA_SUCCESS, "first alloc");
+    CHECK(cuMemAlloc_v2(&b, limit - part + 1) == CUDA_ERROR_OUT_OF_MEMORY, "one byte over must fail");
+    CHECK(fakeUsedBytes(0) == part, "a refused allocation never reached the driver: %llu", (unsigned long long)fakeUsedBytes(0));
+    CHECK(cuMemAlloc_v2(&b, limit - part) == CUDA_SUCCESS, "exactly up to the limit");
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && f == 0 && t == limit, "full view free %zu", f);
+    CHECK(cuMemAlloc_v2(&c, 1) == CUDA_ERROR_OUT_OF_MEMORY, "full");
+    CHECK(cuMemFree_v2(b) == CUDA_SUCCESS, "free b");
+    CHECK(used_view() == part, "used after free %llu", (unsigned long long)used_view());
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS, "free a");
+    CHECK(used_view() == 0, "all given back");
+    CHECK(cuMemFree_v2(a) != CUDA_SUCCESS, "double free is the driver's error");
+    CHECK(used_view() == 0, "double free does not underflow");
+    CHECK(cuMemAlloc_v2(&d, limit) == CUDA_SUCCESS, "whole limit in one piece");
+    CHECK(cuMemFree_v2(d) == CUDA_SUCCESS, "free d");
+    /* the other GPU is not limited by this claim */
+    ctx_on(1);
+    CHECK(cuMemAlloc_v2(&a, limit * 2) == CUDA_SUCCESS, "GPU 1 unlimited");
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && t > limit * 2, "GPU 1 view is the real one");
+    return 0;
+}
+
+static int t_paths(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: paths <bytes>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    ctx_on(0);
+    CUdeviceptr p[8];
+    size_t pitch;
+    /* pitch: 1000 bytes wide rows are padded by the driver (FAKE_PITCH) */
+    CHECK(cuMemAllocPitch_v2(&p[0], &pitch, 1000, 1000, 4) == CUDA_SUCCESS, "pitch");
+    CHECK(used_view() == (uint64_t)pitch * 1000, "pitch counted as %zu*1000, view %llu", pitch, (unsigned long long)used_view());
+    uint64_t u = used_view();
+    CHECK(cuMemAllocManaged(&p[1], 3 * MiB, 1) == CUDA_SUCCESS, "managed");
+    u += 3 * MiB;
+    CHECK(cuMemAllocAsync(&p[2], 5 * MiB, NULL) == CUDA_SUCCESS, "async");
+    u += 5 * MiB;
+    CHECK(cuMemAllocAsync_ptsz(&p[3], 7 * MiB, NULL) == CUDA_SUCCESS, "async ptsz");
+    u += 7 * MiB;
+    CHECK(cuMemAllocFromPoolAsync(&p[4], 11 * MiB, NULL, NULL) == CUDA_SUCCESS, "pool");
+    u += 11 * MiB;
+    CHECK(used_view() == u, "sum of pointer allocations");
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemGenericAllocationHandle h;
+    CHECK(cuMemCreate(&h, 13 * MiB, &prop, 0) == CUDA_SUCCESS, "cuMemCreate");
+    u += 13 * MiB;
+    CUDA_ARRAY_DESCRIPTOR ad = { 1024, 1024, CU_AD_FORMAT_FLOAT, 4 };
+    CUarray arr, arr3;
+    CHECK(cuArrayCreate_v2(&arr, &ad) == CUDA_SUCCESS, "array");
+    u += 16 * MiB;
+    CUDA_ARRAY3D_DESCRIPTOR a3 = { 256, 256, 16, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0 };
+    CHECK(cuArray3DCreate_v2(&arr3, &a3) == CUDA_SUCCESS, "3d array");
+    u += 1 * MiB;
+    CUmipmappedArray mm;
+    CUDA_ARRAY3D_DESCRIPTOR am = { 512, 512, 0, CU_AD_FORMAT_FLOAT, 1, 0 };
+    CHECK(cuMipmappedArrayCreate(&mm, &am, 2) == CUDA_SUCCESS, "mipmapped");
+    u += 1 * MiB + 256 * 1024; /* level 0 + level 1 */
+    CHECK(used_view() == u, "all kinds counted: view %llu expected %llu", (unsigned long long)used_view(), (unsigned long long)u);
+    /* a cuMemCreate past the limit fails without reaching the driver */
+    CUmemGenericAllocationHandle h2;
+    uint64_t drv = fakeUsedBytes(0);
+    CHECK(cuMemCreate(&h2, limit, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY, "cuMemCreate over the limit");
+    CHECK(cuArrayCreate_v2(&arr, &(CUDA_ARRAY_DESCRIPTOR){ limit, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1 }) == CUDA_ERROR_OUT_OF_MEMORY, "array over the limit");
+    CHECK(cuMemAllocManaged(&p[5], limit, 1) == CUDA_ERROR_OUT_OF_MEMORY, "managed over the limit");
+    CHECK(fakeUsedBytes(0) == drv, "refusals never reached the driver");
+    CHECK(cuMemFree_v2(p[0]) == CUDA_SUCCESS && cuMemFree_v2(p[1]) == CUDA_SUCCESS, "free");
+    CHECK(cuMemFreeAsync(p[2], NULL) == CUDA_SUCCESS && cuMemFreeAsync(p[3], NULL) == CUDA_SUCCESS && cuMemFreeAsync(p[4], NULL) == CUDA_SUCCESS, "free async");
+    CHECK(cuMemRelease(h) == CUDA_SUCCESS, "release");
+    CHECK(cuArrayDestroy(arr) == CUDA_SUCCESS && cuArrayDestroy(arr3) == CUDA_SUCCESS, "array destroy");
+    CHECK(cuMipmappedArrayDestroy(mm) == CUDA_SUCCESS, "mipmapped destroy");
+    CHECK(used_view() == 0, "everything given back, view %llu", (unsigned long long)used_view());
+    return 0;
+}
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t);
+typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, int *);
+
+/* The CUDA runtime finds the driver through dlopen + dlsym and cuGetProcAddress. */
+static int t_procaddr(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: procaddr <bytes>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    ctx_on(0);
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    CHECK(h, "dlopen");
+    alloc_fn viadlsym = (alloc_fn)dlsym(h, "cuMemAlloc_v2");
+    gpa_fn gpa = (gpa_fn)dlsym(h, "cuGetProcAddress");
+    gpa2_fn gpa2 = (gpa2_fn)dlsym(h, "cuGetProcAddress_v2");
+    CHECK(viadlsym && gpa && gpa2, "dlsym");
+    alloc_fn v1 = NULL, v2 = NULL, v3 = NULL;
+    int status = -1;
+    CHECK(gpa("cuMemAlloc", (void **)&v1, 12000, 0) == CUDA_SUCCESS && v1, "cuGetProcAddress");
+    CHECK(gpa2("cuMemAlloc", (void **)&v2, 12040, 0, &status) == CUDA_SUCCESS && v2 && status == 0, "cuGetProcAddress_v2");
+    /* the runtime may also ask the driver for cuGetProcAddress itself */
+    gpa2_fn gpa2b = NULL;
+    CHECK(gpa2("cuGetProcAddress", (void **)&gpa2b, 12040, 0, &status) == CUDA_SUCCESS && gpa2b, "gpa of gpa");
+    CHECK(gpa2b("cuMemAlloc", (void **)&v3, 12040, 0, &status) == CUDA_SUCCESS && v3, "via gpa of gpa");
+    alloc_fn fns[] = { viadlsym, v1, v2, v3 };
+    for (int i = 0; i < 4; i++) {
+        CUdeviceptr a, b;
+        CHECK(fns[i](&a, limit) == CUDA_SUCCESS, "path %d: full limit", i);
+        CHECK(fns[i](&b, 1) == CUDA_ERROR_OUT_OF_MEMORY, "path %d: limit applies", i);
+        CHECK(cuMemFree_v2(a) == CUDA_SUCCESS, "free");
+    }
+    /* symbols we do not hook come back unchanged and still work */
+    CUresult (*sync)(void) = NULL;
+    CHECK(gpa("cuCtxSynchronize", (void **)&sync, 12000, 0) == CUDA_SUCCESS && sync && sync() == CUDA_SUCCESS, "unhooked symbol");
+    CHECK(dlsym(h, "cuDoesNotExist") == NULL, "missing symbol stays missing");
+    return 0;
+}
+
+static int t_unlimited(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: unlimited <bytes>");
+    uint64_t n = strtoull(argv[0], NULL, 0);
+    ctx_on(0);
+    CUdeviceptr a;
+    size_t f, t;
+    CHECK(cuMemAlloc_v2(&a, n) == CUDA_SUCCESS, "pass-through allocation of %llu", (unsigned long long)n);
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && t == 81920ull * MiB, "real total %zu", t);
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS, "free");
+    return 0;
+}
+
+/* device <ordinal> <expected total>: the limit follows the GPU's UUID */
+static int t_device(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: device <ordinal> <expected-total>");
+    int dev = atoi(argv[0]);
+    uint64_t want = strtoull(argv[1], NULL, 0);
+    ctx_on(dev);
+    size_t f, t;
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && t == want, "ordinal %d total %zu want %llu", dev, t, (unsigned long long)want);
+    CUdeviceptr a;
+    if (want < 81920ull * MiB)
+        CHECK(cuMemAlloc_v2(&a, want + 1) == CUDA_ERROR_OUT_OF_MEMORY, "over the limit");
+    return 0;
+}
+
+/* IPC: the importer does not count the exporter's bytes again */
+static int t_ipc(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: ipc <bytes>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    ctx_on(0);
+    CUdeviceptr a;
+    CHECK(cuMemAlloc_v2(&a, limit / 2) == CUDA_SUCCESS, "alloc");
+    char hex[32];
+    snprintf(hex, sizeof hex, "%llx", (unsigned long long)a);
+    char half[32];
+    snprintf(half, sizeof half, "%llu", (unsigned long long)(limit / 2));
+    char *args[] = { "tcuda", "ipc_import", hex, half, NULL };
+    CHECK(wait_ok(spawn(args)), "importer");
+    CHECK(used_view() == limit / 2, "still the exporter's bytes only");
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS && used_view() == 0, "free");
+    return 0;
+}
+
+static int t_ipc_import(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage");
+    CUdeviceptr src = strtoull(argv[0], NULL, 16), p;
+    uint64_t half = strtoull(argv[1], NULL, 0);
+    ctx_on(0);
+    CUipcMemHandle h;
+    CHECK(cuIpcGetMemHandle(&h, src) == CUDA_SUCCESS, "handle");
+    CHECK(cuIpcOpenMemHandle_v2(&p, h, 1) == CUDA_SUCCESS, "open");
+    CHECK(used_view() == half, "import not counted: %llu", (unsigned long long)used_view());
+    CHECK(cuIpcCloseMemHandle(p) == CUDA_SUCCESS, "close");
+    CHECK(used_view() == half, "close does not give back the exporter's bytes");
+    return 0;
+}
+
+/* ---------- many processes and threads ---------- */
+
+struct stress_arg {
+    uint64_t limit;
+    int iters;
+    unsigned seed;
+    uint64_t *held; /* shared across processes: bytes the test holds */
+    int ooms, oks;
+};
+
+static void *stress_thread(void *p)
+{
+    struct stress_arg *a = p;
+    CUcontext c;
+    CHECK(cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS, "ctx");
+    CUdeviceptr ptr[4] = { 0 };
+    uint64_t sz[4] = { 0 };
+    for (int i = 0; i < a->iters; i++) {
+        int k = (int)(rand_r(&a->seed) % 4);
+        if (ptr[k]) {
+            __atomic_sub_fetch(a->held, sz[k], __ATOMIC_SEQ_CST);
+            CHECK(cuMemFree_v2(ptr[k]) == CUDA_SUCCESS, "free");
+            ptr[k] = 0;
+        } else {
+            sz[k] = (1 + rand_r(&a->seed) % 64) * MiB;
+            CUresult rc = (i & 1) ? cuMemAlloc_v2(&ptr[k], sz[k]) : cuMemAllocAsync(&ptr[k], sz[k], NULL);
+            if (rc == CUDA_SUCCESS) {
+                uint64_t h = __atomic_add_fetch(a->held, sz[k], __ATOMIC_SEQ_CST);
+                CHECK(h <= a->limit, "held %llu over the limit", (unsigned long long)h);
+                a->oks++;
+            } else {
+                CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "rc %d", rc);
+                ptr[k] = 0;
+                a->ooms++;
+            }
+        }
+    }
+    for (int k = 0; k < 4; k++) {
+        if (ptr[k]) {
+            __atomic_sub_fetch(a->held, sz[k], __ATOMIC_SEQ_CST);
+            CHECK(cuMemFree_v2(ptr[k]) == CUDA_SUCCESS, "free");
+        }
+    }
+    return NULL;
+}
+
+static uint64_t *map_counter(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    CHECK(fd >= 0 && ftruncate(fd, 4096) == 0, "counter file");
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    CHECK(m != MAP_FAILED, "mmap counter");
+    return m;
+}
+
+static int t_stress_child(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    int threads = atoi(argv[1]), iters = atoi(argv[2]);
+    uint64_t *held = map_counter(argv[3]);
+    cuInit(0);
+    pthread_t th[64];
+    struct stress_arg a[64];
+    int ooms = 0, oks = 0;
+    for (int i = 0; i < threads; i++) {
+        a[i] = (struct stress_arg){ limit, iters, (unsigned)(getpid() * 131 + i), held, 0, 0 };
+        pthread_create(&th[i], NULL, stress_thread, &a[i]);
+    }
+    for (int i = 0; i < threads; i++) {
+        pthread_join(th[i], NULL);
+        ooms += a[i].ooms;
+        oks += a[i].oks;
+    }
+    CHECK(fakeUsedBytes(0) == 0, "driver holds nothing at the end");
+    printf("child %d: %d allocations, %d refused\n", getpid(), oks, ooms);
+    return oks > 0 && ooms > 0 ? 0 : 2;
+}
+
+static int t_stress(int argc, char **argv)
+{
+    CHECK(argc >= 5, "usage: stress <bytes> <procs> <threads> <iters> <claimdir>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    int procs = atoi(argv[1]);
+    char counter[600];
+    snprintf(counter, sizeof counter, "%s/held", argv[4]);
+    uint64_t *held = map_counter(counter);
+    *held = 0;
+    pid_t kids[16];
+    for (int i = 0; i < procs; i++) {
+        char *args[] = { "tcuda", "stress_child", argv[0], argv[2], argv[3], counter, NULL };
+        kids[i] = spawn(args);
+    }
+    /* watch the shared total while the children run: it must never pass the limit */
+    struct tr_region *r = NULL;
+    uint64_t peak = 0;
+    int alive = procs, ok = 1;
+    while (alive > 0) {
+        if (!r && access(argv[4], F_OK) == 0) {
+            char rp[600];
+            snprintf(rp, sizeof rp, "%s/region", argv[4]);
+            struct stat st;
+            if (stat(rp, &st) == 0 && st.st_size == (off_t)sizeof(struct tr_region))
+                r = map_region(argv[4]);
+        }
+        if (r && r->magic == TR_MAGIC) {
+            uint64_t u = __atomic_load_n(&r->gpus[0].used, __ATOMIC_RELAXED);
+            CHECK(u <= limit, "region total %llu over the limit", (unsigned long long)u);
+            if (u > peak)
+                peak = u;
+        }
+        for (int i = 0; i < procs; i++) {
+            if (kids[i] > 0) {
+                int st;
+                pid_t w = waitpid(kids[i], &st, WNOHANG);
+                if (w == kids[i]) {
+                    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+                        ok = 0;
+                    kids[i] = 0;
+                    alive--;
+                }
+            }
+        }
+        usleep(500);
+    }
+    CHECK(ok, "a child failed");
+    CHECK(r, "region seen");
+    CHECK(r->gpus[0].used == 0, "all bytes given back: %llu", (unsigned long long)r->gpus[0].used);
+    CHECK(peak > limit / 2, "the limit was approached (peak %llu)", (unsigned long long)peak);
+    printf("peak %llu of %llu\n", (unsigned long long)peak, (unsigned long long)limit);
+    return 0;
+}
+
+/* ---------- dead processes ---------- */
+
+static int t_hold(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: hold <bytes>");
+    ctx_on(0);
+    CUdeviceptr a;
+    CHECK(cuMemAlloc_v2(&a, strtoull(argv[0], NULL, 0)) == CUDA_SUCCESS, "hold alloc");
+    printf("ready\n");
+    fflush(stdout);
+    pause();
+    return 0;
+}
+
+static void *churn_thread(void *p)
+{
+    unsigned seed = (unsigned)(uintptr_t)p;
+    CUcontext c;
+    cuCtxCreate_v2(&c, 0, 0);
+    for (;;) {
+        CUdeviceptr a;
+        if (cuMemAlloc_v2(&a, (1 + rand_r(&seed) % 32) * MiB) == CUDA_SUCCESS && (rand_r(&seed) & 3))
+            cuMemFree_v2(a);
+    }
+    return NULL;
+}
+
+static int t_churn(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    cuInit(0);
+    pthread_t th;
+    for (int i = 0; i < 8; i++)
+        pthread_create(&th, NULL, churn_thread, (void *)(uintptr_t)(getpid() + i));
+    pause();
+    return 0;
+}
+
+static pid_t spawn_ready(char **args)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t p = fork();
+    if (p == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[16] = { 0 };
+    CHECK(read(fds[0], buf, sizeof buf - 1) > 0 && !strncmp(buf, "ready", 5), "child ready");
+    close(fds[0]);
+    return p;
+}
+
+static int t_kill(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: kill <bytes>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    alarm(60);
+    /* a holder killed outright */
+    char amount[32];
+    snprintf(amount, sizeof amount, "%llu", (unsigned long long)(limit / 10 * 7));
+    char *hold[] = { "tcuda", "hold", amount, NULL };
+    pid_t p = spawn_ready(hold);
+    ctx_on(0);
+    CHECK(used_view() == limit / 10 * 7, "holder's bytes visible");
+    kill(p, SIGKILL);
+    waitpid(p, NULL, 0);
+    CUdeviceptr a;
+    CHECK(cuMemAlloc_v2(&a, limit / 10 * 9) == CUDA_SUCCESS, "dead holder's bytes reclaimed");
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS, "free");
+    /* processes killed in the middle of allocating, many times, at random moments */
+    srand((unsigned)getpid());
+    for (int round = 0; round < 6; round++) {
+        char *churn[] = { "tcuda", "churn", NULL };
+        pid_t c = spawn(churn);
+        usleep(30000 + (unsigned)(rand() % 50000));
+        kill(c, SIGKILL);
+        waitpid(c, NULL, 0);
+    }
+    CHECK(cuMemAlloc_v2(&a, limit) == CUDA_SUCCESS, "after kills the whole limit is free again");
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS && used_view() == 0, "and the view is clean");
+    return 0;
+}
+
+/* fork: the child is a process of its own in the claim */
+static int t_fork(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: fork <bytes>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    ctx_on(0);
+    CUdeviceptr a;
+    CHECK(cuMemAlloc_v2(&a, limit / 4) == CUDA_SUCCESS, "parent alloc");
+    pid_t p = fork();
+    if (p == 0) {
+        ctx_on(0);
+        CUdeviceptr b;
+        if (cuMemAlloc_v2(&b, limit / 2) != CUDA_SUCCESS)
+            _exit(3);
+        if (cuMemAlloc_v2(&b, limit / 2) != CUDA_ERROR_OUT_OF_MEMORY)
+            _exit(4);
+        _exit(0); /* exits holding limit/2 */
+    }
+    CHECK(wait_ok(p), "child saw the parent's bytes and its own");
+    CHECK(used_view() == limit / 4, "dead child's bytes are gone from the view: %llu", (unsigned long long)used_view());
+    CHECK(cuMemAlloc_v2(&a, limit / 4 * 3) == CUDA_SUCCESS, "and can be allocated again");
+    return 0;
+}
+
+/* ---------- NVML view ---------- */
+
+typedef nvmlReturn_t (*nv_init_fn)(void);
+typedef nvmlReturn_t (*nv_handle_fn)(unsigned, nvmlDevice_t *);
+typedef nvmlReturn_t (*nv_mem_fn)(nvmlDevice_t, nvmlMemory_t *);
+typedef nvmlReturn_t (*nv_mem2_fn)(nvmlDevice_t, nvmlMemory_v2_t *);
+typedef nvmlReturn_t (*nv_procs_fn)(nvmlDevice_t, unsigned *, nvmlProcessInfo_t *);
+typedef nvmlReturn_t (*nv_procs1_fn)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v1_t *);
+
+static int t_nvml(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: nvml <limit> <physical-index>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    unsigned idx = (unsigned)atoi(argv[1]);
+    char amount[32];
+    snprintf(amount, sizeof amount, "%llu", (unsigned long long)(300 * MiB));
+    char *hold[] = { "tcuda", "hold", amount, NULL };
+    pid_t p = spawn_ready(hold);
+    /* like nvidia-smi: dlopen + dlsym, no CUDA */
+    void *h = dlopen("libnvidia-ml.so.1", RTLD_NOW);
+    CHECK(h, "dlopen nvml");
+    nv_init_fn init = (nv_init_fn)dlsym(h, "nvmlInit_v2");
+    nv_handle_fn byidx = (nv_handle_fn)dlsym(h, "nvmlDeviceGetHandleByIndex_v2");
+    nv_mem_fn mem = (nv_mem_fn)dlsym(h, "nvmlDeviceGetMemoryInfo");
+    nv_mem2_fn mem2 = (nv_mem2_fn)dlsym(h, "nvmlDeviceGetMemoryInfo_v2");
+    nv_procs_fn procs3 = (nv_procs_fn)dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3");
+    nv_procs1_fn procs1 = (nv_procs1_fn)dlsym(h, "nvmlDeviceGetComputeRunningProcesses");
+    CHECK(init && byidx && mem && mem2 && procs3 && procs1, "symbols");
+    CHECK(init() == NVML_SUCCESS, "init");
+    nvmlDevice_t d, other;
+    CHECK(byidx(idx, &d) == NVML_SUCCESS && byidx(idx ^ 1, &other) == NVML_SUCCESS, "handles");
+    nvmlMemory_t m;
+    CHECK(mem(d, &m) == NVML_SUCCESS, "meminfo");
+    CHECK(m.total == limit && m.used == 300 * MiB && m.free == limit - 300 * MiB, "view total %llu used %llu free %llu", m.total, m.used, m.free);
+    nvmlMemory_v2_t m2 = { .version = 2 };
+    CHECK(mem2(d, &m2) == NVML_SUCCESS && m2.total == limit && m2.used == 300 * MiB && m2.reserved == 0, "v2 view");
+    CHECK(mem(other, &m) == NVML_SUCCESS && m.total == 81920ull * MiB, "other GPU keeps the host view");
+    unsigned n = 0;
+    CHECK(procs3(d, &n, NULL) == NVML_ERROR_INSUFFICIENT_SIZE && n == 1, "count query n=%u", n);
+    nvmlProcessInfo_t info[4];
+    n = 4;
+    CHECK(procs3(d, &n, info) == NVML_SUCCESS && n == 1, "list");
+    CHECK(info[0].pid == (unsigned)p && info[0].usedGpuMemory == 300 * MiB, "the claim's process: pid %u bytes %llu", info[0].pid, info[0].usedGpuMemory);
+    nvmlProcessInfo_v1_t i1[4];
+    n = 4;
+    CHECK(procs1(d, &n, i1) == NVML_SUCCESS && n == 1 && i1[0].pid == (unsigned)p, "v1 list");
+    kill(p, SIGKILL);
+    waitpid(p, NULL, 0);
+    n = 4;
+    CHECK(procs3(d, &n, info) == NVML_SUCCESS && n == 0, "dead process gone from the list");
+    CHECK(mem(d, &m) == NVML_SUCCESS && m.used == 0, "and from memory used");
+    return 0;
+}
+
+/* ---------- SM limiter ---------- */
+
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void **, void **);
+
+/* sm <expected %> <seconds> <kind>: launches back to back (at most a few
+ * kernels queued) and prints the share of wall time the GPU was busy. */
+static int t_sm(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: sm <expected-percent|-1> <seconds> <kernel|graph|ptsz|ex>");
+    double expect = atof(argv[0]), secs = atof(argv[1]);
+    const char *kind = argv[2];
+    ctx_on(0);
+    CUfunction k = fakeKernel(500000);
+    CUgraphExec g = fakeGraphExec(500000);
+    launch_fn ptsz = NULL;
+    if (!strcmp(kind, "ptsz")) {
+        CHECK(cuGetProcAddress("cuLaunchKernel", (void **)&ptsz, 12000, 2) == CUDA_SUCCESS && ptsz, "per-thread launch");
+    }
+    CUevent ev[2];
+    cuEventCreate(&ev[0], 0);
+    cuEventCreate(&ev[1], 0);
+    uint64_t b0 = fakeBusyNs(0), t0 = now_ns(), end = t0 + (uint64_t)(secs * 1e9);
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    for (unsigned batch = 0; now_ns() < end; batch++) {
+        for (int i = 0; i < 4; i++) {
+            CUresult rc;
+            if (!strcmp(kind, "graph"))
+                rc = cuGraphLaunch(g, NULL);
+            else if (!strcmp(kind, "ex"))
+                rc = cuLaunchKernelEx(&cfg, k, NULL, NULL);
+            else if (ptsz)
+                rc = ptsz(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            else
+                rc = cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
+            CHECK(rc == CUDA_SUCCESS, "launch");
+        }
+        cuEventRecord(ev[batch & 1], NULL);
+        if (batch)
+            cuEventSynchronize(ev[(batch - 1) & 1]);
+    }
+    cuCtxSynchronize();
+    uint64_t t1 = now_ns();
+    double share = 100.0 * (double)(fakeBusyNs(0) - b0) / (double)(t1 - t0);
+    printf("share=%.1f expected=%.0f kind=%s\n", share, expect, kind);
+    if (expect >= 0)
+        CHECK(share >= expect - 5 && share <= expect + 5, "share %.1f not within 5 points of %.0f", share, expect);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {
+        { "limit", t_limit }, { "paths", t_paths }, { "procaddr", t_procaddr }, { "unlimited", t_unlimited },
+        { "device", t_device }, { "ipc", t_ipc }, { "ipc_import", t_ipc_import }, { "stress", t_stress },
+        { "stress_child", t_stress_child }, { "hold", t_hold }, { "churn", t_churn }, { "kill", t_kill },
+        { "fork", t_fork }, { "nvml", t_nvml }, { "sm", t_sm },
+    };
+    if (argc < 2) {
+        fprintf(stderr, "usage: tcuda <test> [args]\n");
+        return 2;
+    }
+    g_test = argv[1];
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(cmds[i].name, argv[1]))
+            return cmds[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "unknown test %s\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,60 @@
+/* Layout test for the shared region: the sizes and offsets below are the
+ * on-disk contract (version 1); a region written by the library must carry
+ * them. Usage: tlayout [region-file] */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "region.h"
+
+#define EXPECT(c)                                                     \
+    do {                                                              \
+        if (!(c)) {                                                   \
+            fprintf(stderr, "FAIL tlayout: %s\n", #c);                \
+            return 1;                                                 \
+        }                                                             \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    EXPECT(sizeof(struct tr_region) == 149616);
+    EXPECT(offsetof(struct tr_region, magic) == 0);
+    EXPECT(offsetof(struct tr_region, version) == 8);
+    EXPECT(offsetof(struct tr_region, header_size) == 12);
+    EXPECT(offsetof(struct tr_region, total_size) == 16);
+    EXPECT(offsetof(struct tr_region, proc_high) == 32);
+    EXPECT(offsetof(struct tr_region, lock) == 48);
+    EXPECT(offsetof(struct tr_region, gpus) == 112);
+    EXPECT(offsetof(struct tr_gpu, uuid) == 0);
+    EXPECT(offsetof(struct tr_gpu, used) == 64);
+    EXPECT(offsetof(struct tr_gpu, limit) == 72);
+    EXPECT(offsetof(struct tr_gpu, tokens_ns) == 80);
+    EXPECT(offsetof(struct tr_gpu, refill_ns) == 88);
+    EXPECT(offsetof(struct tr_gpu, cores) == 96);
+    EXPECT(offsetof(struct tr_gpu, launches) == 104);
+    EXPECT(offsetof(struct tr_proc, pid) == 0);
+    EXPECT(offsetof(struct tr_proc, state) == 4);
+    EXPECT(offsetof(struct tr_proc, used) == 16);
+    EXPECT(offsetof(struct tr_region, procs) == 112 + 16 * 128);
+    EXPECT(TR_MAGIC == 0x4e4f494745525354ull && !memcmp(&(uint64_t){ TR_MAGIC }, "TSREGION", 8));
+    if (argc > 1) {
+        int fd = open(argv[1], O_RDONLY);
+        EXPECT(fd >= 0);
+        struct stat st;
+        EXPECT(fstat(fd, &st) == 0 && st.st_size == (off_t)sizeof(struct tr_region));
+        EXPECT((st.st_mode & 0777) == 0666);
+        const struct tr_region *r = mmap(NULL, sizeof *r, PROT_READ, MAP_SHARED, fd, 0);
+        EXPECT(r != MAP_FAILED);
+        EXPECT(r->magic == TR_MAGIC && r->version == TR_VERSION);
+        EXPECT(r->header_size == 112 && r->total_size == sizeof(struct tr_region));
+        EXPECT(r->max_gpus == TR_MAX_GPUS && r->max_procs == TR_MAX_PROCS);
+        EXPECT(!strncmp(r->gpus[0].uuid, "GPU-", 4));
+        EXPECT(r->proc_high >= 1);
+    }
+    printf("layout ok (%zu bytes)\n", sizeof(struct tr_region));
+    return 0;
+}

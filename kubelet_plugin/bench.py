@@ -1,0 +1,150 @@
+"""`make bench-prepare`: NodePrepareResources latency over the real socket, and the daemon's memory.
+
+Starts the daemon as a subprocess on a simulated 8x H100 node in a temporary root, with claims read from a
+directory, then measures vgpu claims (limits file, CDI spec, checkpoint, all fsync'd) one per call and 128
+per call, and the daemon's RSS with 256 claims prepared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kubelet_plugin.claims import DirectoryClaimSource
+from kubelet_plugin.kubelet_client import DraClient, register, wait_for_socket
+from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.sample_claims import claim_ref, vgpu_claim
+
+NODE = "bench-node"
+GPUS = 8
+NODE_FILE = Path(__file__).resolve().parents[1] / "e2e" / "nodes" / "h100x8.yaml"
+TARGETS = {"single p50 ms": 5.0, "single p99 ms": 25.0, "batch 128 max s": 1.0, "RSS MiB": 150.0}
+
+
+def percentile(samples: Sequence[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def make_claims(source: DirectoryClaimSource, prefix: str, count: int) -> list[ClaimRef]:
+    claims: list[dict[str, Any]] = [
+        vgpu_claim(f"{prefix}-{i}", pool=NODE, gpu=i % GPUS, memory="1Gi", cores="10") for i in range(count)
+    ]
+    for c in claims:
+        source.put(c)
+    return [claim_ref(c) for c in claims]
+
+
+def check(answers: Any, claims: Sequence[ClaimRef]) -> None:
+    for c in claims:
+        error = answers.claims[c.uid].error
+        if error:
+            raise RuntimeError(f"claim {c.name}: {error}")
+
+
+def start_daemon(root: Path, node_file: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "kubelet_plugin.daemon", "--node-name", NODE, "--root", str(root)]
+    cmd += ["--simulate", str(node_file), "--sim-state", str(root / "sim-state.json")]
+    cmd += ["--claims-dir-source", str(root / "claims"), "--no-publish", "--log-level", "warning"]
+    log = (root / "plugin.log").open("wb")
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+
+
+def measure(client: DraClient, source: DirectoryClaimSource, singles: int, batches: int) -> dict[str, float]:
+    out: dict[str, float] = {}
+    single: list[float] = []
+    unsingle: list[float] = []
+    for claim in make_claims(source, "single", singles):
+        t0 = time.perf_counter()
+        answers = client.prepare([claim])
+        single.append((time.perf_counter() - t0) * 1000)
+        check(answers, [claim])
+        t0 = time.perf_counter()
+        check(client.unprepare([claim]), [claim])
+        unsingle.append((time.perf_counter() - t0) * 1000)
+    out["single p50 ms"] = statistics.median(single)
+    out["single p99 ms"] = percentile(single, 0.99)
+    out["unprepare p50 ms"] = statistics.median(unsingle)
+
+    batch: list[float] = []
+    unbatch: list[float] = []
+    for b in range(batches):
+        claims = make_claims(source, f"batch{b}", 128)
+        t0 = time.perf_counter()
+        check(client.prepare(claims), claims)
+        batch.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        check(client.unprepare(claims), claims)
+        unbatch.append(time.perf_counter() - t0)
+    out["batch 128 p50 s"] = statistics.median(batch)
+    out["batch 128 max s"] = max(batch)
+    out["unprepare 128 p50 s"] = statistics.median(unbatch)
+    return out
+
+
+def run(*, singles: int, batches: int, node_file: Path, under: Path) -> int:
+    root = Path(tempfile.mkdtemp(prefix="tsb-", dir=under))  # short: unix socket paths are limited
+    paths = PluginPaths.under(root)
+    source = DirectoryClaimSource(root=root / "claims")
+    proc = start_daemon(root, node_file)
+    try:
+        wait_for_socket(paths.registration_socket, timeout=60)
+        register(paths.registration_socket)
+        with DraClient(paths.dra_socket) as client:
+            client.prepare([])  # connect
+            results = measure(client, source, singles, batches)
+            # the memory target: 256 prepared claims on 8 GPUs
+            held = make_claims(source, "held", 256)
+            for chunk in (held[:128], held[128:]):
+                check(client.prepare(chunk), chunk)
+            results["RSS MiB"] = rss_mib(proc.pid)
+        write = sys.stdout.write  # CLI output
+        write(f"simulated node {node_file.name}: {singles} single-claim calls, {batches} x 128-claim calls\n")
+        write(f"root {root} (fsync latency of that filesystem dominates the single-claim numbers)\n")
+        for name, value in results.items():
+            target = TARGETS.get(name)
+            verdict = "" if target is None else ("  ok" if value <= target else f"  OVER target {target}")
+            write(f"{name:>22}: {value:9.3f}{verdict}\n")
+        return 0 if all(results[k] <= v for k, v in TARGETS.items()) else 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if os.environ.get("TESSERA_BENCH_KEEP"):
+            sys.stdout.write(f"kept {root}\n")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench-prepare", description=__doc__)
+    parser.add_argument("--singles", type=int, default=400, help="single-claim calls to time")
+    parser.add_argument("--batches", type=int, default=5, help="128-claim calls to time")
+    parser.add_argument("--node-file", type=Path, default=NODE_FILE)
+    parser.add_argument("--under", type=Path, default=Path("/tmp"), help="where the temporary root goes")
+    args = parser.parse_args(argv)
+    return run(singles=args.singles, batches=args.batches, node_file=args.node_file, under=args.under)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

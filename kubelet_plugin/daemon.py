@@ -1,0 +1,176 @@
+"""The node daemon's command line and life cycle (`kubelet_plugin.wiring` assembles the parts).
+
+Start: `tessera plugin --node-name N [...]` or `python -m kubelet_plugin.daemon --node-name N [...]`.
+SIGTERM or SIGINT stops it gracefully: the sockets go away, calls in flight get `STOP_GRACE_S` to finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+import structlog
+
+from dra_driver.errors import TesseraError
+from dra_driver.logs import configure
+from kubelet_plugin.paths import PluginPaths
+
+STOP_GRACE_S = 5.0
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonOptions:
+    node_name: str
+    root: Path | None
+    pod_uid: str | None
+    simulate: Path | None
+    sim_state: Path | None
+    kubeconfig: Path | None
+    claims_dir_source: Path | None
+    library_path: Path | None
+    driver_library_dirs: tuple[Path, ...]
+    settings: Path | None
+    health_interval: float
+    publish: bool
+    log_format: str
+    log_level: str
+
+    def paths(self) -> PluginPaths:
+        base = (
+            PluginPaths.under(self.root, pod_uid=self.pod_uid)
+            if self.root is not None
+            else PluginPaths.defaults(pod_uid=self.pod_uid)
+        )
+        if self.library_path is None:
+            return base
+        return PluginPaths(
+            plugin_dir=base.plugin_dir,
+            registry_dir=base.registry_dir,
+            cdi_dir=base.cdi_dir,
+            claims_dir=base.claims_dir,
+            library_path=self.library_path,
+            pod_uid=base.pod_uid,
+        )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--node-name",
+        default=os.environ.get("NODE_NAME"),
+        help="this node's name: the ResourceSlice pool (default: $NODE_NAME)",
+    )
+    parser.add_argument("--root", type=Path, help="relocate every host path below this directory (tests)")
+    parser.add_argument(
+        "--pod-uid",
+        default=os.environ.get("POD_UID") or None,
+        help="per-pod socket names, for rolling updates (default: $POD_UID)",
+    )
+    parser.add_argument("--simulate", type=Path, metavar="FILE", help="simulated node file instead of NVML")
+    parser.add_argument(
+        "--sim-state", type=Path, metavar="FILE", help="where the simulated node keeps its state"
+    )
+    parser.add_argument("--kubeconfig", type=Path, help="API server credentials (default: in-cluster)")
+    parser.add_argument(
+        "--claims-dir-source",
+        type=Path,
+        metavar="DIR",
+        help="read ResourceClaims from <DIR>/<namespace>/<name>.yaml instead of the API server (tests)",
+    )
+    parser.add_argument("--library-path", type=Path, help="host path of libtessera.so for vgpu containers")
+    parser.add_argument(
+        "--driver-library-dir",
+        dest="driver_library_dirs",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="host directory of NVIDIA driver libraries/tools to mount into containers (repeatable)",
+    )
+    parser.add_argument(
+        "--settings", type=Path, help="node settings file (resource.tessera.dev/v1 NodeSettings)"
+    )
+    parser.add_argument("--health-interval", type=float, default=5.0, help="seconds between health checks")
+    parser.add_argument(
+        "--no-publish", dest="publish", action="store_false", help="do not publish ResourceSlices"
+    )
+    parser.add_argument("--log-format", choices=("json", "console"), default="json")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+
+
+def options_from(args: argparse.Namespace) -> DaemonOptions:
+    if not args.node_name:
+        raise SystemExit("--node-name is required (or set $NODE_NAME)")
+    if args.sim_state is not None and args.simulate is None:
+        raise SystemExit("--sim-state needs --simulate FILE")
+    return DaemonOptions(
+        node_name=args.node_name,
+        root=args.root.resolve() if args.root is not None else None,
+        pod_uid=args.pod_uid,
+        simulate=args.simulate,
+        sim_state=args.sim_state,
+        kubeconfig=args.kubeconfig,
+        claims_dir_source=args.claims_dir_source,
+        library_path=args.library_path,
+        driver_library_dirs=tuple(args.driver_library_dirs),
+        settings=args.settings,
+        health_interval=args.health_interval,
+        publish=args.publish,
+        log_format=args.log_format,
+        log_level=args.log_level,
+    )
+
+
+def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `tessera plugin` subcommand; `dra_driver.cli` calls this."""
+    parser = subparsers.add_parser("plugin", help="run the kubelet plugin (node daemon)")
+    add_arguments(parser)
+    parser.set_defaults(handler=run_from_args)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    options = options_from(args)
+    configure(level=options.log_level, fmt="json" if options.log_format == "json" else "console")
+    try:
+        return run(options)
+    except TesseraError as e:
+        log.error("the node plugin cannot run", error=str(e))
+        return 1
+
+
+def run(options: DaemonOptions) -> int:
+    from kubelet_plugin.wiring import Node  # noqa: PLC0415 - keeps `--help` fast
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping", signal=signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    node = Node.start(options)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        node.stop(grace=STOP_GRACE_S)
+    log.info("stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tessera-plugin", description=__doc__)
+    add_arguments(parser)
+    return run_from_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Device health for the kubelet (DRAResourceHealth v1 and v1alpha1).
+
+A poller reads the backend's inventory and posts every device's health on a board; each kubelet stream
+gets the full list at start, on every change, and as a heartbeat (the kubelet marks a device Unknown when
+it hears nothing about it for its health-check timeout).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import IntEnum
+
+import grpc
+import structlog
+
+from dra_driver.errors import TesseraError
+from dra_driver.model import Inventory
+from dra_driver.names import DeviceName, gpu_device_name, mig_device_name, vgpu_device_name
+from kubelet_plugin.proto.gen import health_v1_pb2 as v1
+from kubelet_plugin.proto.gen import health_v1_pb2_grpc as v1_grpc
+from kubelet_plugin.proto.gen import health_v1alpha1_pb2 as v1alpha1
+from kubelet_plugin.proto.gen import health_v1alpha1_pb2_grpc as v1alpha1_grpc
+
+log = structlog.get_logger(__name__)
+
+HEARTBEAT_SECONDS = 10.0
+HEALTH_CHECK_TIMEOUT_SECONDS = 60
+
+
+class Health(IntEnum):
+    """The wire numbers of both API versions' HealthStatus."""
+
+    UNKNOWN = 0
+    HEALTHY = 1
+    UNHEALTHY = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceHealthState:
+    device: DeviceName
+    health: Health
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    pool: str
+    devices: tuple[DeviceHealthState, ...]
+    checked_at: int  # unix seconds of the check that produced it
+
+
+def health_of(inventory: Inventory) -> tuple[DeviceHealthState, ...]:
+    """Every device the node can publish; a GPU's vgpu and MIG devices share its health."""
+    states: list[DeviceHealthState] = []
+    for gpu in inventory.gpus:
+        health = Health.HEALTHY if gpu.healthy else Health.UNHEALTHY
+        message = "" if gpu.healthy else f"GPU {gpu.uuid} reports a fault"
+        names = [gpu_device_name(gpu.index), vgpu_device_name(gpu.index)]
+        if gpu.mig_capable:
+            names += [
+                mig_device_name(gpu.index, p.name, start)
+                for p in gpu.mig_profiles
+                for start in p.placement_starts
+            ]
+        states += [DeviceHealthState(device=n, health=health, message=message) for n in names]
+    return tuple(states)
+
+
+def unknown(devices: tuple[DeviceHealthState, ...], why: str) -> tuple[DeviceHealthState, ...]:
+    return tuple(DeviceHealthState(device=d.device, health=Health.UNKNOWN, message=why) for d in devices)
+
+
+class HealthBoard:
+    """The latest report and a version number that moves only when some device's health changed."""
+
+    def __init__(self, *, pool: str) -> None:
+        self._pool = pool
+        self._cond = threading.Condition()
+        self._report: HealthReport | None = None
+        self._version = 0
+        self._closed = False
+
+    def post(self, devices: tuple[DeviceHealthState, ...], *, checked_at: int | None = None) -> bool:
+        when = int(time.time()) if checked_at is None else checked_at
+        with self._cond:
+            changed = self._report is None or self._report.devices != devices
+            self._report = HealthReport(pool=self._pool, devices=devices, checked_at=when)
+            if changed:
+                self._version += 1
+                self._cond.notify_all()
+            return changed
+
+    @property
+    def current(self) -> HealthReport | None:
+        with self._cond:
+            return self._report
+
+    def wait(self, *, after: int, timeout: float) -> tuple[int, HealthReport] | None:
+        """The report once its version moves past `after`, else the current at `timeout`; None if closed."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: self._closed or (self._report is not None and self._version != after), timeout=timeout
+            )
+            if self._closed:
+                return None
+            if self._report is None:
+                return after, HealthReport(pool=self._pool, devices=(), checked_at=int(time.time()))
+            return self._version, self._report
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class InventoryHealthPoller:
+    """Posts `health_of(read())` every `interval` seconds from a daemon thread."""
+
+    def __init__(
+        self,
+        *,
+        read: Callable[[], Inventory],
+        board: HealthBoard,
+        interval: float = 5.0,
+        on_change: Callable[[], None] | None = None,
+    ) -> None:
+        self._read = read
+        self._board = board
+        self._interval = interval
+        self._on_change = on_change
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def poll_once(self) -> None:
+        try:
+            devices = health_of(self._read())
+        except TesseraError as e:
+            previous = self._board.current
+            log.warning("health check failed; devices are Unknown", error=str(e))
+            devices = unknown(previous.devices if previous else (), f"health check failed: {e}")
+        if self._board.post(devices):
+            bad = [d.device for d in devices if d.health is not Health.HEALTHY]
+            log.info("device health changed", not_healthy=bad)
+            if self._on_change is not None:
+                self._on_change()  # e.g. republish: unhealthy GPUs leave the ResourceSlices
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="health-poller", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.poll_once()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+def _watch(board: HealthBoard, context: grpc.ServicerContext, heartbeat: float) -> Iterator[HealthReport]:
+    version = -1
+    while context.is_active():
+        got = board.wait(after=version, timeout=heartbeat)
+        if got is None:
+            return
+        version, report = got
+        yield report
+
+
+class HealthV1Servicer(v1_grpc.DRAResourceHealthServicer):
+    def __init__(self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+        self._board = board
+        self._heartbeat = heartbeat
+
+    def NodeWatchResources(  # noqa: N802 - gRPC method name
+        self, request: v1.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[v1.NodeWatchResourcesResponse]:
+        for report in _watch(self._board, context, self._heartbeat):
+            yield v1.NodeWatchResourcesResponse(
+                devices=[
+                    v1.DeviceHealth(
+                        device=v1.DeviceIdentifier(pool_name=report.pool, device_name=d.device),
+                        health=v1.HealthStatus.ValueType(d.health.value),
+                        last_updated_time=report.checked_at,
+                        health_check_timeout_seconds=HEALTH_CHECK_TIMEOUT_SECONDS,
+                        message=d.message,
+                    )
+                    for d in report.devices
+                ]
+            )
+
+
+class HealthV1alpha1Servicer(v1alpha1_grpc.DRAResourceHealthServicer):
+    def __init__(self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+        self._board = board
+        self._heartbeat = heartbeat
+
+    def NodeWatchResources(  # noqa: N802 - gRPC method name
+        self, request: v1alpha1.NodeWatchResourcesRequest, context: grpc.ServicerContext
+    ) -> Iterator[v1alpha1.NodeWatchResourcesResponse]:
+        for report in _watch(self._board, context, self._heartbeat):
+            yield v1alpha1.NodeWatchResourcesResponse(
+                devices=[
+                    v1alpha1.DeviceHealth(
+                        device=v1alpha1.DeviceIdentifier(pool_name=report.pool, device_name=d.device),
+                        health=v1alpha1.HealthStatus.ValueType(d.health.value),
+                        last_updated_time=report.checked_at,
+                    )
+                    for d in report.devices
+                ]
+            )

@@ -1,0 +1,261 @@
+"""Publishes the node pool's ResourceSlices through `ResourceV1Api` and keeps them published.
+
+`publish(slices)` lists the pool's slices, writes only what differs (nothing when nothing changed), owns
+`pool.generation`, retries on 409 Conflict with a fresh read, and reads back: when the API server dropped
+fields (a feature gate off: consumable capacity, partitionable devices) it logs, emits a Warning Event on the
+Node and reports `degraded`, so the caller republishes whole GPUs only. `run(...)` watches the pool and
+republishes on foreign changes, watch errors, API-server restarts, requests and a periodic resync.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from kubernetes import client as k8s
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+from dra_driver.errors import PublishError
+from dra_driver.names import DRIVER_NAME
+from kubelet_plugin.slice_plan import Json, Plan, Verb, dropped_fields, plan
+
+log = structlog.get_logger(__name__)
+
+EVENT_NAMESPACE = "default"  # where events about cluster-scoped objects (Nodes) live
+DEGRADED_REASON = "ResourceSliceFieldsDropped"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    generation: int
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    conflicts: int = 0
+    dropped: tuple[str, ...] = ()  # fields the API server did not keep
+
+    @property
+    def writes(self) -> int:
+        return self.created + self.updated + self.deleted
+
+    @property
+    def degraded(self) -> bool:
+        return bool(self.dropped)
+
+
+class SlicePublisher:
+    def __init__(
+        self,
+        *,
+        api: k8s.ResourceV1Api,
+        node_name: str,
+        driver_name: str = DRIVER_NAME,
+        core_api: k8s.CoreV1Api | None = None,
+        max_conflicts: int = 8,
+    ) -> None:
+        self._api = api
+        self._core = core_api
+        self._node = node_name
+        self._driver = driver_name
+        self._max_conflicts = max_conflicts
+        self._serializer = k8s.ApiClient()
+        self._resync = threading.Event()
+        self._written: dict[str, str] = {}  # slice name → resourceVersion of our last write
+        self._lock = threading.Lock()
+        self.degraded = False
+
+    @property
+    def field_selector(self) -> str:
+        return f"spec.nodeName={self._node},spec.driver={self._driver}"
+
+    # -- one publication ---------------------------------------------------------------------------
+
+    def _to_dict(self, obj: Any) -> Json:
+        out: Json = self._serializer.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+        return out
+
+    def list_existing(self) -> tuple[list[Json], str]:
+        """The pool's slices as wire dicts, and the list's resourceVersion (to start a watch from)."""
+        try:
+            listed = self._api.list_resource_slice(field_selector=self.field_selector)
+        except ApiException as e:
+            raise PublishError(f"listing ResourceSlices of node {self._node}: {e.status} {e.reason}") from e
+        items = [self._to_dict(i) for i in listed.items or []]
+        return items, str((listed.metadata and listed.metadata.resource_version) or "")
+
+    def _apply(self, p: Plan) -> tuple[int, int, int]:
+        created = updated = deleted = 0
+        for action in p.actions:
+            if action.verb is not Verb.DELETE:
+                body = k8s.V1ResourceSlice.from_dict(action.body)
+                assert body is not None
+                if action.verb is Verb.CREATE:
+                    made = self._api.create_resource_slice(body=body, field_validation="Strict")
+                    created += 1
+                else:
+                    made = self._api.replace_resource_slice(
+                        name=action.name, body=body, field_validation="Strict"
+                    )
+                    updated += 1
+                self._written[action.name] = str(made.metadata.resource_version if made.metadata else "")
+            else:
+                options = k8s.V1DeleteOptions(
+                    preconditions=k8s.V1Preconditions(resource_version=action.resource_version)
+                )
+                try:
+                    self._api.delete_resource_slice(name=action.name, body=options)
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+                self._written.pop(action.name, None)
+                deleted += 1
+        return created, updated, deleted
+
+    def publish(self, slices: Sequence[Json]) -> PublishResult:
+        """Make the pool on the API server equal `slices` (whose generation is ignored)."""
+        with self._lock:
+            for s in slices:
+                if s["spec"].get("nodeName") != self._node or s["spec"].get("driver") != self._driver:
+                    raise PublishError(
+                        f"slice {s['metadata']['name']} is not for node {self._node}/{self._driver}"
+                    )
+            conflicts = 0
+            totals = [0, 0, 0]
+            while True:
+                existing, _ = self.list_existing()
+                p = plan(slices, existing)
+                try:
+                    for i, n in enumerate(self._apply(p)):
+                        totals[i] += n
+                    break
+                except ApiException as e:
+                    if e.status != 409 or conflicts >= self._max_conflicts:
+                        raise PublishError(
+                            f"writing ResourceSlices of node {self._node}: {e.status} {e.reason}: {e.body}"
+                        ) from e
+                    conflicts += 1
+                    log.info("publisher.conflict", node=self._node, attempt=conflicts)
+                    time.sleep(min(0.05 * 2**conflicts, 1.0))
+            dropped: tuple[str, ...] = ()
+            if p.actions:
+                stored, _ = self.list_existing()
+                dropped = tuple(dropped_fields([s for s in slices], stored))
+            result = PublishResult(
+                p.generation,
+                created=totals[0],
+                updated=totals[1],
+                deleted=totals[2],
+                conflicts=conflicts,
+                dropped=dropped,
+            )
+            log.info(
+                "publisher.published",
+                node=self._node,
+                generation=result.generation,
+                slices=len(slices),
+                created=result.created,
+                updated=result.updated,
+                deleted=result.deleted,
+            )
+            if result.degraded:
+                self._degrade(result)
+            return result
+
+    def _degrade(self, result: PublishResult) -> None:
+        self.degraded = True
+        shown = "; ".join(result.dropped[:5]) + (" …" if len(result.dropped) > 5 else "")
+        message = (
+            f"the API server dropped fields of Tessera's ResourceSlices ({shown}); the "
+            "DRAConsumableCapacity or DRAPartitionableDevices feature gate is probably off: "
+            "publishing whole GPUs only"
+        )
+        log.error("publisher.degraded", node=self._node, dropped=list(result.dropped), message=message)
+        if self._core is None:
+            return
+        now = datetime.now(UTC)
+        event = k8s.CoreV1Event(
+            metadata=k8s.V1ObjectMeta(generate_name=f"{self._node}.tessera-"),
+            involved_object=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self._node),
+            reason=DEGRADED_REASON,
+            message=message[:1024],
+            type="Warning",
+            source=k8s.V1EventSource(component=self._driver, host=self._node),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self._core.create_namespaced_event(namespace=EVENT_NAMESPACE, body=event)
+        except ApiException as e:
+            log.warning("publisher.event_failed", node=self._node, status=e.status, reason=e.reason)
+
+    # -- keeping it published ----------------------------------------------------------------------
+
+    def request_resync(self) -> None:
+        """Ask `run` to republish soon (inventory, MIG mode or health changed)."""
+        self._resync.set()
+
+    def _foreign(self, event: Json) -> bool:
+        """Whether a watch event is someone else's doing (our writes echo back with our resourceVersion)."""
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        name, rv = meta.get("name"), meta.get("resourceVersion")
+        if event.get("type") == "DELETED":
+            return name in self._written
+        return self._written.get(str(name)) != rv
+
+    def run(
+        self,
+        *,
+        desired: Callable[[bool], Sequence[Json]],
+        stop: threading.Event,
+        resync_s: float = 300.0,
+        watch_s: int = 10,
+        backoff_s: float = 1.0,
+    ) -> None:
+        """Publish `desired(degraded)` and keep it published until `stop` is set."""
+        next_resync = 0.0
+        while not stop.is_set():
+            try:
+                if time.monotonic() >= next_resync or self._resync.is_set():
+                    self._resync.clear()
+                    result = self.publish(desired(self.degraded))
+                    if result.degraded:
+                        self.publish(desired(True))
+                    next_resync = time.monotonic() + resync_s
+                _, rv = self.list_existing()
+                if self._watch_once(rv, watch_s, stop):
+                    next_resync = 0.0
+            except (PublishError, ApiException, OSError) as e:
+                # API server restarting or unreachable: back off, then re-list and republish.
+                log.warning("publisher.retry", node=self._node, error=str(e))
+                next_resync = 0.0
+                stop.wait(backoff_s)
+
+    def _watch_once(self, resource_version: str, watch_s: int, stop: threading.Event) -> bool:
+        """Watch the pool for up to `watch_s`; True when something not ours changed it."""
+        w = k8s_watch.Watch()  # type: ignore[no-untyped-call]
+        try:
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                self._api.list_resource_slice,
+                field_selector=self.field_selector,
+                resource_version=resource_version,
+                timeout_seconds=watch_s,
+            ):
+                raw = event.get("raw_object") or {}
+                if event.get("type") == "ERROR":
+                    return True
+                if self._foreign({"type": event.get("type"), "object": raw}):
+                    log.info("publisher.foreign_change", node=self._node, type=event.get("type"))
+                    return True
+                if stop.is_set() or self._resync.is_set():
+                    return False
+        finally:
+            w.stop()  # type: ignore[no-untyped-call]
+        return False

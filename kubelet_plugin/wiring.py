@@ -1,0 +1,227 @@
+"""Assembles a running node plugin from `DaemonOptions`, and takes it apart again.
+
+Order matters. Start: backend, claim source, preparer; reconcile under the plugin lock (another instance
+may be serving); health; publisher; then the gRPC servers, the registration socket last. Stop: the servers
+first (no new calls, sockets removed), then the loops, then the backend.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import yaml
+
+from dra_driver.backends import open_backend
+from dra_driver.backends.base import GpuBackend
+from dra_driver.devices import PlacementRef
+from dra_driver.errors import ConfigError, TesseraError
+from dra_driver.settings import NodeSettings
+from dra_driver.slices import build_slices
+from kubelet_plugin import artifacts
+from kubelet_plugin.checkpoint_store import CheckpointStore
+from kubelet_plugin.claims import (
+    ApiClaimSource,
+    ApiClaimStatusWriter,
+    ClaimSource,
+    ClaimStatusWriter,
+    DirectoryClaimSource,
+    NullClaimStatusWriter,
+)
+from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
+from kubelet_plugin.faults import Faults
+from kubelet_plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer, InventoryHealthPoller
+from kubelet_plugin.prepare import Preparer
+from kubelet_plugin.reconcile import reconcile
+from kubelet_plugin.registration import RegistrationServicer
+from kubelet_plugin.server import PluginServer, Services
+from kubelet_plugin.sockets import PluginLock
+
+if TYPE_CHECKING:
+    from kubelet_plugin.daemon import DaemonOptions
+    from kubelet_plugin.publisher import SlicePublisher
+
+log = structlog.get_logger(__name__)
+
+
+def load_settings(path: Path | None, node_name: str) -> NodeSettings:
+    if path is None:
+        return NodeSettings(node_name=node_name)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"--settings {path}: cannot read it ({e})") from e
+    if not isinstance(data, dict):
+        raise ConfigError(f"--settings {path}: expected a NodeSettings mapping")
+    return NodeSettings.from_mapping(data, node_name=node_name)
+
+
+def api_client(kubeconfig: Path | None) -> Any:
+    """A `kubernetes.client.ApiClient` from the kubeconfig file, or the pod's service account."""
+    from kubernetes import client as k8s  # noqa: PLC0415 - only needed with an API server
+    from kubernetes import config as k8s_config  # noqa: PLC0415
+
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig is not None:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig), client_configuration=configuration
+            )
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (k8s_config.ConfigException, OSError) as e:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
+        raise ConfigError(f"cannot load API credentials from {where}: {e}; give --kubeconfig") from e
+    return k8s.ApiClient(configuration)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAccess:
+    source: ClaimSource
+    status: ClaimStatusWriter
+    api: Any | None  # kubernetes.client.ApiClient, when an API server is configured
+
+
+def claim_access(options: DaemonOptions) -> ClaimAccess:
+    # the directory adapter replaces the API for claims; a kubeconfig given as well still serves publishing
+    if options.claims_dir_source is not None:
+        api = api_client(options.kubeconfig) if options.kubeconfig is not None else None
+        return ClaimAccess(DirectoryClaimSource(root=options.claims_dir_source), NullClaimStatusWriter(), api)
+    from kubernetes import client as k8s  # noqa: PLC0415
+
+    api = api_client(options.kubeconfig)
+    resource = k8s.ResourceV1Api(api)
+    return ClaimAccess(ApiClaimSource(api=resource), ApiClaimStatusWriter(api=resource), api)
+
+
+def _faults() -> Faults:
+    try:
+        return Faults.from_env()
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+class Node:
+    """One running plugin instance."""
+
+    def __init__(self, options: DaemonOptions) -> None:
+        self.options = options
+        self.paths = options.paths()
+        self.stop_event = threading.Event()
+        self.backend: GpuBackend | None = None
+        self.poller: InventoryHealthPoller | None = None
+        self.board: HealthBoard | None = None
+        self.server: PluginServer | None = None
+        self.publisher: SlicePublisher | None = None
+        self._publisher_thread: threading.Thread | None = None
+
+    @classmethod
+    def start(cls, options: DaemonOptions) -> Node:
+        node = cls(options)
+        try:
+            node._start()
+        except BaseException:
+            node.stop(grace=0)
+            raise
+        return node
+
+    def _start(self) -> None:
+        o, paths = self.options, self.paths
+        settings = load_settings(o.settings, o.node_name)
+        for d in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        lock = PluginLock(paths.lock_file)
+        self.backend = backend = open_backend(simulate=o.simulate, state_file=o.sim_state)
+        access = claim_access(o)
+        preparer = Preparer(
+            backend=backend,
+            claims=access.source,
+            status=access.status,
+            paths=paths,
+            pool_name=o.node_name,
+            faults=_faults(),
+            driver_library_dirs=tuple(str(d) for d in o.driver_library_dirs),
+        )
+        with lock.held():
+            reconcile(preparer)
+            preparer.forget_checkpoint()
+
+        if access.api is not None and o.publish:
+            self._start_publisher(access.api, backend, settings)
+        resync = self.publisher.request_resync if self.publisher is not None else None
+
+        self.board = board = HealthBoard(pool=o.node_name)
+        self.poller = InventoryHealthPoller(
+            read=backend.inventory, board=board, interval=o.health_interval, on_change=resync
+        )
+        self.poller.poll_once()
+        self.poller.start()
+
+        calls = ClaimCalls(
+            preparer=preparer,
+            lock=lock,
+            shared_state=paths.checkpoint_file,
+            reload=preparer.forget_checkpoint,
+            after=resync,
+        )
+        self.server = PluginServer(
+            paths=paths,
+            services=Services(
+                registration=RegistrationServicer(dra_socket=paths.dra_socket),
+                dra_v1=DraV1Servicer(calls),
+                dra_v1beta1=DraV1beta1Servicer(calls),
+                health_v1=HealthV1Servicer(board),
+                health_v1alpha1=HealthV1alpha1Servicer(board),
+            ),
+        )
+        self.server.start()
+        log.info("node plugin running", node=o.node_name, dra_socket=str(paths.dra_socket))
+
+    def _start_publisher(self, api: Any, backend: GpuBackend, settings: NodeSettings) -> None:
+        from kubernetes import client as k8s  # noqa: PLC0415
+
+        from kubelet_plugin.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
+
+        store = CheckpointStore(path=self.paths.checkpoint_file)
+
+        def owned() -> frozenset[PlacementRef]:
+            # read from disk each time: prepare and another instance change it under us
+            cp = store.load(boot_id="")
+            return frozenset(
+                PlacementRef(gpu_uuid=k.gpu_uuid, profile_id=k.profile_id, start=k.start)
+                for k in artifacts.tessera_placements(cp)
+            )
+
+        def desired(degraded: bool) -> Sequence[dict[str, object]]:
+            return build_slices(backend.inventory(), settings, owned_placements=owned(), degraded=degraded)
+
+        self.publisher = publisher = SlicePublisher(
+            api=k8s.ResourceV1Api(api), node_name=self.options.node_name, core_api=k8s.CoreV1Api(api)
+        )
+        self._publisher_thread = threading.Thread(
+            target=publisher.run,
+            kwargs={"desired": desired, "stop": self.stop_event},
+            name="slice-publisher",
+            daemon=True,
+        )
+        self._publisher_thread.start()
+
+    def stop(self, *, grace: float) -> None:
+        self.stop_event.set()
+        if self.board is not None:
+            self.board.close()  # ends the kubelet's health streams
+        if self.server is not None:
+            self.server.stop(grace=grace)
+        if self.poller is not None:
+            self.poller.stop()
+        if self._publisher_thread is not None:
+            self._publisher_thread.join(timeout=grace + 15)  # a watch ends within its timeout
+        if self.backend is not None:
+            try:
+                self.backend.close()
+            except TesseraError as e:
+                log.warning("closing the GPU backend failed", error=str(e))

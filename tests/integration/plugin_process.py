@@ -1,0 +1,109 @@
+"""The real node daemon as a subprocess in a private root, with a simulated node and claims in a directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kubelet_plugin.claims import DirectoryClaimSource
+from kubelet_plugin.kubelet_client import is_served, register, wait_for_socket
+from kubelet_plugin.paths import PluginPaths
+
+REPO = Path(__file__).resolve().parents[2]
+NODE_FILE = REPO / "e2e" / "nodes" / "h100x8.yaml"
+NODE = "node-a"
+
+
+def short_root() -> Path:
+    """A root short enough for unix socket paths (108 bytes), unlike pytest's tmp_path."""
+    return Path(tempfile.mkdtemp(prefix="tsr-", dir="/tmp"))
+
+
+@dataclass
+class PluginProcess:
+    """One daemon; several may share a root (rolling update) with distinct pod UIDs."""
+
+    root: Path
+    pod_uid: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    via_cli: bool = False  # `tessera plugin ...` instead of `python -m kubelet_plugin.daemon ...`
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def paths(self) -> PluginPaths:
+        return PluginPaths.under(self.root, pod_uid=self.pod_uid)
+
+    @property
+    def claims(self) -> DirectoryClaimSource:
+        return DirectoryClaimSource(root=self.root / "claims")
+
+    @property
+    def sim_state(self) -> Path:
+        return self.root / "sim-state.json"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / f"plugin-{self.pod_uid or 'main'}.log"
+
+    def command(self) -> list[str]:
+        entry = ["dra_driver.cli", "plugin"] if self.via_cli else ["kubelet_plugin.daemon"]
+        cmd = [sys.executable, "-m", *entry, "--node-name", NODE, "--root", str(self.root)]
+        cmd += ["--simulate", str(NODE_FILE), "--sim-state", str(self.sim_state)]
+        cmd += ["--claims-dir-source", str(self.root / "claims"), "--no-publish", "--log-format", "json"]
+        if self.pod_uid:
+            cmd += ["--pod-uid", self.pod_uid]
+        return cmd
+
+    def start(self, *, wait: bool = True, extra_env: Mapping[str, str] | None = None) -> PluginProcess:
+        env = {**os.environ, **self.env}
+        env.pop("TESSERA_FAULT", None)  # only a test that asks for a fault gets one
+        env.update(extra_env or {})
+        with self.log_file.open("ab") as log:
+            self.proc = subprocess.Popen(self.command(), env=env, stdout=log, stderr=log, cwd=REPO)
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not is_served(self.paths.registration_socket):
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"daemon not ready within {timeout}s:\n{self.log()}")
+            time.sleep(0.02)
+        wait_for_socket(self.paths.dra_socket)
+
+    def register(self) -> None:
+        register(self.paths.registration_socket)
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+
+    def terminate(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def wait_exit(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+
+def cleanup(processes: Sequence[PluginProcess], root: Path) -> None:
+    for p in processes:
+        p.kill()
+    shutil.rmtree(root, ignore_errors=True)

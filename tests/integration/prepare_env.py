@@ -1,0 +1,152 @@
+"""A Preparer over the simulated backend and a claim directory, all under one tmp dir."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dra_driver.backends import open_backend
+from dra_driver.backends.base import GpuBackend
+from dra_driver.model import Inventory
+from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
+from kubelet_plugin.checkpoint import Checkpoint
+from kubelet_plugin.claims import DirectoryClaimSource, NullClaimStatusWriter
+from kubelet_plugin.faults import Faults
+from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.prepare import Preparer
+from kubelet_plugin.results import ClaimRef
+
+POOL = "node-a"
+BOOT = "boot-1"
+# GPUs 0, 1: H100 (Tessera toggles MIG mode); GPU 2: A100 with MIG mode on (set by an administrator).
+NODE_YAML = f"""apiVersion: sim.tessera.dev/v1
+kind: SimulatedNode
+nodeName: {POOL}
+gpus:
+- product: H100-80GB-SXM
+  count: 2
+- product: A100-SXM4-80GB
+  migEnabled: true
+"""
+
+
+def result(
+    device: str, *, request: str = "gpu", pool: str = POOL, driver: str = DRIVER_NAME, **extra: Any
+) -> dict[str, Any]:
+    return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
+
+
+def vgpu(gpu: int, *, memory: str = "10Gi", cores: str = "50", request: str = "gpu") -> dict[str, Any]:
+    return result(
+        f"gpu-{gpu}-vgpu",
+        request=request,
+        shareID=uuidlib.uuid4().hex[:8],
+        consumedCapacity={"memory": memory, "cores": cores},
+    )
+
+
+def opaque(kind: str, *, requests: Sequence[str] = (), **fields: Any) -> dict[str, Any]:
+    return {
+        "source": "FromClaim",
+        "requests": list(requests),
+        "opaque": {
+            "driver": DRIVER_NAME,
+            "parameters": {"apiVersion": CONFIG_API_VERSION, "kind": kind, **fields},
+        },
+    }
+
+
+def claim(
+    name: str, *results: Mapping[str, Any], configs: Sequence[Mapping[str, Any]] = (), namespace: str = "ns"
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": str(uuidlib.uuid4())},
+        "spec": {
+            "devices": {
+                "requests": [{"name": r["request"], "exactly": {"deviceClassName": "x"}} for r in results]
+            }
+        },
+        "status": {"allocation": {"devices": {"results": list(results), "config": list(configs)}}},
+    }
+
+
+def ref(c: Mapping[str, Any]) -> ClaimRef:
+    m = c["metadata"]
+    return ClaimRef(namespace=m["namespace"], name=m["name"], uid=ClaimUID(m["uid"]))
+
+
+@dataclass
+class Env:
+    root: Path
+    node_file: Path
+    state_file: Path
+    paths: PluginPaths
+    claims: DirectoryClaimSource
+    backend: GpuBackend
+
+    @classmethod
+    def create(cls, root: Path) -> Env:
+        node_file = root / "node.yaml"
+        node_file.write_text(NODE_YAML)
+        state_file = root / "sim-state.json"
+        return cls(
+            root=root,
+            node_file=node_file,
+            state_file=state_file,
+            paths=PluginPaths.under(root / "host"),
+            claims=DirectoryClaimSource(root=root / "claims"),
+            backend=open_backend(simulate=node_file, state_file=state_file),
+        )
+
+    def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
+        return Preparer(
+            backend=open_backend(simulate=self.node_file, state_file=self.state_file),
+            claims=self.claims,
+            status=NullClaimStatusWriter(),
+            paths=self.paths,
+            pool_name=POOL,
+            faults=faults,
+            driver_library_dirs=("/usr/lib/nvidia",),
+            boot_id=boot_id,
+        )
+
+    def put(self, *claims: Mapping[str, Any]) -> list[ClaimRef]:
+        for c in claims:
+            self.claims.put(c)
+        return [ref(c) for c in claims]
+
+    # ---- what is on the node -------------------------------------------------------------------
+
+    def inventory(self) -> Inventory:
+        return self.backend.inventory()
+
+    def cdi_files(self) -> list[str]:
+        d = self.paths.cdi_dir
+        return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+    def claim_dirs(self) -> list[str]:
+        d = self.paths.claims_dir
+        return sorted(p.name for p in d.iterdir()) if d.exists() else []
+
+    def checkpoint(self) -> Checkpoint:
+        from kubelet_plugin.checkpoint_store import CheckpointStore  # noqa: PLC0415
+
+        return CheckpointStore(path=self.paths.checkpoint_file).load(boot_id="none")
+
+    def mig(self) -> list[tuple[int, str, int]]:
+        return [(g.index, m.profile_name, m.start) for g in self.inventory().gpus for m in g.mig_instances]
+
+    def mig_modes(self) -> list[bool]:
+        return [g.mig_enabled for g in self.inventory().gpus]
+
+    def has_traces_of(self, uid: str) -> list[str]:
+        """Everything left on the node that names the claim."""
+        found = [f for f in self.cdi_files() if uid in f] + [d for d in self.claim_dirs() if uid in d]
+        if uid in self.checkpoint().claims:
+            found.append("checkpoint entry")
+        return found

@@ -1,0 +1,171 @@
+"""Start-up reconciliation, and convergence after a crash at every fault point of prepare and unprepare.
+
+The crash here is in-process (the fault raises a BaseException nothing catches, so no cleanup runs, as with
+SIGKILL); tests/integration/test_crash.py does the same with a real SIGKILL over the daemon's socket.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prepare_env import Env, claim, result, vgpu
+
+from dra_driver.names import ClaimUID, cdi_spec_file_name
+from kubelet_plugin.checkpoint import ClaimState
+from kubelet_plugin.faults import KILL_POINTS, FaultPoint, Faults
+from kubelet_plugin.reconcile import reconcile
+
+
+class Crash(BaseException):
+    pass
+
+
+def crash() -> None:
+    raise Crash
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    return Env.create(tmp_path)
+
+
+def mixed(env: Env, name: str = "mixed"):  # type: ignore[no-untyped-def]
+    """vgpu on GPU 0 and a MIG instance on GPU 1 (MIG mode off: Tessera switches it on)."""
+    (r,) = env.put(
+        claim(name, vgpu(0, memory="8Gi", cores="25"), result("gpu-1-mig-3g40gb-4", request="mig"))
+    )
+    return r
+
+
+def assert_clean(env: Env) -> None:
+    assert (env.cdi_files(), env.claim_dirs(), dict(env.checkpoint().claims), env.mig()) == ([], [], {}, [])
+    assert env.mig_modes() == [False, False, True]
+    assert env.checkpoint().mig_mode_owned == frozenset()
+
+
+def assert_prepared(env: Env, uid: str) -> None:
+    assert env.cdi_files() == [cdi_spec_file_name(ClaimUID(uid))]
+    assert env.claim_dirs() == [uid]
+    assert {u: e.state for u, e in env.checkpoint().claims.items()} == {uid: ClaimState.PREPARE_COMPLETED}
+    assert env.mig() == [(1, "3g.40gb", 4)]
+
+
+@pytest.mark.parametrize("point", [p for p in KILL_POINTS if not p.value.startswith("unprepare-")], ids=str)
+def test_crash_during_prepare_converges(env: Env, point: FaultPoint) -> None:
+    r = mixed(env)
+    with pytest.raises(Crash):
+        env.preparer(faults=Faults(points=frozenset({point}), die=crash)).prepare([r])
+    restarted = env.preparer()
+    report = reconcile(restarted, roll_forward=False)
+    assert report.problems == ()
+    answer = restarted.prepare([r])[r.uid]  # the kubelet retries
+    assert answer.error is None
+    assert sorted(d.device_name for d in answer.devices) == ["gpu-0-vgpu", "gpu-1-mig-3g40gb-4"]
+    assert_prepared(env, r.uid)
+    assert restarted.unprepare([r])[r.uid].error is None
+    assert_clean(env)
+
+
+@pytest.mark.parametrize("point", [p for p in KILL_POINTS if p.value.startswith("unprepare-")], ids=str)
+def test_crash_during_unprepare_converges(env: Env, point: FaultPoint) -> None:
+    r = mixed(env)
+    assert env.preparer().prepare([r])[r.uid].error is None
+    with pytest.raises(Crash):
+        env.preparer(faults=Faults(points=frozenset({point}), die=crash)).unprepare([r])
+    restarted = env.preparer()
+    reconcile(restarted)
+    assert restarted.unprepare([r])[r.uid].error is None  # the kubelet retries
+    assert_clean(env)
+
+
+def test_crash_then_reconcile_rolls_a_live_claim_forward(env: Env) -> None:
+    r = mixed(env)
+    with pytest.raises(Crash):
+        env.preparer(faults=Faults(points=frozenset({FaultPoint.AFTER_MIG_CREATE}), die=crash)).prepare([r])
+    report = reconcile(env.preparer())
+    assert report.rolled_forward == (r.uid,) and report.problems == ()
+    assert_prepared(env, r.uid)
+
+
+def test_claims_gone_from_the_api_are_released(env: Env) -> None:
+    gone, kept = mixed(env, "gone"), env.put(claim("kept", vgpu(1)))[0]
+    assert all(a.error is None for a in env.preparer().prepare([gone, kept]).values())
+    mig_uuid = env.inventory().gpus[1].mig_instances[0].uuid
+    env.claims.delete(namespace=gone.namespace, name=gone.name)
+    report = reconcile(env.preparer())
+    assert report.released_claims == (gone.uid,)
+    assert report.kept_claims == (kept.uid,)
+    assert report.destroyed_mig_instances == (mig_uuid,)
+    assert report.disabled_mig_mode == (env.inventory().gpus[1].uuid,)
+    assert [Path(p).name for p in report.removed_cdi_files] == [cdi_spec_file_name(gone.uid)]
+    assert [Path(p).name for p in report.removed_claim_dirs] == [gone.uid]
+    assert list(env.checkpoint().claims) == [kept.uid]
+    assert env.cdi_files() == [cdi_spec_file_name(kept.uid)] and env.mig() == []
+
+
+def test_recreated_claim_with_a_new_uid_releases_the_old(env: Env) -> None:
+    (r,) = env.put(c := claim("a", vgpu(0)))
+    env.preparer().prepare([r])
+    c["metadata"]["uid"] = "new-uid"
+    env.claims.put(c)
+    assert reconcile(env.preparer()).released_claims == (r.uid,)
+    assert env.cdi_files() == [] and env.claim_dirs() == []
+
+
+def test_orphans_are_removed_and_foreign_files_and_admin_instances_kept(env: Env) -> None:
+    admin = env.backend.create_mig_instance(gpu=env.inventory().gpus[2].uuid, profile_id=19, start=0)
+    env.paths.cdi_dir.mkdir(parents=True)
+    (env.paths.cdi_dir / "nvidia.com-gpu.yaml").write_text("cdiVersion: 0.6.0\n")
+    (env.paths.cdi_dir / cdi_spec_file_name(ClaimUID("orphan"))).write_text("{}")
+    (env.paths.cdi_dir / f".{cdi_spec_file_name(ClaimUID('x'))}.tmp-00ff").write_text("half")
+    (env.paths.claims_dir / "orphan").mkdir(parents=True)
+    (env.paths.claims_dir / ".orphan2.tmp-1234").mkdir()
+    report = reconcile(env.preparer())
+    assert [Path(p).name for p in report.removed_cdi_files] == [cdi_spec_file_name(ClaimUID("orphan"))]
+    assert [Path(p).name for p in report.removed_claim_dirs] == ["orphan"]
+    assert env.cdi_files() == ["nvidia.com-gpu.yaml"] and env.claim_dirs() == []
+    assert [m.uuid for m in env.inventory().gpus[2].mig_instances] == [admin.uuid]
+    assert report.destroyed_mig_instances == ()
+
+
+def test_after_a_reboot_live_claims_get_their_files_back(env: Env) -> None:
+    r = mixed(env)
+    env.preparer(boot_id="boot-1").prepare([r])
+    for f in env.paths.cdi_dir.iterdir():  # /var/run is a tmpfs
+        f.unlink()
+    report = reconcile(env.preparer(boot_id="boot-2"))
+    assert report.boot_changed and report.rolled_forward == (r.uid,)
+    assert_prepared(env, r.uid)
+    assert env.checkpoint().boot_id == "boot-2"
+
+
+def test_unreachable_claims_are_kept_and_reported(env: Env) -> None:
+    r = mixed(env)
+    env.preparer().prepare([r])
+    env.claims.delete(namespace=r.namespace, name=r.name)
+    bad = env.root / "claims" / r.namespace / f"{r.name}.yaml"  # the same claim, unparseable
+    bad.write_text("kind: [unterminated")
+    report = reconcile(env.preparer())
+    assert report.kept_claims == (r.uid,) and report.released_claims == ()
+    assert len(report.problems) == 1 and "kept" in report.problems[0]
+    assert_prepared(env, r.uid)
+
+
+def test_corrupt_checkpoint_is_set_aside(env: Env) -> None:
+    env.paths.plugin_dir.mkdir(parents=True)
+    env.paths.checkpoint_file.write_text('{"apiVersion": "checkpoint.tessera.dev/v1"')
+    preparer = env.preparer()
+    report = reconcile(preparer)
+    assert report.checkpoint_set_aside is not None and Path(report.checkpoint_set_aside).exists()
+    assert env.checkpoint().claims == {}
+    (r,) = env.put(claim("a", vgpu(0)))
+    assert preparer.prepare([r])[r.uid].error is None
+
+
+def test_reconcile_twice_changes_nothing_the_second_time(env: Env) -> None:
+    r = mixed(env)
+    env.preparer().prepare([r])
+    reconcile(env.preparer())
+    second = reconcile(env.preparer())
+    assert not second.removed_anything and second.kept_claims == (r.uid,) and second.rolled_forward == ()

@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+from cdi.edits import HostLayout, cdi_ids, claim_spec, vgpu_ordinals
+from cdi.spec import DeviceNode as CdiNode
+from cdi.spec import Mount
+from dra_driver.allocation import ClaimPlan, MigAction, MigPlan, PlacementKey, PlannedDevice, VgpuLimits
+from dra_driver.config import DeviceConfig, GpuConfig, MigConfig, SmLimitPolicy, VgpuConfig
+from dra_driver.model import DeviceNode, Gpu, Inventory, MigInstance
+from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
+from dra_driver.profiles import product
+
+UID = ClaimUID("0b1c2d3e-aaaa-bbbb-cccc-000000000001")
+CTL = (DeviceNode("/dev/nvidiactl", 195, 255), DeviceNode("/dev/nvidia-uvm", 510, 0))
+HOST = HostLayout(
+    library_path="/opt/tessera/libtessera.so",
+    claim_dir="/var/lib/tessera/claims/x",
+    driver_library_dirs=("/usr/lib/nvidia",),
+)
+
+
+def gpu(i: int) -> Gpu:
+    p = product("H100-80GB-SXM")
+    return Gpu(
+        index=i,
+        uuid=GpuUUID(f"GPU-{i}"),
+        product_name=p.product_name,
+        brand="Nvidia",
+        architecture=p.architecture,
+        cuda_compute_capability="9.0",
+        memory_bytes=p.memory_bytes,
+        multiprocessors=132,
+        pci_bus_id=f"0000:{i}",
+        device_node=DeviceNode(f"/dev/nvidia{i}", 195, i),
+        mig_capable=True,
+        mig_profiles=p.mig_profiles,
+    )
+
+
+INV = Inventory(
+    driver_version="550", cuda_driver_version="12.4", gpus=(gpu(0), gpu(1), gpu(2)), control_nodes=CTL
+)
+
+
+def planned(
+    family: Family, i: int, *, name: str, request: str = "r", share: str | None = None, **kw: object
+) -> PlannedDevice:
+    configs: dict[Family, DeviceConfig] = {
+        Family.GPU: GpuConfig(),
+        Family.VGPU: VgpuConfig(),
+        Family.MIG: MigConfig(),
+    }
+    config = configs[family]
+    return PlannedDevice(
+        request=request,
+        device=DeviceName(name),
+        family=family,
+        gpu_index=i,
+        gpu_uuid=GpuUUID(f"GPU-{i}"),
+        share_id=share,
+        config=config,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def claim_plan(*devices: PlannedDevice, vgpu: VgpuConfig | None = None) -> ClaimPlan:
+    return ClaimPlan(
+        uid=UID, namespace="ns", name="c", pool="node", devices=devices, vgpu=vgpu, enable_mig_mode=()
+    )
+
+
+def test_whole_gpu_gets_its_node_control_nodes_and_driver_libraries() -> None:
+    plan = claim_plan(planned(Family.GPU, 1, name="gpu-1"))
+    spec = claim_spec(plan=plan, inventory=INV, host=HOST)
+    (dev,) = spec.devices
+    assert dev.name == f"{UID}-gpu-1"
+    assert dev.container_edits.device_nodes == (
+        CdiNode(path="/dev/nvidia1", host_path="/dev/nvidia1", major=195, minor=1),
+    )
+    assert dev.container_edits.env == ()
+    assert [n.path for n in spec.container_edits.device_nodes] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
+    assert spec.container_edits.mounts == (
+        Mount("/usr/lib/nvidia", "/usr/lib/nvidia", options=("ro", "nosuid", "nodev", "bind")),
+    )
+    assert not any(e.startswith("LD_PRELOAD=") for e in spec.container_edits.env)
+    assert spec.kind == "k8s.gpu.tessera.dev/claim"
+    assert cdi_ids(plan, plan.devices[0]) == (f"k8s.gpu.tessera.dev/claim={UID}-gpu-1",)
+
+
+def test_vgpu_carries_the_interception_library_contract() -> None:
+    config = VgpuConfig(sm_limit_policy=SmLimitPolicy.FORCE, priority=0, log_level=3)
+    plan = claim_plan(
+        planned(Family.VGPU, 2, name="gpu-2-vgpu", share="s2", limits=VgpuLimits(8 << 30, 25)),
+        planned(Family.VGPU, 0, name="gpu-0-vgpu", share="s0", limits=VgpuLimits(1 << 30, 0)),
+        vgpu=config,
+    )
+    spec = claim_spec(plan=plan, inventory=INV, host=HOST)
+    assert [d.name for d in spec.devices] == [f"{UID}-gpu-2-vgpu-s2", f"{UID}-gpu-0-vgpu-s0"]
+    # HAMi indexes by position within the claim: GPU 0 is index 0, GPU 2 index 1
+    assert vgpu_ordinals(plan) == {"gpu-0-vgpu": 0, "gpu-2-vgpu": 1}
+    assert spec.devices[0].container_edits.env == (
+        "CUDA_DEVICE_MEMORY_LIMIT_1=8192m",
+        "CUDA_DEVICE_SM_LIMIT_1=25",
+    )
+    assert spec.devices[1].container_edits.env == (
+        "CUDA_DEVICE_MEMORY_LIMIT_0=1024m",
+        "CUDA_DEVICE_SM_LIMIT_0=0",
+    )
+    assert [n.path for n in spec.devices[0].container_edits.device_nodes] == ["/dev/nvidia2"]
+    claim_dir = f"/var/run/tessera/claims/{UID}"
+    env = dict(e.split("=", 1) for e in spec.container_edits.env)
+    assert env == {
+        "LD_PRELOAD": "/usr/local/tessera/lib/libtessera.so",
+        "TESSERA_CLAIM_DIRS": claim_dir,
+        "TESSERA_CLAIM_DIR_" + UID.replace("-", "_"): claim_dir,
+        "CUDA_DEVICE_MEMORY_SHARED_CACHE": f"{claim_dir}/region",
+        "GPU_CORE_UTILIZATION_POLICY": "force",
+        "CUDA_TASK_PRIORITY": "0",
+        "LIBCUDA_LOG_LEVEL": "3",
+    }
+    mounts = {m.container_path: m for m in spec.container_edits.mounts}
+    lib = mounts["/usr/local/tessera/lib/libtessera.so"]
+    assert lib.host_path == HOST.library_path and "ro" in lib.options
+    cdir = mounts[claim_dir]
+    assert cdir.host_path == HOST.claim_dir and "rw" in cdir.options
+
+
+def test_mig_gets_parent_node_caps_nodes_and_the_mig_uuid() -> None:
+    caps = (
+        DeviceNode("/dev/nvidia-caps/nvidia-cap21", 237, 21),
+        DeviceNode("/dev/nvidia-caps/nvidia-cap22", 237, 22),
+    )
+    created = MigInstance(
+        GpuUUID("GPU-1"), 9, "3g.40gb", 4, 4, gi_id=2, ci_id=0, uuid="MIG-abc", device_nodes=caps
+    )
+    static = MigInstance(GpuUUID("GPU-0"), 19, "1g.10gb", 0, 1, gi_id=7, ci_id=0, uuid="MIG-admin")
+    plan = claim_plan(
+        planned(
+            Family.MIG,
+            1,
+            name="gpu-1-mig-3g40gb-4",
+            mig=MigPlan(PlacementKey(GpuUUID("GPU-1"), 9, 4), "3g.40gb", 4, MigAction.CREATE),
+        ),
+        planned(
+            Family.MIG,
+            0,
+            name="gpu-0-mig-1g10gb-0",
+            mig=MigPlan(PlacementKey(GpuUUID("GPU-0"), 19, 0), "1g.10gb", 1, MigAction.STATIC, static),
+        ),
+        planned(Family.GPU, 2, name="gpu-2"),
+    )
+    spec = claim_spec(
+        plan=plan, inventory=INV, host=HOST, mig_instances={DeviceName("gpu-1-mig-3g40gb-4"): created}
+    )
+    assert [n.path for n in spec.devices[0].container_edits.device_nodes] == [
+        "/dev/nvidia1",
+        "/dev/nvidia-caps/nvidia-cap21",
+        "/dev/nvidia-caps/nvidia-cap22",
+    ]
+    assert spec.devices[0].container_edits.device_nodes[1].major == 237
+    assert [n.path for n in spec.devices[1].container_edits.device_nodes] == ["/dev/nvidia0"]
+    assert "CUDA_VISIBLE_DEVICES=MIG-abc,MIG-admin,GPU-2" in spec.container_edits.env
+
+
+def test_mig_without_an_instance_is_an_error() -> None:
+    plan = claim_plan(
+        planned(
+            Family.MIG,
+            1,
+            name="gpu-1-mig-3g40gb-4",
+            mig=MigPlan(PlacementKey(GpuUUID("GPU-1"), 9, 4), "3g.40gb", 4, MigAction.CREATE),
+        )
+    )
+    try:
+        claim_spec(plan=plan, inventory=INV, host=HOST)
+    except Exception as e:
+        assert "no MIG instance was created" in str(e)
+    else:
+        raise AssertionError("expected an error")

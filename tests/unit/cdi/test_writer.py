@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cdi.spec import ContainerEdits, Device, Spec
+from cdi.writer import atomic_write, list_specs, read_spec, remove_spec, stale_temp_files, write_spec
+from dra_driver.errors import StorageError
+from dra_driver.names import ClaimUID, cdi_spec_file_name
+
+SPEC = Spec(
+    kind="k8s.gpu.tessera.dev/claim",
+    devices=(Device(name="u-gpu-0", container_edits=ContainerEdits(env=("A=1",))),),
+)
+
+
+def disk_full() -> None:
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_write_read_remove(tmp_path: Path) -> None:
+    path = write_spec(tmp_path / "cdi", ClaimUID("u1"), SPEC)
+    assert path.name == cdi_spec_file_name(ClaimUID("u1"))
+    assert read_spec(path) == SPEC
+    assert json.loads(path.read_text())["cdiVersion"] == "0.6.0"
+    assert [(u, p.name) for u, p in list_specs(tmp_path / "cdi")] == [("u1", path.name)]
+    assert remove_spec(tmp_path / "cdi", ClaimUID("u1"))
+    assert not remove_spec(tmp_path / "cdi", ClaimUID("u1"))
+    assert list(list_specs(tmp_path / "cdi")) == []
+
+
+def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(StorageError) as info:
+        write_spec(tmp_path, ClaimUID("u1"), SPEC, fault=disk_full)
+    assert "No space left on device" in str(info.value)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_failed_rewrite_keeps_the_old_content(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    atomic_write(target, b"old")
+    with pytest.raises(StorageError):
+        atomic_write(target, b"new content", fault=disk_full)
+    assert target.read_bytes() == b"old"
+    assert os.listdir(tmp_path) == ["f"]
+
+
+def test_other_vendors_files_are_not_ours(tmp_path: Path) -> None:
+    (tmp_path / "nvidia.com-gpu.json").write_text("{}")
+    (tmp_path / f".{cdi_spec_file_name(ClaimUID('u2'))}.tmp-1234").write_text("partial")
+    write_spec(tmp_path, ClaimUID("u3"), SPEC)
+    assert [u for u, _ in list_specs(tmp_path)] == ["u3"]
+    assert [p.name for p in stale_temp_files(tmp_path)] == [f".{cdi_spec_file_name(ClaimUID('u2'))}.tmp-1234"]
+
+
+def test_file_mode(tmp_path: Path) -> None:
+    atomic_write(tmp_path / "x", b"1", mode=0o600)
+    assert (tmp_path / "x").stat().st_mode & 0o777 == 0o600

@@ -1,0 +1,168 @@
+"""The Helm chart lints, renders with default and non-default values, and agrees with deviceclasses/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "deploy" / "helm" / "tessera"
+NON_DEFAULT = ROOT / "deploy" / "helm" / "ci" / "non-default-values.yaml"
+KUBE = "1.36.3"  # the e2e control plane's version; helm template assumes 1.20 otherwise
+CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
+
+
+def _helm() -> str | None:
+    return shutil.which("helm") or next((str(p) for p in [CACHE / "helm" / "helm"] if p.exists()), None)
+
+
+HELM = _helm()
+needs_helm = pytest.mark.skipif(HELM is None, reason="no helm: run deploy/helm/build-helm.sh")
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    assert HELM is not None
+    return subprocess.run([HELM, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+def render(*extra: str) -> list[dict[str, Any]]:
+    done = helm(
+        "template", "tessera", str(CHART), "--namespace", "tessera-system", "--kube-version", KUBE, *extra
+    )
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def by_kind(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
+
+
+def test_chart_policy_files_are_the_deviceclasses_ones() -> None:
+    for name in ("opaque-config-policy.yaml", "slice-writer-policy.yaml"):
+        assert (CHART / "files" / name).read_text() == (ROOT / "deviceclasses" / name).read_text(), name
+
+
+@needs_helm
+@pytest.mark.parametrize("values", [None, NON_DEFAULT], ids=["default", "non-default"])
+def test_lint_passes(values: Path | None) -> None:
+    done = helm("lint", "--strict", str(CHART), *(["-f", str(values)] if values else []))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_helm
+def test_default_render_matches_the_shipped_manifests_and_classes() -> None:
+    objs = render()
+    shipped = docs(ROOT / "deploy" / "manifests" / "tessera.yaml")
+    assert [o for o in shipped if o["kind"] != "Namespace"] == objs, "run deploy/render-manifests.sh"
+    repo: dict[str, dict[str, dict[str, Any]]] = {}
+    for f in sorted((ROOT / "deviceclasses").glob("*.yaml")):
+        for o in docs(f):
+            repo.setdefault(o["kind"], {})[o["metadata"]["name"]] = o
+    for kind in ("DeviceClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"):
+        rendered = by_kind(objs, kind)
+        assert set(rendered) == set(repo[kind]), kind
+        for name, o in rendered.items():
+            assert o["spec"] == repo[kind][name]["spec"], name
+
+
+@needs_helm
+def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
+    objs = render()
+    (ds,) = by_kind(objs, "DaemonSet").values()
+    pod = ds["spec"]["template"]["spec"]
+    paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert paths == {
+        "/var/lib/kubelet/plugins",
+        "/var/lib/kubelet/plugins_registry",
+        "/var/run/cdi",
+        "/var/lib/tessera/lib",
+        "/var/lib/tessera/claims",
+    }
+    (c,) = pod["containers"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert c["livenessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe"]
+    assert "--log-format=json" in c["args"]
+    assert pod["initContainers"][0]["name"] == "install-library"
+    settings = yaml.safe_load(by_kind(objs, "ConfigMap")[ds["metadata"]["name"]]["data"]["settings.yaml"])
+    assert settings == {
+        "apiVersion": "resource.tessera.dev/v1",
+        "kind": "NodeSettings",
+        "families": ["gpu", "vgpu", "mig"],
+        "vgpuShares": 10,
+    }
+
+
+@needs_helm
+def test_rbac_is_least_privilege() -> None:
+    (role,) = by_kind(render(), "ClusterRole").values()
+    rules = {
+        (tuple(r["apiGroups"]), tuple(r["resources"])): (set(r["verbs"]), r.get("resourceNames"))
+        for r in role["rules"]
+    }
+    assert rules == {
+        (("resource.k8s.io",), ("resourceslices",)): (
+            {"get", "list", "watch", "create", "update", "delete"},
+            None,
+        ),
+        (("resource.k8s.io",), ("resourceclaims",)): ({"get"}, None),
+        (("resource.k8s.io",), ("resourceclaims/status",)): ({"update", "patch"}, None),
+        (("resource.k8s.io",), ("resourceclaims/driver",)): (
+            {"associated-node:update", "associated-node:patch"},
+            ["gpu.tessera.dev"],
+        ),
+        (("",), ("nodes",)): ({"get"}, None),
+        (("", "events.k8s.io"), ("events",)): ({"create", "patch"}, None),
+    }
+
+
+@needs_helm
+def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> None:
+    objs = render("-f", str(NON_DEFAULT))
+    daemonsets = by_kind(objs, "DaemonSet")
+    assert set(daemonsets) == {"tessera-node-plugin-h100", "tessera-node-plugin-l4"}
+    h100 = daemonsets["tessera-node-plugin-h100"]["spec"]["template"]["spec"]
+    assert h100["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert h100["containers"][0]["image"] == "registry.example.com/tessera:9.9.9"
+    assert "--log-format=console" in h100["containers"][0]["args"]
+    settings = yaml.safe_load(by_kind(objs, "ConfigMap")["tessera-node-plugin-l4"]["data"]["settings.yaml"])
+    assert settings["families"] == ["gpu"] and settings["vgpuShares"] == 1
+    assert set(by_kind(objs, "DeviceClass")) == {
+        "gpu.tessera.dev",
+        "vgpu.tessera.dev",
+        "mig.tessera.dev",
+        "mig-1g.10gb.gpu.tessera.dev",
+        "mig-7g.80gb.gpu.tessera.dev",
+    }
+    policies = by_kind(objs, "ValidatingAdmissionPolicy")
+    assert set(policies) == {"node-slices.gpu.tessera.dev"}
+    cond = policies["node-slices.gpu.tessera.dev"]["spec"]["matchConditions"][0]["expression"]
+    assert "system:serviceaccount:tessera-system:gpu-plugin" in cond
+    (sa,) = by_kind(objs, "ServiceAccount")
+    assert sa == "gpu-plugin"
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ("nodeGroups: [{name: x, families: [tpu], vgpuShares: 1}]", 'families: "tpu" is not one of'),
+        ("nodeGroups: [{name: x, families: [vgpu], vgpuShares: 0}]", "vgpuShares: 0 is out of range"),
+    ],
+)
+def test_bad_values_fail_with_the_field_named(values: str, message: str, tmp_path: Path) -> None:
+    f = tmp_path / "values.yaml"
+    f.write_text(values)
+    done = helm("template", "tessera", str(CHART), "--kube-version", KUBE, "-f", str(f))
+    assert done.returncode != 0 and message in done.stderr

@@ -1,0 +1,70 @@
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.explain.cli import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_USAGE, add_cli, main
+
+from .slicegen import allocated_claim, claim, exactly, node_slices
+
+NODE_FILE = Path(__file__).resolve().parents[4] / "e2e" / "nodes" / "mixed-a100-l4.yaml"
+
+
+def write(path: Path, *docs: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump_all(docs))
+    return path
+
+
+def test_fits_on_simulated_slices_exit_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    c = write(tmp_path / "c.yaml", claim(exactly("g", "gpu.tessera.dev")))
+    node = write(tmp_path / "node.yaml", *node_slices(1))
+    assert main(["explain", str(c), "--simulate", str(node)]) == EXIT_FITS
+    assert "can be allocated" in capsys.readouterr().out
+
+
+def test_allocated_claims_in_the_node_file_make_it_not_fit_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = write(tmp_path / "c.yaml", claim(exactly("g", "gpu.tessera.dev")))
+    node = write(tmp_path / "node.yaml", *node_slices(1), allocated_claim("busy", ("gpu-0", {})))
+    assert main(["explain", str(c), "--simulate", str(node), "--output", "json"]) == EXIT_DOES_NOT_FIT
+    out = json.loads(capsys.readouterr().out)
+    device = next(d for d in out["requests"][0]["devices"] if d["device"] == "node-a/gpu-0")
+    assert device["reason"] == "already-allocated" and "default/busy" in device["message"]
+
+
+def test_simulated_node_file_goes_through_the_slice_builder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    c = write(tmp_path / "c.yaml", claim(exactly("m", "mig.tessera.dev")))
+    code = main(["explain", str(c), "--simulate", str(NODE_FILE)])
+    out = capsys.readouterr().out
+    assert code in (EXIT_FITS, EXIT_DOES_NOT_FIT)
+    assert "request m" in out and "sim-" in out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["explain", "missing.yaml", "--simulate", "nope.yaml"],
+        ["explain", "default/name", "--simulate", "{node}"],
+        ["explain", "{bad}", "--simulate", "{node}"],
+    ],
+)
+def test_bad_input_exit_2(args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = write(tmp_path / "node.yaml", *node_slices(1))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: ResourceClaim\nspec: {devices: {requests: [{name: x, exactly: {count: 1}}]}}\n")
+    argv = [a.format(node=node, bad=bad) for a in args]
+    assert main(argv) == EXIT_USAGE
+    assert "tessera explain:" in capsys.readouterr().err
+
+
+def test_add_cli_registers_explain_on_a_foreign_parser() -> None:
+    parser = argparse.ArgumentParser(prog="tessera")
+    add_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["explain", "ns/c", "--node", "n1", "--kubeconfig", "/k"])
+    assert args.node == "n1" and callable(args.handler)

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import pytest
+
+from dra_driver.errors import ConfigError
+from dra_driver.names import Family
+from dra_driver.settings import NodeSettings
+
+HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
+
+
+def test_defaults_offer_everything() -> None:
+    s = NodeSettings(node_name="node-a")
+    assert s.families == frozenset(Family) and s.vgpu_shares == 10
+
+
+def test_from_mapping_switches_families_off() -> None:
+    s = NodeSettings.from_mapping({**HEADER, "families": {"vgpu": False}, "vgpuShares": 4}, node_name="n1")
+    assert s.families == {Family.GPU, Family.MIG} and s.vgpu_shares == 4 and s.node_name == "n1"
+    s2 = NodeSettings.from_mapping({**HEADER, "nodeName": "from-file"})
+    assert s2.node_name == "from-file"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({**HEADER, "colour": 1}, "colour: unknown NodeSettings field"),
+        ({**HEADER, "families": {"tpu": True}}, "families.tpu: unknown family"),
+        ({**HEADER, "families": {"mig": "no"}}, "families.mig: expected true or false"),
+        ({**HEADER, "vgpuShares": 0}, "vgpuShares: 0 is out of range"),
+        ({**HEADER, "vgpuShares": "10"}, "vgpuShares: expected an integer"),
+        ({**HEADER, "vgpuShares": True}, "vgpuShares: expected an integer"),
+        ({"apiVersion": "v1", "kind": "NodeSettings"}, "apiVersion/kind"),
+        ({**HEADER}, "nodeName: not set"),
+    ],
+)
+def test_bad_settings_name_the_field(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        NodeSettings.from_mapping(data, node_name=None if message.startswith("nodeName") else "n")
+
+
+def test_node_name_must_be_a_dns_subdomain() -> None:
+    with pytest.raises(ConfigError, match="nodeName: 'Node_A'"):
+        NodeSettings(node_name="Node_A")

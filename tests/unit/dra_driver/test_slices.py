@@ -1,0 +1,321 @@
+from __future__ import annotations
+
+from collections import Counter as Count
+from itertools import combinations
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from inventories import make_gpu, make_inventory
+from slice_checks import check_slices, counter_sets, devices, quantity
+
+from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
+from dra_driver.backends.simulated import SimulatedBackend
+from dra_driver.devices import PlacementRef, pci_bus_id, semver
+from dra_driver.errors import MigError
+from dra_driver.model import Gpu, Inventory
+from dra_driver.names import Family, GpuUUID, counter_set_name, parse_device_name, resource_slice_name
+from dra_driver.profiles import PRODUCTS, product
+from dra_driver.settings import NodeSettings
+from dra_driver.slices import build_slices, device_names, pack_devices
+
+NODE = "node-a"
+ALL = NodeSettings(node_name=NODE)
+
+
+def families_of(names: list[str], index: int) -> Count[Family]:
+    return Count(parse_device_name(n).family for n in names if parse_device_name(n).index == index)
+
+
+def by_name(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {str(d["name"]): d for d in devices(slices)}
+
+
+def attr(device: dict[str, Any], name: str) -> object:
+    value = device["attributes"][f"gpu.tessera.dev/{name}"]
+    return next(iter(value.values()))
+
+
+def test_eight_h100s_offer_everything_in_five_slices() -> None:
+    inv = make_inventory(*(make_gpu(i, "H100-80GB-SXM") for i in range(8)))
+    slices = build_slices(inv, ALL)
+    check_slices(slices, NODE)
+    assert len(slices) == 5 and "sharedCounters" in slices[0]["spec"]
+    names = device_names(slices)
+    for i in range(8):
+        assert families_of(names, i) == {Family.GPU: 1, Family.VGPU: 1, Family.MIG: 25}
+    assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
+
+
+def test_vgpu_device_is_multi_allocatable_with_policies() -> None:
+    slices = build_slices(
+        make_inventory(make_gpu(0, "H100-80GB-SXM")), NodeSettings(node_name=NODE, vgpu_shares=7)
+    )
+    vgpu = by_name(slices)["gpu-0-vgpu"]
+    assert vgpu["allowMultipleAllocations"] is True
+    cap = vgpu["capacity"]
+    assert isinstance(cap, dict)
+    memory = cap["gpu.tessera.dev/memory"]
+    assert memory["value"] == "81559Mi" and memory["requestPolicy"]["validRange"] == {
+        "min": "1Mi",
+        "max": "81559Mi",
+        "step": "1Mi",
+    }
+    assert cap["gpu.tessera.dev/cores"]["requestPolicy"] == {
+        "default": "0",
+        "validRange": {"min": "0", "max": "100", "step": "1"},
+    }
+    assert cap["gpu.tessera.dev/shares"] == {
+        "value": "7",
+        "requestPolicy": {"default": "1", "validValues": ["1"]},
+    }
+    assert attr(vgpu, "type") == "vgpu" and attr(vgpu, "parentUUID") == attr(vgpu, "uuid")
+
+
+def test_attributes_of_the_whole_gpu() -> None:
+    gpu = by_name(build_slices(make_inventory(make_gpu(3, "A100-SXM4-40GB")), ALL))["gpu-3"]
+    assert attr(gpu, "type") == "gpu" and attr(gpu, "productName") == "NVIDIA A100-SXM4-40GB"
+    assert attr(gpu, "cudaComputeCapability") == "8.0.0" and attr(gpu, "driverVersion") == "535.104.5"
+    assert attr(gpu, "cudaDriverVersion") == "12.2.0" and attr(gpu, "architecture") == "Ampere"
+    assert gpu["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": "0000:13:00.0"}
+    assert gpu["capacity"]["gpu.tessera.dev/memory"] == {"value": "40960Mi"}
+
+
+def test_ampere_mig_off_offers_gpu_and_vgpu_only() -> None:
+    names = device_names(build_slices(make_inventory(make_gpu(0, "A100-SXM4-40GB")), ALL))
+    assert families_of(names, 0) == {Family.GPU: 1, Family.VGPU: 1}
+
+
+def test_ampere_mig_on_offers_mig_only() -> None:
+    names = device_names(build_slices(make_inventory(make_gpu(0, "A100-SXM4-80GB", mig_enabled=True)), ALL))
+    assert families_of(names, 0) == {Family.MIG: 25}
+
+
+def test_admin_instances_are_static_and_block_overlapping_placements() -> None:
+    gpu = make_gpu(0, "H100-80GB-SXM", mig_enabled=True, instances=(("3g.40gb", 0), ("1g.10gb+me", 4)))
+    slices = build_slices(make_inventory(gpu), ALL)
+    check_slices(slices, NODE)
+    devs = by_name(slices)
+    assert "gpu-0" not in devs and "gpu-0-vgpu" not in devs  # a partitioned GPU cannot be whole
+    static = devs["gpu-0-mig-3g40gb-0"]
+    assert attr(static, "uuid") == gpu.mig_instances[0].uuid and attr(static, "migStatic") is True
+    assert "consumesCounters" not in static
+    mig = sorted(n for n in devs if "-mig-" in n)
+    # Free slices 5, 6, 7: 1g.10gb at 5 and 6, 1g.20gb at 6; no second +me (one OFA engine, max 1).
+    assert mig == sorted(
+        [
+            "gpu-0-mig-3g40gb-0",
+            "gpu-0-mig-1g10gb-me-4",
+            "gpu-0-mig-1g10gb-5",
+            "gpu-0-mig-1g10gb-6",
+            "gpu-0-mig-1g20gb-6",
+        ]
+    )
+
+
+def test_instances_tessera_owns_stay_ordinary_placements() -> None:
+    gpu = make_gpu(0, "H100-80GB-SXM", mig_enabled=True, instances=(("2g.20gb", 2),))
+    owned = frozenset({PlacementRef(gpu.uuid, gpu.mig_instances[0].profile_id, 2)})
+    slices = build_slices(make_inventory(gpu), ALL, owned_placements=owned)
+    devs = by_name(slices)
+    assert families_of(list(devs), 0) == {Family.GPU: 1, Family.VGPU: 1, Family.MIG: 25}
+    assert "consumesCounters" in devs["gpu-0-mig-2g20gb-2"]
+
+
+def test_whole_and_vgpu_consume_every_counter_and_placements_their_slices() -> None:
+    slices = build_slices(make_inventory(make_gpu(0, "H100-80GB-PCIE"), make_gpu(1, "L4")), ALL)
+    sets = counter_sets(slices)
+    for name, d in by_name(slices).items():
+        (use,) = d["consumesCounters"]
+        consumed = {k: quantity(v["value"]) for k, v in use["counters"].items()}
+        parsed = parse_device_name(name)
+        assert use["counterSet"] == counter_set_name(parsed.index)
+        if parsed.family in (Family.GPU, Family.VGPU):
+            assert consumed == sets[use["counterSet"]]
+        else:
+            assert parsed.profile is not None and parsed.start is not None
+            size = {"1g": 1, "2g": 2, "3g": 4, "4g": 4, "7g": 8}[parsed.profile[:2]]
+            if parsed.profile == "1g.20gb":
+                size = 2
+            slices_used = {k for k in consumed if k.startswith("memory-slice-")}
+            assert slices_used == {f"memory-slice-{k}" for k in range(parsed.start, parsed.start + size)}
+    assert "memory-slice-0" not in sets[counter_set_name(1)]  # the L4 has a set, without MIG slices
+
+
+def test_family_settings() -> None:
+    inv = make_inventory(make_gpu(0, "H100-80GB-SXM"))
+    mig_only = NodeSettings(node_name=NODE, families=frozenset({Family.MIG}))
+    assert families_of(device_names(build_slices(inv, mig_only)), 0) == {Family.MIG: 25}
+    whole_only = NodeSettings(node_name=NODE, families=frozenset({Family.GPU}))
+    assert device_names(build_slices(inv, whole_only)) == ["gpu-0"]
+    assert build_slices(inv, NodeSettings(node_name=NODE, families=frozenset())) == []
+
+
+def test_degraded_mode_is_whole_gpus_without_counters() -> None:
+    inv = make_inventory(
+        make_gpu(0, "H100-80GB-SXM"),
+        make_gpu(1, "A100-SXM4-80GB", mig_enabled=True, instances=(("7g.80gb", 0),)),
+    )
+    slices = build_slices(inv, ALL, degraded=True)
+    check_slices(slices, NODE)
+    assert len(slices) == 1 and "sharedCounters" not in slices[0]["spec"]
+    assert device_names(slices) == ["gpu-0", "gpu-1-mig-7g80gb-0"]
+    assert all("consumesCounters" not in d and "allowMultipleAllocations" not in d for d in devices(slices))
+
+
+def test_unhealthy_gpus_are_left_out() -> None:
+    inv = make_inventory(make_gpu(0, "L4"), make_gpu(1, "L4", healthy=False))
+    assert device_names(build_slices(inv, ALL)) == ["gpu-0", "gpu-0-vgpu"]
+
+
+def test_many_gpus_need_several_counter_slices() -> None:
+    inv = make_inventory(*(make_gpu(i, "H200-141GB") for i in range(12)))
+    slices = build_slices(inv, ALL, generation=7)
+    check_slices(slices, NODE)
+    counter_slices = [s for s in slices if "sharedCounters" in s["spec"]]
+    assert [len(s["spec"]["sharedCounters"]) for s in counter_slices] == [8, 4]
+    assert {s["spec"]["pool"]["generation"] for s in slices} == {7}
+
+
+def test_pack_devices_keeps_gpus_together_and_splits_big_groups() -> None:
+    dev: dict[str, Any] = {"consumesCounters": []}
+    groups = [[dev] * 27, [dev] * 27, [dev] * 27, [dev] * 100]
+    assert [len(c) for c in pack_devices(groups)] == [54, 27, 64, 36]
+    assert [len(c) for c in pack_devices([[{}] * 100, [{}] * 100])] == [100, 100]
+
+
+def test_value_normalisation() -> None:
+    assert semver("9.0") == "9.0.0" and semver("535.104.05") == "535.104.5" and semver("12") == "12.0.0"
+    assert pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
+    long_name = "n" * 250
+    name = resource_slice_name(long_name, 3)
+    assert len(name) <= 253 and name.endswith("-gpu.tessera.dev-3")
+    assert name != resource_slice_name("n" * 249, 3)
+
+
+# ---- properties ---------------------------------------------------------------------------------
+
+
+@st.composite
+def gpus(draw: st.DrawFn, index: int) -> Gpu:
+    prod = draw(st.sampled_from(PRODUCTS))
+    mig = prod.mig_capable and draw(st.booleans())
+    instances: list[tuple[str, int]] = []
+    if mig:
+        used: set[int] = set()
+        for prof, start in draw(
+            st.lists(
+                st.sampled_from([(p, s) for p in prod.mig_profiles for s in p.placement_starts]), max_size=4
+            )
+        ):
+            cells = set(range(start, start + prof.memory_slices))
+            if cells & used or sum(1 for n, _ in instances if n == prof.name) >= prof.max_instances:
+                continue
+            used |= cells
+            instances.append((prof.name, start))
+    return make_gpu(
+        index, prod, mig_enabled=mig, instances=tuple(instances), healthy=draw(st.integers(0, 9)) > 0
+    )
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[PlacementRef], bool]:
+    n = draw(st.integers(min_value=0, max_value=12))
+    inv = make_inventory(*(draw(gpus(i)) for i in range(n)))
+    families = frozenset(draw(st.sets(st.sampled_from(list(Family)))))
+    node = draw(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True))
+    settings_ = NodeSettings(node_name=node, families=families, vgpu_shares=draw(st.integers(1, 128)))
+    live = [PlacementRef(g.uuid, m.profile_id, m.start) for g in inv.gpus for m in g.mig_instances]
+    owned = frozenset(draw(st.lists(st.sampled_from(live), max_size=3))) if live else frozenset()
+    return inv, settings_, owned, draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_random_inventories_respect_every_limit(
+    case: tuple[Inventory, NodeSettings, frozenset[PlacementRef], bool],
+) -> None:
+    inv, settings_, owned, degraded = case
+    slices = build_slices(inv, settings_, owned_placements=owned, degraded=degraded)
+    check_slices(slices, settings_.node_name)
+    sets = counter_sets(slices)
+    for d in devices(slices):
+        parsed = parse_device_name(str(d["name"]))
+        assert parsed.family in settings_.families
+        if parsed.family in (Family.GPU, Family.VGPU) and not degraded:
+            (use,) = d["consumesCounters"]
+            assert {k: quantity(v["value"]) for k, v in use["counters"].items()} == sets[use["counterSet"]]
+    if degraded:
+        assert sets == {}
+
+
+def sim_node(product_key: str, admin: tuple[tuple[str, int], ...]) -> SimulatedNode:
+    prod = product(product_key)
+    instances = []
+    for name, start in admin:
+        prof = prod.profile_by_name(name)
+        assert prof is not None
+        instances.append(AdminInstance(prof.profile_id, start))
+    gpu = SimGpu(
+        index=0,
+        uuid=GpuUUID("GPU-0"),
+        product=prod,
+        pci_bus_id="00000000:18:00.0",
+        mig_enabled=True,
+        healthy=True,
+        admin_instances=tuple(instances),
+    )
+    return SimulatedNode(
+        node_name=NODE, seed=NODE, driver_version="550.54.15", cuda_driver_version="12.4", gpus=(gpu,)
+    )
+
+
+@pytest.mark.parametrize(
+    ("product_key", "admin"),
+    [
+        ("H100-80GB-SXM", ()),
+        ("A100-SXM4-40GB", ()),
+        ("A30-24GB", ()),
+        ("H200-141GB", ()),
+        ("A30-24GB", (("1g.6gb+me", 0),)),
+        ("H100-80GB-PCIE", (("2g.20gb", 2),)),
+    ],
+)
+def test_counters_allow_exactly_what_the_gpu_allows(
+    product_key: str, admin: tuple[tuple[str, int], ...]
+) -> None:
+    """Over every pair and triple of published MIG devices: the scheduler's counter arithmetic accepts the
+    set exactly when the (simulated) driver creates all of those instances."""
+    node = sim_node(product_key, admin)
+    inv = SimulatedBackend(node=node, state_file=None).inventory()
+    slices = build_slices(inv, NodeSettings(node_name=NODE, families=frozenset({Family.MIG})))
+    check_slices(slices, NODE)
+    totals = counter_sets(slices)[counter_set_name(0)]
+    placements = [d for d in devices(slices) if "consumesCounters" in d]
+    assert placements
+
+    def fits(chosen: tuple[dict[str, Any], ...]) -> bool:
+        used: Count[str] = Count()
+        for d in chosen:
+            for k, v in d["consumesCounters"][0]["counters"].items():
+                used[k] += quantity(v["value"])
+        return all(used[k] <= totals[k] for k in used)
+
+    def created(chosen: tuple[dict[str, Any], ...]) -> bool:
+        backend = SimulatedBackend(node=node, state_file=None)
+        try:
+            for d in chosen:
+                parsed = parse_device_name(str(d["name"]))
+                prof = node.gpus[0].product.profile_by_name(str(parsed.profile))
+                assert prof is not None and parsed.start is not None
+                backend.create_mig_instance(
+                    gpu=GpuUUID("GPU-0"), profile_id=prof.profile_id, start=parsed.start
+                )
+        except MigError:
+            return False
+        return True
+
+    for size in (1, 2, 3):
+        for chosen in combinations(placements, size):
+            assert fits(chosen) == created(chosen), [d["name"] for d in chosen]

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from dra_driver.allocation import ClaimPlan, PlannedDevice, VgpuLimits
+from dra_driver.config import GpuConfig, SmLimitPolicy, VgpuConfig
+from dra_driver.errors import StorageError
+from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
+from kubelet_plugin.claimdir import ClaimDirs, render_limits
+
+
+def device(i: int, family: Family, limits: VgpuLimits | None = None) -> PlannedDevice:
+    return PlannedDevice(
+        request="r",
+        device=DeviceName(f"gpu-{i}"),
+        family=family,
+        gpu_index=i,
+        gpu_uuid=GpuUUID(f"GPU-{i}"),
+        share_id=None,
+        config=VgpuConfig() if family is Family.VGPU else GpuConfig(),
+        limits=limits,
+    )
+
+
+PLAN = ClaimPlan(
+    uid=ClaimUID("u1"),
+    namespace="ns",
+    name="c",
+    pool="p",
+    devices=(
+        device(3, Family.VGPU, VgpuLimits(2 << 30, 30)),
+        device(1, Family.GPU),
+        device(0, Family.VGPU, VgpuLimits(1 << 20, 0)),
+    ),
+    vgpu=VgpuConfig(sm_limit_policy=SmLimitPolicy.DISABLE, priority=0, log_level=2),
+    enable_mig_mode=(),
+)
+
+
+def test_limits_file_format() -> None:
+    assert render_limits(PLAN) == (
+        "version 1\n"
+        "policy disable\n"
+        "loglevel 2\n"
+        "gpu GPU-0 memory 1048576 cores 0 priority 0\n"
+        "gpu GPU-3 memory 2147483648 cores 30 priority 0\n"
+    )
+
+
+def test_write_rewrite_remove(tmp_path: Path) -> None:
+    dirs = ClaimDirs(root=tmp_path / "claims")
+    path = dirs.write(ClaimUID("u1"), limits="version 1\n")
+    assert path.stat().st_mode & 0o777 == 0o755
+    assert (path / "limits").read_text() == "version 1\n"
+    (path / "region").write_bytes(b"library state")
+    dirs.write(ClaimUID("u1"), limits="version 1\npolicy force\n")
+    assert (path / "limits").read_text().endswith("policy force\n")
+    assert (path / "region").exists(), "rewriting limits keeps the library's region"
+    assert list(dirs.uids()) == ["u1"]
+    assert dirs.remove(ClaimUID("u1")) and not dirs.remove(ClaimUID("u1"))
+    assert os.listdir(tmp_path / "claims") == []
+
+
+def test_failed_create_leaves_nothing(tmp_path: Path) -> None:
+    def disk_full() -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    dirs = ClaimDirs(root=tmp_path)
+    with pytest.raises(StorageError, match="No space left"):
+        dirs.write(ClaimUID("u1"), limits="x", fault=disk_full)
+    assert os.listdir(tmp_path) == []
+
+
+def test_stale_temps_are_not_claims(tmp_path: Path) -> None:
+    dirs = ClaimDirs(root=tmp_path)
+    (tmp_path / ".u9.tmp-abcd").mkdir()
+    dirs.write(ClaimUID("u2"), limits="x")
+    assert list(dirs.uids()) == ["u2"]
+    assert [p.name for p in dirs.remove_stale_temps()] == [".u9.tmp-abcd"]
+    assert os.listdir(tmp_path) == ["u2"]

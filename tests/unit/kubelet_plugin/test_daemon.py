@@ -1,0 +1,66 @@
+"""The daemon's command line: options → paths, and clear refusals of incomplete command lines."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from dra_driver.cli import build_parser
+from kubelet_plugin.daemon import DaemonOptions, add_arguments, options_from
+
+
+def parse(*argv: str) -> DaemonOptions:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return options_from(parser.parse_args(list(argv)))
+
+
+def test_root_relocates_every_path(tmp_path: Path) -> None:
+    options = parse("--node-name", "node-a", "--root", str(tmp_path), "--pod-uid", "p1")
+    paths = options.paths()
+    for p in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir, paths.library_path):
+        assert p.is_relative_to(tmp_path)
+    assert paths.dra_socket.name == "dra-p1.sock"
+    assert paths.registration_socket.name == "gpu.tessera.dev-p1-reg.sock"
+
+
+def test_defaults_are_the_kubelet_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_UID", raising=False)
+    paths = parse("--node-name", "node-a").paths()
+    assert str(paths.dra_socket) == "/var/lib/kubelet/plugins/gpu.tessera.dev/dra.sock"
+    assert str(paths.registration_socket) == "/var/lib/kubelet/plugins_registry/gpu.tessera.dev-reg.sock"
+
+
+def test_environment_supplies_node_name_and_pod_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODE_NAME", "from-env")
+    monkeypatch.setenv("POD_UID", "pod-9")
+    options = parse()
+    assert (options.node_name, options.pod_uid) == ("from-env", "pod-9")
+
+
+def test_library_path_and_driver_dirs(tmp_path: Path) -> None:
+    options = parse(
+        "--node-name", "n", "--root", str(tmp_path), "--library-path", "/opt/t/libtessera.so",
+        "--driver-library-dir", "/usr/lib/x86_64-linux-gnu", "--driver-library-dir", "/usr/bin",
+    )  # fmt: skip
+    assert options.paths().library_path == Path("/opt/t/libtessera.so")
+    assert options.driver_library_dirs == (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/bin"))
+
+
+def test_incomplete_command_lines_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    with pytest.raises(SystemExit, match="--node-name is required"):
+        parse()
+    with pytest.raises(SystemExit, match="--sim-state needs --simulate"):
+        parse("--node-name", "n", "--sim-state", "/tmp/state.json")
+
+
+def test_tessera_plugin_subcommand_is_wired() -> None:
+    args = build_parser().parse_args(
+        ["plugin", "--node-name", "n", "--simulate", "node.yaml", "--no-publish"]
+    )
+    assert args.command == "plugin"
+    assert options_from(args).publish is False
+    assert callable(args.handler)
