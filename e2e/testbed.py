@@ -25,7 +25,7 @@ MIXED_NODE = NODES_DIR / "mixed-a100-l4.yaml"
 
 
 @dataclass(slots=True)
-class Testbed:
+class SimCluster:
     plane: ControlPlane
     api: k8s.ApiClient
     kubectl: Kubectl
@@ -63,7 +63,7 @@ def apply_device_classes(kubectl: Kubectl) -> list[str]:
 
 
 def start_node(
-    bed: Testbed,
+    bed: SimCluster,
     node_file: Path,
     *,
     root: Path,
@@ -90,15 +90,17 @@ def start_node(
     return node
 
 
-def make_testbed(plane: ControlPlane, api: k8s.ApiClient) -> Testbed:
+def make_testbed(plane: ControlPlane, api: k8s.ApiClient) -> SimCluster:
     kubectl = Kubectl(binary=plane.binaries.kubectl, kubeconfig=plane.kubeconfig)
-    bed = Testbed(plane=plane, api=api, kubectl=kubectl)
+    bed = SimCluster(plane=plane, api=api, kubectl=kubectl)
     apply_device_classes(kubectl)
     return bed
 
 
 @contextlib.contextmanager
-def running_nodes(bed: Testbed, node_files: Sequence[Path], *, root: Path | None = None) -> Iterator[Testbed]:
+def running_nodes(
+    bed: SimCluster, node_files: Sequence[Path], *, root: Path | None = None
+) -> Iterator[SimCluster]:
     """Nodes for the duration of a `with` block; stopped (and their Node objects deleted) afterwards."""
     with contextlib.ExitStack() as stack:
         base = root or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tessera-nodes-")))

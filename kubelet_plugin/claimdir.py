@@ -17,7 +17,9 @@ from dra_driver.errors import StorageError
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID, Family
 
 LIMITS_VERSION = 1
-DIR_MODE = 0o755
+# Any uid in the claim's containers must be able to create the accounting region here; the sticky bit
+# keeps them from replacing the root-owned limits file.
+DIR_MODE = 0o1777
 
 
 def render_limits(plan: ClaimPlan) -> str:

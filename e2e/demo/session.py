@@ -16,7 +16,7 @@ from e2e.demo import state as demo_state
 from e2e.examples import device_rows, example_files, load, table
 from e2e.kube import Kubectl, list_pods, pod_claim_name, wait_running
 from e2e.kubelet_standin.errors import StandInError
-from e2e.testbed import H100_NODE, MIXED_NODE, Testbed, make_testbed, start_node
+from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 
 NAMESPACE = "tessera-demo"
 POD_TIMEOUT_S = 120.0
@@ -36,7 +36,7 @@ def _create_namespace(api: k8s.ApiClient) -> None:
     wait_for_service_account(api, NAMESPACE)
 
 
-def _apply_examples(bed: Testbed) -> None:
+def _apply_examples(bed: SimCluster) -> None:
     # One file at a time, each waited for: the selective examples (by UUID, by type) get their GPUs before
     # the others could take them, so the demo comes out the same every time.
     for path in example_files():
@@ -52,7 +52,7 @@ def _apply_examples(bed: Testbed) -> None:
         print(f"    {path.name}: {', '.join(names)}", flush=True)
 
 
-def _describe_one(bed: Testbed) -> str:
+def _describe_one(bed: SimCluster) -> str:
     pods = {p["metadata"]["name"]: p for p in list_pods(bed.api, NAMESPACE)}
     pod = pods.get("vgpu-3000mi-30")
     if pod is None:
@@ -62,7 +62,7 @@ def _describe_one(bed: Testbed) -> str:
     return header + bed.kubectl.run("describe", "resourceclaim", claim, f"--namespace={NAMESPACE}")
 
 
-def print_table(bed: Testbed) -> None:
+def print_table(bed: SimCluster) -> None:
     rows = []
     for pod in sorted(list_pods(bed.api, NAMESPACE), key=lambda p: p["metadata"]["name"]):
         rows.extend(device_rows(bed.api, NAMESPACE, pod))

@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.pytest_fixture import control_plane, k8s_api, wait_for_service_account
 from e2e.kube import WaitTimeoutError, delete_namespace_contents, wait_for
-from e2e.testbed import H100_NODE, MIXED_NODE, Testbed, make_testbed, start_node
+from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 
 __all__ = ["bed", "control_plane", "k8s_api", "ns"]
 
@@ -23,7 +23,7 @@ __all__ = ["bed", "control_plane", "k8s_api", "ns"]
 @pytest.fixture(scope="session")
 def bed(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, request: pytest.FixtureRequest
-) -> Iterator[Testbed]:
+) -> Iterator[SimCluster]:
     testbed = make_testbed(control_plane, k8s_api)
     # A short root: the plugin's unix sockets live below it and their paths may not pass 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="tessera-e2e-"))
@@ -39,7 +39,7 @@ def bed(
             shutil.rmtree(root, ignore_errors=True)
 
 
-def leftovers(testbed: Testbed) -> list[str]:
+def leftovers(testbed: SimCluster) -> list[str]:
     found: list[str] = []
     for node in testbed.nodes.values():
         found += [f"{node.name}: CDI spec {p.name}" for p in node.cdi_specs()]
@@ -50,7 +50,7 @@ def leftovers(testbed: Testbed) -> list[str]:
 
 
 @pytest.fixture
-def ns(bed: Testbed) -> Iterator[str]:
+def ns(bed: SimCluster) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
     core = k8s.CoreV1Api(bed.api)
     core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))

@@ -22,21 +22,21 @@ from e2e.kube import (
 )
 from e2e.kubelet_standin.container_edits import ContainerConfig
 from e2e.kubelet_standin.runtime_record import PodRuntime
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 H100 = "sim-h100x8"
 MIXED = "sim-mixed-a100-l4"
 
 
-def apply(bed: Testbed, ns: str, documents: Sequence[Json]) -> None:
+def apply(bed: SimCluster, ns: str, documents: Sequence[Json]) -> None:
     bed.kubectl.apply(documents, namespace=ns)
 
 
-def running(bed: Testbed, ns: str, name: str, *, timeout_s: float = 60.0) -> Json:
+def running(bed: SimCluster, ns: str, name: str, *, timeout_s: float = 60.0) -> Json:
     return wait_running(bed.api, ns, name, timeout_s=timeout_s)
 
 
-def runtime(bed: Testbed, ns: str, pod: Json) -> PodRuntime:
+def runtime(bed: SimCluster, ns: str, pod: Json) -> PodRuntime:
     node = bed.node_of(pod)
     record: PodRuntime = wait_for(
         f"the runtime record of {pod['metadata']['name']}",
@@ -46,23 +46,23 @@ def runtime(bed: Testbed, ns: str, pod: Json) -> PodRuntime:
     return record
 
 
-def container(bed: Testbed, ns: str, pod: Json, name: str) -> ContainerConfig:
+def container(bed: SimCluster, ns: str, pod: Json, name: str) -> ContainerConfig:
     config = runtime(bed, ns, pod).container(name)
     assert not config.error, config.error
     return config
 
 
-def claim_of(bed: Testbed, ns: str, pod: Json, entry: str) -> Json:
+def claim_of(bed: SimCluster, ns: str, pod: Json, entry: str) -> Json:
     claim = get_claim(bed.api, ns, pod_claim_name(pod, entry))
     assert claim is not None
     return claim
 
 
-def results(bed: Testbed, ns: str, pod: Json, entry: str) -> list[Json]:
+def results(bed: SimCluster, ns: str, pod: Json, entry: str) -> list[Json]:
     return allocated_results(claim_of(bed, ns, pod, entry))
 
 
-def published_device(bed: Testbed, node: str, device: str) -> Json:
+def published_device(bed: SimCluster, node: str, device: str) -> Json:
     for s in bed.node(node).slices():
         for d in s["spec"].get("devices") or []:
             if d["name"] == device:
@@ -71,7 +71,7 @@ def published_device(bed: Testbed, node: str, device: str) -> Json:
     raise AssertionError(f"device {device} is not published by {node}")
 
 
-def attribute(bed: Testbed, node: str, device: str, name: str) -> Any:
+def attribute(bed: SimCluster, node: str, device: str, name: str) -> Any:
     value = published_device(bed, node, device)["attributes"][qualified(name)]
     return next(iter(value.values()))
 
@@ -90,7 +90,7 @@ def pod_named(pod: Json, name: str, node: str | None = None) -> Json:
     return out
 
 
-def stays_pending(bed: Testbed, ns: str, name: str, *, seconds: float) -> Json:
+def stays_pending(bed: SimCluster, ns: str, name: str, *, seconds: float) -> Json:
     """The pod exists, is not bound for `seconds`, and the scheduler says why."""
     deadline = time.monotonic() + seconds
     pod: Json | None = None

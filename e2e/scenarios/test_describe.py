@@ -7,12 +7,12 @@ import pytest
 
 from e2e.examples import example, find, pinned
 from e2e.scenarios.probes import H100, apply, claim_of, running
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
 
-def test_describe_shows_device_limits_and_mig_uuid(bed: Testbed, ns: str) -> None:
+def test_describe_shows_device_limits_and_mig_uuid(bed: SimCluster, ns: str) -> None:
     vgpu, mig = example("03-vgpu"), example("06-first-available")
     apply(
         bed,

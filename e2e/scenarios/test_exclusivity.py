@@ -11,7 +11,7 @@ from dra_driver.names import Attr, Cap, qualified
 from e2e.examples import example, find, pinned, renamed
 from e2e.kube import Json, get_pod, wait_for
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, results, running, stays_pending
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +45,7 @@ def parent_is(uuid: str) -> str:
     return f'device.attributes["gpu.tessera.dev"].{Attr.PARENT_UUID} == "{uuid}"'
 
 
-def test_vgpu_slice_blocks_whole_and_mig_use_of_its_gpu(bed: Testbed, ns: str) -> None:
+def test_vgpu_slice_blocks_whole_and_mig_use_of_its_gpu(bed: SimCluster, ns: str) -> None:
     gpu0 = str(attribute(bed, H100, "gpu-0", Attr.UUID))
     apply(
         bed,
@@ -80,7 +80,7 @@ def test_vgpu_slice_blocks_whole_and_mig_use_of_its_gpu(bed: Testbed, ns: str) -
     assert r["device"] == "gpu-0"
 
 
-def test_whole_gpus_exhausted_while_a_slice_lives(bed: Testbed, ns: str) -> None:
+def test_whole_gpus_exhausted_while_a_slice_lives(bed: SimCluster, ns: str) -> None:
     a100 = 'device.attributes["gpu.tessera.dev"].productName.contains("A100")'
     gpu0 = str(attribute(bed, MIXED, "gpu-0", Attr.UUID))
     apply(

@@ -8,12 +8,12 @@ from dra_driver.names import Attr
 from e2e.examples import example, find, pinned
 from e2e.kube import get_pod, wait_for
 from e2e.scenarios.probes import H100, apply, attribute, claim_of, container, results, running
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
 
-def test_mig_instances_live_exactly_as_long_as_the_pod(bed: Testbed, ns: str) -> None:
+def test_mig_instances_live_exactly_as_long_as_the_pod(bed: SimCluster, ns: str) -> None:
     docs = example("04-mig")
     apply(
         bed, ns, [find(docs, "ResourceClaimTemplate", "mig-mix"), pinned(find(docs, "Pod", "mig-mix"), H100)]

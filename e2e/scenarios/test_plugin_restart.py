@@ -7,12 +7,12 @@ import pytest
 
 from e2e.examples import example, find, pinned
 from e2e.scenarios.probes import H100, apply, claim_of, container, running
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
 
-def test_restart_with_prepared_claims(bed: Testbed, ns: str) -> None:
+def test_restart_with_prepared_claims(bed: SimCluster, ns: str) -> None:
     vgpu, mig = example("03-vgpu"), example("06-first-available")
     apply(
         bed,

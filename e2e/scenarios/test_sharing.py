@@ -8,12 +8,12 @@ from dra_driver.names import Attr, HamiEnv
 from e2e.examples import example, find, pinned
 from e2e.kube import get_pod, wait_for
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, claim_of, container, results, running
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
 
-def test_one_claim_shared_by_two_containers_and_two_pods(bed: Testbed, ns: str) -> None:
+def test_one_claim_shared_by_two_containers_and_two_pods(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, example("05-shared-claim"))
     first = running(bed, ns, "shared-two-containers")
     second = running(bed, ns, "shared-second-pod")
@@ -44,7 +44,7 @@ def test_one_claim_shared_by_two_containers_and_two_pods(bed: Testbed, ns: str) 
     )
 
 
-def test_first_available_prefers_mig_then_falls_back_to_vgpu(bed: Testbed, ns: str) -> None:
+def test_first_available_prefers_mig_then_falls_back_to_vgpu(bed: SimCluster, ns: str) -> None:
     docs = example("06-first-available")
     template, pod = find(docs, "ResourceClaimTemplate", "mig-or-vgpu"), find(docs, "Pod", "mig-or-vgpu")
     apply(bed, ns, [template, pinned(pod, H100, name="on-h100"), pinned(pod, MIXED, name="on-mixed")])
@@ -61,7 +61,7 @@ def test_first_available_prefers_mig_then_falls_back_to_vgpu(bed: Testbed, ns: s
     assert env[f"{HamiEnv.MEMORY_LIMIT_PREFIX}0"] == "10240m" and env[f"{HamiEnv.SM_LIMIT_PREFIX}0"] == "15"
 
 
-def test_extended_resource_name_instead_of_a_claim(bed: Testbed, ns: str) -> None:
+def test_extended_resource_name_instead_of_a_claim(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, example("07-extended-resource"))
     pod = running(bed, ns, "extended-resource")
     extended = pod["status"].get("extendedResourceClaimStatus") or {}

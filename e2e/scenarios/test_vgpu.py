@@ -32,7 +32,7 @@ from e2e.scenarios.probes import (
     stays_pending,
     unschedulable_message,
 )
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
@@ -52,7 +52,7 @@ def vgpu_pod(name: str, template: str, node: str) -> Json:
     return pod_named(pod, name, node)
 
 
-def test_vgpu_gets_exactly_its_limits(bed: Testbed, ns: str) -> None:
+def test_vgpu_gets_exactly_its_limits(bed: SimCluster, ns: str) -> None:
     docs = example("03-vgpu")
     apply(
         bed,
@@ -81,7 +81,7 @@ def test_vgpu_gets_exactly_its_limits(bed: Testbed, ns: str) -> None:
     assert f"gpu {gpu_uuid} memory {3000 << 20} cores 30" in limits
 
 
-def start_in_order(bed: Testbed, ns: str, template: str, count: int, prefix: str) -> list[str]:
+def start_in_order(bed: SimCluster, ns: str, template: str, count: int, prefix: str) -> list[str]:
     """Creates the pods one after another (so the scheduler's first fit follows creation order) and returns
     the device each one got."""
     devices: list[str] = []
@@ -93,7 +93,7 @@ def start_in_order(bed: Testbed, ns: str, template: str, count: int, prefix: str
     return devices
 
 
-def test_ten_slices_fill_one_gpu_before_the_next(bed: Testbed, ns: str) -> None:
+def test_ten_slices_fill_one_gpu_before_the_next(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, [find(example("03-vgpu"), "ResourceClaimTemplate", "vgpu-3000mi-30")])
     devices = start_in_order(bed, ns, "vgpu-3000mi-30", 10, "slice")
     # 30 % of the SMs each: three fit a GPU (cores are capacity too, as with HAMi's gpucores), and each GPU
@@ -101,14 +101,14 @@ def test_ten_slices_fill_one_gpu_before_the_next(bed: Testbed, ns: str) -> None:
     assert devices == ["gpu-0-vgpu"] * 3 + ["gpu-1-vgpu"] * 3 + ["gpu-2-vgpu"] * 3 + ["gpu-3-vgpu"]
 
 
-def test_shares_bound_a_gpu(bed: Testbed, ns: str) -> None:
+def test_shares_bound_a_gpu(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, [vgpu_template("vgpu-3000mi", "3000Mi", "0")])
     devices = start_in_order(bed, ns, "vgpu-3000mi", 11, "share")
     # No SM share asked: `shares` (10 per GPU) is the bound, long before memory (30000Mi of 81559Mi).
     assert devices == ["gpu-0-vgpu"] * 10 + ["gpu-1-vgpu"]
 
 
-def test_memory_bounds_a_gpu(bed: Testbed, ns: str) -> None:
+def test_memory_bounds_a_gpu(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, [vgpu_template("vgpu-30g", "30000Mi", "10")])
     devices = []
     for k in range(3):
@@ -119,7 +119,7 @@ def test_memory_bounds_a_gpu(bed: Testbed, ns: str) -> None:
     assert devices[0] == devices[1] != devices[2]
 
 
-def test_claim_larger_than_any_gpu_stays_pending(bed: Testbed, ns: str) -> None:
+def test_claim_larger_than_any_gpu_stays_pending(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, [vgpu_template("vgpu-huge", "200Gi", "10"), vgpu_pod("huge", "vgpu-huge", H100)])
     pod = stays_pending(bed, ns, "huge", seconds=5)
     assert "Unschedulable" in unschedulable_message(pod), unschedulable_message(pod)

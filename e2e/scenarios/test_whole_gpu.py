@@ -7,12 +7,12 @@ import pytest
 from dra_driver.names import Attr
 from e2e.examples import example, find
 from e2e.scenarios.probes import MIXED, apply, attribute, container, results, running
-from e2e.testbed import Testbed
+from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
 
-def test_pod_with_two_whole_gpus(bed: Testbed, ns: str) -> None:
+def test_pod_with_two_whole_gpus(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, example("01-two-whole-gpus"))
     pod = running(bed, ns, "two-whole-gpus")
     allocated = results(bed, ns, pod, "gpus")
@@ -27,7 +27,7 @@ def test_pod_with_two_whole_gpus(bed: Testbed, ns: str) -> None:
     assert len(train.cdi_devices) == 2
 
 
-def test_cel_selectors_pick_and_avoid_gpu_types(bed: Testbed, ns: str) -> None:
+def test_cel_selectors_pick_and_avoid_gpu_types(bed: SimCluster, ns: str) -> None:
     docs = example("02-gpu-type-selectors")
     apply(bed, ns, docs)
     h100 = running(bed, ns, "use-gputype")

@@ -257,6 +257,21 @@ static void env_percent(const char *name, uint32_t *out)
         *out = (uint32_t)p;
 }
 
+static void cfg_add_claim_dir(const char *p, size_t n, const char *source)
+{
+    if (n == 0 || n >= PATH_CAP - 16 || p[0] != '/' || g_cfg.nclaims >= MAX_CLAIMS) {
+        tlog(LOG_WARN, "ignoring an entry of %s: each must be an absolute path under %d bytes, at most %d",
+             source, PATH_CAP - 16, MAX_CLAIMS);
+        return;
+    }
+    for (int c = 0; c < g_cfg.nclaims; c++)
+        if (strncmp(g_cfg.claim_dir[c], p, n) == 0 && g_cfg.claim_dir[c][n] == '\0')
+            return;
+    memcpy(g_cfg.claim_dir[g_cfg.nclaims], p, n);
+    g_cfg.claim_dir[g_cfg.nclaims][n] = '\0';
+    g_cfg.nclaims++;
+}
+
 static void cfg_load(void)
 {
     memset(&g_cfg, 0, sizeof g_cfg);
@@ -269,23 +284,28 @@ static void cfg_load(void)
         else
             g_loglevel = l > 3 ? 3 : (int)l;
     }
+    /* Each claim names its own TESSERA_CLAIM_DIR_<uid> so that two claims in one container never
+     * overwrite each other's variable; TESSERA_CLAIM_DIRS is the list form for hand-made setups. */
     v = getenv("TESSERA_CLAIM_DIRS");
     if (v) {
         const char *p = v;
         while (*p) {
             const char *e = strchr(p, ':');
             size_t n = e ? (size_t)(e - p) : str_len(p);
-            if (n > 0 && n < PATH_CAP - 16 && p[0] == '/' && g_cfg.nclaims < MAX_CLAIMS) {
-                memcpy(g_cfg.claim_dir[g_cfg.nclaims], p, n);
-                g_cfg.claim_dir[g_cfg.nclaims][n] = '\0';
-                g_cfg.nclaims++;
-            } else if (n > 0) {
-                tlog(LOG_WARN, "ignoring an entry of TESSERA_CLAIM_DIRS: each must be an absolute path under %d bytes, at most %d", PATH_CAP - 16, MAX_CLAIMS);
-            }
+            if (n > 0)
+                cfg_add_claim_dir(p, n, "TESSERA_CLAIM_DIRS");
             if (!e)
                 break;
             p = e + 1;
         }
+    }
+    for (char **ep = environ; ep && *ep; ep++) {
+        static const char prefix[] = "TESSERA_CLAIM_DIR_";
+        if (strncmp(*ep, prefix, sizeof prefix - 1) != 0)
+            continue;
+        const char *eq = strchr(*ep, '=');
+        if (eq && eq[1])
+            cfg_add_claim_dir(eq + 1, str_len(eq + 1), "TESSERA_CLAIM_DIR_*");
     }
     v = getenv("GPU_CORE_UTILIZATION_POLICY");
     if (v) {

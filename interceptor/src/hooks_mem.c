@@ -83,7 +83,7 @@ HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
 {
     NEED(cuMemAllocPitch_v2);
     struct dev_rec *d = acct_dev();
-    if (!d || !pitch)
+    if (!d || !pitch || !r_cuMemFree_v2)
         return r_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
     /* the pitch is only known afterwards: reserve a 512-byte-aligned estimate,
      * then settle the difference */

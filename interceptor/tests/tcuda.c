@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -449,6 +450,7 @@ static int t_stress(int argc, char **argv)
 static int t_hold(int argc, char **argv)
 {
     CHECK(argc >= 1, "usage: hold <bytes>");
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     ctx_on(0);
     CUdeviceptr a;
     CHECK(cuMemAlloc_v2(&a, strtoull(argv[0], NULL, 0)) == CUDA_SUCCESS, "hold alloc");
@@ -475,6 +477,7 @@ static int t_churn(int argc, char **argv)
 {
     (void)argc;
     (void)argv;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     cuInit(0);
     pthread_t th;
     for (int i = 0; i < 8; i++)

@@ -54,7 +54,7 @@ def test_limits_file_format() -> None:
 def test_write_rewrite_remove(tmp_path: Path) -> None:
     dirs = ClaimDirs(root=tmp_path / "claims")
     path = dirs.write(ClaimUID("u1"), limits="version 1\n")
-    assert path.stat().st_mode & 0o777 == 0o755
+    assert path.stat().st_mode & 0o7777 == 0o1777
     assert (path / "limits").read_text() == "version 1\n"
     (path / "region").write_bytes(b"library state")
     dirs.write(ClaimUID("u1"), limits="version 1\npolicy force\n")

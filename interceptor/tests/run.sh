@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# Runs every libtessera test against the fake drivers (build/fake) and ends
+# with "N passed, M failed". Part of the run uses the ASan+UBSan build.
+set -u
+cd "$(dirname "$0")/.."
+B=$PWD/build
+T=$B/tests/tcuda
+LIB=$B/libtessera.so
+SAN="$(${CC:-cc} -print-file-name=libasan.so) $B/libtessera-san.so"
+export LD_LIBRARY_PATH=$B/fake
+export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TESSERA_SM_WINDOW_US=20000
+unset TESSERA_CLAIM_DIRS $(compgen -e | grep "^TESSERA_CLAIM_DIR_" || true) CUDA_DEVICE_MEMORY_LIMIT CUDA_DEVICE_SM_LIMIT CUDA_DEVICE_MEMORY_SHARED_CACHE \
+      GPU_CORE_UTILIZATION_POLICY CUDA_TASK_PRIORITY LIBCUDA_LOG_LEVEL
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+GPU0=GPU-7e55e7a0-1234-4567-89ab-cdef00000000
+GPU1=GPU-7e55e7a0-1234-4567-89ab-cdef00000001
+GiB=1073741824
+pass=0
+fail=0
+
+# claim NAME LINE... : a claim directory whose limits file holds "version 1" and the lines
+claim() {
+    local d=$WORK/$1
+    shift
+    mkdir -p "$d"
+    printf '%s\n' "version 1" "$@" >"$d/limits"
+    echo "$d"
+}
+
+ok() { pass=$((pass + 1)); echo "PASS $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && printf '%s\n' "$2" | tail -n 25 | sed 's/^/    /'; }
+
+# t NAME CMD... : passes when CMD exits 0
+t() {
+    local name=$1 out
+    shift
+    if out=$(timeout 120 "$@" 2>&1); then ok "$name"; else bad "$name" "$out"; fi
+}
+
+# tlog NAME PATTERN CMD... : passes when CMD exits 0 and its output contains PATTERN
+tlog() {
+    local name=$1 pat=$2 out
+    shift 2
+    if out=$(timeout 120 "$@" 2>&1) && grep -qF -- "$pat" <<<"$out"; then ok "$name"; else bad "$name" "$out
+(expected a line containing: $pat)"; fi
+}
+
+# bg NAME CMD... / collect: run SM tests side by side (they mostly sleep)
+declare -a BG_NAMES=() BG_PIDS=()
+bg() {
+    local name=$1
+    shift
+    timeout 60 "$@" >"$WORK/bg.$name" 2>&1 &
+    BG_NAMES+=("$name")
+    BG_PIDS+=($!)
+}
+collect() {
+    local i
+    for i in "${!BG_PIDS[@]}"; do
+        if wait "${BG_PIDS[$i]}"; then ok "${BG_NAMES[$i]} ($(grep -o 'share=[0-9.]*' "$WORK/bg.${BG_NAMES[$i]}"))"; else bad "${BG_NAMES[$i]}" "$(cat "$WORK/bg.${BG_NAMES[$i]}")"; fi
+    done
+    BG_NAMES=()
+    BG_PIDS=()
+}
+share_of() { grep -o 'share=[0-9.]*' "$WORK/bg.$1" | cut -d= -f2; }
+
+P() { env LD_PRELOAD="$LIB" "$@"; }
+S() { env LD_PRELOAD="$SAN" "$@"; }
+
+echo "== layout and memory accounting"
+t layout_static "$B/tests/tlayout"
+C=$(claim lim "gpu $GPU0 memory 1g cores 0 priority 0")
+t limit_exact_and_views env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+t layout_region_file_written_by_library "$B/tests/tlayout" "$C/region"
+C=$(claim paths "gpu $GPU0 memory $GiB")
+t every_allocation_path env FAKE_PITCH=1024 TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" paths $GiB
+C=$(claim procaddr "gpu $GPU0 memory $GiB")
+t dlsym_and_cuGetProcAddress_paths env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" procaddr $GiB
+C=$(claim ipc "gpu $GPU0 memory $GiB")
+t ipc_import_not_double_counted env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" ipc $GiB
+C=$(claim fork "gpu $GPU0 memory $GiB")
+t forked_child_gets_own_slot env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" fork $GiB
+C=$(claim nvml "gpu $GPU0 memory $GiB")
+t nvml_memory_and_process_view env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" nvml $GiB 0
+C=$(claim uuid "gpu $GPU1 memory 512m")
+t limit_follows_uuid_not_ordinal_0 env FAKE_GPU_REVERSE=1 TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" device 0 536870912
+t limit_follows_uuid_not_ordinal_1 env FAKE_GPU_REVERSE=1 TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" device 1 85899345920
+C1=$(claim two_a "gpu $GPU0 memory 1g")
+C2=$(claim two_b "gpu $GPU1 memory 2g")
+t two_claims_one_container_gpu0 env TESSERA_CLAIM_DIRS="$C1:$C2" LD_PRELOAD="$LIB" "$T" device 0 $GiB
+t two_claims_one_container_gpu1 env TESSERA_CLAIM_DIRS="$C1:$C2" LD_PRELOAD="$LIB" "$T" device 1 $((2 * GiB))
+# What the plugin's CDI edits produce: one variable per claim (the list form holds only the last claim).
+t per_claim_variables_gpu0 env TESSERA_CLAIM_DIRS="$C2" TESSERA_CLAIM_DIR_two_a="$C1" TESSERA_CLAIM_DIR_two_b="$C2" LD_PRELOAD="$LIB" "$T" device 0 $GiB
+t per_claim_variables_gpu1 env TESSERA_CLAIM_DIRS="$C2" TESSERA_CLAIM_DIR_two_a="$C1" TESSERA_CLAIM_DIR_two_b="$C2" LD_PRELOAD="$LIB" "$T" device 1 $((2 * GiB))
+t hami_env_fallback_all env CUDA_DEVICE_MEMORY_LIMIT=512m CUDA_DEVICE_MEMORY_LIMIT_1=256m LD_PRELOAD="$LIB" "$T" device 0 536870912
+t hami_env_fallback_indexed env CUDA_DEVICE_MEMORY_LIMIT=512m CUDA_DEVICE_MEMORY_LIMIT_1=256m LD_PRELOAD="$LIB" "$T" device 1 268435456
+mkdir -p "$WORK/hami"
+t hami_shared_cache_across_processes env CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/hami/region" LD_PRELOAD="$LIB" "$T" kill $GiB
+t unconfigured_is_pass_through env LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+
+echo "== bad input: a clear log line, then no limit"
+tlog garbage_env_memory "ignoring CUDA_DEVICE_MEMORY_LIMIT='banana'" env CUDA_DEVICE_MEMORY_LIMIT=banana CUDA_DEVICE_SM_LIMIT=999 LIBCUDA_LOG_LEVEL=loud TESSERA_CLAIM_DIRS=relative/dir LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+tlog garbage_env_sm "ignoring CUDA_DEVICE_SM_LIMIT='999'" env CUDA_DEVICE_SM_LIMIT=999 LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+tlog garbage_env_claim_dirs "ignoring an entry of TESSERA_CLAIM_DIRS" env TESSERA_CLAIM_DIRS=relative/dir LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+C=$(claim badsize "gpu $GPU0 memory lots")
+tlog corrupt_limits_value "limits:2: memory 'lots' is not a byte count" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+mkdir -p "$WORK/badver" && printf 'version 7\ngpu %s memory 1g\n' "$GPU0" >"$WORK/badver/limits"
+tlog corrupt_limits_version "expected 'version 1'" env TESSERA_CLAIM_DIRS="$WORK/badver" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+C=$(claim badkey "gpu $GPU0 memory 1g colour blue")
+tlog corrupt_limits_key "unknown key 'colour'" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+tlog missing_claim_dir "cannot open" env TESSERA_CLAIM_DIRS=/nonexistent/claim LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+C=$(claim region_garbage "gpu $GPU0 memory 1g")
+head -c 4096 /dev/urandom >"$C/region"
+tlog corrupt_region_size "wrong size" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+C=$(claim region_magic "gpu $GPU0 memory 1g")
+head -c 149616 /dev/zero >"$C/region"
+tlog corrupt_region_magic "bad magic" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+
+echo "== many processes, dead processes"
+C=$(claim stress "gpu $GPU0 memory $GiB")
+t stress_4_procs_x_8_threads env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" stress $GiB 4 8 20000 "$C"
+C=$(claim kill "gpu $GPU0 memory $GiB")
+t sigkill_holder_and_mid_allocation env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" kill $GiB
+t dlsym_rtld_next_still_works env LD_PRELOAD="$LIB" "$B/tests/tprobe"
+
+echo "== SM limiter (simulated kernel time, 20 ms window)"
+for s in 10 30 50 70 90; do
+    C=$(claim "sm$s" "gpu $GPU0 memory 0 cores $s")
+    bg "sm_share_$s" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm $s 1 kernel
+done
+collect
+CA=$(claim sm_a30 "gpu $GPU0 cores 30")
+CB=$(claim sm_b70 "gpu $GPU0 cores 70")
+bg sm_two_claims_30 env TESSERA_CLAIM_DIRS="$CA" LD_PRELOAD="$LIB" "$T" sm 30 1 kernel
+bg sm_two_claims_70 env TESSERA_CLAIM_DIRS="$CB" LD_PRELOAD="$LIB" "$T" sm 70 1 graph
+collect
+C=$(claim sm_shared "gpu $GPU0 cores 40")
+bg sm_shared_p1 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm -1 1 kernel
+bg sm_shared_p2 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm -1 1 ex
+collect
+sum=$(awk -v a="$(share_of sm_shared_p1)" -v b="$(share_of sm_shared_p2)" 'BEGIN { print a + b }')
+if awk -v s="$sum" 'BEGIN { exit !(s >= 35 && s <= 45) }'; then ok "sm_one_claim_two_processes_share_40 (sum $sum)"; else bad "sm_one_claim_two_processes_share_40" "sum $sum"; fi
+C=$(claim sm_g "gpu $GPU0 cores 50")
+bg sm_graph_launch_50 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 50 1 graph
+C=$(claim sm_p "gpu $GPU0 cores 30")
+bg sm_per_thread_stream_via_procaddr_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 30 1 ptsz
+C=$(claim sm_x "gpu $GPU0 cores 60")
+bg sm_launch_kernel_ex_60 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 60 1 ex
+C=$(claim sm_none "gpu $GPU0 memory 1g cores 0")
+bg sm_no_limit_runs_free env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
+C=$(claim sm_off "policy disable" "gpu $GPU0 cores 30")
+bg sm_policy_disable env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
+bg sm_hami_env_sm_limit_20 env CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$T" sm 20 1 kernel
+collect
+
+echo "== the same under ASan + UBSan"
+C=$(claim san_lim "gpu $GPU0 memory 1g")
+t san_limit env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" limit $GiB
+C=$(claim san_paths "gpu $GPU0 memory 1g")
+t san_paths env FAKE_PITCH=1024 TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" paths $GiB
+C=$(claim san_pa "gpu $GPU0 memory 1g")
+t san_procaddr env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" procaddr $GiB
+C=$(claim san_stress "gpu $GPU0 memory 1g")
+t san_stress_4x8 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" stress $GiB 4 8 5000 "$C"
+C=$(claim san_kill "gpu $GPU0 memory 1g")
+t san_kill env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" kill $GiB
+C=$(claim san_nvml "gpu $GPU0 memory 1g")
+t san_nvml env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" nvml $GiB 0
+C=$(claim san_bad "gpu $GPU0 memory 1g colour blue")
+tlog san_corrupt_limits "unknown key 'colour'" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" unlimited $((10 * GiB))
+t san_rtld_next env LD_PRELOAD="$SAN" "$B/tests/tprobe"
+C=$(claim san_sm "gpu $GPU0 cores 50")
+bg san_sm_50 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" sm 50 1 kernel
+collect
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
