@@ -8,7 +8,7 @@ PROTO_GEN := kubelet_plugin/proto/gen
 STAMP := $(VENV)/.installed
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-interceptor bench-e2e proto interceptor cluster clean
+        bench-prepare bench-interceptor bench-e2e proto interceptor cluster helm manifests clean
 
 dev: $(STAMP) proto interceptor
 
@@ -33,7 +33,7 @@ lint: dev
 	$(BIN)/mypy dra_driver kubelet_plugin cdi e2e tests
 	$(BIN)/lint-imports
 
-test-unit: dev
+test-unit: dev helm
 	$(BIN)/pytest -q tests/unit
 
 test-integration: dev
@@ -45,12 +45,19 @@ test-interceptor: dev
 cluster:
 	bash e2e/cluster/build.sh
 
+helm:
+	bash deploy/helm/build-helm.sh
+
+manifests: helm
+	bash deploy/render-manifests.sh
+
 test-e2e: dev cluster
 	$(BIN)/pytest -q -m e2e tests/e2e_cluster e2e
 
 test: dev lint
 	$(MAKE) -C interceptor test
-	$(MAKE) cluster
+	bash e2e/cluster/build.sh
+	bash deploy/helm/build-helm.sh
 	$(BIN)/pytest -q tests e2e
 
 demo: dev cluster

@@ -29,7 +29,7 @@ from dra_driver.logs import configure
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account
-from e2e.kube import delete_namespace_contents, is_running, wait_for
+from e2e.kube import WaitTimeoutError, delete_namespace_contents, is_running, wait_for
 from e2e.testbed import H100_NODE, make_testbed, running_nodes
 
 NODES = 4
@@ -167,6 +167,25 @@ def run_batch(
     return Run(kind=kind, pods=count, throughput=count / (last_bound - first), latencies=latencies)
 
 
+def run_sequential(
+    api: k8s.ApiClient, namespace: str, count: int, *, apply: Callable[[list[dict[str, Any]]], None]
+) -> tuple[float, ...]:
+    """Start latency without queueing: one vGPU pod at a time, each waited for."""
+    tracker = Tracker(api=api, namespace=namespace)
+    tracker.start()
+    apply([TEMPLATES["vgpu"]])
+    for k in range(count):
+        name = f"single-{k:03d}"
+        create_all(api, namespace, [pod(name, TEMPLATES["vgpu"]["metadata"]["name"])], tracker)
+        started = time.monotonic()
+        while name not in tracker.running:
+            if time.monotonic() - started > 60:
+                raise WaitTimeoutError(f"{name} did not run within 60s")
+            time.sleep(0.01)
+    tracker.stop()
+    return tuple(tracker.running[n] - tracker.created[n] for n in tracker.created)
+
+
 def node_files(directory: Path) -> list[Path]:
     base = yaml.safe_load(H100_NODE.read_text(encoding="utf-8"))
     files = []
@@ -181,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.bench", description=__doc__)
     parser.add_argument("--vgpu-pods", type=int, default=200)
     parser.add_argument("--mig-pods", type=int, default=112)
+    parser.add_argument("--single-pods", type=int, default=20)
     args = parser.parse_args(argv)
     configure(level="warning")
     binaries = ensure_built(allow_build=True)
@@ -203,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                 def apply(docs: list[dict[str, Any]]) -> None:
                     bed.kubectl.apply(docs, namespace=namespace)
 
+                print(f"vgpu: {args.single_pods} pods one at a time...", flush=True)
+                single = run_sequential(api, namespace, args.single_pods, apply=apply)
+                delete_namespace_contents(api, namespace, timeout_s=300)
                 runs = []
                 for kind, count in (
                     ("vgpu", args.vgpu_pods),
@@ -220,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"  p50 {percentile(lat, 0.5) * 1000:.0f} ms   p99 {percentile(lat, 0.99) * 1000:.0f} ms   "
         f"mean {statistics.fmean(lat) * 1000:.0f} ms   max {max(lat) * 1000:.0f} ms"
+    )
+    print(
+        f"  one pod at a time ({len(single)} pods): p50 {percentile(single, 0.5) * 1000:.0f} ms   "
+        f"p99 {percentile(single, 0.99) * 1000:.0f} ms"
     )
     print("scheduler throughput (pods bound / time from first create to last bind):")
     for run in runs:

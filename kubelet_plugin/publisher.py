@@ -130,6 +130,12 @@ class SlicePublisher:
             while True:
                 existing, _ = self.list_existing()
                 p = plan(slices, existing)
+                if not p.actions:
+                    # Already as wanted (e.g. after a restart): adopt what is there as our own writes.
+                    self._written = {
+                        str(e["metadata"]["name"]): str(e["metadata"].get("resourceVersion"))
+                        for e in existing
+                    }
                 try:
                     for i, n in enumerate(self._apply(p)):
                         totals[i] += n
@@ -210,6 +216,11 @@ class SlicePublisher:
             return name in self._written
         return self._written.get(str(name)) != rv
 
+    def _drifted(self, existing: Sequence[Json]) -> bool:
+        """Whether the listed pool differs from what we last wrote (added, removed or rewritten)."""
+        listed = {str(e["metadata"]["name"]): str(e["metadata"].get("resourceVersion")) for e in existing}
+        return listed != self._written
+
     def run(
         self,
         *,
@@ -229,8 +240,9 @@ class SlicePublisher:
                     if result.degraded:
                         self.publish(desired(True))
                     next_resync = time.monotonic() + resync_s
-                _, rv = self.list_existing()
-                if self._watch_once(rv, watch_s, stop):
+                existing, rv = self.list_existing()
+                # A change made between our last write and this list never shows up in the watch.
+                if self._drifted(existing) or self._watch_once(rv, watch_s, stop):
                     next_resync = 0.0
             except (PublishError, ApiException, OSError) as e:
                 # API server restarting or unreachable: back off, then re-list and republish.

@@ -9,17 +9,16 @@ import socket
 import ssl
 import time
 from pathlib import Path
-from typing import Any
 
 import structlog
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from e2e.controlplane import settings
 from e2e.controlplane.binaries import Binaries
 from e2e.controlplane.certs import Pki, issue_certificate, make_pki
 from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.flags import apiserver_args, controller_manager_args, etcd_args, scheduler_args
 from e2e.controlplane.kubeconfig import write_kubeconfig
 from e2e.controlplane.processes import Component, spawn, stop_component, stop_record
 from e2e.controlplane.readiness import insecure_context, wait_for_http_ok, wait_until
@@ -133,77 +132,6 @@ def _apiserver_context(pki: Pki) -> ssl.SSLContext:
     return context
 
 
-def _etcd_args(state_dir: Path, client_port: int, peer_port: int) -> list[str]:
-    peer = f"http://127.0.0.1:{peer_port}"
-    client = f"http://127.0.0.1:{client_port}"
-    return [
-        "--name=tessera-e2e",
-        f"--data-dir={state_dir / 'etcd'}",
-        f"--listen-client-urls={client}",
-        f"--advertise-client-urls={client}",
-        f"--listen-peer-urls={peer}",
-        f"--initial-advertise-peer-urls={peer}",
-        f"--initial-cluster=tessera-e2e={peer}",
-        "--initial-cluster-state=new",
-        # Test data: durability is not worth the fsync latency.
-        "--unsafe-no-fsync=true",
-        "--log-level=warn",
-    ]
-
-
-def _apiserver_args(state_dir: Path, pki: Pki, port: int, etcd: str) -> list[str]:
-    return [
-        f"--etcd-servers={etcd}",
-        "--bind-address=127.0.0.1",
-        "--advertise-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--cert-dir={state_dir / 'run' / 'apiserver'}",
-        f"--tls-cert-file={pki.apiserver.cert}",
-        f"--tls-private-key-file={pki.apiserver.key}",
-        f"--client-ca-file={pki.ca.cert}",
-        f"--service-account-issuer={settings.SERVICE_ACCOUNT_ISSUER}",
-        f"--service-account-key-file={pki.service_account_pub}",
-        f"--service-account-signing-key-file={pki.service_account_key}",
-        f"--service-cluster-ip-range={settings.SERVICE_CLUSTER_IP_RANGE}",
-        "--authorization-mode=Node,RBAC",
-        f"--enable-admission-plugins={','.join(settings.ENABLED_ADMISSION_PLUGINS)}",
-        f"--feature-gates={settings.feature_gates_flag()}",
-        f"--runtime-config={settings.RUNTIME_CONFIG}",
-        # Endpoints may not hold loopback addresses; nothing in the tests needs the kubernetes Endpoints.
-        "--endpoint-reconciler-type=none",
-        "--allow-privileged=true",
-        "--profiling=false",
-    ]
-
-
-def _controller_manager_args(state_dir: Path, pki: Pki, port: int) -> list[str]:
-    return [
-        f"--kubeconfig={state_dir / 'controller-manager.kubeconfig'}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--cert-dir={state_dir / 'run' / 'kcm'}",
-        f"--controllers={','.join(settings.KCM_CONTROLLERS)}",
-        "--leader-elect=false",
-        # Each controller acts as its own service account, with the RBAC roles a real cluster gives it.
-        "--use-service-account-credentials=true",
-        f"--service-account-private-key-file={pki.service_account_key}",
-        f"--root-ca-file={pki.ca.cert}",
-        f"--feature-gates={settings.feature_gates_flag()}",
-    ]
-
-
-def _scheduler_args(state_dir: Path, port: int) -> list[str]:
-    return [
-        f"--kubeconfig={state_dir / 'scheduler.kubeconfig'}",
-        "--bind-address=127.0.0.1",
-        f"--secure-port={port}",
-        f"--cert-dir={state_dir / 'run' / 'scheduler'}",
-        "--leader-elect=false",
-        f"--feature-gates={settings.feature_gates_flag()}",
-        "--v=2",
-    ]
-
-
 def _default_service_account_exists(api: k8s.ApiClient) -> bool:
     try:
         k8s.CoreV1Api(api).read_namespaced_service_account("default", "default")
@@ -223,7 +151,7 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         spawn(
             name="etcd",
             binary=binaries.etcd,
-            args=_etcd_args(state_dir, etcd_client, etcd_peer),
+            args=etcd_args(state_dir, etcd_client, etcd_peer),
             log_path=logs / "etcd.log",
             die_with_parent=die_with_parent,
         )
@@ -236,7 +164,7 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         spawn(
             name="kube-apiserver",
             binary=binaries.kube_apiserver,
-            args=_apiserver_args(state_dir, pki, apiserver_port, plane.etcd),
+            args=apiserver_args(state_dir, pki, apiserver_port, plane.etcd),
             log_path=logs / "kube-apiserver.log",
             die_with_parent=die_with_parent,
         )
@@ -267,7 +195,7 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         spawn(
             name="kube-controller-manager",
             binary=binaries.kube_controller_manager,
-            args=_controller_manager_args(state_dir, pki, kcm_port),
+            args=controller_manager_args(state_dir, pki, kcm_port),
             log_path=logs / "kube-controller-manager.log",
             die_with_parent=die_with_parent,
         )
@@ -276,7 +204,7 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         spawn(
             name="kube-scheduler",
             binary=binaries.kube_scheduler,
-            args=_scheduler_args(state_dir, scheduler_port),
+            args=scheduler_args(state_dir, scheduler_port),
             log_path=logs / "kube-scheduler.log",
             die_with_parent=die_with_parent,
         )
@@ -311,7 +239,8 @@ def start_control_plane(
     """Starts a fresh control plane in `state_dir` (stopping and wiping one left there before).
 
     With `die_with_parent` the components are killed when this process exits, however it exits; the CLI's `up`
-    passes False to leave them running.
+    passes False to leave them running. The kernel ties that to the calling thread: call it from a thread
+    that lives as long as the control plane should (the main thread in pytest).
     """
     started = time.monotonic()
     state_dir = state_dir.resolve()
@@ -346,12 +275,3 @@ def start_control_plane(
         seconds=round(time.monotonic() - started, 1),
     )
     return plane
-
-
-def describe(plane: ControlPlane) -> dict[str, Any]:
-    return {
-        "server": plane.server,
-        "kubeconfig": str(plane.kubeconfig),
-        "etcd": plane.etcd,
-        "components": {c.name: c.process.pid for c in plane.components},
-    }

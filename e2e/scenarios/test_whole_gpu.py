@@ -13,7 +13,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_pod_with_two_whole_gpus(bed: SimCluster, ns: str) -> None:
-    apply(bed, ns, example("01-two-whole-gpus"))
+    apply(bed, ns, example("02-two-whole-gpus"))
     pod = running(bed, ns, "two-whole-gpus")
     allocated = results(bed, ns, pod, "gpus")
     devices = sorted(r["device"] for r in allocated)
@@ -28,7 +28,7 @@ def test_pod_with_two_whole_gpus(bed: SimCluster, ns: str) -> None:
 
 
 def test_cel_selectors_pick_and_avoid_gpu_types(bed: SimCluster, ns: str) -> None:
-    docs = example("02-gpu-type-selectors")
+    docs = example("01-gpu-type-selectors")
     apply(bed, ns, docs)
     h100 = running(bed, ns, "use-gputype")
     (r,) = results(bed, ns, h100, "gpu")

@@ -101,8 +101,9 @@ def test_conflicting_writer_is_survived(k8s_api: k8s.ApiClient, node: str) -> No
     pub.publish(slices_for(node, "h100x8.yaml"))
 
     def other_writer(name: str) -> None:
+        # A change the API server cannot treat as a no-op, so the slice's resourceVersion moves on.
         obj = plain.read_resource_slice(name)
-        obj.spec.devices = (obj.spec.devices or [])[:1] if obj.spec.devices else obj.spec.devices
+        obj.metadata.labels = {**(obj.metadata.labels or {}), "touched-by": "another-writer"}
         plain.replace_resource_slice(name, obj)
 
     api.before_replace.append(other_writer)
