@@ -7,8 +7,8 @@ from pathlib import Path
 
 import structlog
 
-from cdi.writer import atomic_write
 from dra_driver.errors import StorageError
+from dra_driver.files import atomic_write
 from kubelet_plugin.checkpoint import Checkpoint, decode, encode
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")

@@ -11,9 +11,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from cdi.writer import WriteFault, atomic_write, fsync_dir, is_temp, temp_name
 from dra_driver.allocation import ClaimPlan
 from dra_driver.errors import StorageError
+from dra_driver.files import WriteFault, atomic_write, fsync_dir, is_temp, temp_name
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID, Family
 
 LIMITS_VERSION = 1

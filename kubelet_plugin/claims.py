@@ -19,8 +19,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from cdi.writer import atomic_write, remove_durably
 from dra_driver.errors import ClaimError, ClaimNotFoundError, StorageError
+from dra_driver.files import atomic_write, remove_durably
 
 log = structlog.get_logger(__name__)
 CLAIM_MODEL = "ResourceV1ResourceClaim"

@@ -12,8 +12,9 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from cdi.writer import list_specs, remove_durably, stale_temp_files
+from cdi.writer import list_specs, stale_temp_files
 from dra_driver.errors import ClaimError, ClaimNotFoundError, StorageError, TesseraError
+from dra_driver.files import remove_durably
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, GpuUUID
 from kubelet_plugin import artifacts

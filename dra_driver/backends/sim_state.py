@@ -4,7 +4,6 @@ daemon restart sees what the previous process created, as a real driver would.""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +16,7 @@ from dra_driver.backends.decoding import (
     get_typed,
 )
 from dra_driver.errors import ConfigError, StorageError
+from dra_driver.files import atomic_write
 from dra_driver.names import SIM_API_VERSION, SIM_STATE_KIND, GpuUUID
 
 
@@ -127,21 +127,5 @@ def read_state(path: Path) -> SimState | None:
 
 
 def write_state(path: Path, state: SimState) -> None:
-    """temp → fsync → rename → fsync(dir): a crash leaves the old or the new state, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    data = json.dumps(encode_state(state), indent=1, sort_keys=True).encode()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise StorageError(f"cannot write simulated GPU state {path}: {e.strerror}") from e
+    """A crash leaves the old or the new state, never half of one."""
+    atomic_write(path, json.dumps(encode_state(state), indent=1, sort_keys=True).encode())

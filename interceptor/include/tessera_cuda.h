@@ -49,6 +49,23 @@ typedef struct {
     unsigned int NumChannels;
 } CUDA_ARRAY_DESCRIPTOR;
 
+/* the v1 (pre-CUDA 3.2) ABI: 32-bit device pointers and sizes */
+typedef unsigned int CUdeviceptr_v1;
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    CUarray_format Format;
+    unsigned int NumChannels;
+} CUDA_ARRAY_DESCRIPTOR_v1;
+typedef struct {
+    unsigned int Width;
+    unsigned int Height;
+    unsigned int Depth;
+    CUarray_format Format;
+    unsigned int NumChannels;
+    unsigned int Flags;
+} CUDA_ARRAY3D_DESCRIPTOR_v1;
+
 typedef struct {
     size_t Width;
     size_t Height;

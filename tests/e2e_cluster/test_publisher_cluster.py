@@ -103,6 +103,7 @@ def test_conflicting_writer_is_survived(k8s_api: k8s.ApiClient, node: str) -> No
     def other_writer(name: str) -> None:
         # A change the API server cannot treat as a no-op, so the slice's resourceVersion moves on.
         obj = plain.read_resource_slice(name)
+        assert obj.metadata is not None
         obj.metadata.labels = {**(obj.metadata.labels or {}), "touched-by": "another-writer"}
         plain.replace_resource_slice(name, obj)
 

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from cdi.spec import ContainerEdits, Device, Spec
-from cdi.writer import atomic_write, list_specs, read_spec, remove_spec, stale_temp_files, write_spec
+from cdi.writer import list_specs, read_spec, remove_spec, stale_temp_files, write_spec
 from dra_driver.errors import StorageError
+from dra_driver.files import atomic_write
 from dra_driver.names import ClaimUID, cdi_spec_file_name
 
 SPEC = Spec(
