@@ -5,7 +5,10 @@
  * Each process has its own timeline per device (like an ideal MPS share).
  * Environment: FAKE_GPU_COUNT (2), FAKE_GPU_MEM_MB (81920), FAKE_PITCH (512),
  * FAKE_GPU_REVERSE=1 (CUDA ordinals in reverse physical order),
- * FAKE_KERNEL_NS (10000, for kernels not made by fakeKernel). */
+ * FAKE_KERNEL_NS (10000, for kernels not made by fakeKernel), FAKE_CTX_BYTES
+ * (314572800: device memory a context takes; cuCtxCreate* takes it per
+ * context, the primary context on its first retain, given back on destroy /
+ * last release / reset). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -20,7 +23,7 @@
 #define MAXDEV 16
 #define FAKE_MAGIC 0x46414b454b524e4cull
 
-struct fake_ctx { int dev; };
+struct fake_ctx { int dev; int live; };
 struct fake_stream { uint64_t last_end; int dev; };
 struct fake_event { uint64_t ts; };
 struct fake_kernel { uint64_t magic; uint64_t ns; };
@@ -37,6 +40,11 @@ static int g_count = 2;
 static uint64_t g_mem = 81920ull << 20;
 static uint64_t g_pitch = 512;
 static int g_reverse;
+static uint64_t g_ctx_bytes = 300ull << 20;
+static int g_prim_refs[MAXDEV];
+static pthread_mutex_t g_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_live_events;
+static uint32_t g_next_ptr32[MAXDEV];
 static uint64_t g_kernel_ns = 10000;
 static __thread struct fake_ctx *t_cur;
 
@@ -77,10 +85,12 @@ __attribute__((constructor)) static void fake_init(void)
     g_pitch = env_u64("FAKE_PITCH", 512);
     g_reverse = (int)env_u64("FAKE_GPU_REVERSE", 0);
     g_kernel_ns = env_u64("FAKE_KERNEL_NS", 10000);
+    g_ctx_bytes = env_u64("FAKE_CTX_BYTES", 300ull << 20);
     for (int i = 0; i < MAXDEV; i++) {
         g_ctx[i].dev = i;
         g_default_stream[i].dev = i;
         g_next_ptr[i] = 0x100000000000ull * (uint64_t)(i + 1);
+        g_next_ptr32[i] = 0x01000000u * (uint32_t)(i + 1);
     }
 }
 
@@ -129,12 +139,16 @@ static CUresult phys_alloc(int dev, uint64_t size, uint64_t *out, int kind)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uint64_t key;
-    if (kind == 0)
+    if (kind == 3)
+        key = __atomic_fetch_add(&g_next_ptr32[dev], (uint32_t)(((size + 511) & ~511ull) + 512), __ATOMIC_SEQ_CST);
+    else if (kind == 0)
         key = __atomic_fetch_add(&g_next_ptr[dev], ((size + 511) & ~511ull) + 512, __ATOMIC_SEQ_CST);
     else if (kind == 1)
         key = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_SEQ_CST);
     else
         key = *out;
+    if (kind == 3)
+        kind = 0;
     if (!ft_put(key, size, dev, kind)) {
         __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -194,23 +208,89 @@ API CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d)
     *b = g_mem;
     return CUDA_SUCCESS;
 }
+static CUresult ctx_mem(int d, int take)
+{
+    if (take) {
+        if (__atomic_add_fetch(&g_used[d], g_ctx_bytes, __ATOMIC_SEQ_CST) > g_mem) {
+            __atomic_sub_fetch(&g_used[d], g_ctx_bytes, __ATOMIC_SEQ_CST);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    } else {
+        __atomic_sub_fetch(&g_used[d], g_ctx_bytes, __ATOMIC_SEQ_CST);
+    }
+    return CUDA_SUCCESS;
+}
+/* every created context is a context of its own (never freed: other threads may still point at it) */
 API CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
 {
     (void)flags;
     if (d < 0 || d >= g_count)
         return CUDA_ERROR_INVALID_DEVICE;
-    t_cur = &g_ctx[d];
+    struct fake_ctx *x = malloc(sizeof *x);
+    if (!x || ctx_mem(d, 1) != CUDA_SUCCESS) {
+        free(x);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    x->dev = d;
+    x->live = 1;
+    t_cur = x;
     *c = (CUcontext)t_cur;
+    return CUDA_SUCCESS;
+}
+API CUresult cuCtxCreate_v3(CUcontext *c, void *params, int n, unsigned flags, CUdevice d) { (void)params; (void)n; return cuCtxCreate_v2(c, flags, d); }
+API CUresult cuCtxCreate_v4(CUcontext *c, void *params, unsigned flags, CUdevice d) { (void)params; return cuCtxCreate_v2(c, flags, d); }
+API CUresult cuCtxDestroy_v2(CUcontext c)
+{
+    struct fake_ctx *x = (struct fake_ctx *)c;
+    if (!x || (x >= g_ctx && x < g_ctx + MAXDEV) || !__atomic_exchange_n(&x->live, 0, __ATOMIC_SEQ_CST))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    ctx_mem(x->dev, 0);
+    if (t_cur == x)
+        t_cur = NULL;
     return CUDA_SUCCESS;
 }
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
     if (d < 0 || d >= g_count)
         return CUDA_ERROR_INVALID_DEVICE;
-    *c = (CUcontext)&g_ctx[d];
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&g_ctx_mu);
+    if (g_prim_refs[d] == 0)
+        rc = ctx_mem(d, 1);
+    if (rc == CUDA_SUCCESS) {
+        g_prim_refs[d]++;
+        *c = (CUcontext)&g_ctx[d];
+    }
+    pthread_mutex_unlock(&g_ctx_mu);
+    return rc;
+}
+API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
+{
+    if (d < 0 || d >= g_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&g_ctx_mu);
+    if (g_prim_refs[d] == 0)
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    else if (--g_prim_refs[d] == 0)
+        ctx_mem(d, 0);
+    pthread_mutex_unlock(&g_ctx_mu);
+    return rc;
+}
+API CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRelease_v2(d); }
+/* reset drops the primary context whatever its retain count (simplified) */
+API CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+    if (d < 0 || d >= g_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&g_ctx_mu);
+    if (g_prim_refs[d] > 0)
+        ctx_mem(d, 0);
+    g_prim_refs[d] = 0;
+    pthread_mutex_unlock(&g_ctx_mu);
     return CUDA_SUCCESS;
 }
-API CUresult cuCtxDestroy_v2(CUcontext c) { if (t_cur == (struct fake_ctx *)c) t_cur = NULL; return CUDA_SUCCESS; }
+API CUresult cuDevicePrimaryCtxReset(CUdevice d) { return cuDevicePrimaryCtxReset_v2(d); }
 API CUresult cuCtxSetCurrent(CUcontext c) { t_cur = (struct fake_ctx *)c; return CUDA_SUCCESS; }
 API CUresult cuCtxGetCurrent(CUcontext *c) { *c = (CUcontext)t_cur; return CUDA_SUCCESS; }
 API CUresult cuCtxGetDevice(CUdevice *d)
@@ -244,6 +324,46 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
     if (rc == CUDA_SUCCESS)
         *p = out;
     return rc;
+}
+/* v1 ABI: 32-bit pointers and sizes */
+API CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned int size)
+{
+    CUR_DEV(dev);
+    if (!size)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t out;
+    CUresult rc = phys_alloc(dev, size, &out, 3);
+    if (rc == CUDA_SUCCESS)
+        *p = (CUdeviceptr_v1)out;
+    return rc;
+}
+API CUresult cuMemAllocPitch(CUdeviceptr_v1 *p, unsigned int *pitch, unsigned int w, unsigned int h, unsigned elem)
+{
+    (void)elem;
+    uint64_t pt = (w + g_pitch - 1) / g_pitch * g_pitch;
+    if (pt * h > 0xffffffffull)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = cuMemAlloc(p, (unsigned)(pt * h));
+    if (rc == CUDA_SUCCESS)
+        *pitch = (unsigned)pt;
+    return rc;
+}
+API CUresult cuMemFree(CUdeviceptr_v1 p) { return phys_free(p, 0); }
+static unsigned clamp32(uint64_t v) { return v > 0xffffffffull ? 0xffffffffu : (unsigned)v; }
+API CUresult cuMemGetInfo(unsigned int *f, unsigned int *t)
+{
+    CUR_DEV(dev);
+    uint64_t u = __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
+    *f = clamp32(g_mem - u);
+    *t = clamp32(g_mem);
+    return CUDA_SUCCESS;
+}
+API CUresult cuDeviceTotalMem(unsigned int *b, CUdevice d)
+{
+    if (d < 0 || d >= g_count)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *b = clamp32(g_mem);
+    return CUDA_SUCCESS;
 }
 API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags) { (void)flags; return cuMemAlloc_v2(p, size); }
 API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned elem)
@@ -312,6 +432,14 @@ API CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESC
     (void)levels;
     return array_new(2 * d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * fmt_bytes(d->Format) * d->NumChannels, (void **)a);
 }
+API CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
+{
+    return array_new((uint64_t)d->Width * (d->Height ? d->Height : 1) * fmt_bytes(d->Format) * d->NumChannels, (void **)a);
+}
+API CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
+{
+    return array_new((uint64_t)d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) * fmt_bytes(d->Format) * d->NumChannels, (void **)a);
+}
 API CUresult cuArrayDestroy(CUarray a) { return array_free(a); }
 API CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { return array_free(a); }
 
@@ -341,6 +469,9 @@ API CUfunction fakeKernel(uint64_t ns)
 API CUgraphExec fakeGraphExec(uint64_t ns) { return (CUgraphExec)fakeKernel(ns); }
 API uint64_t fakeBusyNs(int dev) { return __atomic_load_n(&g_busy_total[dev], __ATOMIC_SEQ_CST); }
 API uint64_t fakeUsedBytes(int dev) { return __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST); }
+/* by NVML (physical) index, for the fake NVML */
+API uint64_t fakeUsedBytesPhys(int i) { return i >= 0 && i < g_count ? fakeUsedBytes(phys(i)) : 0; }
+API int fakeLiveEvents(void) { return __atomic_load_n(&g_live_events, __ATOMIC_SEQ_CST); }
 
 static struct fake_stream *stream_of(CUstream s)
 {
@@ -388,8 +519,20 @@ API CUresult cuStreamCreate(CUstream *s, unsigned flags)
 }
 API CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
 API CUresult cuStreamSynchronize(CUstream s) { sleep_until(__atomic_load_n(&stream_of(s)->last_end, __ATOMIC_SEQ_CST)); return CUDA_SUCCESS; }
-API CUresult cuEventCreate(CUevent *e, unsigned flags) { (void)flags; *e = (CUevent)calloc(1, sizeof(struct fake_event)); return CUDA_SUCCESS; }
-API CUresult cuEventDestroy_v2(CUevent e) { free(e); return CUDA_SUCCESS; }
+API CUresult cuEventCreate(CUevent *e, unsigned flags)
+{
+    (void)flags;
+    *e = (CUevent)calloc(1, sizeof(struct fake_event));
+    __atomic_add_fetch(&g_live_events, 1, __ATOMIC_SEQ_CST);
+    return CUDA_SUCCESS;
+}
+API CUresult cuEventDestroy_v2(CUevent e)
+{
+    if (e)
+        __atomic_sub_fetch(&g_live_events, 1, __ATOMIC_SEQ_CST);
+    free(e);
+    return CUDA_SUCCESS;
+}
 API CUresult cuEventRecord(CUevent e, CUstream s)
 {
     if (!t_cur)
@@ -424,7 +567,10 @@ static const struct { const char *name; void *fn; } g_syms[] = {
     SYM(cuLaunchCooperativeKernel_ptsz) SYM(cuLaunchKernelEx) SYM(cuLaunchKernelEx_ptsz) SYM(cuGraphLaunch)
     SYM(cuGraphLaunch_ptsz) SYM(cuStreamCreate) SYM(cuStreamDestroy_v2) SYM(cuStreamSynchronize)
     SYM(cuEventCreate) SYM(cuEventDestroy_v2) SYM(cuEventRecord) SYM(cuEventRecord_ptsz) SYM(cuEventQuery)
-    SYM(cuEventSynchronize) SYM(cuEventElapsedTime)
+    SYM(cuEventSynchronize) SYM(cuEventElapsedTime) SYM(cuCtxCreate_v3) SYM(cuCtxCreate_v4)
+    SYM(cuDevicePrimaryCtxRelease) SYM(cuDevicePrimaryCtxRelease_v2) SYM(cuDevicePrimaryCtxReset)
+    SYM(cuDevicePrimaryCtxReset_v2) SYM(cuMemAlloc) SYM(cuMemAllocPitch) SYM(cuMemFree) SYM(cuMemGetInfo)
+    SYM(cuDeviceTotalMem) SYM(cuArrayCreate) SYM(cuArray3DCreate)
     { "cuGetProcAddress", NULL }, { "cuGetProcAddress_v2", NULL },
 };
 
@@ -445,10 +591,10 @@ static void *lookup(const char *name)
 
 #define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
 /* Like the driver: a base name resolves to its newest version (_v2) and, with
- * the per-thread flag, to its _ptsz variant where one exists. */
+ * the per-thread flag, to its _ptsz variant where one exists; a cudaVersion
+ * before 3.2 (3020) gets the v1 entry points. */
 API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags)
 {
-    (void)ver;
     char buf[128];
     void *f = NULL;
     if (!symbol || !pfn || strlen(symbol) > 100)
@@ -458,7 +604,7 @@ API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_
         strcat(buf, "_ptsz");
         f = lookup(buf);
     }
-    if (!f) {
+    if (!f && ver >= 3020) {
         strcpy(buf, symbol);
         strcat(buf, "_v2");
         f = lookup(buf);

@@ -15,7 +15,9 @@ struct limit_entry {
     char uuid[TR_UUID_LEN];
     uint64_t memory; /* bytes, 0 = unlimited */
     uint32_t cores;  /* percent, 0 or 100 = unlimited */
-    int32_t priority;
+    int32_t priority; /* 0 high, 1 (default) normal */
+    uint64_t context; /* bytes charged per context when they cannot be measured */
+    int has_context;
     int claim;
 };
 
@@ -28,6 +30,7 @@ static struct {
     uint64_t env_mem_all, env_mem[MAX_ORDINALS];
     uint32_t env_sm_all, env_sm[MAX_ORDINALS];
     int env_priority;
+    uint64_t env_context; /* TESSERA_CONTEXT_BYTES */
     char shared_cache[PATH_CAP];
     int policy;
     uint64_t window_ns;
@@ -148,6 +151,7 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
             memset(&e, 0, sizeof e);
             str_copy(e.uuid, sizeof e.uuid, w[1]);
             e.claim = claim;
+            e.priority = 1;
             if ((nw - 2) % 2) {
                 tlog(LOG_ERROR, "%s:%d: expected 'key value' pairs after the UUID; ignoring this limits file", path, lineno);
                 return -1;
@@ -171,8 +175,14 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
                         return -1;
                     }
                     e.priority = (int32_t)v;
+                } else if (!strcmp(w[i], "context")) {
+                    if (parse_size(w[i + 1], &e.context)) {
+                        tlog(LOG_ERROR, "%s:%d: context '%s' is not a byte count; ignoring this limits file", path, lineno, w[i + 1]);
+                        return -1;
+                    }
+                    e.has_context = 1;
                 } else {
-                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority); ignoring this limits file", path, lineno, w[i]);
+                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context); ignoring this limits file", path, lineno, w[i]);
                     return -1;
                 }
             }
@@ -276,6 +286,7 @@ static void cfg_load(void)
 {
     memset(&g_cfg, 0, sizeof g_cfg);
     g_cfg.window_ns = 50000000ull;
+    g_cfg.env_priority = 1;
     const char *v = getenv("LIBCUDA_LOG_LEVEL");
     long l;
     if (v) {
@@ -340,6 +351,7 @@ static void cfg_load(void)
         else
             g_cfg.env_priority = (int)l;
     }
+    env_size("TESSERA_CONTEXT_BYTES", &g_cfg.env_context);
     v = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
     if (v) {
         if (v[0] != '/' || str_len(v) >= PATH_CAP)
@@ -359,13 +371,16 @@ static void cfg_load(void)
 /* The limits for one GPU: a claim's limits file by UUID first, then the
  * HAMi-core variables by CUDA ordinal. Returns the claim index, MAX_CLAIMS for
  * the environment fallback, or -1 when nothing limits this GPU. */
-static int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio)
+static int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio, uint64_t *ctx)
 {
+    *ctx = g_cfg.env_context;
     for (int i = 0; i < g_cfg.nlimits; i++) {
         if (!strcasecmp(g_cfg.lim[i].uuid, uuid)) {
             *mem = g_cfg.lim[i].memory;
             *cores = g_cfg.lim[i].cores;
             *prio = g_cfg.lim[i].priority;
+            if (g_cfg.lim[i].has_context)
+                *ctx = g_cfg.lim[i].context;
             return g_cfg.lim[i].claim;
         }
     }
@@ -385,19 +400,26 @@ static int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *co
     return MAX_CLAIMS;
 }
 
+/* Whether a GPU with this share and priority is throttled: never under
+ * `disable`; a high-priority (0) claim only under `force`. */
+static int cfg_sm_applies(uint32_t cores, int32_t prio)
+{
+    if (cores == 0 || cores >= 100 || g_cfg.policy == POLICY_DISABLE)
+        return 0;
+    return prio != 0 || g_cfg.policy == POLICY_FORCE;
+}
+
 /* True when the configuration can limit SM time anywhere (the launch hooks'
  * fast path tests only this). */
 static int cfg_sm_any(void)
 {
-    if (g_cfg.policy == POLICY_DISABLE)
-        return 0;
     for (int i = 0; i < g_cfg.nlimits; i++)
-        if (g_cfg.lim[i].cores > 0 && g_cfg.lim[i].cores < 100)
+        if (cfg_sm_applies(g_cfg.lim[i].cores, g_cfg.lim[i].priority))
             return 1;
-    if (g_cfg.env_sm_all > 0 && g_cfg.env_sm_all < 100)
+    if (cfg_sm_applies(g_cfg.env_sm_all, g_cfg.env_priority))
         return 1;
     for (int i = 0; i < MAX_ORDINALS; i++)
-        if (g_cfg.env_sm[i] > 0 && g_cfg.env_sm[i] < 100)
+        if (cfg_sm_applies(g_cfg.env_sm[i], g_cfg.env_priority))
             return 1;
     return 0;
 }

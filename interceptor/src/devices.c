@@ -9,6 +9,8 @@ struct dev_rec {
     uint64_t limit;  /* bytes, 0 = unlimited */
     uint32_t cores;  /* percent; 0 = unlimited */
     int32_t priority;
+    uint64_t ctx_default; /* bytes charged per context when it cannot be measured */
+    nvmlDevice_t nvml_h;  /* for measuring contexts; set once */
     int sm_limited;  /* cores in 1..99 and policy allows */
     int64_t cap_ns;  /* token bucket capacity */
     struct region_handle *rh; /* NULL: not accounted */
@@ -39,8 +41,9 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
     d->g = -1;
     uint64_t mem = 0;
     uint32_t cores = 0;
-    int32_t prio = 0;
-    int claim = cfg_lookup(uuid, ordinal, &mem, &cores, &prio);
+    int32_t prio = 1;
+    uint64_t ctxb = 0;
+    int claim = cfg_lookup(uuid, ordinal, &mem, &cores, &prio, &ctxb);
     if (claim >= 0) {
         struct region_handle *h = &g_regions[claim];
         if (!h->state && !h->path[0]) {
@@ -57,10 +60,12 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
         d->limit = mem;
         d->cores = cores >= 100 ? 0 : cores;
         d->priority = prio;
-        d->sm_limited = d->rh && d->cores > 0 && g_cfg.policy != POLICY_DISABLE;
+        d->ctx_default = ctxb;
+        d->sm_limited = d->rh && cfg_sm_applies(d->cores, prio);
         d->cap_ns = (int64_t)(g_cfg.window_ns * d->cores / 100);
-        tlog(LOG_INFO, "%s (ordinal %d): memory limit %llu bytes, cores %u%%, policy %s, %s", uuid, ordinal,
-             (unsigned long long)mem, d->cores, policy_name(g_cfg.policy), d->rh ? "accounted" : "NOT accounted");
+        tlog(LOG_INFO, "%s (ordinal %d): memory limit %llu bytes, cores %u%%, priority %d, policy %s, SM limiter %s, %s",
+             uuid, ordinal, (unsigned long long)mem, d->cores, (int)prio, policy_name(g_cfg.policy),
+             d->sm_limited ? "on" : "off", d->rh ? "accounted" : "NOT accounted");
     }
     __atomic_store_n(&g_nrecs, g_nrecs + 1, __ATOMIC_RELEASE);
     return d;

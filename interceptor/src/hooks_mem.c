@@ -79,36 +79,62 @@ HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned flags)
     ALLOC_WITH(d, &g_tab_ptr, size, r_cuMemAllocManaged(dptr, size, flags), *dptr);
 }
 
+/* The pitch is only known afterwards: reserve a 512-byte-aligned estimate,
+ * then settle the difference. */
+#define PITCH_WITH(alloc, freefn)                                                  \
+    do {                                                                           \
+        struct dev_rec *d = acct_dev();                                            \
+        if (!d || !pitch || !freefn)                                               \
+            return alloc(dptr, pitch, width, height, elem);                        \
+        uint64_t est = (((uint64_t)width + 511) & ~511ull) * height;               \
+        t_in_hook++;                                                               \
+        CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;                                    \
+        if (acct_reserve(d, est)) {                                                \
+            rc = alloc(dptr, pitch, width, height, elem);                          \
+            if (rc != CUDA_SUCCESS) {                                              \
+                acct_release(d, est);                                              \
+            } else {                                                               \
+                uint64_t actual = (uint64_t)*pitch * height;                       \
+                if (actual > est && !acct_reserve(d, actual - est)) {              \
+                    freefn(*dptr);                                                 \
+                    acct_release(d, est);                                          \
+                    rc = CUDA_ERROR_OUT_OF_MEMORY;                                 \
+                } else {                                                           \
+                    if (actual < est)                                              \
+                        acct_release(d, est - actual);                             \
+                    track(&g_tab_ptr, *dptr, actual, d);                           \
+                }                                                                  \
+            }                                                                      \
+        }                                                                          \
+        t_in_hook--;                                                               \
+        return rc;                                                                 \
+    } while (0)
+
 HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height, unsigned elem)
 {
     NEED(cuMemAllocPitch_v2);
+    PITCH_WITH(r_cuMemAllocPitch_v2, r_cuMemFree_v2);
+}
+
+/* v1 ABI: 32-bit pointers and sizes; the same tables (a pointer is a number) */
+HOOK CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int size)
+{
+    NEED(cuMemAlloc);
     struct dev_rec *d = acct_dev();
-    if (!d || !pitch || !r_cuMemFree_v2)
-        return r_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
-    /* the pitch is only known afterwards: reserve a 512-byte-aligned estimate,
-     * then settle the difference */
-    uint64_t est = ((width + 511) & ~(size_t)511) * height;
-    t_in_hook++;
-    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (acct_reserve(d, est)) {
-        rc = r_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
-        if (rc != CUDA_SUCCESS) {
-            acct_release(d, est);
-        } else {
-            uint64_t actual = (uint64_t)*pitch * height;
-            if (actual > est && !acct_reserve(d, actual - est)) {
-                r_cuMemFree_v2(*dptr);
-                acct_release(d, est);
-                rc = CUDA_ERROR_OUT_OF_MEMORY;
-            } else {
-                if (actual < est)
-                    acct_release(d, est - actual);
-                track(&g_tab_ptr, *dptr, actual, d);
-            }
-        }
-    }
-    t_in_hook--;
-    return rc;
+    ALLOC_WITH(d, &g_tab_ptr, size, r_cuMemAlloc(dptr, size), *dptr);
+}
+
+HOOK CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int width, unsigned int height,
+                              unsigned elem)
+{
+    NEED(cuMemAllocPitch);
+    PITCH_WITH(r_cuMemAllocPitch, r_cuMemFree);
+}
+
+HOOK CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    NEED(cuMemFree);
+    FREE_WITH(&g_tab_ptr, r_cuMemFree(dptr), dptr);
 }
 
 HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -212,6 +238,22 @@ HOOK CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *desc
     ALLOC_WITH(d, &g_tab_array, size, r_cuArray3DCreate_v2(a, desc), (uintptr_t)*a);
 }
 
+HOOK CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    NEED(cuArrayCreate);
+    struct dev_rec *d = desc ? acct_dev() : NULL;
+    uint64_t size = d ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1) : 0;
+    ALLOC_WITH(d, &g_tab_array, size, r_cuArrayCreate(a, desc), (uintptr_t)*a);
+}
+
+HOOK CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    NEED(cuArray3DCreate);
+    struct dev_rec *d = desc ? acct_dev() : NULL;
+    uint64_t size = d ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1) : 0;
+    ALLOC_WITH(d, &g_tab_array, size, r_cuArray3DCreate(a, desc), (uintptr_t)*a);
+}
+
 HOOK CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels)
 {
     NEED(cuMipmappedArrayCreate);
@@ -259,6 +301,40 @@ HOOK CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     struct dev_rec *d = rec_for_cuda(dev);
     if (d && d->limit && d->limit < *bytes)
         *bytes = (size_t)d->limit;
+    return rc;
+}
+
+static unsigned clamp_u32(uint64_t v)
+{
+    return v > 0xffffffffull ? 0xffffffffu : (unsigned)v;
+}
+
+/* v1 views: computed from the 64-bit view, clamped to 32 bits */
+HOOK CUresult cuMemGetInfo(unsigned int *free_b, unsigned int *total_b)
+{
+    NEED(cuMemGetInfo);
+    struct dev_rec *d = acct_dev();
+    size_t rf = 0, rt = 0;
+    if (!d || !r_cuMemGetInfo_v2 || r_cuMemGetInfo_v2(&rf, &rt) != CUDA_SUCCESS)
+        return r_cuMemGetInfo(free_b, total_b);
+    uint64_t t, f, u;
+    acct_view(d, rt, rf, &t, &f, &u);
+    if (free_b)
+        *free_b = clamp_u32(f);
+    if (total_b)
+        *total_b = clamp_u32(t);
+    return CUDA_SUCCESS;
+}
+
+HOOK CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    NEED(cuDeviceTotalMem);
+    CUresult rc = r_cuDeviceTotalMem(bytes, dev);
+    if (rc != CUDA_SUCCESS || !bytes || !g_acct || t_in_hook)
+        return rc;
+    struct dev_rec *d = rec_for_cuda(dev);
+    if (d && d->limit && d->limit < *bytes)
+        *bytes = clamp_u32(d->limit);
     return rc;
 }
 

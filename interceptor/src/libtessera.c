@@ -29,6 +29,7 @@
 #include "devices.c"
 #include "limiter.c"
 #include "hooks_mem.c"
+#include "hooks_ctx.c"
 #include "hooks_launch.c"
 #include "hooks_nvml.c"
 
@@ -46,13 +47,16 @@ static void after_fork_child(void)
     g_nnvml = 0;
     g_nrecs = 0;
     memset(&t_ring, 0, sizeof t_ring);
+    ctx_forget_after_fork();
     if (g_acct) {
         tab_drop(&g_tab_ptr);
         tab_drop(&g_tab_handle);
         tab_drop(&g_tab_array);
+        tab_drop(&g_tab_ctx);
         tab_init(&g_tab_ptr);
         tab_init(&g_tab_handle);
         tab_init(&g_tab_array);
+        tab_init(&g_tab_ctx);
     }
 }
 
@@ -63,10 +67,12 @@ static void init_all(void)
     g_acct = cfg_acct_any();
     g_sm_any = g_acct && cfg_sm_any();
     if (g_acct) {
-        if (tab_init(&g_tab_ptr) || tab_init(&g_tab_handle) || tab_init(&g_tab_array))
+        if (tab_init(&g_tab_ptr) || tab_init(&g_tab_handle) || tab_init(&g_tab_array) || tab_init(&g_tab_ctx))
             tlog(LOG_ERROR, "cannot map allocation tables; allocations pass uncounted");
         pthread_atfork(NULL, NULL, after_fork_child);
     }
+    if (g_sm_any && pthread_key_create(&g_ring_key, ring_thread_exit) == 0)
+        g_ring_key_ok = 1;
     tlog(LOG_INFO, "initialised: %d claim dir(s), %d GPU limit line(s), accounting %s, SM limiter %s", g_cfg.nclaims,
          g_cfg.nlimits, g_acct ? "on" : "off", g_sm_any ? "on" : "off");
     __atomic_store_n(&g_ready, 1, __ATOMIC_RELEASE);

@@ -16,6 +16,7 @@ struct ring_ent {
 
 struct tring {
     CUcontext ctx;
+    int keyed; /* registered for ring_thread_exit */
     unsigned head, tail;
     int64_t ewma_ns;
     struct ring_ent ent[RING];
@@ -97,6 +98,24 @@ static void ring_reset(struct tring *r)
     r->head = r->tail = 0;
 }
 
+/* Thread exit (pthread key destructor): destroy the thread's events while its
+ * context is still current; a ring whose context is no longer current is
+ * left alone (its events may have died with that context). */
+static pthread_key_t g_ring_key;
+static int g_ring_key_ok;
+
+static void ring_thread_exit(void *p)
+{
+    struct tring *r = p;
+    CUcontext cur = NULL;
+    if (r_cuCtxGetCurrent && r_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == r->ctx) {
+        t_in_hook++;
+        ring_reset(r);
+        t_in_hook--;
+    }
+    r->keyed = 0;
+}
+
 /* Before a limited launch: wait for tokens, charge the estimate, and record the
  * start event. Returns the ring entry to complete, or NULL (estimate only). */
 static struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz)
@@ -118,9 +137,14 @@ static struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz)
     x->est = r->ewma_ns;
     x->rec = d;
     bucket_charge(d, x->est);
-    if (!x->s && (r_cuEventCreate(&x->s, 0) != CUDA_SUCCESS || r_cuEventCreate(&x->e, 0) != CUDA_SUCCESS)) {
-        x->s = x->e = NULL;
-        return NULL;
+    if (!x->s) {
+        if (r_cuEventCreate(&x->s, 0) != CUDA_SUCCESS || r_cuEventCreate(&x->e, 0) != CUDA_SUCCESS) {
+            x->s = x->e = NULL;
+            return NULL;
+        }
+        /* first events of this thread: have them destroyed when it exits */
+        if (!r->keyed && g_ring_key_ok && pthread_setspecific(g_ring_key, r) == 0)
+            r->keyed = 1;
     }
     CUresult rc = ptsz && r_cuEventRecord_ptsz ? r_cuEventRecord_ptsz(x->s, s) : r_cuEventRecord(x->s, s);
     return rc == CUDA_SUCCESS ? x : NULL;

@@ -307,6 +307,14 @@ static void region_release(struct region_handle *h, int g, uint64_t size)
     region_unlock(h);
 }
 
+/* Under the lock: charges bytes whatever the limit (context memory: the
+ * driver already spent it; the limit then refuses later allocations). */
+static void region_charge_locked(struct region_handle *h, int g, uint64_t size)
+{
+    h->r->procs[h->slot].used[g] += size;
+    h->r->gpus[g].used += size;
+}
+
 /* Views sweep first so that a dead process's bytes do not linger in them. */
 static void region_refresh(struct region_handle *h)
 {

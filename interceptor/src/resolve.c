@@ -26,6 +26,24 @@ HOOK CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DES
 HOOK CUresult cuMipmappedArrayDestroy(CUmipmappedArray a);
 HOOK CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b);
 HOOK CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+/* the v1 ABI (32-bit sizes), still exported for old binaries */
+HOOK CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int size);
+HOOK CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigned int width, unsigned int height, unsigned elem);
+HOOK CUresult cuMemFree(CUdeviceptr_v1 dptr);
+HOOK CUresult cuMemGetInfo(unsigned int *free_b, unsigned int *total_b);
+HOOK CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev);
+HOOK CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *d);
+HOOK CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d);
+/* contexts */
+HOOK CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice dev);
+HOOK CUresult cuCtxCreate_v3(CUcontext *c, void *params, int nparams, unsigned flags, CUdevice dev);
+HOOK CUresult cuCtxCreate_v4(CUcontext *c, void *params, unsigned flags, CUdevice dev);
+HOOK CUresult cuCtxDestroy_v2(CUcontext c);
+HOOK CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev);
+HOOK CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
+HOOK CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
+HOOK CUresult cuDevicePrimaryCtxReset(CUdevice dev);
+HOOK CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev);
 #define LAUNCH_PARAMS CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
                       unsigned shmem, CUstream s, void **params, void **extra
 HOOK CUresult cuLaunchKernel(LAUNCH_PARAMS);
@@ -58,6 +76,8 @@ HOOK nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigne
 HOOK nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *infos);
 HOOK nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *infos);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned len);
+nvmlReturn_t nvmlInit_v2(void);
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *dev);
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned *index);
 
 
@@ -68,14 +88,18 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned *index);
     X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy) X(cuMipmappedArrayCreate)                   \
     X(cuMipmappedArrayDestroy) X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuLaunchKernel)                  \
     X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)        \
-    X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch) X(cuGraphLaunch_ptsz)
+    X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch) X(cuGraphLaunch_ptsz) X(cuMemAlloc) X(cuMemAllocPitch)  \
+    X(cuMemFree) X(cuMemGetInfo) X(cuDeviceTotalMem) X(cuArrayCreate) X(cuArray3DCreate) X(cuCtxCreate_v2)    \
+    X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxRetain)                        \
+    X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxReset)                   \
+    X(cuDevicePrimaryCtxReset_v2)
 #define CUDA_USED(X)                                                                                        \
     X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuDeviceGetUuid) X(cuEventCreate) X(cuEventDestroy_v2)           \
     X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime)
 #define NVML_HOOKS(X)                                                                                       \
     X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2) X(nvmlDeviceGetComputeRunningProcesses)        \
     X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses_v3)
-#define NVML_USED(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex)
+#define NVML_USED(X) X(nvmlDeviceGetUUID) X(nvmlDeviceGetIndex) X(nvmlInit_v2) X(nvmlDeviceGetHandleByUUID)
 
 #define DECLARE_REAL(n) static __typeof__(&n) r_##n;
 CUDA_HOOKS(DECLARE_REAL)

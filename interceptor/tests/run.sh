@@ -10,6 +10,9 @@ SAN="$(${CC:-cc} -print-file-name=libasan.so) $B/libtessera-san.so"
 export LD_LIBRARY_PATH=$B/fake
 export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TESSERA_SM_WINDOW_US=20000
+# contexts cost no device memory except in the context tests, so other tests can count exactly
+export FAKE_CTX_BYTES=0
+unset FAKE_NVML_FAIL TESSERA_CONTEXT_BYTES
 unset TESSERA_CLAIM_DIRS $(compgen -e | grep "^TESSERA_CLAIM_DIR_" || true) CUDA_DEVICE_MEMORY_LIMIT CUDA_DEVICE_SM_LIMIT CUDA_DEVICE_MEMORY_SHARED_CACHE \
       GPU_CORE_UTILIZATION_POLICY CUDA_TASK_PRIORITY LIBCUDA_LOG_LEVEL
 WORK=$(mktemp -d)
@@ -98,6 +101,17 @@ t hami_env_fallback_all env CUDA_DEVICE_MEMORY_LIMIT=512m CUDA_DEVICE_MEMORY_LIM
 t hami_env_fallback_indexed env CUDA_DEVICE_MEMORY_LIMIT=512m CUDA_DEVICE_MEMORY_LIMIT_1=256m LD_PRELOAD="$LIB" "$T" device 1 268435456
 mkdir -p "$WORK/hami"
 t hami_shared_cache_across_processes env CUDA_DEVICE_MEMORY_LIMIT=1g CUDA_DEVICE_MEMORY_SHARED_CACHE="$WORK/hami/region" LD_PRELOAD="$LIB" "$T" kill $GiB
+CTXB=$((300 * 1048576))
+C=$(claim ctx "gpu $GPU0 memory $GiB")
+t context_memory_charged_and_credited env FAKE_CTX_BYTES=$CTXB TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" ctx $GiB $CTXB "$C"
+C=$(claim ctxdef_env "gpu $GPU0 memory $GiB")
+t context_default_from_env_when_unmeasurable env FAKE_NVML_FAIL=1 TESSERA_CONTEXT_BYTES=100m FAKE_CTX_BYTES=$CTXB TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" ctxdefault 104857600 $CTXB "$C"
+C=$(claim ctxdef_file "gpu $GPU0 memory $GiB context 64m")
+t context_default_from_limits_file env FAKE_NVML_FAIL=1 TESSERA_CONTEXT_BYTES=100m FAKE_CTX_BYTES=$CTXB TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" ctxdefault 67108864 $CTXB "$C"
+C=$(claim ctxdef_none "gpu $GPU0 memory $GiB")
+t context_default_is_zero env FAKE_NVML_FAIL=1 FAKE_CTX_BYTES=$CTXB TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" ctxdefault 0 $CTXB "$C"
+C=$(claim legacy "gpu $GPU0 memory $GiB")
+t legacy_v1_entry_points env FAKE_PITCH=1024 TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" legacy $GiB
 t unconfigured_is_pass_through env LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 
 echo "== bad input: a clear log line, then no limit"
@@ -110,6 +124,9 @@ mkdir -p "$WORK/badver" && printf 'version 7\ngpu %s memory 1g\n' "$GPU0" >"$WOR
 tlog corrupt_limits_version "expected 'version 1'" env TESSERA_CLAIM_DIRS="$WORK/badver" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 C=$(claim badkey "gpu $GPU0 memory 1g colour blue")
 tlog corrupt_limits_key "unknown key 'colour'" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+tlog garbage_env_context_bytes "ignoring TESSERA_CONTEXT_BYTES='lots'" env TESSERA_CONTEXT_BYTES=lots LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+C=$(claim badctx "gpu $GPU0 memory 1g context huge")
+tlog corrupt_limits_context "limits:2: context 'huge' is not a byte count" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 tlog missing_claim_dir "cannot open" env TESSERA_CLAIM_DIRS=/nonexistent/claim LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 C=$(claim region_garbage "gpu $GPU0 memory 1g")
 head -c 4096 /dev/urandom >"$C/region"
@@ -154,6 +171,18 @@ C=$(claim sm_off "policy disable" "gpu $GPU0 cores 30")
 bg sm_policy_disable env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
 bg sm_hami_env_sm_limit_20 env CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$T" sm 20 1 kernel
 collect
+# priority 0 (high) is not throttled under policy default, only under force; unset = 1 (normal)
+C=$(claim sm_hi "gpu $GPU0 cores 30 priority 0")
+bg sm_high_priority_not_throttled env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
+C=$(claim sm_hi_force "policy force" "gpu $GPU0 cores 30 priority 0")
+bg sm_high_priority_force_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 30 1 kernel
+C=$(claim sm_lo "gpu $GPU0 cores 30 priority 1")
+bg sm_normal_priority_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 30 1 kernel
+bg sm_hami_task_priority_0 env CUDA_TASK_PRIORITY=0 CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
+bg sm_hami_task_priority_0_force env CUDA_TASK_PRIORITY=0 GPU_CORE_UTILIZATION_POLICY=force CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$T" sm 20 1 kernel
+collect
+C=$(claim ringexit "gpu $GPU0 cores 50")
+t event_rings_freed_at_thread_exit env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" ringexit
 
 echo "== the same under ASan + UBSan"
 C=$(claim san_lim "gpu $GPU0 memory 1g")
@@ -168,6 +197,12 @@ C=$(claim san_kill "gpu $GPU0 memory 1g")
 t san_kill env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" kill $GiB
 C=$(claim san_nvml "gpu $GPU0 memory 1g")
 t san_nvml env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" nvml $GiB 0
+C=$(claim san_ctx "gpu $GPU0 memory 1g")
+t san_context_memory env FAKE_CTX_BYTES=$CTXB TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" ctx $GiB $CTXB "$C"
+C=$(claim san_legacy "gpu $GPU0 memory 1g")
+t san_legacy_v1 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" legacy $GiB
+C=$(claim san_ring "gpu $GPU0 cores 50")
+t san_event_rings_freed env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" ringexit
 C=$(claim san_bad "gpu $GPU0 memory 1g colour blue")
 tlog san_corrupt_limits "unknown key 'colour'" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" unlimited $((10 * GiB))
 t san_rtld_next env LD_PRELOAD="$SAN" "$B/tests/tprobe"

@@ -53,7 +53,22 @@ CUresult cuGraphLaunch(CUgraphExec, CUstream);
 CUresult cuEventCreate(CUevent *, unsigned);
 CUresult cuEventRecord(CUevent, CUstream);
 CUresult cuEventSynchronize(CUevent);
+CUresult cuCtxCreate_v3(CUcontext *, void *, int, unsigned, CUdevice);
+CUresult cuCtxCreate_v4(CUcontext *, void *, unsigned, CUdevice);
+CUresult cuCtxDestroy_v2(CUcontext);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *, CUdevice);
+CUresult cuDevicePrimaryCtxRelease(CUdevice);
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice);
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice);
+CUresult cuMemAlloc(CUdeviceptr_v1 *, unsigned);
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *, unsigned *, unsigned, unsigned, unsigned);
+CUresult cuMemFree(CUdeviceptr_v1);
+CUresult cuMemGetInfo(unsigned *, unsigned *);
+CUresult cuDeviceTotalMem(unsigned *, CUdevice);
+CUresult cuArrayCreate(CUarray *, const CUDA_ARRAY_DESCRIPTOR_v1 *);
+CUresult cuArray3DCreate(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR_v1 *);
 CUfunction fakeKernel(uint64_t ns);
+int fakeLiveEvents(void);
 CUgraphExec fakeGraphExec(uint64_t ns);
 uint64_t fakeBusyNs(int dev);
 uint64_t fakeUsedBytes(int dev);
@@ -453,7 +468,8 @@ static int t_hold(int argc, char **argv)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     ctx_on(0);
     CUdeviceptr a;
-    CHECK(cuMemAlloc_v2(&a, strtoull(argv[0], NULL, 0)) == CUDA_SUCCESS, "hold alloc");
+    uint64_t n = strtoull(argv[0], NULL, 0);
+    CHECK(n == 0 || cuMemAlloc_v2(&a, n) == CUDA_SUCCESS, "hold alloc"); /* 0: hold just the context */
     printf("ready\n");
     fflush(stdout);
     pause();
@@ -556,6 +572,166 @@ static int t_fork(int argc, char **argv)
     CHECK(wait_ok(p), "child saw the parent's bytes and its own");
     CHECK(used_view() == limit / 4, "dead child's bytes are gone from the view: %llu", (unsigned long long)used_view());
     CHECK(cuMemAlloc_v2(&a, limit / 4 * 3) == CUDA_SUCCESS, "and can be allocated again");
+    return 0;
+}
+
+/* ---------- context memory (run with FAKE_CTX_BYTES) ---------- */
+
+static uint64_t region_used0(struct tr_region *r)
+{
+    return __atomic_load_n(&r->gpus[0].used, __ATOMIC_RELAXED);
+}
+
+/* ctx <limit> <ctx-bytes> <claimdir>: contexts are charged, against the limit, and credited */
+static int t_ctx(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: ctx <limit> <ctx-bytes> <claimdir>");
+    uint64_t limit = strtoull(argv[0], NULL, 0), cb = strtoull(argv[1], NULL, 0);
+    CHECK(cb > 0 && 4 * cb > limit && 2 * cb < limit, "pick ctx bytes with 2 < limit/ctx < 4");
+    alarm(60);
+    cuInit(0);
+    CUcontext c1, c2, p, more[3];
+    /* no context current: measured through NVML */
+    CHECK(cuCtxCreate_v2(&c1, 0, 0) == CUDA_SUCCESS, "ctx");
+    CHECK(fakeUsedBytes(0) == cb, "the fake took %llu", (unsigned long long)fakeUsedBytes(0));
+    struct tr_region *r = map_region(argv[2]);
+    CHECK(used_view() == cb && region_used0(r) == cb, "first context charged: view %llu", (unsigned long long)used_view());
+    CUdeviceptr a;
+    uint64_t drv = fakeUsedBytes(0);
+    CHECK(cuMemAlloc_v2(&a, limit - cb + 1) == CUDA_ERROR_OUT_OF_MEMORY, "context bytes count against the limit");
+    CHECK(fakeUsedBytes(0) == drv, "refused before the driver");
+    CHECK(cuMemAlloc_v2(&a, limit - cb) == CUDA_SUCCESS && cuMemFree_v2(a) == CUDA_SUCCESS, "the rest fits");
+    /* a context on this device is current: measured through cuMemGetInfo */
+    CHECK(cuCtxCreate_v3(&c2, NULL, 0, 0, 0) == CUDA_SUCCESS && used_view() == 2 * cb, "second context: %llu", (unsigned long long)used_view());
+    CHECK(cuCtxDestroy_v2(c2) == CUDA_SUCCESS, "destroy");
+    CHECK(cuCtxSetCurrent(c1) == CUDA_SUCCESS && used_view() == cb, "destroy credits: %llu", (unsigned long long)used_view());
+    /* the primary context: charged on the first retain, credited on the last release / reset */
+    CHECK(cuDevicePrimaryCtxRetain(&p, 0) == CUDA_SUCCESS && used_view() == 2 * cb, "primary retain: %llu", (unsigned long long)used_view());
+    CHECK(cuDevicePrimaryCtxRetain(&p, 0) == CUDA_SUCCESS && used_view() == 2 * cb, "second retain costs nothing");
+    CHECK(cuDevicePrimaryCtxRelease(0) == CUDA_SUCCESS && used_view() == 2 * cb, "still retained once");
+    CHECK(cuDevicePrimaryCtxRelease_v2(0) == CUDA_SUCCESS && used_view() == cb, "last release credits: %llu", (unsigned long long)used_view());
+    CHECK(cuDevicePrimaryCtxRetain(&p, 0) == CUDA_SUCCESS && used_view() == 2 * cb, "retain again");
+    CHECK(cuDevicePrimaryCtxReset_v2(0) == CUDA_SUCCESS && used_view() == cb, "reset credits");
+    /* contexts past the limit are still created; the claim shows it and allocations fail */
+    for (int i = 0; i < 3; i++)
+        CHECK(cuCtxCreate_v4(&more[i], NULL, 0, 0) == CUDA_SUCCESS, "context %d past the limit is created", i);
+    CHECK(region_used0(r) == 4 * cb, "all four charged: %llu", (unsigned long long)region_used0(r));
+    size_t f, t;
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && t == limit && f == 0, "view clamped: total %zu free %zu", t, f);
+    CHECK(cuMemAlloc_v2(&a, 1) == CUDA_ERROR_OUT_OF_MEMORY, "no room left");
+    for (int i = 0; i < 3; i++)
+        CHECK(cuCtxDestroy_v2(more[i]) == CUDA_SUCCESS, "destroy");
+    CHECK(region_used0(r) == cb, "credited: %llu", (unsigned long long)region_used0(r));
+    /* a process that dies holding a context: its bytes are swept */
+    char *hold[] = { "tcuda", "hold", "0", NULL };
+    pid_t h = spawn_ready(hold);
+    CHECK(region_used0(r) == 2 * cb, "the child's context is charged: %llu", (unsigned long long)region_used0(r));
+    kill(h, SIGKILL);
+    waitpid(h, NULL, 0);
+    CHECK(cuCtxSetCurrent(c1) == CUDA_SUCCESS && used_view() == cb, "dead child's context swept: %llu", (unsigned long long)used_view());
+    CHECK(cuCtxDestroy_v2(c1) == CUDA_SUCCESS && region_used0(r) == 0, "all credited: %llu", (unsigned long long)region_used0(r));
+    CHECK(fakeUsedBytes(0) == 0, "the fake holds nothing");
+    return 0;
+}
+
+/* ctxdefault <default> <ctx-bytes> <claimdir>: with NVML failing and no context current,
+ * the configured default is charged; the next context is measured */
+static int t_ctx_default(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: ctxdefault <default> <ctx-bytes> <claimdir>");
+    uint64_t def = strtoull(argv[0], NULL, 0), cb = strtoull(argv[1], NULL, 0);
+    cuInit(0);
+    CUcontext c1, c2;
+    CHECK(cuCtxCreate_v2(&c1, 0, 0) == CUDA_SUCCESS, "ctx");
+    struct tr_region *r = map_region(argv[2]);
+    CHECK(region_used0(r) == def, "default charged: %llu", (unsigned long long)region_used0(r));
+    CHECK(cuCtxCreate_v2(&c2, 0, 0) == CUDA_SUCCESS && region_used0(r) == def + cb, "measured: %llu", (unsigned long long)region_used0(r));
+    CHECK(cuCtxDestroy_v2(c2) == CUDA_SUCCESS && cuCtxDestroy_v2(c1) == CUDA_SUCCESS && region_used0(r) == 0, "credited");
+    return 0;
+}
+
+/* ---------- legacy v1 entry points (32-bit sizes) ---------- */
+
+typedef CUresult (*alloc32_fn)(CUdeviceptr_v1 *, unsigned);
+typedef CUresult (*info32_fn)(unsigned *, unsigned *);
+
+static int t_legacy(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: legacy <limit>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    CHECK(limit < 4 * GiB, "limit must fit 32 bits");
+    ctx_on(0);
+    unsigned f, t, tm;
+    CHECK(cuMemGetInfo(&f, &t) == CUDA_SUCCESS && t == limit && f == limit, "v1 view total %u free %u", t, f);
+    CHECK(cuDeviceTotalMem(&tm, 0) == CUDA_SUCCESS && tm == limit, "v1 total %u", tm);
+    CUdeviceptr_v1 a, b;
+    unsigned part = (unsigned)(600 * MiB);
+    CHECK(cuMemAlloc(&a, part) == CUDA_SUCCESS && used_view() == part, "v1 alloc counted: %llu", (unsigned long long)used_view());
+    uint64_t drv = fakeUsedBytes(0);
+    CHECK(cuMemAlloc(&b, (unsigned)(limit - part + 1)) == CUDA_ERROR_OUT_OF_MEMORY && fakeUsedBytes(0) == drv, "v1 over the limit");
+    CHECK(cuMemGetInfo(&f, &t) == CUDA_SUCCESS && f == limit - part, "v1 free %u", f);
+    unsigned pitch = 0;
+    CHECK(cuMemAllocPitch(&b, &pitch, 1000, 1000, 4) == CUDA_SUCCESS && pitch >= 1000, "v1 pitch");
+    uint64_t u = part + (uint64_t)pitch * 1000;
+    CHECK(used_view() == u, "v1 pitch counted as %u*1000: %llu", pitch, (unsigned long long)used_view());
+    CUarray arr, arr3;
+    CUDA_ARRAY_DESCRIPTOR_v1 ad = { 1024, 1024, CU_AD_FORMAT_FLOAT, 4 };
+    CUDA_ARRAY3D_DESCRIPTOR_v1 a3 = { 256, 256, 16, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0 };
+    CHECK(cuArrayCreate(&arr, &ad) == CUDA_SUCCESS && used_view() == u + 16 * MiB, "v1 array");
+    CHECK(cuArray3DCreate(&arr3, &a3) == CUDA_SUCCESS && used_view() == u + 17 * MiB, "v1 3d array");
+    CHECK(cuArrayCreate(&arr, &(CUDA_ARRAY_DESCRIPTOR_v1){ (unsigned)limit, 1, CU_AD_FORMAT_UNSIGNED_INT8, 1 }) == CUDA_ERROR_OUT_OF_MEMORY, "v1 array over the limit");
+    CHECK(cuArrayDestroy(arr) == CUDA_SUCCESS && cuArrayDestroy(arr3) == CUDA_SUCCESS, "destroy");
+    CHECK(cuMemFree(a) == CUDA_SUCCESS && cuMemFree(b) == CUDA_SUCCESS && used_view() == 0, "v1 frees credited: %llu", (unsigned long long)used_view());
+    /* an old cudaVersion resolves the v1 variants; they must land in the v1 hooks */
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    gpa_fn gpa = (gpa_fn)dlsym(h, "cuGetProcAddress");
+    gpa2_fn gpa2 = (gpa2_fn)dlsym(h, "cuGetProcAddress_v2");
+    alloc32_fn v1 = NULL, v1b = NULL, vd = (alloc32_fn)dlsym(h, "cuMemAlloc");
+    info32_fn info = NULL;
+    int status;
+    CHECK(gpa("cuMemAlloc", (void **)&v1, 3000, 0) == CUDA_SUCCESS && v1, "gpa v1");
+    CHECK(gpa2("cuMemAlloc", (void **)&v1b, 3010, 0, &status) == CUDA_SUCCESS && v1b, "gpa2 v1");
+    CHECK(gpa2("cuMemGetInfo", (void **)&info, 3000, 0, &status) == CUDA_SUCCESS && info, "gpa2 v1 info");
+    CHECK(info(&f, &t) == CUDA_SUCCESS && t == limit, "v1 view through cuGetProcAddress: %u", t);
+    alloc32_fn fns[] = { v1, v1b, vd };
+    for (int i = 0; i < 3; i++) {
+        struct { CUdeviceptr_v1 p; uint32_t guard; } s = { 0, 0xdeadbeefu };
+        CUdeviceptr_v1 q;
+        CHECK(fns[i](&s.p, (unsigned)limit) == CUDA_SUCCESS && s.guard == 0xdeadbeefu, "path %d: 32-bit result", i);
+        CHECK(fns[i](&q, 1) == CUDA_ERROR_OUT_OF_MEMORY, "path %d: limit applies", i);
+        CHECK(cuMemFree(s.p) == CUDA_SUCCESS, "free");
+    }
+    CHECK(used_view() == 0, "all given back");
+    return 0;
+}
+
+/* ---------- per-thread event rings are freed at thread exit ---------- */
+
+static void *ring_thread(void *p)
+{
+    (void)p;
+    CUcontext c;
+    CHECK(cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS, "ctx");
+    CUfunction k = fakeKernel(20000);
+    for (int i = 0; i < 6; i++)
+        CHECK(cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS, "launch");
+    cuCtxSynchronize();
+    return NULL;
+}
+
+static int t_ringexit(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    cuInit(0);
+    for (int round = 0; round < 4; round++) {
+        pthread_t th[8];
+        for (int i = 0; i < 8; i++)
+            pthread_create(&th[i], NULL, ring_thread, NULL);
+        for (int i = 0; i < 8; i++)
+            pthread_join(th[i], NULL);
+    }
+    CHECK(fakeLiveEvents() == 0, "%d timing events outlived their threads", fakeLiveEvents());
     return 0;
 }
 
@@ -672,7 +848,8 @@ int main(int argc, char **argv)
         { "limit", t_limit }, { "paths", t_paths }, { "procaddr", t_procaddr }, { "unlimited", t_unlimited },
         { "device", t_device }, { "ipc", t_ipc }, { "ipc_import", t_ipc_import }, { "stress", t_stress },
         { "stress_child", t_stress_child }, { "hold", t_hold }, { "churn", t_churn }, { "kill", t_kill },
-        { "fork", t_fork }, { "nvml", t_nvml }, { "sm", t_sm },
+        { "fork", t_fork }, { "nvml", t_nvml }, { "sm", t_sm }, { "ctx", t_ctx }, { "ctxdefault", t_ctx_default },
+        { "legacy", t_legacy }, { "ringexit", t_ringexit },
     };
     if (argc < 2) {
         fprintf(stderr, "usage: tcuda <test> [args]\n");

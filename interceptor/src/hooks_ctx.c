@@ -1,0 +1,217 @@
+/* Context memory: a CUDA context takes device memory (hundreds of MiB on a
+ * real GPU) that no allocation call shows. Each context this process creates
+ * (cuCtxCreate*, the primary context on its first retain) is charged to the
+ * claim as the drop in the device's free memory across its creation, measured
+ * under the region lock so that the claim's own allocations cannot land in
+ * the window. The bytes are charged even past the limit (failing a context
+ * breaks the program; later allocations fail instead), sit in this process's
+ * slot (so the dead-process sweep gives them back) and are credited on
+ * destroy, last release or reset. Where nothing can measure, the configured
+ * `context` bytes are charged. Not a hot path: it may take locks and dlopen. */
+
+static struct tab g_tab_ctx = { NULL, 0, 10 };
+
+/* Primary contexts, by CUDA ordinal: this process's retain count and charge. */
+static struct {
+    int refs;
+    uint64_t bytes;
+    struct dev_rec *rec;
+} g_prim[MAX_RECS];
+static pthread_mutex_t g_prim_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static pthread_once_t g_nvml_init_once = PTHREAD_ONCE_INIT;
+static int g_nvml_ok;
+
+static void nvml_init_once(void)
+{
+    /* the application may never use NVML; its init is reference counted */
+    if (lib_ready(&g_nvml, 1) && r_nvmlInit_v2 && r_nvmlDeviceGetHandleByUUID && r_nvmlDeviceGetMemoryInfo &&
+        r_nvmlInit_v2() == NVML_SUCCESS)
+        g_nvml_ok = 1;
+}
+
+static nvmlDevice_t nvml_handle(struct dev_rec *d)
+{
+    nvmlDevice_t h = __atomic_load_n(&d->nvml_h, __ATOMIC_ACQUIRE);
+    if (h)
+        return h;
+    pthread_once(&g_nvml_init_once, nvml_init_once);
+    if (!g_nvml_ok || r_nvmlDeviceGetHandleByUUID(d->uuid, &h) != NVML_SUCCESS)
+        return NULL;
+    __atomic_store_n(&d->nvml_h, h, __ATOMIC_RELEASE);
+    return h;
+}
+
+enum { METER_NONE, METER_CUDA, METER_NVML };
+
+struct meter {
+    int src;
+    nvmlDevice_t nh;
+    uint64_t before;
+};
+
+/* Device-wide free bytes from the meter's source; -1 when it cannot say. */
+static int meter_read(const struct meter *m, uint64_t *out)
+{
+    if (m->src == METER_CUDA) {
+        size_t f = 0, t = 0;
+        if (!r_cuMemGetInfo_v2 || r_cuMemGetInfo_v2(&f, &t) != CUDA_SUCCESS)
+            return -1;
+        *out = f;
+        return 0;
+    }
+    if (m->src == METER_NVML) {
+        nvmlMemory_t mem;
+        if (r_nvmlDeviceGetMemoryInfo(m->nh, &mem) != NVML_SUCCESS)
+            return -1;
+        *out = mem.free;
+        return 0;
+    }
+    return -1;
+}
+
+/* Picks a source before the region lock is taken: the driver's own free
+ * memory when a context on this device is current (both readings then come
+ * from it), else NVML's. */
+static void meter_pick(struct meter *m, struct dev_rec *d, CUdevice dev)
+{
+    CUdevice cur;
+    m->src = METER_NONE;
+    m->nh = NULL;
+    if (r_cuCtxGetDevice && r_cuCtxGetDevice(&cur) == CUDA_SUCCESS && cur == dev) {
+        m->src = METER_CUDA;
+    } else if ((m->nh = nvml_handle(d)) != NULL) {
+        m->src = METER_NVML;
+    }
+}
+
+/* Under the region lock: the bytes the creation just cost. */
+static uint64_t meter_cost(struct meter *m, struct dev_rec *d, int measured_before)
+{
+    uint64_t after;
+    if (measured_before && meter_read(m, &after) == 0)
+        return m->before > after ? m->before - after : 0;
+    return d->ctx_default;
+}
+
+/* Runs `call` (a context creation) with the region locked around it and
+ * charges what it cost. Sets *charged. */
+#define CTX_CREATE(d, dev, call, charged)                                         \
+    do {                                                                          \
+        struct meter m_;                                                          \
+        meter_pick(&m_, (d), (dev));                                              \
+        t_in_hook++;                                                              \
+        if (region_lock((d)->rh)) {                                               \
+            rc = call;                                                            \
+        } else {                                                                  \
+            int mb_ = meter_read(&m_, &m_.before) == 0;                           \
+            rc = call;                                                            \
+            if (rc == CUDA_SUCCESS) {                                             \
+                *(charged) = meter_cost(&m_, (d), mb_);                           \
+                region_charge_locked((d)->rh, (d)->g, *(charged));                \
+            }                                                                     \
+            region_unlock((d)->rh);                                               \
+        }                                                                         \
+        t_in_hook--;                                                              \
+    } while (0)
+
+static struct dev_rec *ctx_dev(CUdevice dev)
+{
+    if (!g_acct || t_in_hook || !g_tab_ctx.e)
+        return NULL;
+    return rec_for_cuda(dev);
+}
+
+#define CTX_CREATE_HOOK(name, params, args)                                             \
+    HOOK CUresult name params                                                           \
+    {                                                                                   \
+        NEED(name);                                                                     \
+        struct dev_rec *d = ctx_dev(dev);                                               \
+        if (!d || !c)                                                                   \
+            return r_##name args;                                                       \
+        CUresult rc;                                                                    \
+        uint64_t bytes = 0;                                                             \
+        CTX_CREATE(d, dev, r_##name args, &bytes);                                      \
+        if (rc == CUDA_SUCCESS && bytes) {                                              \
+            tlog(LOG_DEBUG, "%s: context %llx costs %llu bytes", d->uuid,               \
+                 (unsigned long long)(uintptr_t)*c, (unsigned long long)bytes);         \
+            track(&g_tab_ctx, (uint64_t)(uintptr_t)*c, bytes, d);                       \
+        }                                                                               \
+        return rc;                                                                      \
+    }
+
+CTX_CREATE_HOOK(cuCtxCreate_v2, (CUcontext *c, unsigned flags, CUdevice dev), (c, flags, dev))
+CTX_CREATE_HOOK(cuCtxCreate_v3, (CUcontext *c, void *params, int nparams, unsigned flags, CUdevice dev),
+                (c, params, nparams, flags, dev))
+CTX_CREATE_HOOK(cuCtxCreate_v4, (CUcontext *c, void *params, unsigned flags, CUdevice dev), (c, params, flags, dev))
+
+HOOK CUresult cuCtxDestroy_v2(CUcontext c)
+{
+    NEED(cuCtxDestroy_v2);
+    FREE_WITH(&g_tab_ctx, r_cuCtxDestroy_v2(c), (uintptr_t)c);
+}
+
+HOOK CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev)
+{
+    NEED(cuDevicePrimaryCtxRetain);
+    struct dev_rec *d = ctx_dev(dev);
+    if (!d || dev < 0 || dev >= MAX_RECS)
+        return r_cuDevicePrimaryCtxRetain(c, dev);
+    CUresult rc;
+    pthread_mutex_lock(&g_prim_mutex);
+    if (g_prim[dev].refs > 0) {
+        rc = r_cuDevicePrimaryCtxRetain(c, dev);
+    } else {
+        uint64_t bytes = 0;
+        CTX_CREATE(d, dev, r_cuDevicePrimaryCtxRetain(c, dev), &bytes);
+        g_prim[dev].bytes = bytes;
+        g_prim[dev].rec = d;
+    }
+    if (rc == CUDA_SUCCESS)
+        g_prim[dev].refs++;
+    pthread_mutex_unlock(&g_prim_mutex);
+    return rc;
+}
+
+/* After a successful release (drop one reference) or reset (drop all). */
+static void prim_drop(CUdevice dev, int all)
+{
+    if (!g_acct || dev < 0 || dev >= MAX_RECS)
+        return;
+    pthread_mutex_lock(&g_prim_mutex);
+    if (g_prim[dev].refs > 0) {
+        g_prim[dev].refs = all ? 0 : g_prim[dev].refs - 1;
+        if (g_prim[dev].refs == 0 && g_prim[dev].rec) {
+            if (g_prim[dev].bytes)
+                acct_release(g_prim[dev].rec, g_prim[dev].bytes);
+            g_prim[dev].bytes = 0;
+            g_prim[dev].rec = NULL;
+        }
+    }
+    pthread_mutex_unlock(&g_prim_mutex);
+}
+
+#define PRIM_DROP_HOOK(name, all)                        \
+    HOOK CUresult name(CUdevice dev)                     \
+    {                                                    \
+        NEED(name);                                      \
+        if (t_in_hook)                                   \
+            return r_##name(dev);                        \
+        t_in_hook++;                                     \
+        CUresult rc = r_##name(dev);                     \
+        if (rc == CUDA_SUCCESS)                          \
+            prim_drop(dev, (all));                       \
+        t_in_hook--;                                     \
+        return rc;                                       \
+    }
+PRIM_DROP_HOOK(cuDevicePrimaryCtxRelease, 0)
+PRIM_DROP_HOOK(cuDevicePrimaryCtxRelease_v2, 0)
+PRIM_DROP_HOOK(cuDevicePrimaryCtxReset, 1)
+PRIM_DROP_HOOK(cuDevicePrimaryCtxReset_v2, 1)
+
+/* In a forked child no context of the parent's is ours. */
+static void ctx_forget_after_fork(void)
+{
+    memset(g_prim, 0, sizeof g_prim);
+    pthread_mutex_init(&g_prim_mutex, NULL);
+}
