@@ -23,6 +23,7 @@ from dra_driver.backends import open_backend
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.devices import Json
 from dra_driver.errors import ConfigError, TesseraError
+from dra_driver.explain.cli import add_cli as add_explain_command
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 
@@ -126,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_inventory_command(sub)
     _add_plugin_command(sub)
+    add_explain_command(sub)
     return parser
 
 

@@ -169,8 +169,8 @@ def _whole(gpu: Gpu, inventory: Inventory, totals: dict[str, int] | None) -> Jso
             **_common_attributes(gpu, inventory),
         },
         "capacity": {
-            qualified(Cap.MEMORY): {"value": mib_quantity(gpu.memory_bytes)},
-            qualified(Cap.MULTIPROCESSORS): {"value": str(gpu.multiprocessors)},
+            Cap.MEMORY: {"value": mib_quantity(gpu.memory_bytes)},
+            Cap.MULTIPROCESSORS: {"value": str(gpu.multiprocessors)},
         },
     }
     if totals is not None:
@@ -191,7 +191,7 @@ def _vgpu(gpu: Gpu, inventory: Inventory, totals: dict[str, int], shares: int) -
         },
         "capacity": {
             # A claim that names no memory gets all of it, as with HAMi's default.
-            qualified(Cap.MEMORY): {
+            Cap.MEMORY: {
                 "value": memory,
                 "requestPolicy": {
                     "default": memory,
@@ -199,7 +199,7 @@ def _vgpu(gpu: Gpu, inventory: Inventory, totals: dict[str, int], shares: int) -
                 },
             },
             # 0 = no SM limit and no reservation.
-            qualified(Cap.CORES): {
+            Cap.CORES: {
                 "value": str(MAX_CORES),
                 "requestPolicy": {
                     "default": "0",
@@ -207,7 +207,7 @@ def _vgpu(gpu: Gpu, inventory: Inventory, totals: dict[str, int], shares: int) -
                 },
             },
             # Every allocation takes exactly one share: at most `shares` claims per GPU.
-            qualified(Cap.SHARES): {
+            Cap.SHARES: {
                 "value": str(shares),
                 "requestPolicy": {"default": "1", "validValues": ["1"]},
             },
@@ -228,8 +228,8 @@ def _mig_attributes(gpu: Gpu, inventory: Inventory, prof_name: str, start: int) 
 
 def _mig_capacity(prof: MigProfile) -> Json:
     return {
-        qualified(Cap.MEMORY): {"value": f"{prof.memory_mib}Mi"},
-        qualified(Cap.MULTIPROCESSORS): {"value": str(prof.multiprocessors)},
+        Cap.MEMORY: {"value": f"{prof.memory_mib}Mi"},
+        Cap.MULTIPROCESSORS: {"value": str(prof.multiprocessors)},
     }
 
 

@@ -111,7 +111,7 @@ TEMPLATES = {
         "slice",
         {
             "deviceClassName": "vgpu.tessera.dev",
-            "capacity": {"requests": {"gpu.tessera.dev/memory": "1Gi", "gpu.tessera.dev/cores": "5"}},
+            "capacity": {"requests": {"memory": "1Gi", "cores": "5"}},
         },
     ),
     "mig-1g.10gb": template("mig", {"deviceClassName": "mig-1g.10gb.gpu.tessera.dev"}),

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from dra_driver.names import DRIVER_NAME, Cap, qualified
+from dra_driver.names import DRIVER_NAME, Cap
 from e2e.kube import Json, allocated_results, get_claim, pod_claim_name
 from e2e.kubelet_standin.errors import StandInError
 
@@ -82,10 +82,10 @@ def _mib(quantity: Any) -> str:
 def _limits(result: Json, claim: Json) -> str:
     consumed = result.get("consumedCapacity") or {}
     parts = []
-    if qualified(Cap.MEMORY) in consumed:
-        parts.append(f"memory {_mib(consumed[qualified(Cap.MEMORY)])}")
-    if qualified(Cap.CORES) in consumed:
-        parts.append(f"cores {consumed[qualified(Cap.CORES)]}%")
+    if Cap.MEMORY in consumed:
+        parts.append(f"memory {_mib(consumed[Cap.MEMORY])}")
+    if Cap.CORES in consumed:
+        parts.append(f"cores {consumed[Cap.CORES]}%")
     for status in (claim.get("status") or {}).get("devices") or []:
         if status.get("device") == result["device"] and status.get("shareID") == result.get("shareID"):
             data = status.get("data") or {}

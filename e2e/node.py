@@ -165,7 +165,14 @@ class SimNode:
         self.wait_for_slices(timeout_s=timeout_s)
         log.info("simnode.ready", node=self.name, root=str(self.root))
 
-    def start_standin(self) -> None:
+    @property
+    def standin_ready_file(self) -> Path:
+        return self.root / "var/lib/standin/ready"
+
+    def start_standin(self, *, timeout_s: float = 30.0) -> None:
+        """Starts the stand-in and waits until it is ready: it wipes the node's slices at start, as a kubelet
+        does, and that must happen before the plugin publishes."""
+        self.standin_ready_file.unlink(missing_ok=True)
         self.standin = spawn_python(
             name="standin",
             args=[
@@ -178,6 +185,15 @@ class SimNode:
             log_path=self.logs / "standin.log",
             die_with_parent=self.die_with_parent,
         )
+        ready = f"{self.standin.pid}\n"
+        deadline = time.monotonic() + timeout_s
+        while not (self.standin_ready_file.exists() and self.standin_ready_file.read_text() == ready):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                raise StandInError(
+                    f"the kubelet stand-in of node {self.name} did not start within {timeout_s}s"
+                )
+            time.sleep(0.05)
 
     def start_plugin(self) -> None:
         self.plugin = spawn_python(

@@ -21,6 +21,7 @@ import structlog
 from dra_driver.errors import TesseraError
 from dra_driver.logs import configure
 from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.probe import add_probe_command
 
 STOP_GRACE_S = 5.0
 log = structlog.get_logger(__name__)
@@ -133,6 +134,7 @@ def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser = subparsers.add_parser("plugin", help="run the kubelet plugin (node daemon)")
     add_arguments(parser)
     parser.set_defaults(handler=run_from_args)
+    add_probe_command(parser)  # `tessera plugin probe`, the liveness check
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -133,13 +133,13 @@ def _paths(value: Any, prefix: str = "") -> set[str]:
 
 def dropped_fields(desired: Sequence[Json], stored: Sequence[Json]) -> list[str]:
     """Fields we wrote that the API server did not keep (a disabled feature gate drops them silently),
-    as `<slice>: spec.devices[3].allowMultipleAllocations`; a missing slice counts as dropped too."""
+    as `<slice>: spec.devices[3].allowMultipleAllocations`. A slice that is gone was deleted by someone
+    (the kubelet wipes a node's slices at its start): that is a change to repair, not a dropped field."""
     by_name = {_name(s): s for s in stored}
     dropped: list[str] = []
     for d in desired:
         name = _name(d)
         if name not in by_name:
-            dropped.append(f"{name}: the whole slice")
             continue
         missing = _paths(canonical(d["spec"]), "spec") - _paths(canonical(by_name[name]["spec"]), "spec")
         # Report the outermost missing path only (`…consumesCounters`, not every counter inside it).

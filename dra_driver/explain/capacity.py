@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dra_driver.explain.catalog import CapacitySpec, CatalogDevice, qualify
+from dra_driver.explain.catalog import CapacitySpec, CatalogDevice
 from dra_driver.explain.quantity import format_quantity
 from dra_driver.explain.request import Request
 
@@ -37,10 +37,14 @@ def consumed_capacity(req: Request, d: CatalogDevice) -> dict[str, Fraction] | s
     A shared device consumes the (rounded-up) request, the policy default when not requested, else all of it;
     an exclusive device treats capacity requests as minimum sizes and consumes nothing countable.
     """
-    requested = {qualify(k, d.key.driver): q.value for k, q in (req.capacity or {}).items()}
-    for name in requested:
-        if name not in d.capacity:
-            return f"device has no capacity {name.rpartition('/')[2]}"
+    # Like kube-scheduler, match request keys to capacity names exactly as the slice spells them.
+    by_spelling = {spelled: name for name, spelled in d.capacity_spelling.items()}
+    requested: dict[str, Fraction] = {}
+    for key, q in (req.capacity or {}).items():
+        if key not in by_spelling:
+            known = ", ".join(sorted(by_spelling)) or "none"
+            return f"device has no capacity named {key!r} (it publishes: {known})"
+        requested[by_spelling[key]] = q.value
     out: dict[str, Fraction] = {}
     for name, spec in d.capacity.items():
         short = name.rpartition("/")[2]

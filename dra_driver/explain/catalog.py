@@ -57,6 +57,8 @@ class CatalogDevice:
     consumes: tuple[tuple[str, tuple[tuple[str, Quantity], ...]], ...] = ()  # (counter set, counters)
     allow_multiple_allocations: bool = False
     taints: tuple[Taint, ...] = ()
+    # qualified → as the slice spells it: kube-scheduler matches capacity requests by exact string
+    capacity_spelling: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -136,6 +138,7 @@ def _device(driver: str, pool: str, raw: Obj) -> CatalogDevice:
         consumes=consumes,
         allow_multiple_allocations=bool(raw.get("allowMultipleAllocations", False)),
         taints=taints,
+        capacity_spelling={qualify(k, driver): k for k in raw.get("capacity") or {}},
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,8 @@ from typing import Any
 
 import structlog
 
+from dra_driver.errors import TesseraError
+from dra_driver.files import atomic_write
 from e2e.kubelet_standin.apiserver import GoneError, NodeApi
 from e2e.kubelet_standin.cdi_registry import CdiRegistry
 from e2e.kubelet_standin.container_edits import ContainerConfig
@@ -45,6 +48,7 @@ class StandInOptions:
     plugins_registry: Path  # <root>/var/lib/kubelet/plugins_registry
     cdi_dirs: tuple[Path, ...]  # lowest priority first: <root>/etc/cdi, <root>/var/run/cdi
     runtime_dir: Path  # PodRuntime records
+    ready_file: Path  # written (with our pid) once started: slices wiped, watches running
     workers: int = 2
     wipe_grace_s: float = 30.0  # a driver that deregisters and does not return in this time loses its slices
     wipe_at_start: bool = True
@@ -56,6 +60,7 @@ class StandInOptions:
             plugins_registry=root / "var/lib/kubelet/plugins_registry",
             cdi_dirs=(root / "etc/cdi", root / "var/run/cdi"),
             runtime_dir=root / "var/lib/standin/pods",
+            ready_file=root / "var/lib/standin/ready",
             **kwargs,
         )
 
@@ -146,6 +151,7 @@ class KubeletStandIn:
     # ---- lifecycle --------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.options.ready_file.unlink(missing_ok=True)
         self.options.runtime_dir.mkdir(parents=True, exist_ok=True)
         if self.options.wipe_at_start:
             wiped = self._api.wipe_slices()
@@ -156,6 +162,9 @@ class KubeletStandIn:
             thread = threading.Thread(target=target, name=f"standin-{k}", daemon=True)
             thread.start()
             self._threads.append(thread)
+        # Whoever starts the plugin next waits for this: a wipe that came after the plugin's first publish
+        # would delete its fresh slices.
+        atomic_write(self.options.ready_file, f"{os.getpid()}\n".encode())
         log.info("standin.started", node=self.options.node_name)
 
     def request_stop(self) -> None:
@@ -238,7 +247,7 @@ class KubeletStandIn:
                 return
             try:
                 delay = self._sync(uid)
-            except StandInError as e:
+            except TesseraError as e:
                 log.warning("standin.sync_failed", pod_uid=uid, error=str(e))
                 delay = self._backoff(uid)
             except Exception:

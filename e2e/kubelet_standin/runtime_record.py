@@ -5,12 +5,12 @@ way one would inspect a real container's environment and mounts."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dra_driver.files import atomic_write
 from e2e.kubelet_standin.container_edits import ContainerConfig, DeviceNodeEdit, HookEdit, MountEdit
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.pod_claims import PreparedDevice
@@ -188,25 +188,9 @@ def decode(raw: object, *, where: str = "pod runtime record") -> PodRuntime:
 
 
 def write_record(directory: Path, record: PodRuntime) -> Path:
-    """temp → fsync → rename → fsync(dir), so a reader sees a whole record or none."""
+    """Durably (temp, fsync, rename, fsync of the directory), so a reader sees a whole record or none."""
     path = directory / record_file_name(record.namespace, record.name, record.uid)
-    tmp = path.with_name(f".{path.name}.tmp")
-    data = json.dumps(encode(record), indent=1).encode()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise StandInError(f"cannot write {path}: {e.strerror}") from e
+    atomic_write(path, json.dumps(encode(record), indent=1).encode())
     return path
 
 

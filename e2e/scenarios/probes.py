@@ -77,7 +77,7 @@ def attribute(bed: SimCluster, node: str, device: str, name: str) -> Any:
 
 
 def consumed(result: Json, cap: str) -> str:
-    return str((result.get("consumedCapacity") or {}).get(qualified(cap)))
+    return str((result.get("consumedCapacity") or {}).get(cap))
 
 
 def memory_of(result: Json) -> str:

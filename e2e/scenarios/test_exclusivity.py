@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.names import Attr, Cap, qualified
+from dra_driver.names import Attr, Cap
 from e2e.examples import example, find, pinned, renamed
 from e2e.kube import Json, get_pod, wait_for
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, results, running, stays_pending
@@ -15,7 +15,7 @@ from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 
-MEMORY, CORES = qualified(Cap.MEMORY), qualified(Cap.CORES)
+MEMORY, CORES = Cap.MEMORY, Cap.CORES
 
 
 def template(name: str, device_class: str, cel: str, capacity: dict[str, str] | None = None) -> Json:

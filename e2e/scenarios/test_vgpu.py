@@ -15,7 +15,6 @@ from dra_driver.names import (
     ClaimUID,
     HamiEnv,
     container_claim_dir,
-    qualified,
 )
 from e2e.examples import example, find, renamed
 from e2e.kube import Json
@@ -40,8 +39,8 @@ pytestmark = pytest.mark.e2e
 def vgpu_template(name: str, memory: str, cores: str) -> Json:
     template = renamed(find(example("03-vgpu"), "ResourceClaimTemplate", "vgpu-3000mi-30"), name)
     template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"] = {
-        qualified(Cap.MEMORY): memory,
-        qualified(Cap.CORES): cores,
+        Cap.MEMORY: memory,
+        Cap.CORES: cores,
     }
     return template
 

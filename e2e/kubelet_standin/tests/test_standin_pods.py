@@ -23,6 +23,7 @@ from e2e.kubelet_standin.runtime_record import (
     decode,
     encode,
     find_record,
+    record_file_name,
     write_record,
 )
 
@@ -134,7 +135,7 @@ def test_runtime_record_round_trips_through_disk(tmp_path: Path) -> None:
     write_record(tmp_path, record)
     assert find_record(tmp_path, namespace="ns", name="p") == record
     assert find_record(tmp_path, namespace="ns", name="other") is None
-    assert not list(tmp_path.glob(".*.tmp"))
+    assert [p.name for p in tmp_path.iterdir()] == [record_file_name("ns", "p", "u1")]
 
 
 def test_runtime_record_rejects_other_versions() -> None:

@@ -56,17 +56,17 @@ def test_vgpu_device_is_multi_allocatable_with_policies() -> None:
     assert vgpu["allowMultipleAllocations"] is True
     cap = vgpu["capacity"]
     assert isinstance(cap, dict)
-    memory = cap["gpu.tessera.dev/memory"]
+    memory = cap["memory"]
     assert memory["value"] == "81559Mi" and memory["requestPolicy"]["validRange"] == {
         "min": "1Mi",
         "max": "81559Mi",
         "step": "1Mi",
     }
-    assert cap["gpu.tessera.dev/cores"]["requestPolicy"] == {
+    assert cap["cores"]["requestPolicy"] == {
         "default": "0",
         "validRange": {"min": "0", "max": "100", "step": "1"},
     }
-    assert cap["gpu.tessera.dev/shares"] == {
+    assert cap["shares"] == {
         "value": "7",
         "requestPolicy": {"default": "1", "validValues": ["1"]},
     }
@@ -79,7 +79,7 @@ def test_attributes_of_the_whole_gpu() -> None:
     assert attr(gpu, "cudaComputeCapability") == "8.0.0" and attr(gpu, "driverVersion") == "535.104.5"
     assert attr(gpu, "cudaDriverVersion") == "12.2.0" and attr(gpu, "architecture") == "Ampere"
     assert gpu["attributes"]["resource.kubernetes.io/pciBusID"] == {"string": "0000:13:00.0"}
-    assert gpu["capacity"]["gpu.tessera.dev/memory"] == {"value": "40960Mi"}
+    assert gpu["capacity"]["memory"] == {"value": "40960Mi"}
 
 
 def test_ampere_mig_off_offers_gpu_and_vgpu_only() -> None:

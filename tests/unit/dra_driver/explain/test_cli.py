@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.explain.cli import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_USAGE, add_cli, main
+from dra_driver.explain.cli import add_cli, main
+from dra_driver.explain.command import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_USAGE
 
 from .slicegen import allocated_claim, claim, exactly, node_slices
 

@@ -60,6 +60,17 @@ def test_capacity_request_outside_policy() -> None:
     assert kind is ReasonKind.CAPACITY_POLICY and "memory" in message and "80Gi" in message
 
 
+def test_capacity_keys_match_the_published_spelling_exactly() -> None:
+    # kube-scheduler does not qualify request keys: `gpu.tessera.dev/memory` is not the published `memory`.
+    qualified_keys = exactly(
+        "gpu", "vgpu.tessera.dev", capacity={"requests": {"gpu.tessera.dev/memory": "20Gi", "cores": "50"}}
+    )
+    v = run(claim(qualified_keys))
+    assert not v.satisfiable
+    kind, message = reason(v.requests[0], "gpu-0-vgpu")
+    assert kind is ReasonKind.CAPACITY_POLICY and "'gpu.tessera.dev/memory'" in message
+
+
 def test_whole_gpu_in_use_blocks_its_vgpu_through_counters() -> None:
     v = run(claim(vgpu()), allocated_claim("other", ("gpu-0", {})))
     assert v.satisfiable

@@ -1,0 +1,80 @@
+"""What `tessera explain` does once its arguments are parsed: gather inputs, explain, print."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dra_driver.errors import TesseraError
+from dra_driver.explain.catalog import allocations_of, build_catalog, claim_ref
+from dra_driver.explain.explain import explain_claim
+from dra_driver.explain.request import parse_claim, parse_device_class
+from dra_driver.explain.sources import REPO_DEVICECLASSES, ClusterSource, Inputs, load_files, simulated_slices
+from dra_driver.explain.verdict import ClaimVerdict, render
+
+EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_USAGE = 0, 1, 2
+
+
+def _node_of(inputs: Inputs) -> str:
+    nodes = sorted({str(s["spec"].get("nodeName")) for s in inputs.slices if s["spec"].get("nodeName")})
+    if len(nodes) != 1:
+        raise TesseraError(
+            f"the simulated slices name {len(nodes)} nodes ({', '.join(nodes)}); give --node"
+            if nodes
+            else "no ResourceSlice with spec.nodeName in the simulated input"
+        )
+    return nodes[0]
+
+
+def _verdict(args: argparse.Namespace) -> ClaimVerdict:
+    claim_path = Path(args.claim)
+    from_file = claim_path.suffix in (".yaml", ".yml", ".json") or claim_path.exists()
+    cluster = None if args.simulate else ClusterSource(kubeconfig=args.kubeconfig)
+    if from_file:
+        given = load_files([claim_path])
+        raw_claims = given.claims + given.templates
+        if len(raw_claims) != 1:
+            raise TesseraError(
+                f"{claim_path}: expected exactly one ResourceClaim or ResourceClaimTemplate, "
+                f"found {len(raw_claims)}"
+            )
+        raw_claim = raw_claims[0]
+    else:
+        namespace, slash, name = args.claim.partition("/")
+        if not slash or cluster is None:
+            raise TesseraError(f"{args.claim!r} is neither a file nor namespace/name read from the cluster")
+        given, raw_claim = Inputs(), cluster.claim(namespace, name)
+    if cluster is not None:
+        if not args.node:
+            raise TesseraError("cluster mode needs --node NAME")
+        node = args.node
+        world = cluster.inputs(node=node)
+    else:
+        world = load_files(args.simulate) + given
+        world = world + Inputs(slices=tuple(s for n in world.nodes for s in simulated_slices(n)))
+        if not world.classes:
+            world = world + load_files(args.classes or [REPO_DEVICECLASSES])
+        node = _node_of(world)
+    classes = {c.name: c for c in map(parse_device_class, world.classes)}
+    return explain_claim(
+        claim=parse_claim(raw_claim),
+        classes=classes,
+        catalog=build_catalog(world.slices, node=node),
+        allocations=allocations_of(world.claims, skip=claim_ref(raw_claim)),
+        node=node,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        verdict = _verdict(args)
+    except TesseraError as e:
+        sys.stderr.write(f"tessera explain: {e}\n")
+        return EXIT_USAGE
+    if args.output == "json":
+        sys.stdout.write(json.dumps(verdict.to_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(render(verdict, verbose=args.verbose) + "\n")
+    return EXIT_FITS if verdict.satisfiable else EXIT_DOES_NOT_FIT

@@ -1,0 +1,183 @@
+"""The node plugin's ClusterRole grants exactly the API calls kubelet_plugin/ makes: a new call without a rule
+fails here, and so does a rule no call needs.
+
+The calls are found in the source (every method of a kubernetes `*Api` class the plugin instantiates,
+called or handed to `watch.stream`), and each is turned into (apiGroup, resource, verb) from the client's own
+request path and HTTP method, so no hand-kept table can drift from the code.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+
+from dra_driver.names import DRIVER_NAME
+
+ROOT = Path(__file__).resolve().parents[3]
+PLUGIN = ROOT / "kubelet_plugin"
+MANIFESTS = ROOT / "deploy" / "manifests" / "tessera.yaml"
+ROLE = "tessera-node-plugin"
+API_CLASSES = {n: getattr(k8s, n) for n in dir(k8s) if re.fullmatch(r"[A-Z]\w*V\d\w*Api", n)}
+# Raw request paths the scan below cannot see through.
+OPAQUE = ("call_api", "DynamicClient", "CustomObjectsApi")
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    group: str
+    resource: str
+    verb: str
+    resource_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    api: str
+    method: str
+    watched: bool
+    where: str
+
+
+def _used_api_classes(tree: ast.AST) -> set[str]:
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return names & set(API_CLASSES)
+
+
+def _streamed(tree: ast.AST) -> set[int]:
+    """ids of the expressions handed to `<watch>.stream(...)`: a watch, not a list."""
+    return {
+        id(arg)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "stream"
+        for arg in n.args[:1]
+    }
+
+
+def find_calls(sources: dict[str, str]) -> list[Call]:
+    trees = {name: ast.parse(text) for name, text in sources.items()}
+    used = set().union(*(_used_api_classes(t) for t in trees.values()))
+    calls: list[Call] = []
+    for name, tree in trees.items():
+        streamed = _streamed(tree)
+        for n in ast.walk(tree):
+            if not isinstance(n, ast.Attribute) or n.attr.startswith("_"):
+                continue
+            # an endpoint method has a request serializer; helpers such as close() do not
+            owners = sorted(c for c in used if hasattr(API_CLASSES[c], f"_{n.attr}_serialize"))
+            if not owners:
+                continue
+            assert len(owners) == 1, f"{name}:{n.lineno}: {n.attr} exists in {owners}; which API is it?"
+            calls.append(Call(owners[0], n.attr, id(n) in streamed, f"{name}:{n.lineno}"))
+    return calls
+
+
+def permissions_of(call: Call) -> set[Permission]:
+    serialize = getattr(API_CLASSES[call.api], f"_{call.method}_serialize")
+    source = inspect.getsource(serialize)
+    [method] = re.findall(r"method='(\w+)'", source)
+    [path] = re.findall(r"resource_path='([^']+)'", source)
+    parts = path.strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[:2] == ["namespaces", "{namespace}"]:
+        rest = rest[2:]
+    resource, named, sub = rest[0], len(rest) > 1, rest[2] if len(rest) > 2 else None
+    verb = {
+        ("GET", True): "get",
+        ("GET", False): "watch" if call.watched else "list",
+        ("POST", False): "create",
+        ("PUT", True): "update",
+        ("PATCH", True): "patch",
+        ("DELETE", True): "delete",
+        ("DELETE", False): "deletecollection",
+    }[(method, named)]
+    full = f"{resource}/{sub}" if sub else resource
+    needed = {Permission(group, full, verb)}
+    if full == "resourceclaims/status" and verb in ("update", "patch"):
+        # status.devices: per-driver permission, for claims allocated on the plugin's own node (KEP-4817)
+        needed.add(Permission(group, "resourceclaims/driver", f"associated-node:{verb}", DRIVER_NAME))
+    return needed
+
+
+def plugin_sources() -> dict[str, str]:
+    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(PLUGIN.glob("*.py"))}
+
+
+def granted() -> set[Permission]:
+    docs = [d for d in yaml.safe_load_all(MANIFESTS.read_text(encoding="utf-8")) if d]
+    roles: list[dict[str, Any]] = [d for d in docs if d["kind"] == "ClusterRole"]
+    assert [r["metadata"]["name"] for r in roles] == [ROLE]
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")], "only the ClusterRole is expected"
+    out: set[Permission] = set()
+    for rule in roles[0]["rules"]:
+        names = rule.get("resourceNames") or [None]
+        for g in rule["apiGroups"]:
+            for r in rule["resources"]:
+                for v in rule["verbs"]:
+                    out |= {Permission(g, r, v, n) for n in names}
+    return out
+
+
+def needed() -> dict[Permission, list[str]]:
+    out: dict[Permission, list[str]] = {}
+    for call in find_calls(plugin_sources()):
+        for p in permissions_of(call):
+            out.setdefault(p, []).append(f"{call.method} ({call.where})")
+    return out
+
+
+def test_every_call_has_a_rule_and_every_rule_a_call() -> None:
+    need, have = needed(), granted()
+    missing = {p: need[p] for p in need if p not in have}
+    assert not missing, f"kubelet_plugin makes calls the ClusterRole {ROLE} does not allow: {missing}"
+    unused = have - set(need)
+    assert not unused, f"the ClusterRole {ROLE} grants what no kubelet_plugin call needs: {unused}"
+
+
+def test_the_scan_sees_the_plugins_known_calls() -> None:
+    methods = {(c.method, c.watched) for c in find_calls(plugin_sources())}
+    assert ("create_resource_slice", False) in methods
+    assert ("list_resource_slice", True) in methods  # the publisher's watch
+    assert ("patch_namespaced_resource_claim_status", False) in methods
+    assert ("create_namespaced_event", False) in methods
+
+
+def test_no_raw_requests_hide_from_the_scan() -> None:
+    for name, text in plugin_sources().items():
+        for word in OPAQUE:
+            assert word not in text, f"{name} uses {word}: add its permissions to this test by hand"
+
+
+def test_a_new_call_without_a_rule_would_fail() -> None:
+    snippet = "from kubernetes import client as k8s\nk8s.CoreV1Api(api).delete_namespaced_pod(name='x')\n"
+    [call] = find_calls({"new.py": snippet})
+    [p] = permissions_of(call)
+    assert p == Permission("", "pods", "delete")
+    assert p not in granted()
+
+
+def test_paths_map_to_the_verbs_rbac_checks() -> None:
+    def perms(api: str, method: str, watched: bool = False) -> set[Permission]:
+        return permissions_of(Call(api, method, watched, "t"))
+
+    assert perms("ResourceV1Api", "replace_resource_slice") == {
+        Permission("resource.k8s.io", "resourceslices", "update")
+    }
+    assert perms("ResourceV1Api", "read_namespaced_resource_claim") == {
+        Permission("resource.k8s.io", "resourceclaims", "get")
+    }
+    assert perms("ResourceV1Api", "replace_namespaced_resource_claim_status") == {
+        Permission("resource.k8s.io", "resourceclaims/status", "update"),
+        Permission("resource.k8s.io", "resourceclaims/driver", "associated-node:update", DRIVER_NAME),
+    }
+    assert perms("CoreV1Api", "list_node", watched=True) == {Permission("", "nodes", "watch")}
+    assert perms("CoreV1Api", "delete_collection_namespaced_pod") == {
+        Permission("", "pods", "deletecollection")
+    }
