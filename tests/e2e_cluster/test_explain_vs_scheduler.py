@@ -5,8 +5,6 @@ not fit its reason names the selector, capacity or counter that is in the way.""
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import re
 import tempfile
 import uuid
@@ -20,16 +18,12 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.explain.cli import main as explain_main
 from dra_driver.names import DRIVER_NAME, Attr, qualified
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
 from e2e.controlplane.launcher import ControlPlane
-from e2e.controlplane.nodes import create_node, delete_node
 from e2e.examples import device_class_files, load
-from e2e.kube import Kubectl, allocated_results, get_claim, get_pod, wait_for
-from kubelet_plugin.publisher import SlicePublisher
+from e2e.kube import Kubectl, get_claim, wait_for
+from e2e.published_node import published_node
+from e2e.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -59,25 +53,16 @@ def published(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[P
     with tempfile.TemporaryDirectory() as tmp:
         node_file = Path(tmp) / "node.yaml"
         node_file.write_text(yaml.safe_dump(SIM_NODE), encoding="utf-8")
-        backend = SimulatedBackend.from_file(node_file=node_file, state_file=None)
-        try:
-            slices = build_slices(backend.inventory(), NodeSettings(node_name=NODE))
-        finally:
-            backend.close()
-    create_node(k8s_api, name=NODE, labels={"tessera.dev/test": "explain"})
-    resource = k8s.ResourceV1Api(k8s_api)
-    publisher = SlicePublisher(api=resource, node_name=NODE)
-    try:
-        publisher.publish(slices)
-        devices = [d for s in slices for d in s["spec"].get("devices") or []]
-        whole = {d["name"]: d for d in devices if d["attributes"][qualified(Attr.TYPE)]["string"] == "gpu"}
-        yield Published(
-            uuids={n: d["attributes"][qualified(Attr.UUID)]["string"] for n, d in whole.items()},
-            product=next(iter(whole.values()))["attributes"][qualified(Attr.PRODUCT_NAME)]["string"],
-        )
-    finally:
-        publisher.publish([])
-        delete_node(k8s_api, name=NODE)
+        with published_node(
+            k8s_api, node_file=node_file, name=NODE, labels={"tessera.dev/test": "explain"}
+        ) as node:
+            whole = {
+                d["name"]: d for d in node.devices if d["attributes"][qualified(Attr.TYPE)]["string"] == "gpu"
+            }
+            yield Published(
+                uuids={n: d["attributes"][qualified(Attr.UUID)]["string"] for n, d in whole.items()},
+                product=next(iter(whole.values()))["attributes"][qualified(Attr.PRODUCT_NAME)]["string"],
+            )
 
 
 # ---- claims and pods --------------------------------------------------------------------------------
@@ -115,38 +100,12 @@ def pod_doc(name: str, namespace: str, claim: str) -> Json:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class SchedulerVerdict:
-    bound: bool
-    message: str
-    results: tuple[Json, ...] = ()
-
-
 def scheduled(api: k8s.ApiClient, namespace: str, pod: str, claim: str) -> SchedulerVerdict:
-    """Waits for kube-scheduler's decision: the pod bound to the node, or marked unschedulable."""
-
-    def decided() -> SchedulerVerdict | None:
-        got = get_pod(api, namespace, pod) or {}
-        if (got.get("spec") or {}).get("nodeName"):
-            allocated = get_claim(api, namespace, claim) or {}
-            return SchedulerVerdict(True, "", tuple(allocated_results(allocated)))
-        for c in (got.get("status") or {}).get("conditions") or []:
-            if c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable":
-                return SchedulerVerdict(False, str(c.get("message")))
-        return None
-
-    verdict: SchedulerVerdict = wait_for(f"the scheduler's verdict on {pod}", decided, timeout_s=30)
-    return verdict
+    return scheduler_verdict(api, namespace, pod, claim_name=lambda _pod: claim)
 
 
 def explain(*args: str, kubeconfig: Path) -> tuple[int, Json]:
-    """`tessera explain ... --node NODE --kubeconfig ...` against the cluster, in this process."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = explain_main(
-            ["explain", *args, "--node", NODE, "--kubeconfig", str(kubeconfig), "--output", "json"]
-        )
-    return code, json.loads(out.getvalue()) if out.getvalue() else {}
+    return explain_verdict(args, node=NODE, kubeconfig=kubeconfig)
 
 
 def reasons(verdict: Json) -> list[str]:
