@@ -1,6 +1,7 @@
 """One simulated GPU node: a Node object, the real node plugin daemon (`python -m kubelet_plugin.daemon
 --simulate ...`) and a kubelet stand-in, as two processes sharing a temporary root that plays the host's
-filesystem (sockets, CDI specs, claim directories, the simulated GPUs' state)."""
+filesystem (sockets, CDI specs, claim directories, the simulated GPUs' state). The plugin runs as the chart's
+ServiceAccount with a token bound to its own Pod object on the node (e2e.plugin_identity), never as admin."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
+from e2e.plugin_identity import PluginCredentials, issue, report_running, revoke
 
 log = structlog.get_logger(__name__)
 
@@ -96,8 +98,10 @@ class NodeRecord:
 
 
 class SimNode:
-    """A simulated node. `start()` creates the Node, starts the stand-in (which wipes stale slices, as a
-    kubelet does at start) and then the plugin, and waits for the plugin's ResourceSlices."""
+    """A simulated node. `start()` creates the Node and the plugin's identity (its Pod object and token),
+    starts the stand-in (which wipes stale slices, as a kubelet does at start) and then the plugin, and waits
+    for the plugin's ResourceSlices. `admin_kubeconfig` only names the cluster the plugin's kubeconfig
+    points at; the chart's RBAC must be installed (e2e.plugin_identity.install_identity)."""
 
     def __init__(
         self,
@@ -120,6 +124,7 @@ class SimNode:
         self.die_with_parent = die_with_parent
         self.plugin: ComponentRecord | None = None
         self.standin: ComponentRecord | None = None
+        self.credentials: PluginCredentials | None = None
 
     # ---- paths ------------------------------------------------------------------------------------------
 
@@ -147,6 +152,10 @@ class SimNode:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def plugin_kubeconfig(self) -> Path:
+        return self.root / "plugin.kubeconfig"
+
     # ---- lifecycle --------------------------------------------------------------------------------------
 
     def _install_library(self) -> None:
@@ -160,6 +169,7 @@ class SimNode:
         self.root.mkdir(parents=True, exist_ok=True)
         self._install_library()
         create_node(self.api, name=self.name, labels=self.labels)
+        self.issue_identity()
         self.start_standin()
         self.start_plugin()
         self.wait_for_slices(timeout_s=timeout_s)
@@ -195,7 +205,19 @@ class SimNode:
                 )
             time.sleep(0.05)
 
+    def issue_identity(self) -> PluginCredentials:
+        """The plugin's Pod object on this node and its bound token (once; the Node must exist)."""
+        if self.credentials is None:
+            self.credentials = issue(
+                self.api,
+                node=self.name,
+                admin_kubeconfig=self.admin_kubeconfig,
+                kubeconfig=self.plugin_kubeconfig,
+            )
+        return self.credentials
+
     def start_plugin(self) -> None:
+        credentials = self.issue_identity()
         self.plugin = spawn_python(
             name="plugin",
             args=[
@@ -205,13 +227,14 @@ class SimNode:
                 f"--root={self.root}",
                 f"--simulate={self.node_file}",
                 f"--sim-state={self.sim_state_file}",
-                f"--kubeconfig={self.admin_kubeconfig}",
+                f"--kubeconfig={credentials.kubeconfig}",
                 f"--library-path={self.library_path}",
                 "--log-format=json",
             ],
             log_path=self.logs / "plugin.log",
             die_with_parent=self.die_with_parent,
         )
+        report_running(self.api, credentials)
 
     def stop_plugin(self) -> None:
         if self.plugin is not None:
@@ -228,6 +251,9 @@ class SimNode:
         if self.standin is not None:
             stop_record(self.standin, grace_s=15.0)
             self.standin = None
+        if self.credentials is not None:
+            revoke(self.api, pod=self.credentials.pod)
+            self.credentials = None
         if delete_node_object:
             delete_node(self.api, name=self.name)
 

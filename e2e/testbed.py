@@ -17,6 +17,7 @@ from e2e.examples import device_class_files, load
 from e2e.kube import Kubectl
 from e2e.kubelet_standin.errors import StandInError
 from e2e.node import NODES_DIR, SimNode, node_kubeconfig, node_name_of
+from e2e.plugin_identity import install_identity
 
 log = structlog.get_logger(__name__)
 
@@ -70,7 +71,8 @@ def start_node(
     die_with_parent: bool = True,
     labels: dict[str, str] | None = None,
 ) -> SimNode:
-    """Starts one simulated node (plugin + stand-in) under `root`."""
+    """Starts one simulated node (plugin + stand-in) under `root`; its plugin runs with its own
+    ServiceAccount token, bound to its plugin pod on the node."""
     name = node_name_of(node_file)
     node = SimNode(
         api=bed.api,
@@ -94,6 +96,7 @@ def make_testbed(plane: ControlPlane, api: k8s.ApiClient) -> SimCluster:
     kubectl = Kubectl(binary=plane.binaries.kubectl, kubeconfig=plane.kubeconfig)
     bed = SimCluster(plane=plane, api=api, kubectl=kubectl)
     apply_device_classes(kubectl)
+    install_identity(kubectl)  # the chart's RBAC and policies: the node plugins run as its ServiceAccount
     return bed
 
 

@@ -21,6 +21,10 @@ from kubernetes import client as k8s
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
+# urllib3's own errors (not OSError) when the API server is down or drops a connection (MaxRetryError,
+# ProtocolError): they become PublishError here, so `run` retries instead of dying.
+from urllib3.exceptions import HTTPError as TransportError
+
 from dra_driver.errors import PublishError
 from dra_driver.names import DRIVER_NAME
 from kubelet_plugin.slice_plan import Json, Plan, Verb, dropped_fields, plan
@@ -86,6 +90,10 @@ class SlicePublisher:
             listed = self._api.list_resource_slice(field_selector=self.field_selector)
         except ApiException as e:
             raise PublishError(f"listing ResourceSlices of node {self._node}: {e.status} {e.reason}") from e
+        except TransportError as e:
+            raise PublishError(
+                f"listing ResourceSlices of node {self._node}: API server unreachable: {e}"
+            ) from e
         items = [self._to_dict(i) for i in listed.items or []]
         return items, str((listed.metadata and listed.metadata.resource_version) or "")
 
@@ -148,6 +156,10 @@ class SlicePublisher:
                     conflicts += 1
                     log.info("publisher.conflict", node=self._node, attempt=conflicts)
                     time.sleep(min(0.05 * 2**conflicts, 1.0))
+                except TransportError as e:
+                    raise PublishError(
+                        f"writing ResourceSlices of node {self._node}: API server unreachable: {e}"
+                    ) from e
             dropped: tuple[str, ...] = ()
             if p.actions:
                 stored, _ = self.list_existing()
@@ -200,6 +212,8 @@ class SlicePublisher:
             self._core.create_namespaced_event(namespace=EVENT_NAMESPACE, body=event)
         except ApiException as e:
             log.warning("publisher.event_failed", node=self._node, status=e.status, reason=e.reason)
+        except TransportError as e:
+            log.warning("publisher.event_failed", node=self._node, error=str(e))
 
     # -- keeping it published ----------------------------------------------------------------------
 
@@ -229,25 +243,46 @@ class SlicePublisher:
         resync_s: float = 300.0,
         watch_s: int = 10,
         backoff_s: float = 1.0,
+        poll_s: float = 0.2,
     ) -> None:
-        """Publish `desired(degraded)` and keep it published until `stop` is set."""
+        """Publish `desired(degraded)` and keep it published until `stop` is set.
+
+        The watch runs in a thread of its own, so a `request_resync()` (health, MIG mode) and `stop` take
+        effect within `poll_s` instead of waiting for an open watch to end.
+        """
+        watcher = threading.Thread(
+            target=self._watch_loop,
+            kwargs={"stop": stop, "watch_s": watch_s, "backoff_s": backoff_s},
+            name=f"slice-watch-{self._node}",
+            daemon=True,  # may sit in a blocking read for up to watch_s after stop
+        )
+        watcher.start()
         next_resync = 0.0
         while not stop.is_set():
-            try:
-                if time.monotonic() >= next_resync or self._resync.is_set():
-                    self._resync.clear()
+            if time.monotonic() >= next_resync or self._resync.is_set():
+                self._resync.clear()
+                try:
                     result = self.publish(desired(self.degraded))
                     if result.degraded:
                         self.publish(desired(True))
                     next_resync = time.monotonic() + resync_s
+                except (PublishError, ApiException, OSError) as e:
+                    # API server restarting or unreachable: back off, then re-list and republish.
+                    log.warning("publisher.retry", node=self._node, error=str(e))
+                    next_resync = time.monotonic() + backoff_s
+            stop.wait(poll_s)
+
+    def _watch_loop(self, *, stop: threading.Event, watch_s: int, backoff_s: float) -> None:
+        """Ask for a republish whenever the pool stops being what we last wrote."""
+        while not stop.is_set():
+            try:
                 existing, rv = self.list_existing()
                 # A change made between our last write and this list never shows up in the watch.
                 if self._drifted(existing) or self._watch_once(rv, watch_s, stop):
-                    next_resync = 0.0
+                    self._resync.set()
             except (PublishError, ApiException, OSError) as e:
-                # API server restarting or unreachable: back off, then re-list and republish.
-                log.warning("publisher.retry", node=self._node, error=str(e))
-                next_resync = 0.0
+                log.warning("publisher.watch_retry", node=self._node, error=str(e))
+                self._resync.set()
                 stop.wait(backoff_s)
 
     def _watch_once(self, resource_version: str, watch_s: int, stop: threading.Event) -> bool:
@@ -266,8 +301,10 @@ class SlicePublisher:
                 if self._foreign({"type": event.get("type"), "object": raw}):
                     log.info("publisher.foreign_change", node=self._node, type=event.get("type"))
                     return True
-                if stop.is_set() or self._resync.is_set():
+                if stop.is_set():
                     return False
+        except TransportError as e:
+            raise PublishError(f"watching ResourceSlices of node {self._node}: connection lost: {e}") from e
         finally:
             w.stop()  # type: ignore[no-untyped-call]
         return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from e2e.controlplane import settings
@@ -26,7 +27,9 @@ def etcd_args(state_dir: Path, client_port: int, peer_port: int) -> list[str]:
     ]
 
 
-def apiserver_args(state_dir: Path, pki: Pki, port: int, etcd: str) -> list[str]:
+def apiserver_args(
+    state_dir: Path, pki: Pki, port: int, etcd: str, *, gates: Mapping[str, bool] = settings.FEATURE_GATES
+) -> list[str]:
     return [
         f"--etcd-servers={etcd}",
         "--bind-address=127.0.0.1",
@@ -42,7 +45,7 @@ def apiserver_args(state_dir: Path, pki: Pki, port: int, etcd: str) -> list[str]
         f"--service-cluster-ip-range={settings.SERVICE_CLUSTER_IP_RANGE}",
         "--authorization-mode=Node,RBAC",
         f"--enable-admission-plugins={','.join(settings.ENABLED_ADMISSION_PLUGINS)}",
-        f"--feature-gates={settings.feature_gates_flag()}",
+        f"--feature-gates={settings.feature_gates_flag(gates)}",
         f"--runtime-config={settings.RUNTIME_CONFIG}",
         # Endpoints may not hold loopback addresses; nothing in the tests needs the kubernetes Endpoints.
         "--endpoint-reconciler-type=none",
@@ -51,7 +54,9 @@ def apiserver_args(state_dir: Path, pki: Pki, port: int, etcd: str) -> list[str]
     ]
 
 
-def controller_manager_args(state_dir: Path, pki: Pki, port: int) -> list[str]:
+def controller_manager_args(
+    state_dir: Path, pki: Pki, port: int, *, gates: Mapping[str, bool] = settings.FEATURE_GATES
+) -> list[str]:
     return [
         f"--kubeconfig={state_dir / 'controller-manager.kubeconfig'}",
         "--bind-address=127.0.0.1",
@@ -63,17 +68,19 @@ def controller_manager_args(state_dir: Path, pki: Pki, port: int) -> list[str]:
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki.service_account_key}",
         f"--root-ca-file={pki.ca.cert}",
-        f"--feature-gates={settings.feature_gates_flag()}",
+        f"--feature-gates={settings.feature_gates_flag(gates)}",
     ]
 
 
-def scheduler_args(state_dir: Path, port: int) -> list[str]:
+def scheduler_args(
+    state_dir: Path, port: int, *, gates: Mapping[str, bool] = settings.FEATURE_GATES
+) -> list[str]:
     return [
         f"--kubeconfig={state_dir / 'scheduler.kubeconfig'}",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         f"--cert-dir={state_dir / 'run' / 'scheduler'}",
         "--leader-elect=false",
-        f"--feature-gates={settings.feature_gates_flag()}",
+        f"--feature-gates={settings.feature_gates_flag(gates)}",
         "--v=2",
     ]

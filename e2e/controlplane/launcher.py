@@ -8,6 +8,8 @@ import shutil
 import socket
 import ssl
 import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
@@ -15,6 +17,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from e2e.controlplane import settings
 from e2e.controlplane.binaries import Binaries
 from e2e.controlplane.certs import Pki, issue_certificate, make_pki
 from e2e.controlplane.errors import ControlPlaneError
@@ -25,6 +28,9 @@ from e2e.controlplane.readiness import insecure_context, wait_for_http_ok, wait_
 from e2e.controlplane.state import ControlPlaneState, load_state, save_state, state_path
 
 log = structlog.get_logger(__name__)
+
+# Blocks until a (re)started component serves.
+ReadyCheck = Callable[[Component], None]
 
 # What a start creates inside the state directory; a new start removes exactly these.
 _GENERATED = (
@@ -54,14 +60,27 @@ def _free_ports(count: int) -> list[int]:
 class ControlPlane:
     """A running control plane. `stop()` is idempotent; tests get one from `start_control_plane`."""
 
-    def __init__(self, *, state_dir: Path, binaries: Binaries, pki: Pki, server: str, etcd: str) -> None:
+    def __init__(
+        self,
+        *,
+        state_dir: Path,
+        binaries: Binaries,
+        pki: Pki,
+        server: str,
+        etcd: str,
+        feature_gates: Mapping[str, bool] = settings.FEATURE_GATES,
+        die_with_parent: bool = True,
+    ) -> None:
         self.state_dir = state_dir
         self.binaries = binaries
         self.pki = pki
         self.server = server
         self.etcd = etcd
+        self.feature_gates = dict(feature_gates)
+        self.die_with_parent = die_with_parent
         self.kubeconfig = state_dir / "admin.kubeconfig"
         self.components: list[Component] = []
+        self._ready: dict[str, ReadyCheck] = {}
         self._stopped = False
 
     def _save(self) -> None:
@@ -75,10 +94,51 @@ class ControlPlane:
             ),
         )
 
-    def add(self, component: Component) -> Component:
+    def add(self, component: Component, *, ready: ReadyCheck | None = None) -> Component:
+        """Records a started component; `ready` is how `stopped`/`restart` wait for it to serve again."""
         self.components.append(component)
+        if ready is not None:
+            self._ready[component.name] = ready
         self._save()  # at once, so `down` finds a half-started plane too
         return component
+
+    @contextmanager
+    def stopped(self, name: str, *, grace_s: float = 10.0) -> Iterator[None]:
+        """Component `name` is down for the body of the with-block, then runs again with the same command
+        line (same port, same data) and is ready: for tests of clients that must survive a restart.
+        It gets `grace_s` after SIGTERM before SIGKILL; 0 plays a crash (a kube-apiserver with clients
+        connected takes longer than 10 s to end on SIGTERM)."""
+        if self._stopped:
+            raise ControlPlaneError(f"cannot stop {name!r}: the control plane in {self.state_dir} is stopped")
+        index = next((i for i, c in enumerate(self.components) if c.name == name), None)
+        if index is None:
+            running = ", ".join(c.name for c in self.components)
+            raise ControlPlaneError(f"no component {name!r} in this control plane; it runs: {running}")
+        old = self.components[index]
+        stop_component(old, grace_s=grace_s)
+        log.info("controlplane.component_down", component=name)
+        try:
+            yield
+        finally:
+            new = spawn(
+                name=old.name,
+                binary=old.binary,
+                args=list(old.args),
+                log_path=old.log,
+                die_with_parent=self.die_with_parent,
+            )
+            self.components[index] = new
+            self._save()
+            ready = self._ready.get(name)
+            if ready is not None:
+                ready(new)
+            log.info("controlplane.component_up", component=name, pid=new.process.pid)
+
+    def restart(self, name: str, *, grace_s: float = 10.0) -> Component:
+        """Stops component `name` and starts it again the same way; returns it once it is ready."""
+        with self.stopped(name, grace_s=grace_s):
+            pass
+        return next(c for c in self.components if c.name == name)
 
     def api_client(self) -> k8s.ApiClient:
         """A client with the admin (system:masters) identity."""
@@ -147,6 +207,14 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
     logs = state_dir / "logs"
     etcd_client, etcd_peer, apiserver_port, kcm_port, scheduler_port = ports
 
+    gates = plane.feature_gates
+
+    def http_ok(url: str, context: ssl.SSLContext | None, expect_body: str = "ok") -> ReadyCheck:
+        return lambda c: wait_for_http_ok(
+            c, url, context=context, timeout_s=timeout_s, expect_body=expect_body
+        )
+
+    etcd_ready = http_ok(f"{plane.etcd}/health", None, '"health":"true"')
     etcd = plane.add(
         spawn(
             name="etcd",
@@ -154,24 +222,23 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
             args=etcd_args(state_dir, etcd_client, etcd_peer),
             log_path=logs / "etcd.log",
             die_with_parent=die_with_parent,
-        )
+        ),
+        ready=etcd_ready,
     )
-    wait_for_http_ok(
-        etcd, f"{plane.etcd}/health", context=None, timeout_s=timeout_s, expect_body='"health":"true"'
-    )
+    etcd_ready(etcd)
 
+    apiserver_ready = http_ok(f"{plane.server}/readyz", _apiserver_context(pki))
     apiserver = plane.add(
         spawn(
             name="kube-apiserver",
             binary=binaries.kube_apiserver,
-            args=apiserver_args(state_dir, pki, apiserver_port, plane.etcd),
+            args=apiserver_args(state_dir, pki, apiserver_port, plane.etcd, gates=gates),
             log_path=logs / "kube-apiserver.log",
             die_with_parent=die_with_parent,
-        )
+        ),
+        ready=apiserver_ready,
     )
-    wait_for_http_ok(
-        apiserver, f"{plane.server}/readyz", context=_apiserver_context(pki), timeout_s=timeout_s
-    )
+    apiserver_ready(apiserver)
 
     write_kubeconfig(
         plane.kubeconfig, server=plane.server, ca_cert=pki.ca.cert, client=pki.admin, user="tessera-admin"
@@ -191,33 +258,31 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         user="system:kube-scheduler",
     )
 
+    kcm_ready = http_ok(f"https://127.0.0.1:{kcm_port}/healthz", insecure_context())
+    scheduler_ready = http_ok(f"https://127.0.0.1:{scheduler_port}/readyz", insecure_context())
+    # Both start before either is waited for: their start-ups overlap.
     kcm = plane.add(
         spawn(
             name="kube-controller-manager",
             binary=binaries.kube_controller_manager,
-            args=controller_manager_args(state_dir, pki, kcm_port),
+            args=controller_manager_args(state_dir, pki, kcm_port, gates=gates),
             log_path=logs / "kube-controller-manager.log",
             die_with_parent=die_with_parent,
-        )
+        ),
+        ready=kcm_ready,
     )
     scheduler = plane.add(
         spawn(
             name="kube-scheduler",
             binary=binaries.kube_scheduler,
-            args=scheduler_args(state_dir, scheduler_port),
+            args=scheduler_args(state_dir, scheduler_port, gates=gates),
             log_path=logs / "kube-scheduler.log",
             die_with_parent=die_with_parent,
-        )
+        ),
+        ready=scheduler_ready,
     )
-    wait_for_http_ok(
-        kcm, f"https://127.0.0.1:{kcm_port}/healthz", context=insecure_context(), timeout_s=timeout_s
-    )
-    wait_for_http_ok(
-        scheduler,
-        f"https://127.0.0.1:{scheduler_port}/readyz",
-        context=insecure_context(),
-        timeout_s=timeout_s,
-    )
+    kcm_ready(kcm)
+    scheduler_ready(scheduler)
     # Pods are admitted only once the serviceaccount controller made the namespace's default account: proof
     # that KCM's controllers run with working credentials.
     with plane.api_client() as api:
@@ -235,14 +300,19 @@ def start_control_plane(
     binaries: Binaries,
     die_with_parent: bool = True,
     timeout_s: float = 120.0,
+    feature_gates: Mapping[str, bool] | None = None,
 ) -> ControlPlane:
     """Starts a fresh control plane in `state_dir` (stopping and wiping one left there before).
+
+    `feature_gates` is merged over `settings.FEATURE_GATES` (e.g. `{"DRAConsumableCapacity": False}` for an
+    API server that drops consumable-capacity fields); every component gets the same gates.
 
     With `die_with_parent` the components are killed when this process exits, however it exits; the CLI's `up`
     passes False to leave them running. The kernel ties that to the calling thread: call it from a thread
     that lives as long as the control plane should (the main thread in pytest).
     """
     started = time.monotonic()
+    gates = settings.feature_gates(feature_gates)  # a bad gate name fails before anything starts
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     stop_control_plane(state_dir)
@@ -260,6 +330,8 @@ def start_control_plane(
         pki=pki,
         server=f"https://127.0.0.1:{ports[2]}",
         etcd=f"http://127.0.0.1:{ports[0]}",
+        feature_gates=gates,
+        die_with_parent=die_with_parent,
     )
     if die_with_parent:
         atexit.register(plane.stop)

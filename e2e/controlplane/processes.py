@@ -34,6 +34,7 @@ class Component:
     binary: Path
     log: Path
     process: subprocess.Popen[bytes]
+    args: tuple[str, ...] = ()  # the command line after the binary, to start it again the same way
 
     def record(self) -> ComponentRecord:
         return ComponentRecord(
@@ -58,7 +59,7 @@ def spawn(*, name: str, binary: Path, args: list[str], log_path: Path, die_with_
                 f"cannot start {name} from {binary}: {e}; run e2e/cluster/build.sh"
             ) from e
     log.info("component.started", component=name, pid=process.pid, log=str(log_path))
-    return Component(name=name, binary=binary, log=log_path, process=process)
+    return Component(name=name, binary=binary, log=log_path, process=process, args=tuple(args))
 
 
 def log_tail(path: Path, *, lines: int = 25) -> str:

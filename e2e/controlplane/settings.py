@@ -6,7 +6,10 @@ other way, makes every component refuse to start.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
+
+from e2e.controlplane.errors import ControlPlaneError
 
 K8S_VERSION: Final = "v1.36.3"
 ETCD_VERSION: Final = "v3.6.8"
@@ -53,5 +56,17 @@ SERVICE_CLUSTER_IP_RANGE: Final = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 
 
-def feature_gates_flag(gates: dict[str, bool] = FEATURE_GATES) -> str:
+def feature_gates(override: Mapping[str, bool] | None = None) -> dict[str, bool]:
+    """FEATURE_GATES with `override` merged over it (e.g. a gate switched off to test degrading). Only gates
+    listed above may be overridden, so every gate the plane knows stays in this one place."""
+    unknown = sorted(set(override or {}) - set(FEATURE_GATES))
+    if unknown:
+        raise ControlPlaneError(
+            f"feature gate {unknown[0]!r} is not in e2e.controlplane.settings.FEATURE_GATES; "
+            f"add it there (known: {', '.join(sorted(FEATURE_GATES))})"
+        )
+    return {**FEATURE_GATES, **(override or {})}
+
+
+def feature_gates_flag(gates: Mapping[str, bool] = FEATURE_GATES) -> str:
     return ",".join(f"{name}={'true' if on else 'false'}" for name, on in sorted(gates.items()))

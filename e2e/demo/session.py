@@ -16,6 +16,7 @@ from e2e.demo import state as demo_state
 from e2e.examples import device_rows, example_files, load, table
 from e2e.kube import Kubectl, list_pods, pod_claim_name, wait_running
 from e2e.kubelet_standin.errors import StandInError
+from e2e.plugin_identity import SYSTEM_NS
 from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 
 NAMESPACE = "tessera-demo"
@@ -113,6 +114,7 @@ def up(state_dir: Path) -> int:
         f"  export KUBECONFIG={plane.kubeconfig}\n"
         f"  alias kubectl={kubectl.binary}\n"
         f"  kubectl get pods,resourceclaims -n {NAMESPACE} -o wide\n"
+        f"  kubectl get pods -n {SYSTEM_NS} -o wide   # the node plugins' pods (their tokens)\n"
         "  kubectl get resourceslices\n"
         f"  kubectl describe resourceclaim -n {NAMESPACE} <claim>\n"
         f"Logs: {state_dir}/controlplane/logs, {state_dir}/nodes/<node>/logs; "

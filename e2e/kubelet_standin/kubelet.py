@@ -40,6 +40,14 @@ Json = Mapping[str, Any]
 WATCH_TIMEOUT_S = 60
 RETRY_MIN_S = 0.1
 RETRY_MAX_S = 5.0
+# A pod whose process something else plays (the node plugin's pod: e2e.node.SimNode starts the daemon itself)
+# is left alone, as a kubelet leaves a static pod's mirror object to the static pod manager.
+RUN_ELSEWHERE_LABEL = "e2e.tessera.dev/run-elsewhere"
+
+
+def runs_here(pod: Json) -> bool:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels.get(RUN_ELSEWHERE_LABEL) != "true"
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +212,7 @@ class KubeletStandIn:
                 self._stop.wait(1.0)
 
     def _replace(self, pods: Sequence[Json]) -> None:
+        pods = [p for p in pods if runs_here(p)]
         seen = {p["metadata"]["uid"] for p in pods}
         with self._lock:
             vanished = [uid for uid in self._pods if uid not in seen]
@@ -215,6 +224,8 @@ class KubeletStandIn:
             self._queue.add(uid)
 
     def _observe(self, kind: str, pod: Json) -> None:
+        if not runs_here(pod):
+            return
         uid = pod["metadata"]["uid"]
         with self._lock:
             if kind == "DELETED":

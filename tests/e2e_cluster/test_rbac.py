@@ -2,9 +2,10 @@
 chart's ServiceAccount (not as admin), publishes its slices, prepares a claim the real scheduler allocated
 and writes its status; the same identity is refused everything else.
 
-The plugin pod itself never runs: it exists so the TokenRequest API can bind a token to it, which makes the
-API server put the pod's node name into the token (`authentication.kubernetes.io/node-name`), which the
-slice-writer policy and the `associated-node:` verbs read.
+The identity is e2e.plugin_identity's, the one every simulated node's plugin runs with: the plugin pod is an
+object only (the stand-in leaves it, SimNode runs the daemon), bound to the node so the TokenRequest API puts
+the node's name into the token (`authentication.kubernetes.io/node-name`), which the slice-writer policy and
+the `associated-node:` verbs read.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -37,26 +37,25 @@ from e2e.kube import (
     wait_running,
 )
 from e2e.node import NODES_DIR, SimNode, node_kubeconfig, node_name_of
+from e2e.plugin_identity import (
+    SERVICE_ACCOUNT,
+    SLICE_POLICY,
+    SYSTEM_NS,
+    TOKEN_LIFETIME_S,
+    PluginCredentials,
+    api_from,
+    chart_documents,
+    install_identity,
+    issue,
+    revoke,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
-MANIFESTS = ROOT / "deploy" / "manifests" / "tessera.yaml"
 NODE_FILE = NODES_DIR / "h100x8.yaml"
 NODE = node_name_of(NODE_FILE)
 OTHER_NODE = "some-other-node"
-SYSTEM_NS = "tessera-system"
-SERVICE_ACCOUNT = "tessera-node-plugin"
-POLICY = "node-slices.gpu.tessera.dev"
-INSTALL_KINDS = {
-    "Namespace",
-    "ServiceAccount",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "DeviceClass",
-}
+POLICY = SLICE_POLICY
 MERGE = "application/merge-patch+json"
 Json = dict[str, Any]
 
@@ -67,68 +66,7 @@ class PluginIdentity:
     kubeconfig: Path
     namespace: str  # where the workload claims live
     node: SimNode
-
-
-def install_documents() -> list[Json]:
-    docs = [d for d in yaml.safe_load_all(MANIFESTS.read_text(encoding="utf-8")) if d]
-    return [d for d in docs if d["kind"] in INSTALL_KINDS]
-
-
-def plugin_pod(name: str) -> Json:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": SYSTEM_NS, "labels": {"app.kubernetes.io/name": "tessera"}},
-        "spec": {
-            "serviceAccountName": SERVICE_ACCOUNT,
-            "nodeName": NODE,
-            "containers": [{"name": "plugin", "image": "registry.invalid/tessera:e2e"}],
-        },
-    }
-
-
-def mint_token(api: k8s.ApiClient, pod: Json) -> str:
-    """A TokenRequest bound to the pod, as the kubelet projects it into the plugin's container."""
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "expirationSeconds": 3600,
-            "boundObjectRef": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod["metadata"]["name"],
-                "uid": pod["metadata"]["uid"],
-            },
-        },
-    }
-    answer: Any = k8s.CoreV1Api(api).create_namespaced_service_account_token(
-        SERVICE_ACCOUNT,
-        SYSTEM_NS,
-        body=k8s.AuthenticationV1TokenRequest.model_validate(request),
-        _preload_content=False,
-    )
-    token: str = json.loads(answer.data)["status"]["token"]
-    return token
-
-
-def token_kubeconfig(admin: Path, token: str, path: Path) -> Path:
-    config = yaml.safe_load(admin.read_text(encoding="utf-8"))
-    user = f"system:serviceaccount:{SYSTEM_NS}:{SERVICE_ACCOUNT}"
-    config["users"] = [{"name": user, "user": {"token": token}}]
-    cluster = config["clusters"][0]["name"]
-    config["contexts"] = [{"name": "plugin", "context": {"cluster": cluster, "user": user}}]
-    config["current-context"] = "plugin"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return path
-
-
-def api_from(kubeconfig: Path) -> k8s.ApiClient:
-    from kubernetes import config as k8s_config  # noqa: PLC0415
-
-    configuration = k8s.Configuration()
-    k8s_config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return k8s.ApiClient(configuration)
+    credentials: PluginCredentials
 
 
 def slice_body(*, node: str, driver: str = DRIVER_NAME, name: str | None = None) -> k8s.V1ResourceSlice:
@@ -154,19 +92,6 @@ def denied(call: Callable[[], object]) -> ApiException:
     return raised.value
 
 
-def wait_policy_enforced(sa: k8s.ApiClient) -> None:
-    """A new ValidatingAdmissionPolicy takes a moment to reach the API server's admission chain."""
-
-    def refused() -> bool:
-        try:
-            k8s.ResourceV1Api(sa).create_resource_slice(body=slice_body(node=OTHER_NODE), dry_run="All")
-        except ApiException as e:
-            return e.status == 403 and POLICY in str(e.body)
-        return False
-
-    wait_for(f"policy {POLICY} to be enforced", refused, timeout_s=30, interval_s=0.3)
-
-
 def wait_wiped(node: SimNode) -> None:
     """The stand-in wipes the node's slices at its start, as a kubelet does; a wipe racing the plugin's first
     publish makes the publisher take the vanished slices for dropped fields and degrade (reported)."""
@@ -183,47 +108,38 @@ def wait_wiped(node: SimNode) -> None:
 @pytest.fixture(scope="module")
 def identity(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[PluginIdentity]:
     kubectl = Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig)
-    kubectl.apply(install_documents())
+    kubectl.apply(chart_documents(frozenset({"DeviceClass"})))
+    install_identity(kubectl)
     core = k8s.CoreV1Api(k8s_api)
     namespace = f"rbac-{uuid.uuid4().hex[:8]}"
     core.create_namespace(body=k8s.V1Namespace.model_validate({"metadata": {"name": namespace}}))
     root = Path(tempfile.mkdtemp(prefix="tsr-rbac-"))  # short: socket paths
-    pod_name = f"tessera-node-plugin-{uuid.uuid4().hex[:5]}"
     create_node(k8s_api, name=NODE)
-    node: SimNode | None = None
+    node = SimNode(
+        api=k8s_api,
+        node_file=NODE_FILE,
+        root=root,
+        admin_kubeconfig=control_plane.kubeconfig,  # names the cluster; the plugin gets the token only
+        node_kubeconfig=node_kubeconfig(control_plane, NODE),
+    )
     sa: k8s.ApiClient | None = None
     try:
-        created: Any = core.create_namespaced_pod(
-            SYSTEM_NS, body=k8s.V1Pod.model_validate(plugin_pod(pod_name)), _preload_content=False
-        )
-        kubeconfig = token_kubeconfig(
-            control_plane.kubeconfig,
-            mint_token(k8s_api, json.loads(created.data)),
-            root / "plugin.kubeconfig",
-        )
-        sa = api_from(kubeconfig)
-        wait_policy_enforced(sa)
-        node = SimNode(
-            api=k8s_api,
-            node_file=NODE_FILE,
-            root=root,
-            admin_kubeconfig=kubeconfig,  # the plugin gets the service account's token, nothing else
-            node_kubeconfig=node_kubeconfig(control_plane, NODE),
-        )
+        credentials = node.issue_identity()
+        sa = api_from(credentials.kubeconfig)
         node.library_path.parent.mkdir(parents=True, exist_ok=True)
         node.library_path.write_bytes(b"")  # the stand-in only checks the mount source exists
         node.start_standin()
         wait_wiped(node)
         node.start_plugin()
         node.wait_for_slices(timeout_s=60)
-        yield PluginIdentity(api=sa, kubeconfig=kubeconfig, namespace=namespace, node=node)
+        yield PluginIdentity(
+            api=sa, kubeconfig=credentials.kubeconfig, namespace=namespace, node=node, credentials=credentials
+        )
         delete_namespace_contents(k8s_api, namespace)  # unprepared by the plugin while it still runs
     finally:
-        if node is not None:
-            node.stop(delete_node_object=False)
+        node.stop(delete_node_object=False)  # and deletes the plugin pod, revoking its token
         if sa is not None:
             sa.close()  # type: ignore[no-untyped-call]
-        core.delete_namespaced_pod(pod_name, SYSTEM_NS, grace_period_seconds=0)
         core.delete_namespace(namespace)
         delete_node(k8s_api, name=NODE)
         shutil.rmtree(root, ignore_errors=True)
@@ -232,17 +148,64 @@ def identity(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[Pl
 # ---- what the plugin needs, it has ---------------------------------------------------------------------
 
 
-def test_the_token_names_the_service_account_and_the_node(identity: PluginIdentity) -> None:
-    review: Any = k8s.AuthenticationV1Api(identity.api).create_self_subject_review(
+def whoami(api: k8s.ApiClient) -> Json:
+    review: Any = k8s.AuthenticationV1Api(api).create_self_subject_review(
         body=k8s.V1SelfSubjectReview.model_validate(
             {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
         ),
         _preload_content=False,
     )
-    user = json.loads(review.data)["status"]["userInfo"]
+    user: Json = json.loads(review.data)["status"]["userInfo"]
+    return user
+
+
+def test_the_token_names_the_service_account_and_the_node(identity: PluginIdentity) -> None:
+    user = whoami(identity.api)
     assert user["username"] == f"system:serviceaccount:{SYSTEM_NS}:{SERVICE_ACCOUNT}"
     assert user["extra"]["authentication.kubernetes.io/node-name"] == [NODE]
     assert "system:masters" not in user["groups"]
+
+
+def test_the_token_lasts_a_day(identity: PluginIdentity) -> None:
+    # the launcher sets no --service-account-max-token-expiration, so nothing shortens the 24 h asked for
+    left = identity.credentials.expires_at - datetime.now(UTC)
+    asked = timedelta(seconds=TOKEN_LIFETIME_S)
+    assert asked - timedelta(hours=1) < left <= asked
+
+
+def test_the_plugin_pod_is_on_the_node_and_not_run_by_the_stand_in(
+    identity: PluginIdentity, k8s_api: k8s.ApiClient
+) -> None:
+    pod = get_pod(k8s_api, SYSTEM_NS, identity.credentials.pod)
+    assert pod is not None
+    assert pod["spec"]["nodeName"] == NODE
+    assert pod["spec"]["serviceAccountName"] == SERVICE_ACCOUNT
+    assert pod["status"]["phase"] == "Running"  # reported by SimNode, which runs the daemon
+    assert identity.node.runtime(namespace=SYSTEM_NS, name=identity.credentials.pod) is None
+    assert not list(identity.node.runtime_dir.glob("*.json")), "the stand-in ran the plugin pod"
+
+
+def test_deleting_the_plugin_pod_revokes_its_token(
+    identity: PluginIdentity, control_plane: ControlPlane, k8s_api: k8s.ApiClient
+) -> None:
+    spare = issue(
+        k8s_api,
+        node=NODE,
+        admin_kubeconfig=control_plane.kubeconfig,
+        kubeconfig=identity.node.root / "spare.kubeconfig",
+    )
+    with api_from(spare.kubeconfig) as api:
+        assert whoami(api)["extra"]["authentication.kubernetes.io/node-name"] == [NODE]
+        revoke(k8s_api, pod=spare.pod)
+
+        def rejected() -> bool:
+            try:
+                whoami(api)
+            except ApiException as e:
+                return bool(e.status == 401)
+            return False
+
+        wait_for("the API server to reject the token of a deleted pod", rejected, timeout_s=30)
 
 
 def test_the_plugin_publishes_its_slices(identity: PluginIdentity) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from e2e.kubelet_standin.container_edits import ContainerConfig, DeviceNodeEdit, HookEdit, MountEdit
 from e2e.kubelet_standin.errors import StandInError
+from e2e.kubelet_standin.kubelet import RUN_ELSEWHERE_LABEL, runs_here
 from e2e.kubelet_standin.plugins import choose_version
 from e2e.kubelet_standin.pod_claims import (
     ClaimUse,
@@ -147,3 +148,12 @@ def test_runtime_record_rejects_other_versions() -> None:
     del raw["containers"]
     with pytest.raises(StandInError, match="malformed"):
         decode(raw)
+
+
+def test_pods_labelled_run_elsewhere_are_left_alone() -> None:
+    assert runs_here(pod())
+    labelled = pod()
+    labelled["metadata"]["labels"] = {RUN_ELSEWHERE_LABEL: "true"}
+    assert not runs_here(labelled)
+    labelled["metadata"]["labels"] = {RUN_ELSEWHERE_LABEL: "false"}
+    assert runs_here(labelled)

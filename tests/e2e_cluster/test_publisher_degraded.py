@@ -1,0 +1,221 @@
+"""The publisher against an API server whose partitionable-devices and consumable-capacity gates are off.
+
+Such a server silently drops the fields those gates guard (`sharedCounters`, `consumesCounters`,
+`allowMultipleAllocations`, capacity `requestPolicy`). The publisher must notice on read-back, say so in
+its log and in a Warning Event on the Node, and fall back to whole GPUs without counters. A second,
+module-scoped control plane provides that server; the session's plane keeps every gate on.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from structlog.testing import capture_logs
+
+from dra_driver.backends.simulated import SimulatedBackend
+from dra_driver.names import DRIVER_NAME
+from dra_driver.settings import NodeSettings
+from dra_driver.slices import build_slices
+from e2e.controlplane import settings
+from e2e.controlplane.binaries import ensure_built
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.launcher import ControlPlane, start_control_plane
+from e2e.controlplane.nodes import create_node, delete_node
+from kubelet_plugin.daemon import DaemonOptions
+from kubelet_plugin.publisher import DEGRADED_REASON, EVENT_NAMESPACE, SlicePublisher
+from kubelet_plugin.wiring import Node
+
+pytestmark = pytest.mark.e2e
+NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"
+# DRAListTypeAttributes may stay on: the 1.36.3 API server starts with only these two off.
+GATES_OFF = {"DRAConsumableCapacity": False, "DRAPartitionableDevices": False}
+WHOLE_GPUS = [f"gpu-{i}" for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def gates_off_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    try:
+        binaries = ensure_built(allow_build=os.environ.get("TESSERA_E2E_BUILD") == "1")
+        plane = start_control_plane(
+            state_dir=tmp_path_factory.mktemp("controlplane-gates-off"),
+            binaries=binaries,
+            feature_gates=GATES_OFF,
+        )
+    except ControlPlaneError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def api(gates_off_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
+    with gates_off_plane.api_client() as client:
+        yield client
+
+
+@pytest.fixture
+def node(api: k8s.ApiClient) -> Iterator[str]:
+    name = f"degr-{uuid.uuid4().hex[:8]}"
+    create_node(api, name=name)
+    try:
+        yield name
+    finally:
+        delete_node(api, name=name)
+
+
+def slices_for(node: str, *, degraded: bool = False) -> list[dict[str, Any]]:
+    inventory = SimulatedBackend.from_file(node_file=NODE_FILE, state_file=None).inventory()
+    return build_slices(inventory, NodeSettings(node_name=node), degraded=degraded)
+
+
+def stored_pool(api: k8s.ApiClient, node: str) -> list[dict[str, Any]]:
+    """The pool as wire dicts: a field the server dropped cannot be filled in by a model default."""
+    listed = k8s.ResourceV1Api(api).list_resource_slice(
+        field_selector=f"spec.nodeName={node},spec.driver={DRIVER_NAME}"
+    )
+    items: list[dict[str, Any]] = api.sanitize_for_serialization(listed.items or [])  # type: ignore[no-untyped-call]
+    return sorted(items, key=lambda s: str(s["metadata"]["name"]))
+
+
+def assert_whole_gpus_only(pool: list[dict[str, Any]]) -> None:
+    specs = [s["spec"] for s in pool]
+    devices = [d for spec in specs for d in spec.get("devices") or []]
+    assert sorted(d["name"] for d in devices) == WHOLE_GPUS
+    assert not any(spec.get("sharedCounters") for spec in specs)
+    assert not any(d.get("consumesCounters") or d.get("allowMultipleAllocations") for d in devices)
+    types = {d["attributes"]["gpu.tessera.dev/type"]["string"] for d in devices}
+    assert types == {"gpu"}
+    # One consistent generation that counts every slice of the pool.
+    assert {(spec["pool"]["generation"], spec["pool"]["resourceSliceCount"]) for spec in specs} == {
+        (specs[0]["pool"]["generation"], len(pool))
+    }
+
+
+def degrade_events(api: k8s.ApiClient, node: str) -> list[k8s.CoreV1Event]:
+    listed = k8s.CoreV1Api(api).list_namespaced_event(
+        EVENT_NAMESPACE, field_selector=f"involvedObject.name={node},reason={DEGRADED_REASON}"
+    )
+    return list(listed.items or [])
+
+
+def wait_for(what: str, probe: Any, *, timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := probe()):
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+def test_gate_overrides_merge_over_the_one_list() -> None:
+    gates = settings.feature_gates(GATES_OFF)
+    assert gates == {**settings.FEATURE_GATES, **GATES_OFF}
+    assert "DRAConsumableCapacity=false" in settings.feature_gates_flag(gates)
+    with pytest.raises(ControlPlaneError, match=r"'DRAConsumableCapacty' is not in .*FEATURE_GATES"):
+        settings.feature_gates({"DRAConsumableCapacty": False})
+
+
+def test_dropped_fields_are_noticed_reported_and_degraded(api: k8s.ApiClient, node: str) -> None:
+    pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node, core_api=k8s.CoreV1Api(api))
+    with capture_logs() as logs:
+        first = pub.publish(slices_for(node))
+
+    assert first.degraded and pub.degraded
+    assert first.generation == 1 and first.created == 5
+    dropped = "\n".join(first.dropped)
+    # The counter slice lost its counter sets; the devices lost what consumes them and what shares them.
+    assert f"{node}-gpu.tessera.dev-0: spec.sharedCounters" in first.dropped
+    for field in ("consumesCounters", "allowMultipleAllocations", "requestPolicy"):
+        assert field in dropped, f"{field} not reported as dropped: {first.dropped[:10]}"
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["publisher.degraded"]
+
+    (event,) = degrade_events(api, node)
+    assert event.type == "Warning"
+    assert event.involved_object.kind == "Node" and event.involved_object.name == node
+    assert "whole GPUs only" in (event.message or "")
+    assert "sharedCounters" in (event.message or "")
+
+    # What `run()` does next: republish the degraded form.
+    fallback = pub.publish(slices_for(node, degraded=True))
+    assert not fallback.degraded, fallback.dropped
+    assert fallback.generation == 2 and fallback.deleted == 4 and fallback.updated == 1
+    assert_whole_gpus_only(stored_pool(api, node))
+    assert len(degrade_events(api, node)) == 1  # the clean fallback reports nothing new
+
+
+def test_run_falls_back_to_whole_gpus_and_stays_there(api: k8s.ApiClient, node: str) -> None:
+    pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node, core_api=k8s.CoreV1Api(api))
+    asked: list[bool] = []
+
+    def desired(degraded: bool) -> list[dict[str, Any]]:
+        asked.append(degraded)
+        return slices_for(node, degraded=degraded)
+
+    stop = threading.Event()
+    loop = threading.Thread(target=pub.run, kwargs={"desired": desired, "stop": stop, "watch_s": 1})
+    loop.start()
+    try:
+        wait_for("a degraded pool", lambda: pub.degraded and len(stored_pool(api, node)) == 1)
+        settled = stored_pool(api, node)
+        assert_whole_gpus_only(settled)
+        assert asked[:2] == [False, True]
+        # Stable: no rewrite loop over fields the server keeps dropping (the watch runs ≥ 2 rounds).
+        time.sleep(2.5)
+        assert stored_pool(api, node) == settled
+        assert degrade_events(api, node)
+    finally:
+        stop.set()
+        loop.join(timeout=15)
+    assert not loop.is_alive()
+
+
+def test_daemon_publishes_whole_gpus_only(
+    gates_off_plane: ControlPlane, api: k8s.ApiClient, node: str
+) -> None:
+    # Short: unix socket paths may not pass 108 bytes, pytest's tmp_path can.
+    root = Path(tempfile.mkdtemp(prefix="tsd-", dir="/tmp"))
+    (root / "claims").mkdir()
+    options = DaemonOptions(
+        node_name=node,
+        root=root,
+        pod_uid=None,
+        simulate=NODE_FILE,
+        sim_state=root / "sim-state.json",
+        kubeconfig=gates_off_plane.kubeconfig,
+        claims_dir_source=root / "claims",
+        library_path=None,
+        driver_library_dirs=(),
+        settings=None,
+        health_interval=60.0,
+        publish=True,
+        log_format="console",
+        log_level="warning",
+    )
+    plugin = Node.start(options)
+    try:
+        assert plugin.publisher is not None
+        wait_for(
+            "the daemon's degraded pool",
+            lambda: (
+                plugin.publisher is not None
+                and plugin.publisher.degraded
+                and [d["name"] for s in stored_pool(api, node) for d in s["spec"].get("devices") or []]
+                == WHOLE_GPUS
+            ),
+        )
+        assert_whole_gpus_only(stored_pool(api, node))
+        assert degrade_events(api, node)
+    finally:
+        plugin.stop(grace=0)
+        shutil.rmtree(root, ignore_errors=True)
