@@ -94,7 +94,7 @@ def list_claims(api: k8s.ApiClient, namespace: str) -> list[Json]:
     )
 
 
-def wait_for(what: str, check: Callable[[], Any], *, timeout_s: float, interval_s: float = 0.1) -> Any:
+def wait_for(what: str, check: Callable[[], Any], *, timeout_s: float = 30.0, interval_s: float = 0.1) -> Any:
     """Polls `check` until it returns something truthy; that value is returned."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,18 +26,27 @@ log = structlog.get_logger(__name__)
 NodeFactory = Callable[..., Any]
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """One control plane for the whole session; its logs stay in the session's tmp dir (`<state>/logs`)."""
+@contextmanager
+def private_control_plane(
+    state_dir: Path, *, feature_gates: Mapping[str, bool] | None = None
+) -> Iterator[ControlPlane]:
+    """A control plane for a test or module (builds only with TESSERA_E2E_BUILD=1), stopped on exit."""
     try:
         binaries = ensure_built(allow_build=os.environ.get("TESSERA_E2E_BUILD") == "1")
-        plane = start_control_plane(state_dir=tmp_path_factory.mktemp("controlplane"), binaries=binaries)
+        plane = start_control_plane(state_dir=state_dir, binaries=binaries, feature_gates=feature_gates)
     except ControlPlaneError as e:
         pytest.fail(str(e), pytrace=False)
     try:
         yield plane
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """One control plane for the whole session; its logs stay in the session's tmp dir (`<state>/logs`)."""
+    with private_control_plane(tmp_path_factory.mktemp("controlplane")) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,6 @@ module-scoped control plane provides that server; the session's plane keeps ever
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 import threading
@@ -27,10 +26,10 @@ from dra_driver.names import DRIVER_NAME
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 from e2e.controlplane import settings
-from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.errors import ControlPlaneError
-from e2e.controlplane.launcher import ControlPlane, start_control_plane
+from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
+from e2e.controlplane.pytest_fixture import private_control_plane
 from kubelet_plugin.daemon import DaemonOptions
 from kubelet_plugin.publisher import DEGRADED_REASON, EVENT_NAMESPACE, SlicePublisher
 from kubelet_plugin.wiring import Node
@@ -44,19 +43,10 @@ WHOLE_GPUS = [f"gpu-{i}" for i in range(8)]
 
 @pytest.fixture(scope="module")
 def gates_off_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    try:
-        binaries = ensure_built(allow_build=os.environ.get("TESSERA_E2E_BUILD") == "1")
-        plane = start_control_plane(
-            state_dir=tmp_path_factory.mktemp("controlplane-gates-off"),
-            binaries=binaries,
-            feature_gates=GATES_OFF,
-        )
-    except ControlPlaneError as e:
-        pytest.fail(str(e), pytrace=False)
-    try:
+    with private_control_plane(
+        tmp_path_factory.mktemp("controlplane-gates-off"), feature_gates=GATES_OFF
+    ) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ plane, so the session's plane is not disturbed), and after health or MIG changes
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import uuid
@@ -21,10 +20,10 @@ from dra_driver.model import Inventory
 from dra_driver.names import DRIVER_NAME, GpuUUID
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from e2e.controlplane.binaries import ensure_built
-from e2e.controlplane.errors import ControlPlaneError
-from e2e.controlplane.launcher import ControlPlane, start_control_plane
+from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
+from e2e.controlplane.pytest_fixture import private_control_plane
+from e2e.kube import wait_for
 from kubelet_plugin.health import HealthBoard, InventoryHealthPoller
 from kubelet_plugin.publisher import SlicePublisher
 
@@ -36,17 +35,8 @@ Desired = Callable[[bool], Sequence[dict[str, Any]]]
 @pytest.fixture(scope="module")
 def private_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """A plane of this module's own: its API server is stopped and started again."""
-    try:
-        binaries = ensure_built(allow_build=os.environ.get("TESSERA_E2E_BUILD") == "1")
-        plane = start_control_plane(
-            state_dir=tmp_path_factory.mktemp("controlplane-restart"), binaries=binaries
-        )
-    except ControlPlaneError as e:
-        pytest.fail(str(e), pytrace=False)
-    try:
+    with private_control_plane(tmp_path_factory.mktemp("controlplane-restart")) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 def new_node(api: k8s.ApiClient) -> str:
@@ -74,14 +64,6 @@ def complete_at(slices: list[dict[str, Any]]) -> int | None:
 
 def device_names(slices: list[dict[str, Any]]) -> set[str]:
     return {d["name"] for s in slices for d in s["spec"].get("devices") or []}
-
-
-def wait_for(what: str, probe: Callable[[], Any], *, timeout_s: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := probe()):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
-        time.sleep(0.2)
-    return value
 
 
 class Running:
