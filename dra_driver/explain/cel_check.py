@@ -65,7 +65,26 @@ def check_tree(tree: lark.Tree[Any], *, functions: Iterable[str], variables: Ite
             name = str(node.children[0] if node.data == "ident_arg" else node.children[1])
             if name not in known_functions:
                 errors.append(f"undeclared reference to function '{name}'")
-    return CheckResult(tuple(dict.fromkeys(errors)), _cost(tree))
+    return CheckResult(tuple(dict.fromkeys(errors)), estimate_cost(tree))
+
+
+def simple_ident(node: lark.Tree[Any] | lark.Token) -> str | None:
+    """The identifier an expression consists of, if it is nothing but one: `x` or `(x)` (cel-go drops
+    parentheses), not `x.y`."""
+    while isinstance(node, lark.Tree):
+        if node.data == "ident":
+            return str(node.children[0])
+        if len(node.children) != 1:
+            return None
+        node = node.children[0]
+    return None
+
+
+def is_bind(node: lark.Tree[Any]) -> bool:
+    """`cel.bind(...)`: the only form in which `cel` may appear, as the extension's namespace."""
+    if node.data != "member_dot_arg" or len(node.children) != 3 or str(node.children[1]) != "bind":
+        return False
+    return simple_ident(node.children[0]) == "cel"
 
 
 def _bound_variables(tree: lark.Tree[Any]) -> frozenset[str]:
@@ -79,9 +98,17 @@ def _bound_variables(tree: lark.Tree[Any]) -> frozenset[str]:
     return frozenset(names)
 
 
+def estimate_cost(node: lark.Tree[Any] | lark.Token) -> int:
+    """Run on the tree before binds are expanded: a bound value costs once, however often used."""
+    return _cost(node)
+
+
 def _cost(node: lark.Tree[Any] | lark.Token) -> int:
     if not isinstance(node, lark.Tree):
         return 0
+    if is_bind(node):
+        args = node.children[2]
+        return 1 + sum(_cost(c) for c in args.children[1:]) if isinstance(args, lark.Tree) else 1
     if node.data == "member_dot_arg" and str(node.children[1]) in MACROS and len(node.children) == 3:
         target, args = node.children[0], node.children[2]
         body = sum(_cost(c) for c in args.children[1:]) if isinstance(args, lark.Tree) else 0

@@ -23,8 +23,10 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from dra_driver.errors import ConfigError
-from dra_driver.explain.cel_check import MAX_COST, MAX_EXPRESSION_LENGTH, check_tree
+from dra_driver.errors import ConfigError, TesseraError
+from dra_driver.explain import cel_optional
+from dra_driver.explain.cel_bind import BindCaptureError, BindSyntaxError, expand_binds
+from dra_driver.explain.cel_check import MAX_COST, MAX_EXPRESSION_LENGTH, check_tree, estimate_cost
 from dra_driver.explain.quantity import Quantity, is_quantity, parse_quantity
 from dra_driver.explain.semver import Semver, is_semver, parse_semver
 
@@ -46,6 +48,17 @@ class Evaluation:
 
 class SelectorCompileError(ConfigError):
     """The API server would reject this expression (syntax, unknown name, length or cost)."""
+
+
+class SelectorUnsupportedError(TesseraError):
+    """The API server accepts this expression, but it uses a CEL feature explain cannot evaluate."""
+
+    def __init__(self, feature: str, detail: str = "") -> None:
+        self.feature = feature
+        super().__init__(
+            f"uses {feature}{f' ({detail})' if detail else ''}, which kube-scheduler accepts "
+            "but explain cannot evaluate"
+        )
 
 
 # ---- library functions --------------------------------------------------------------------------
@@ -292,16 +305,40 @@ def compile_selector(expression: str) -> Selector:
         raise SelectorCompileError(
             f"expression is {len(expression)} characters long, the limit is {MAX_EXPRESSION_LENGTH}"
         )
+    tree, optional_syntax = _parse(expression)
     try:
-        tree = _ENV.compile(expression)
-    except (CELParseError, lark.exceptions.LarkError) as e:
-        raise SelectorCompileError(f"syntax error: {str(e).strip()}") from e
-    checked = check_tree(tree, functions=FUNCTIONS, variables=("device",))
+        expanded = expand_binds(tree)
+        for_check = expand_binds(tree, keep_values=True)
+    except BindSyntaxError as e:
+        raise SelectorCompileError(str(e)) from e
+    except BindCaptureError as e:
+        raise SelectorUnsupportedError("cel.bind", str(e)) from e
+    optional = optional_syntax or cel_optional.uses_optional_calls(for_check)
+    extra_functions = cel_optional.CONSTRUCTORS | cel_optional.METHODS if optional else frozenset()
+    variables = ("device", cel_optional.NAMESPACE) if optional else ("device",)
+    checked = check_tree(for_check, functions=FUNCTIONS.keys() | extra_functions, variables=variables)
     if checked.errors:
         raise SelectorCompileError("; ".join(checked.errors))
-    if checked.cost > MAX_COST:
+    cost = estimate_cost(tree)
+    if cost > MAX_COST:
         raise SelectorCompileError(
-            f"estimated cost {checked.cost} exceeds the limit of {MAX_COST}: "
-            "simplify or bound the comprehension"
+            f"estimated cost {cost} exceeds the limit of {MAX_COST}: simplify or bound the comprehension"
         )
-    return Selector(expression, _ENV.program(tree, functions=FUNCTIONS), checked.cost)
+    if optional:
+        raise SelectorUnsupportedError(cel_optional.FEATURE)
+    return Selector(expression, _ENV.program(expanded, functions=FUNCTIONS), cost)
+
+
+def _parse(expression: str) -> tuple[lark.Tree[Any], bool]:
+    """The parse tree, and whether optional markers (`.?f`, `[?k]`) had to be removed to get it."""
+    try:
+        return _ENV.compile(expression), False
+    except (CELParseError, lark.exceptions.LarkError) as e:
+        error = SelectorCompileError(f"syntax error: {str(e).strip()}")
+        stripped = cel_optional.strip_optional_markers(expression)
+        if stripped is None:
+            raise error from e
+        try:
+            return _ENV.compile(stripped), True
+        except (CELParseError, lark.exceptions.LarkError):
+            raise error from e

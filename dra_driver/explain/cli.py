@@ -1,4 +1,6 @@
-"""`tessera explain CLAIM`: can a claim be allocated on a node, and why not. Exit 0 yes, 1 no, 2 bad input.
+"""`tessera explain CLAIM`: can a claim be allocated on a node, and why not.
+
+Exit 0 yes, 1 no, 2 bad input or cannot decide (a selector uses CEL that explain cannot evaluate).
 
 Only the argument parser lives here; the CEL machinery is imported when the command runs, so other
 `tessera` commands (the liveness probe among them) do not pay for it.
@@ -17,7 +19,8 @@ def add_cli(subparsers: Any) -> None:
         "explain",
         help="explain why a ResourceClaim can or cannot be allocated on a node",
         description="Evaluate a claim against one node's ResourceSlices like kube-scheduler does. "
-        "Exit code 0: it fits; 1: it does not; 2: bad input.",
+        "Exit code 0: it fits; 1: it does not; 2: bad input, or a selector uses a CEL feature "
+        "explain cannot evaluate (optional types).",
     )
     p.add_argument(
         "claim", help="a ResourceClaim/ResourceClaimTemplate YAML file, or namespace/name in the cluster"

@@ -15,6 +15,7 @@ from dra_driver.explain.sources import REPO_DEVICECLASSES, ClusterSource, Inputs
 from dra_driver.explain.verdict import ClaimVerdict, render
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_USAGE = 0, 1, 2
+EXIT_CANNOT_DECIDE = 2  # shared with bad input: either way there is no yes/no answer; stderr says which
 
 
 def _node_of(inputs: Inputs) -> str:
@@ -77,4 +78,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(verdict.to_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(render(verdict, verbose=args.verbose) + "\n")
+    if not verdict.decided:
+        sys.stderr.write(f"tessera explain: cannot decide: {verdict.undecided[0]}\n")
+        return EXIT_CANNOT_DECIDE
     return EXIT_FITS if verdict.satisfiable else EXIT_DOES_NOT_FIT

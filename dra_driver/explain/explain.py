@@ -19,6 +19,7 @@ from dra_driver.explain.cel_env import (
     Outcome,
     Selector,
     SelectorCompileError,
+    SelectorUnsupportedError,
     compile_selector,
     device_variable,
 )
@@ -75,6 +76,8 @@ class Explainer:
     ) -> None:
         self._claim, self._classes, self._catalog, self._node = claim, classes, catalog, node
         self._errors: list[str] = []
+        self._undecided: list[str] = []  # selectors the API server accepts but explain cannot evaluate
+        self._unsupported: set[str] = set()
         self._compiled: dict[str, Selector | None] = {}
         self._evals: dict[tuple[str, DeviceKey], Outcome | str] = {}
         self._steps = 0
@@ -87,7 +90,7 @@ class Explainer:
         self._compile_all()
         path: list[_Step] = []
         ok = False
-        if not self._errors:
+        if not self._errors and not self._undecided:
             try:
                 ok = self._search(0, self._initial, path)
             except _AbortError as e:
@@ -96,7 +99,14 @@ class Explainer:
                 self._errors.append(f"gave up after {MAX_STEPS} device checks without an allocation")
         requests = self._report(path if ok else None)
         return ClaimVerdict(
-            self._claim.ref, self._node, ok and not self._errors, requests, tuple(self._errors)
+            self._claim.ref,
+            self._node,
+            ok and not self._errors,
+            requests,
+            tuple(self._errors),
+            ()
+            if self._errors
+            else tuple(self._undecided),  # a rejected claim is decided: it is never created
         )
 
     # ---- set-up -------------------------------------------------------------------------------
@@ -139,6 +149,10 @@ class Explainer:
         except SelectorCompileError as e:
             self._compiled[expression] = None
             self._errors.append(f"{where}: CEL rejected by the API server: {e}")
+        except SelectorUnsupportedError as e:
+            self._compiled[expression] = None
+            self._unsupported.add(expression)
+            self._undecided.append(f"{where}: {e}")
 
     # ---- the walk -----------------------------------------------------------------------------
 
@@ -231,6 +245,11 @@ class Explainer:
             (ReasonKind.CLAIM_SELECTOR, f"request {req.name}", req.selectors),
         ):
             for i, expr in enumerate(exprs):
+                if expr in self._unsupported:
+                    return Reason(
+                        ReasonKind.SELECTOR_UNSUPPORTED,
+                        f"{owner} selector #{i}: explain cannot evaluate {expr}",
+                    )
                 outcome = self._selector(expr, d)
                 if outcome is Outcome.NO_MATCH:
                     return Reason(kind, f"{owner} selector #{i} is false: {expr}")
@@ -360,7 +379,9 @@ class Explainer:
                 fits = sum(1 for v in devices if v.reason is None)
                 problem = ""
                 if not picked and reached:
-                    if req.mode == ALL:
+                    if self._undecided:
+                        problem = "not evaluated: a selector of this claim uses CEL explain cannot evaluate"
+                    elif req.mode == ALL:
                         problem = "allocationMode All: every matching device must be free"
                     elif fits >= req.count:
                         problem = (

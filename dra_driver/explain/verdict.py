@@ -11,6 +11,7 @@ class ReasonKind(StrEnum):
     CLASS_SELECTOR = "class-selector"  # a DeviceClass selector is false
     CLAIM_SELECTOR = "claim-selector"  # a selector of the request is false
     SELECTOR_ERROR = "selector-error"  # a selector failed at run time: the scheduler reports it as an error
+    SELECTOR_UNSUPPORTED = "selector-unsupported"  # valid CEL that explain cannot evaluate (optional types)
     TAINTED = "tainted"  # a NoSchedule/NoExecute device taint the request does not tolerate
     CAPACITY_POLICY = "capacity-policy"  # the capacity request is outside the device's requestPolicy or size
     ALREADY_ALLOCATED = "already-allocated"  # an exclusive device is in use
@@ -49,13 +50,26 @@ class ClaimVerdict:
     satisfiable: bool
     requests: tuple[RequestVerdict, ...]
     errors: tuple[str, ...] = ()  # what the API server or the scheduler reports as an error
+    undecided: tuple[str, ...] = ()  # why explain cannot tell: valid selectors it cannot evaluate
+
+    @property
+    def decided(self) -> bool:
+        return not self.undecided
+
+    @property
+    def outcome(self) -> str:
+        if self.undecided:
+            return "cannot-decide"
+        return "fits" if self.satisfiable else "does-not-fit"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "claim": self.claim,
             "node": self.node,
             "satisfiable": self.satisfiable,
+            "verdict": self.outcome,
             "errors": list(self.errors),
+            "undecided": list(self.undecided),
             "requests": [
                 {
                     "request": r.request,
@@ -77,10 +91,15 @@ class ClaimVerdict:
 def render(verdict: ClaimVerdict, *, verbose: bool = False) -> str:
     """Plain text for a terminal; devices the class itself excludes are folded unless `verbose`."""
     head = "can be allocated" if verdict.satisfiable else "cannot be allocated"
+    if not verdict.decided:
+        head = "cannot decide"
     lines = [f"claim {verdict.claim} on node {verdict.node}: {head}"]
     lines.extend(f"  error: {e}" for e in verdict.errors)
+    lines.extend(f"  cannot decide: {u}" for u in verdict.undecided)
     for r in verdict.requests:
         state = "ok" if r.satisfied else ("not reached" if not r.reached else "unsatisfied")
+        if not r.satisfied and not verdict.decided:
+            state = "cannot decide"
         alloc = f" → {', '.join(r.allocated)}" if r.allocated else ""
         lines.append(f"  request {r.request}: {state}{alloc}")
         if r.problem:

@@ -179,9 +179,15 @@ def work(
 
 GPU, VGPU = "gpu.tessera.dev", "vgpu.tessera.dev"
 H100 = f'{ATTR}.productName.startsWith("NVIDIA H100")'
+H100_BOUND = f'cel.bind(p, {ATTR}.productName, p.startsWith("NVIDIA H100"))'
 FITS: list[tuple[str, Json, str]] = [  # id, request, the family of the device the scheduler must pick
     ("whole-gpu", {"exactly": exactly(GPU)}, r"gpu-\d"),
     ("product", {"exactly": exactly(GPU, selectors=(H100,))}, r"gpu-\d"),
+    (
+        "product-with-cel-bind",
+        {"exactly": exactly(GPU, selectors=(H100_BOUND,))},
+        r"gpu-\d",
+    ),
     ("vgpu-3000Mi-30", {"exactly": exactly(VGPU, memory="3000Mi", cores="30")}, r"gpu-\d-vgpu"),
     ("mig-1g.10gb", {"exactly": exactly("mig-1g.10gb.gpu.tessera.dev")}, r"gpu-\d-mig-1g10gb-\d"),
     (
@@ -206,6 +212,11 @@ DOES_NOT_FIT: list[tuple[str, Json, str]] = [  # id, request, what explain's rea
     ("cores-over-100", {"exactly": exactly(VGPU, cores="150")}, "[capacity-policy] cores: request 150"),
     ("mig-profile-not-offered", {"exactly": exactly("mig-1g.5gb.gpu.tessera.dev")}, 'profile == "1g.5gb"'),
     ("three-whole-gpus", {"exactly": exactly(GPU, count=3)}, "needs 3 device(s), 2 fit"),
+    (
+        "no-such-product-with-cel-bind",
+        {"exactly": exactly(GPU, selectors=(f'cel.bind(p, {ATTR}.productName, p == "NVIDIA B300")',))},
+        "[claim-selector] request gpu selector #0 is false: cel.bind(p,",
+    ),
 ]  # fmt: skip
 
 

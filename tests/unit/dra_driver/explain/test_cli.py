@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from dra_driver.explain.cli import add_cli, main
-from dra_driver.explain.command import EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_USAGE
+from dra_driver.explain.command import EXIT_CANNOT_DECIDE, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_USAGE
 
 from .slicegen import allocated_claim, claim, exactly, node_slices
 
@@ -69,3 +69,79 @@ def test_add_cli_registers_explain_on_a_foreign_parser() -> None:
     add_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["explain", "ns/c", "--node", "n1", "--kubeconfig", "/k"])
     assert args.node == "n1" and callable(args.handler)
+
+
+MIXED_NODE = {
+    "apiVersion": "sim.tessera.dev/v1",
+    "kind": "SimulatedNode",
+    "nodeName": "sim-mix",
+    "driverVersion": "550.54.15",
+    "cudaDriverVersion": "12.4",
+    "gpus": [
+        {"product": "A100-SXM4-40GB", "count": 2, "migEnabled": False},
+        {"product": "H100-80GB-SXM", "count": 2, "migEnabled": False},
+    ],
+}
+PRODUCT = 'device.attributes["gpu.tessera.dev"].productName'
+
+
+def fitting(out: dict[str, Any]) -> set[str]:
+    return {d["device"] for d in out["requests"][0]["devices"] if d["fits"]}
+
+
+def test_cel_bind_selects_exactly_the_h100s(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = write(tmp_path / "node.yaml", MIXED_NODE)
+    bound = f'cel.bind(p, {PRODUCT}, p.startsWith("NVIDIA H100"))'
+    c = write(tmp_path / "c.yaml", claim(exactly("g", "gpu.tessera.dev", selectors=(bound,))))
+    assert main(["explain", str(c), "--simulate", str(node), "--output", "json"]) == EXIT_FITS
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "fits" and not out["errors"] and not out["undecided"]
+    assert fitting(out) == {"sim-mix/gpu-2", "sim-mix/gpu-3"}  # the A100s are gpu-0 and gpu-1
+
+    plain = write(
+        tmp_path / "p.yaml",
+        claim(exactly("g", "gpu.tessera.dev", selectors=(f'{PRODUCT}.startsWith("NVIDIA H100")',))),
+    )
+    assert main(["explain", str(plain), "--simulate", str(node), "--output", "json"]) == EXIT_FITS
+    assert fitting(json.loads(capsys.readouterr().out)) == fitting(out)
+
+
+def test_optional_types_cannot_decide_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = write(tmp_path / "node.yaml", MIXED_NODE)
+    optional = 'device.attributes["gpu.tessera.dev"].?productName.orValue("").startsWith("NVIDIA H100")'
+    c = write(tmp_path / "c.yaml", claim(exactly("g", "gpu.tessera.dev", selectors=(optional,))))
+    assert main(["explain", str(c), "--simulate", str(node), "--output", "json"]) == EXIT_CANNOT_DECIDE
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
+    assert out["verdict"] == "cannot-decide" and not out["errors"]
+    assert "optional types" in out["undecided"][0] and "request g selector #0" in out["undecided"][0]
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "cannot decide" in err[0] and "kube-scheduler accepts" in err[0]
+    assert "rejected" not in captured.out + captured.err
+
+    assert main(["explain", str(c), "--simulate", str(node)]) == EXIT_CANNOT_DECIDE
+    text = capsys.readouterr().out
+    assert "cannot decide" in text.splitlines()[0] and "selector-unsupported" in text
+
+
+def test_a_real_syntax_error_is_still_rejected_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = write(tmp_path / "node.yaml", MIXED_NODE)
+    broken = f'cel.bind(p, {PRODUCT}, p.startsWith("NVIDIA H100")'  # missing `)`
+    c = write(tmp_path / "c.yaml", claim(exactly("g", "gpu.tessera.dev", selectors=(broken,))))
+    assert main(["explain", str(c), "--simulate", str(node), "--output", "json"]) == EXIT_DOES_NOT_FIT
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "does-not-fit" and not out["undecided"]
+    assert "CEL rejected by the API server: syntax error" in out["errors"][0]
+
+
+def test_rejected_selector_outweighs_an_undecided_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = write(tmp_path / "node.yaml", MIXED_NODE)
+    selectors = (f"{PRODUCT}.?x.hasValue()", "devices.driver == 'x'")
+    c = write(tmp_path / "c.yaml", claim(exactly("g", "gpu.tessera.dev", selectors=selectors)))
+    assert main(["explain", str(c), "--simulate", str(node), "--output", "json"]) == EXIT_DOES_NOT_FIT
+    out = json.loads(capsys.readouterr().out)
+    assert out["verdict"] == "does-not-fit" and "undeclared reference to 'devices'" in out["errors"][0]
