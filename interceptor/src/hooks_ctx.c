@@ -48,6 +48,7 @@ struct meter {
     int src;
     nvmlDevice_t nh;
     uint64_t before;
+    uint64_t done_before; /* g_drv_done when the first reading was taken */
 };
 
 /* Device-wide free bytes from the meter's source; -1 when it cannot say. */
@@ -85,12 +86,18 @@ static void meter_pick(struct meter *m, struct dev_rec *d, CUdevice dev)
     }
 }
 
-/* Under the region lock: the bytes the creation just cost. */
+/* Under the region lock: the bytes the creation just cost. Another thread's allocation or free landing in
+ * the window would be charged to the context (or hide its cost), so then the configured default is used. */
 static uint64_t meter_cost(struct meter *m, struct dev_rec *d, int measured_before)
 {
     uint64_t after;
-    if (measured_before && meter_read(m, &after) == 0)
+    if (measured_before && meter_read(m, &after) == 0 &&
+        __atomic_load_n(&g_drv_inflight, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&g_drv_done, __ATOMIC_SEQ_CST) == m->done_before)
         return m->before > after ? m->before - after : 0;
+    if (measured_before)
+        tlog(LOG_DEBUG, "%s: allocations ran while a context was created; charging the default %llu bytes",
+             d->uuid, (unsigned long long)d->ctx_default);
     return d->ctx_default;
 }
 
@@ -104,7 +111,9 @@ static uint64_t meter_cost(struct meter *m, struct dev_rec *d, int measured_befo
         if (region_lock((d)->rh)) {                                               \
             rc = call;                                                            \
         } else {                                                                  \
-            int mb_ = meter_read(&m_, &m_.before) == 0;                           \
+            m_.done_before = __atomic_load_n(&g_drv_done, __ATOMIC_SEQ_CST);      \
+            int mb_ = __atomic_load_n(&g_drv_inflight, __ATOMIC_SEQ_CST) == 0 &&  \
+                      meter_read(&m_, &m_.before) == 0;                           \
             rc = call;                                                            \
             if (rc == CUDA_SUCCESS) {                                             \
                 *(charged) = meter_cost(&m_, (d), mb_);                           \

@@ -27,11 +27,25 @@ static void track(struct tab *t, uint64_t key, uint64_t size, struct dev_rec *d)
     }
 }
 
-static void untrack(struct tab *t, uint64_t key)
+/* Driver allocation and free calls of this process in flight, and how many have finished: a context's cost
+ * is measured as a drop in free memory, which only means something when none of these moved meanwhile. */
+static uint64_t g_drv_inflight, g_drv_done;
+
+static void drv_enter(void)
 {
-    uint64_t size;
-    unsigned rec;
-    if (tab_take(t, key, &size, &rec) && rec < (unsigned)MAX_RECS && g_recs[rec].rh)
+    __atomic_add_fetch(&g_drv_inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+static void drv_leave(void)
+{
+    __atomic_add_fetch(&g_drv_done, 1, __ATOMIC_SEQ_CST);
+    __atomic_sub_fetch(&g_drv_inflight, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Gives back the bytes of an entry taken from a table. */
+static void release_taken(uint64_t size, unsigned rec)
+{
+    if (rec < (unsigned)MAX_RECS && g_recs[rec].rh)
         acct_release(&g_recs[rec], size);
 }
 
@@ -43,7 +57,9 @@ static void untrack(struct tab *t, uint64_t key)
         t_in_hook++;                                           \
         CUresult rc_ = CUDA_ERROR_OUT_OF_MEMORY;               \
         if (acct_reserve((d), (size))) {                       \
+            drv_enter();                                       \
             rc_ = call;                                        \
+            drv_leave();                                       \
             if (rc_ == CUDA_SUCCESS)                           \
                 track((tab), (uint64_t)(keyexpr), (size), (d)); \
             else                                               \
@@ -53,16 +69,24 @@ static void untrack(struct tab *t, uint64_t key)
         return rc_;                                            \
     } while (0)
 
-#define FREE_WITH(tab, call, key)                              \
-    do {                                                       \
-        if (!g_acct || t_in_hook)                              \
-            return call;                                       \
-        t_in_hook++;                                           \
-        CUresult rc_ = call;                                   \
-        if (rc_ == CUDA_SUCCESS)                               \
-            untrack((tab), (uint64_t)(key));                   \
-        t_in_hook--;                                           \
-        return rc_;                                            \
+/* The entry leaves the table before the driver frees: once the driver has the address back it may hand it
+ * to another thread's allocation at once, whose entry must not meet ours. A failed free puts it back. */
+#define FREE_WITH(tab, call, key)                                          \
+    do {                                                                   \
+        if (!g_acct || t_in_hook)                                          \
+            return call;                                                   \
+        t_in_hook++;                                                       \
+        uint64_t size_ = 0;                                                \
+        unsigned rec_ = 0;                                                 \
+        int had_ = tab_take((tab), (uint64_t)(key), &size_, &rec_);        \
+        drv_enter();                                                       \
+        CUresult rc_ = call;                                               \
+        drv_leave();                                                       \
+        if (had_ && (rc_ == CUDA_SUCCESS ||                                \
+                     !tab_put((tab), (uint64_t)(key), size_, rec_)))       \
+            release_taken(size_, rec_);                                    \
+        t_in_hook--;                                                       \
+        return rc_;                                                        \
     } while (0)
 
 HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)

@@ -807,9 +807,11 @@ static int t_sm(int argc, char **argv)
     if (!strcmp(kind, "ptsz")) {
         CHECK(cuGetProcAddress("cuLaunchKernel", (void **)&ptsz, 12000, 2) == CUDA_SUCCESS && ptsz, "per-thread launch");
     }
-    CUevent ev[2];
-    cuEventCreate(&ev[0], 0);
-    cuEventCreate(&ev[1], 0);
+    /* Two batches stay queued behind the one being waited for, so a launching thread that the OS
+     * deschedules for a few ms on a busy machine does not leave the simulated GPU idle. */
+    CUevent ev[3];
+    for (int i = 0; i < 3; i++)
+        cuEventCreate(&ev[i], 0);
     uint64_t b0 = fakeBusyNs(0), t0 = now_ns(), end = t0 + (uint64_t)(secs * 1e9);
     CUlaunchConfig cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -826,9 +828,9 @@ static int t_sm(int argc, char **argv)
                 rc = cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL);
             CHECK(rc == CUDA_SUCCESS, "launch");
         }
-        cuEventRecord(ev[batch & 1], NULL);
-        if (batch)
-            cuEventSynchronize(ev[(batch - 1) & 1]);
+        cuEventRecord(ev[batch % 3], NULL);
+        if (batch >= 2)
+            cuEventSynchronize(ev[(batch - 2) % 3]);
     }
     cuCtxSynchronize();
     uint64_t t1 = now_ns();
