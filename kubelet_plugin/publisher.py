@@ -140,10 +140,7 @@ class SlicePublisher:
                 p = plan(slices, existing)
                 if not p.actions:
                     # Already as wanted (e.g. after a restart): adopt what is there as our own writes.
-                    self._written = {
-                        str(e["metadata"]["name"]): str(e["metadata"].get("resourceVersion"))
-                        for e in existing
-                    }
+                    self._written = _versions(existing)
                 try:
                     for i, n in enumerate(self._apply(p)):
                         totals[i] += n
@@ -232,8 +229,7 @@ class SlicePublisher:
 
     def _drifted(self, existing: Sequence[Json]) -> bool:
         """Whether the listed pool differs from what we last wrote (added, removed or rewritten)."""
-        listed = {str(e["metadata"]["name"]): str(e["metadata"].get("resourceVersion")) for e in existing}
-        return listed != self._written
+        return _versions(existing) != self._written
 
     def run(
         self,
@@ -308,3 +304,8 @@ class SlicePublisher:
         finally:
             w.stop()  # type: ignore[no-untyped-call]
         return False
+
+
+def _versions(slices: Sequence[Json]) -> dict[str, str]:
+    """Slice name → resourceVersion, the form in which the publisher remembers its own writes."""
+    return {str(e["metadata"]["name"]): str(e["metadata"].get("resourceVersion")) for e in slices}
