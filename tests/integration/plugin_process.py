@@ -35,6 +35,7 @@ class PluginProcess:
     pod_uid: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     via_cli: bool = False  # `tessera plugin ...` instead of `python -m kubelet_plugin.daemon ...`
+    umask: int = -1  # the umask the daemon inherits (-1: this process's)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -67,7 +68,9 @@ class PluginProcess:
         env.pop("TESSERA_FAULT", None)  # only a test that asks for a fault gets one
         env.update(extra_env or {})
         with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(self.command(), env=env, stdout=log, stderr=log, cwd=REPO)
+            self.proc = subprocess.Popen(
+                self.command(), env=env, stdout=log, stderr=log, cwd=REPO, umask=self.umask
+            )
         if wait:
             self.wait_ready()
         return self
