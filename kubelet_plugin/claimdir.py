@@ -63,15 +63,6 @@ def _create(path: Path, data: bytes, *, mode: int, fault: WriteFault | None = No
         os.close(fd)
 
 
-def _only_a_file(path: Path) -> bool:
-    """Whether a regular file is at `path`; anything else there (a link, a directory) is removed."""
-    if is_plain_file(path):
-        return True
-    if os.path.lexists(path):
-        remove_tree(path)
-    return False
-
-
 def _is_dir(path: Path) -> bool:
     try:
         return stat.S_ISDIR(path.lstat().st_mode)
@@ -97,8 +88,8 @@ class ClaimDirs:
         if _is_dir(final):
             try:
                 os.chmod(final, CLAIM_DIR_MODE)
-                _only_a_file(final / LIMITS_FILE_NAME)
-                if not _only_a_file(final / REGION_FILE_NAME):
+                self._only_a_file(final / LIMITS_FILE_NAME)
+                if not self._only_a_file(final / REGION_FILE_NAME):
                     _create(final / REGION_FILE_NAME, b"", mode=REGION_MODE)
             except OSError as e:
                 raise StorageError(f"claim directory {final}: {e.strerror or e}") from e
@@ -123,6 +114,17 @@ class ClaimDirs:
                 raise
             raise StorageError(f"creating claim directory {final}: {e.strerror or e}") from e
         return final
+
+    def _only_a_file(self, path: Path) -> bool:
+        """Whether a regular file is at `path`; anything else a tenant put there (a link, a directory tree)
+        is set aside into the claims root and removed like a claim directory."""
+        if is_plain_file(path):
+            return True
+        if os.path.lexists(path):
+            aside = temp_name(self._root / f"{path.parent.name}-{path.name}")
+            os.rename(path, aside)
+            self._discard(aside)
+        return False
 
     def remove(self, uid: ClaimUID) -> bool:
         """Set the claim dir aside under a temp name (atomic, cheap), then remove it (removals_deferred)."""

@@ -143,12 +143,12 @@ _Stamp = tuple[int, int, int]
 
 def _validated(claim: KubeletClaim) -> ClaimRef | str:
     """The claim with its UID validated, or the problem (naming the field) that fails just this claim."""
-    shown = f"claim {excerpt(claim.namespace)}/{excerpt(claim.name)} (uid {excerpt(claim.uid)})"
+    shown = f"claim {excerpt(claim.namespace, bare=True)}/{excerpt(claim.name, bare=True)}"
     missing = [
         f for f, v in (("uid", claim.uid), ("namespace", claim.namespace), ("name", claim.name)) if not v
     ]
     if missing:
-        return f"{shown} lacks {', '.join(missing)}"
+        return f"{shown} (uid {excerpt(claim.uid)}) lacks {', '.join(missing)}"
     try:
         return ClaimRef(namespace=claim.namespace, name=claim.name, uid=ClaimUID(claim.uid))
     except InvalidNameError as e:

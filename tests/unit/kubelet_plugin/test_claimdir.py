@@ -125,7 +125,10 @@ def test_an_old_world_writable_dir_is_tightened_and_a_replaced_region_put_back(t
     path.chmod(0o1777)
     (path / "region").unlink()
     (path / "region").symlink_to("/etc/passwd")  # what a tenant could leave
+    (path / "limits").unlink()
+    (path / "limits" / "deep" / "tree").mkdir(parents=True)
     dirs.write(ClaimUID("u1"), limits="y")
+    assert sorted(os.listdir(tmp_path)) == ["u1"], "what was in the way is set aside and removed"
     assert path.stat().st_mode & 0o7777 == 0o755
     region = (path / "region").lstat()
     assert stat.S_ISREG(region.st_mode) and region.st_size == 0 and region.st_mode & 0o777 == 0o666
