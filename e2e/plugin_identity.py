@@ -193,12 +193,15 @@ def issue(
     admin_kubeconfig: Path,
     kubeconfig: Path,
     lifetime_s: int = TOKEN_LIFETIME_S,
+    pod_manifest: Json | None = None,
 ) -> PluginCredentials:
-    """Creates the plugin pod on `node` (the Node must exist), mints its token, writes `kubeconfig`, and
-    waits until what the token may do is in force. `install_identity` must have run on the cluster."""
+    """Creates the plugin pod on `node` (the Node must exist; `pod_manifest`, default `plugin_pod(node=node)`),
+    mints its token, writes `kubeconfig`, and waits until what the token may do is in force.
+    `install_identity` must have run on the cluster."""
+    manifest = pod_manifest if pod_manifest is not None else plugin_pod(node=node)
     pod = _load(
         k8s.CoreV1Api(api).create_namespaced_pod(
-            SYSTEM_NS, body=k8s.V1Pod.model_validate(plugin_pod(node=node)), _preload_content=False
+            SYSTEM_NS, body=k8s.V1Pod.model_validate(manifest), _preload_content=False
         )
     )
     name = PodName(pod["metadata"]["name"])
