@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dra_driver.names import DRIVER_NAME
 from e2e.realnode.errors import RealNodeError
@@ -24,17 +25,22 @@ class PreparedClaim:
     devices: frozenset[tuple[str, str, str | None, tuple[str, ...]]]  # (pool, device, share ID, CDI ids)
 
 
-def kubelet_prepared(path: Path, *, driver: str = DRIVER_NAME) -> dict[str, PreparedClaim]:
-    """Claims the kubelet has prepared with `driver`, by UID; empty when it has no checkpoint yet."""
+def _kubelet_claim_infos(path: Path) -> list[dict[str, Any]]:
     try:
         outer = json.loads(path.read_text())
     except FileNotFoundError:
-        return {}
+        return []
     data = json.loads(outer["Data"])
     if data.get("kind") != KUBELET_CHECKPOINT_KIND:
         raise RealNodeError(f"{path}: kind {data.get('kind')!r}, expected {KUBELET_CHECKPOINT_KIND}")
+    infos: list[dict[str, Any]] = data.get("ClaimInfoStateList") or []
+    return infos
+
+
+def kubelet_prepared(path: Path, *, driver: str = DRIVER_NAME) -> dict[str, PreparedClaim]:
+    """Claims the kubelet has prepared with `driver`, by UID; empty when it has no checkpoint yet."""
     claims = {}
-    for info in data.get("ClaimInfoStateList") or []:
+    for info in _kubelet_claim_infos(path):
         state = (info.get("DriverState") or {}).get(driver)
         if state is None:
             continue
@@ -46,6 +52,15 @@ def kubelet_prepared(path: Path, *, driver: str = DRIVER_NAME) -> dict[str, Prep
             uid=info["ClaimUID"], namespace=info["Namespace"], name=info["ClaimName"], devices=devices
         )
     return claims
+
+
+def kubelet_claim_pods(path: Path, *, driver: str = DRIVER_NAME) -> dict[str, frozenset[str]]:
+    """For each claim the kubelet has prepared with `driver`: the UIDs of the pods it holds it for."""
+    return {
+        info["ClaimUID"]: frozenset(info.get("PodUIDs") or {})
+        for info in _kubelet_claim_infos(path)
+        if driver in (info.get("DriverState") or {})
+    }
 
 
 def plugin_prepared(path: Path) -> dict[str, PreparedClaim]:

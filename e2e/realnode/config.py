@@ -24,7 +24,9 @@ POD_SUBNET = "198.51.100.0/24"
 # must bind: gRPC (Python, 1.7x) refuses unix socket paths of 106 bytes and more ("Path name should not have
 # more than 107 characters"), and a pod UID takes 36, so the root may take at most this many bytes.
 GRPC_MAX_UNIX_PATH = 105
-MAX_ROOT_BYTES = GRPC_MAX_UNIX_PATH - len(f"/var/lib/kubelet/plugins_registry/{DRIVER_NAME}-{'0' * 36}-reg.sock")
+MAX_ROOT_BYTES = GRPC_MAX_UNIX_PATH - len(
+    f"/var/lib/kubelet/plugins_registry/{DRIVER_NAME}-{'0' * 36}-reg.sock"
+)
 # Shadowed inside the node's mount namespace (see holder.sh): the kubelet sets these at start and they are the
 # machine's, shared with everyone else on it.
 KERNEL_TUNABLES = (

@@ -182,7 +182,9 @@ def probe_entries(probe: Path, busybox: Path) -> list[Entry]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="image", required=True)
     pause = sub.add_parser("pause", help=f"{PAUSE_IMAGE}: the sandbox image")
     pause.add_argument("--pause", type=Path, required=True, help="the static pause binary")

@@ -183,7 +183,9 @@ class NodeNamespaces:
         while True:
             kids = _children(wrapper.pid)
             if kids and _argv0(kids[0]) == str(binary):
-                process = NodeProcess(name=name, pid=kids[0], binary=str(binary), log=log_path, wrapper=wrapper)
+                process = NodeProcess(
+                    name=name, pid=kids[0], binary=str(binary), log=log_path, wrapper=wrapper
+                )
                 log.info("realnode.started", component=name, pid=process.pid, log=str(log_path))
                 return process
             if wrapper.poll() is not None:

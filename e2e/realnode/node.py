@@ -30,6 +30,7 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.backends.sim_state import read_state
 from dra_driver.names import DRIVER_NAME
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import delete_node
@@ -50,7 +51,7 @@ from e2e.node import (
 from e2e.plugin_identity import SYSTEM_NS, PluginCredentials, issue, plugin_pod, revoke
 from e2e.realnode import cgroups
 from e2e.realnode.binaries import NodeBinaries
-from e2e.realnode.checkpoints import PreparedClaim, kubelet_prepared, plugin_prepared
+from e2e.realnode.checkpoints import PreparedClaim, kubelet_claim_pods, kubelet_prepared, plugin_prepared
 from e2e.realnode.config import (
     KERNEL_TUNABLES,
     MAX_ROOT_BYTES,
@@ -63,6 +64,7 @@ from e2e.realnode.config import (
     kubelet_config,
 )
 from e2e.realnode.errors import RealNodeError
+from e2e.realnode.metrics import DraCounts, fetch_metrics, parse_dra_counts
 from e2e.realnode.namespaces import NodeNamespaces, NodeProcess
 from e2e.realnode.pod_logs import container_log_dir, probe_report
 from kubelet_plugin.paths import PluginPaths
@@ -81,7 +83,9 @@ def short_root(base: Path = Path("/tmp")) -> Path:
     for _ in range(100):
         root = base / f"rn{secrets.token_hex(2)[:3]}"
         if len(str(root)) > MAX_ROOT_BYTES:
-            raise RealNodeError(f"{base} is too long a base for the real node's root ({MAX_ROOT_BYTES} bytes)")
+            raise RealNodeError(
+                f"{base} is too long a base for the real node's root ({MAX_ROOT_BYTES} bytes)"
+            )
         try:
             root.mkdir(mode=0o755)
         except FileExistsError:
@@ -105,7 +109,10 @@ def identity_pod(*, node: str) -> Json:
     """The plugin's Pod as the DaemonSet would place it, runnable here: the probe image sleeping (the daemon
     itself runs on the host, started by RealNode), tolerating the real node's taints."""
     pod = plugin_pod(node=node)
-    pod["metadata"]["labels"] = {"app.kubernetes.io/name": "tessera", "app.kubernetes.io/component": "node-plugin"}
+    pod["metadata"]["labels"] = {
+        "app.kubernetes.io/name": "tessera",
+        "app.kubernetes.io/component": "node-plugin",
+    }
     pod["spec"]["containers"] = [
         {"name": "plugin", "image": PROBE_IMAGE, "command": ["/bin/sleep", "2147483647"]}
     ]
@@ -164,9 +171,7 @@ class RealNode:
         self.name = node_name_of(node_file)
         self.layout = NodeLayout(root=root)
         self.cgroup_root = f"tessera-{self.name}-{root.name}"
-        self.namespaces = NodeNamespaces(
-            root=root, init=binaries.pause, tunables=KERNEL_TUNABLES
-        )
+        self.namespaces = NodeNamespaces(root=root, init=binaries.pause, tunables=KERNEL_TUNABLES)
         self.containerd: NodeProcess | None = None
         self.kubelet: NodeProcess | None = None
         self.plugins: list[PluginInstance] = []
@@ -228,11 +233,15 @@ class RealNode:
         library = self.plugin_paths().library_path
         library.parent.mkdir(parents=True, exist_ok=True)
         if not LIBRARY_BUILD.is_file() or not (DRIVER_DIR / "libcuda.so.1").is_file():
-            raise RealNodeError(f"{LIBRARY_BUILD} or {DRIVER_DIR}/libcuda.so.1 is missing: run make -C interceptor")
+            raise RealNodeError(
+                f"{LIBRARY_BUILD} or {DRIVER_DIR}/libcuda.so.1 is missing: run make -C interceptor"
+            )
         shutil.copyfile(LIBRARY_BUILD, library)
 
     def _env(self) -> dict[str, str]:
-        return {"PATH": f"{self.binaries.bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        return {
+            "PATH": f"{self.binaries.bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        }
 
     def start_containerd(self, *, timeout_s: float = 30.0) -> None:
         self.containerd = self.namespaces.spawn(
@@ -245,7 +254,9 @@ class RealNode:
 
         def answers() -> bool:
             self._check(self.containerd)
-            return self.layout.containerd_socket.exists() and self._ctr("version", check=False).returncode == 0
+            return (
+                self.layout.containerd_socket.exists() and self._ctr("version", check=False).returncode == 0
+            )
 
         wait_for("containerd to answer", answers, timeout_s=timeout_s, interval_s=0.2)
 
@@ -448,15 +459,32 @@ class RealNode:
     def mig_instances(self) -> list[tuple[str, str]]:
         return mig_instances_in(self.sim_state_file)
 
+    def mig_cap_minors(self) -> dict[str, tuple[int, int]]:
+        """MIG UUID → the (GI, CI) minors of its /dev/nvidia-caps nodes, from the simulated GPUs' state."""
+        state = read_state(self.sim_state_file)
+        if state is None:
+            return {}
+        return {i.uuid: (i.gi_cap_minor, i.ci_cap_minor) for g in state.gpus.values() for i in g.instances}
+
     def kubelet_prepared(self) -> dict[str, PreparedClaim]:
         return kubelet_prepared(self.layout.kubelet_checkpoint)
+
+    def kubelet_claim_pods(self) -> dict[str, frozenset[str]]:
+        return kubelet_claim_pods(self.layout.kubelet_checkpoint)
 
     def plugin_prepared(self) -> dict[str, PreparedClaim]:
         return plugin_prepared(self.plugin_paths().checkpoint_file)
 
+    def dra_counts(self) -> DraCounts:
+        """The kubelet's counts of DRA operations and gRPC calls to Tessera's driver (since it started)."""
+        text = fetch_metrics(port=self._ports.port, client=self.plane.pki.admin)
+        return parse_dra_counts(text, driver=DRIVER_NAME)
+
     def sockets(self) -> list[Path]:
         paths = self.plugin_paths()
-        return sorted([*paths.plugin_dir.glob("*.sock"), *self.layout.registry_dir.glob(f"{DRIVER_NAME}*.sock")])
+        return sorted(
+            [*paths.plugin_dir.glob("*.sock"), *self.layout.registry_dir.glob(f"{DRIVER_NAME}*.sock")]
+        )
 
     def probe(self, pod: Json, container: str) -> dict[str, Any] | None:
         meta = pod["metadata"]

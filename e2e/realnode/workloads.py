@@ -83,7 +83,12 @@ def claim_template(name: str, spec: Json) -> Json:
 
 
 def resource_claim(name: str, spec: Json) -> Json:
-    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def vgpu(memory: str, cores: str) -> Json:

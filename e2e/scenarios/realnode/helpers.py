@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kubernetes import client as k8s
+
 from dra_driver.names import qualified
-from e2e.kube import Json, allocated_results, get_claim, pod_claim_name, wait_for, wait_running
+from e2e.kube import Json, allocated_results, get_claim, get_pod, pod_claim_name, wait_for, wait_running
 from e2e.node import driver_slices
 from e2e.realnode.node import RealNode
 from e2e.testbed import SimCluster
@@ -21,6 +23,20 @@ def apply(bed: SimCluster, ns: str, documents: Sequence[Json]) -> None:
 
 def running(node: RealNode, ns: str, name: str, *, timeout_s: float = 90.0) -> Json:
     return wait_running(node.api, ns, name, timeout_s=timeout_s)
+
+
+def delete_pod(node: RealNode, ns: str, name: str, *, timeout_s: float = 60.0) -> None:
+    """Deletes gracefully and waits until the kubelet has finalized the pod (its claims unprepared first)."""
+    k8s.CoreV1Api(node.api).delete_namespaced_pod(name, ns)
+    wait_for(f"pod {ns}/{name} to go", lambda: get_pod(node.api, ns, name) is None, timeout_s=timeout_s)
+
+
+def events(node: RealNode, ns: str, pod: str) -> list[str]:
+    """The pod's events as "Reason: message"."""
+    items = (
+        k8s.CoreV1Api(node.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={pod}").items
+    )
+    return [f"{e.reason}: {e.message}" for e in items]
 
 
 def report(node: RealNode, pod: Json, container: str, *, timeout_s: float = 60.0) -> dict[str, Any]:
