@@ -1,5 +1,5 @@
-"""The real node's cgroup root (the kubelet's `cgroupRoot`): made before the kubelet starts, since it refuses a
-root that does not exist, and removed once the node's processes are gone. cgroup v1 here (one directory per
+"""The real node's cgroup root (the kubelet's `cgroupRoot`): made before the kubelet starts, since it refuses
+a root that does not exist, and removed once the node's processes are gone. cgroup v1 here (one directory per
 controller hierarchy); on cgroup v2 it is one directory."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ CGROUP_FS = Path("/sys/fs/cgroup")
 
 
 def hierarchies(base: Path = CGROUP_FS, *, unified: bool = False) -> list[Path]:
-    """The mounted hierarchies. A hybrid machine also mounts a controller-less cgroup2 at `unified`: the kubelet
-    needs its root only in the v1 ones, but runc makes the containers' cgroups there too."""
+    """The mounted hierarchies. A hybrid machine also mounts a controller-less cgroup2 at `unified`: the
+    kubelet needs its root only in the v1 ones, but runc makes the containers' cgroups there too."""
     if (base / "cgroup.controllers").exists():
         return [base]
     return sorted(
@@ -33,7 +33,8 @@ def create(name: str, base: Path = CGROUP_FS) -> list[Path]:
 
 
 def remove(name: str, *, base: Path = CGROUP_FS, timeout_s: float = 15.0) -> None:
-    """Removes the cgroup tree `name` in every hierarchy, leaves first; waits while dying processes leave it."""
+    """Removes the cgroup tree `name` in every hierarchy, leaves first, waiting while dying processes leave
+    it."""
     deadline = time.monotonic() + timeout_s
     for h in hierarchies(base, unified=True):
         top = h / name

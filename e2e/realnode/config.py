@@ -20,9 +20,10 @@ REALNODE_TAINT_KEY = "tessera.dev/realnode"
 REALNODE_LABEL = "tessera.dev/realnode"
 # TEST-NET-2 (RFC 5737): the pods' addresses live only inside their own network namespaces.
 POD_SUBNET = "198.51.100.0/24"
-# The registration socket of a rolling update, <root>/var/lib/kubelet/plugins_registry/<driver>-<uid>-reg.sock,
-# must bind: gRPC (Python, 1.7x) refuses unix socket paths of 106 bytes and more ("Path name should not have
-# more than 107 characters"), and a pod UID takes 36, so the root may take at most this many bytes.
+# The registration socket of a rolling update,
+# <root>/var/lib/kubelet/plugins_registry/<driver>-<uid>-reg.sock, must bind: gRPC (grpcio 1.85) refuses
+# unix socket paths of 106 bytes and more ("Path name should not have more than 107 characters"), and a pod
+# UID takes 36, so the root may take at most this many bytes.
 GRPC_MAX_UNIX_PATH = 105
 MAX_ROOT_BYTES = GRPC_MAX_UNIX_PATH - len(
     f"/var/lib/kubelet/plugins_registry/{DRIVER_NAME}-{'0' * 36}-reg.sock"

@@ -1,10 +1,10 @@
 """The kubelet's own count of DRA operations, from its /metrics endpoint (127.0.0.1, the port in the kubelet's
 config; the admin client certificate authenticates, the Webhook authorizer lets system:masters in):
 
-- `dra_operations_duration_seconds_count{operation_name, is_error}`: PrepareResources / UnprepareResources for all
-  of a pod's claims, failed or not;
-- `dra_grpc_operations_duration_seconds_count{driver_name, method_name, grpc_status_code}`: every gRPC call the
-  kubelet made to a DRA plugin and how it ended.
+- `dra_operations_duration_seconds_count{operation_name, is_error}`: PrepareResources / UnprepareResources
+  for all of a pod's claims, failed or not;
+- `dra_grpc_operations_duration_seconds_count{driver_name, method_name, grpc_status_code}`: every gRPC call
+  the kubelet made to a DRA plugin and how it ended.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 `unshare` makes the namespaces with holder.sh as their PID 1; components are started with `nsenter`, which
 forks into the PID namespace, so a component's pid is the child of that nsenter (its host pid is what we
 signal). Every process here dies with the test run: the unshare and nsenter processes get SIGKILL when their
-parent dies, the namespaces' PID 1 gets it when unshare dies (`--kill-child`), and the kernel kills the rest of
-the PID namespace with its PID 1.
-"""
+parent dies, the namespaces' PID 1 gets it when unshare dies (`--kill-child`), and the kernel kills the rest
+of the PID namespace with its PID 1."""
 
 from __future__ import annotations
 
@@ -139,8 +138,8 @@ class NodeNamespaces:
         while not self.ready_file.exists():
             if self._unshare.poll() is not None:
                 raise RealNodeError(
-                    f"the node's namespaces could not be set up (unshare exited {self._unshare.returncode}):\n"
-                    f"{log_tail(self.log)}"
+                    "the node's namespaces could not be set up "
+                    f"(unshare exited {self._unshare.returncode}):\n{log_tail(self.log)}"
                 )
             if time.monotonic() > deadline:
                 raise RealNodeError(f"the node's namespaces were not ready within {timeout_s}s")

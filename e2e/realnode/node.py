@@ -1,27 +1,22 @@
-"""One real node: the upstream kubelet and containerd (with runc and CNI) in their own namespaces, registered with
-the e2e control plane, and Tessera's node plugin (`python -m kubelet_plugin.daemon`, simulated GPUs) serving
-that kubelet through its real plugin watcher.
+"""One real node: the upstream kubelet and containerd (with runc and CNI) in their own namespaces, registered
+with the e2e control plane, and Tessera's node plugin (`python -m kubelet_plugin.daemon`, simulated GPUs)
+serving that kubelet through its real plugin watcher.
 
 The plugin's "host" driver directory is the fake driver's build directory (interceptor/build/fake), mounted
 into containers in place, and the interception library is the one `make -C interceptor` built: a vgpu
 container really preloads libtessera.so and really loads the fake libcuda.so.1.
 
-Like a DaemonSet pod, each plugin instance has a Pod object on the node (a sleeper the real kubelet runs,
-`e2e.plugin_identity`), a token bound to it, and that pod's UID as `--pod-uid`, so a second instance can run
-beside the first during an upgrade.
+The plugin instances (their identities, processes and logs) are e2e.realnode.plugin's.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,28 +29,22 @@ from dra_driver.backends.sim_state import read_state
 from dra_driver.names import DRIVER_NAME
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import delete_node
-from e2e.controlplane.processes import is_alive, log_tail, stop_record
+from e2e.controlplane.processes import log_tail
 from e2e.controlplane.settings import FEATURE_GATES
-from e2e.controlplane.state import ComponentRecord
-from e2e.kube import Json, get_pod, is_running, wait_for
+from e2e.kube import Json, wait_for
 from e2e.node import (
     REPO_ROOT,
     cdi_specs_in,
-    driver_slices,
     entries_of,
     mig_instances_in,
     node_name_of,
-    pool_complete,
-    spawn_python,
 )
-from e2e.plugin_identity import SYSTEM_NS, PluginCredentials, issue, plugin_pod, revoke
 from e2e.realnode import cgroups
 from e2e.realnode.binaries import NodeBinaries
 from e2e.realnode.checkpoints import PreparedClaim, kubelet_claim_pods, kubelet_prepared, plugin_prepared
 from e2e.realnode.config import (
     KERNEL_TUNABLES,
     MAX_ROOT_BYTES,
-    PROBE_IMAGE,
     KubeletPorts,
     NodeLayout,
     cni_config,
@@ -66,14 +55,13 @@ from e2e.realnode.config import (
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.metrics import DraCounts, fetch_metrics, parse_dra_counts
 from e2e.realnode.namespaces import NodeNamespaces, NodeProcess
+from e2e.realnode.plugin import DRIVER_DIR, PluginRunner
 from e2e.realnode.pod_logs import container_log_dir, probe_report
 from kubelet_plugin.paths import PluginPaths
 
 log = structlog.get_logger(__name__)
 
-DRIVER_DIR = REPO_ROOT / "interceptor" / "build" / "fake"
 LIBRARY_BUILD = REPO_ROOT / "interceptor" / "build" / "libtessera.so"
-REGISTERED_EVENT = "registered with the kubelet"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 _MERGE_PATCH = "application/merge-patch+json"
 
@@ -105,55 +93,6 @@ def _free_ports(count: int) -> list[int]:
             s.close()
 
 
-def identity_pod(*, node: str) -> Json:
-    """The plugin's Pod as the DaemonSet would place it, runnable here: the probe image sleeping (the daemon
-    itself runs on the host, started by RealNode), tolerating the real node's taints."""
-    pod = plugin_pod(node=node)
-    pod["metadata"]["labels"] = {
-        "app.kubernetes.io/name": "tessera",
-        "app.kubernetes.io/component": "node-plugin",
-    }
-    pod["spec"]["containers"] = [
-        {"name": "plugin", "image": PROBE_IMAGE, "command": ["/bin/sleep", "2147483647"]}
-    ]
-    pod["spec"]["tolerations"] = [{"operator": "Exists"}]
-    pod["spec"]["terminationGracePeriodSeconds"] = 1
-    return pod
-
-
-def log_events(path: Path, *, offset: int = 0) -> list[Json]:
-    """The JSON log records a plugin wrote to `path` after byte `offset`."""
-    try:
-        data = path.read_bytes()[offset:]
-    except FileNotFoundError:
-        return []
-    events = []
-    for line in data.decode(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return events
-
-
-@dataclass(frozen=True, slots=True)
-class PluginInstance:
-    """One running plugin: its process, its identity (Pod object, token) and where it logs."""
-
-    credentials: PluginCredentials
-    process: ComponentRecord
-    log: Path
-    log_offset: int  # where this run's output starts in `log`
-
-    @property
-    def pod_uid(self) -> str:
-        return self.credentials.pod_uid
-
-    def events(self) -> list[Json]:
-        return log_events(self.log, offset=self.log_offset)
-
-
 class RealNode:
     def __init__(
         self,
@@ -174,8 +113,13 @@ class RealNode:
         self.namespaces = NodeNamespaces(root=root, init=binaries.pause, tunables=KERNEL_TUNABLES)
         self.containerd: NodeProcess | None = None
         self.kubelet: NodeProcess | None = None
-        self.plugins: list[PluginInstance] = []
-        self._plugin_runs = 0
+        self.plugins = PluginRunner(
+            api=api,
+            admin_kubeconfig=plane.kubeconfig,
+            node_name=self.name,
+            node_file=self.node_file,
+            root=root,
+        )
         self._ports = KubeletPorts(*_free_ports(2))
         self._kubeconfig: Path | None = None
 
@@ -190,7 +134,8 @@ class RealNode:
 
     @property
     def sim_state_file(self) -> Path:
-        return self.root / "sim-state.json"
+        path: Path = self.plugins.sim_state_file
+        return path
 
     @property
     def logs(self) -> Path:
@@ -208,7 +153,7 @@ class RealNode:
         self.start_containerd()
         self.import_images()
         self.start_kubelet(timeout_s=max(10.0, deadline - time.monotonic()))
-        self.start_plugin(timeout_s=max(10.0, deadline - time.monotonic()))
+        self.plugins.start(timeout_s=max(10.0, deadline - time.monotonic()))
         log.info("realnode.ready", node=self.name, root=str(self.root))
 
     def _write_configs(self) -> None:
@@ -301,7 +246,7 @@ class RealNode:
         self._lift_not_ready_taint()
 
     def _ready(self, *, since: datetime) -> bool:
-        """Ready, as reported by a kubelet started at `since` (a restarted kubelet finds the old condition)."""
+        """Ready, as reported by a kubelet started at `since` (a restarted one finds the old condition)."""
         self._check(self.kubelet)
         try:
             node = k8s.CoreV1Api(self.api).read_node(self.name)
@@ -311,7 +256,11 @@ class RealNode:
             raise
         conditions = (node.status.conditions if node.status else None) or []
         return any(
-            c.type == "Ready" and c.status == "True" and c.last_heartbeat_time >= since for c in conditions
+            c.type == "Ready"
+            and c.status == "True"
+            and c.last_heartbeat_time is not None
+            and c.last_heartbeat_time >= since
+            for c in conditions
         )
 
     def _lift_not_ready_taint(self) -> None:
@@ -320,7 +269,7 @@ class RealNode:
         # leases), so it is lifted here. The node's own taint (tessera.dev/realnode) stays.
         core = k8s.CoreV1Api(self.api)
         node = core.read_node(self.name)
-        taints = [t for t in (node.spec.taints or []) if t.key != NOT_READY_TAINT]
+        taints = [t for t in ((node.spec.taints if node.spec else None) or []) if t.key != NOT_READY_TAINT]
         body = {"spec": {"taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]}}
         core.patch_node(self.name, body, _content_type=_MERGE_PATCH)
 
@@ -330,100 +279,12 @@ class RealNode:
             self.kubelet.stop()
         self.start_kubelet(timeout_s=timeout_s)
 
-    # ---- the plugin -------------------------------------------------------------------------------------
-
-    def new_identity(self, *, index: int) -> PluginCredentials:
-        """A plugin Pod on this node (run by the kubelet) and a token bound to it."""
-        credentials = issue(
-            self.api,
-            node=self.name,
-            admin_kubeconfig=self.plane.kubeconfig,
-            kubeconfig=self.root / f"plugin-{index}.kubeconfig",
-            pod_manifest=identity_pod(node=self.name),
-        )
-        wait_for(
-            f"plugin pod {credentials.pod} to run on {self.name}",
-            lambda: is_running(get_pod(self.api, SYSTEM_NS, credentials.pod)),
-            timeout_s=60,
-        )
-        return credentials
-
-    def start_plugin(
-        self, *, credentials: PluginCredentials | None = None, timeout_s: float = 60.0
-    ) -> PluginInstance:
-        """Starts a plugin instance (a new identity unless `credentials` is given) and waits until the kubelet
-        registered it and its pool is published."""
-        self._plugin_runs += 1
-        if credentials is None:
-            credentials = self.new_identity(index=self._plugin_runs)
-        log_path = self.logs / f"plugin-{credentials.pod_uid[:8]}.log"
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        process = spawn_python(
-            name="plugin",
-            args=[
-                "-m",
-                "kubelet_plugin.daemon",
-                f"--node-name={self.name}",
-                f"--root={self.root}",
-                f"--pod-uid={credentials.pod_uid}",
-                f"--simulate={self.node_file}",
-                f"--sim-state={self.sim_state_file}",
-                f"--kubeconfig={credentials.kubeconfig}",
-                f"--driver-library-dir={DRIVER_DIR}",
-                "--log-format=json",
-            ],
-            log_path=log_path,
-            die_with_parent=True,
-        )
-        instance = PluginInstance(credentials=credentials, process=process, log=log_path, log_offset=offset)
-        self.plugins.append(instance)
-        self.wait_registered(instance, timeout_s=timeout_s)
-        return instance
-
-    def wait_registered(self, instance: PluginInstance, *, timeout_s: float = 60.0) -> None:
-        """Until the kubelet told this instance it is registered (NotifyRegistrationStatus) and the pool is
-        complete."""
-
-        def registered() -> bool:
-            if not is_alive(instance.process.pid):
-                raise RealNodeError(f"the plugin exited:\n{log_tail(instance.log)}")
-            return any(e.get("event") == REGISTERED_EVENT for e in instance.events())
-
-        wait_for(f"the kubelet of {self.name} to register the plugin", registered, timeout_s=timeout_s)
-        wait_for(
-            f"the pool of {self.name}",
-            lambda: pool_complete(driver_slices(self.api, self.name)),
-            timeout_s=timeout_s,
-        )
-
-    @property
-    def plugin(self) -> PluginInstance:
-        if not self.plugins:
-            raise RealNodeError(f"no plugin runs on {self.name}")
-        return self.plugins[-1]
-
-    def stop_plugin(self, instance: PluginInstance, *, revoke_identity: bool = True) -> None:
-        """SIGTERM (the plugin removes its sockets); the identity pod goes too unless kept for a restart."""
-        stop_record(instance.process, grace_s=15.0)
-        self.plugins.remove(instance)
-        if revoke_identity:
-            revoke(self.api, pod=instance.credentials.pod)
-
-    def kill_plugin(self, instance: PluginInstance) -> None:
-        """SIGKILL: a crash; the sockets stay behind, as after a real one."""
-        if is_alive(instance.process.pid):
-            os.kill(instance.process.pid, signal.SIGKILL)
-        while is_alive(instance.process.pid):
-            time.sleep(0.05)
-        self.plugins.remove(instance)
-
     # ---- stopping ---------------------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Plugins, kubelet and containerd (gracefully), then everything left in the namespaces (the pods'
         containers and shims); the cgroups, the identity pods and the Node object go too."""
-        for instance in list(self.plugins):
-            self.stop_plugin(instance)
+        self.plugins.stop_all()
         for component in (self.kubelet, self.containerd):
             if component is not None:
                 component.stop()
@@ -436,10 +297,13 @@ class RealNode:
 
     def _delete_pods_of_node(self) -> None:
         core = k8s.CoreV1Api(self.api)
-        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.name}").items
-        for pod in pods:
+        response: Any = core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={self.name}", _preload_content=False
+        )
+        for pod in json.loads(response.data).get("items") or []:
+            meta = pod["metadata"]
             try:
-                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+                core.delete_namespaced_pod(meta["name"], meta["namespace"], grace_period_seconds=0)
             except ApiException as e:
                 if e.status != 404:
                     raise

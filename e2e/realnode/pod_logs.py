@@ -19,7 +19,9 @@ def parse_cri_log(text: str, *, stream: str = "stdout") -> list[str]:
     """The lines one stream wrote, partial lines joined."""
     lines: list[str] = []
     partial = ""
-    for raw in text.splitlines():
+    for raw in text.split(
+        "\n"
+    ):  # only \n ends a CRI log line; str.splitlines would also split on \x1e, \x85...
         parts = raw.split(" ", 3)
         if len(parts) < 3 or parts[1] != stream:
             continue

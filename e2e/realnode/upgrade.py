@@ -1,7 +1,8 @@
 """A seamless plugin upgrade on the real node, as a DaemonSet with `maxSurge: 1, maxUnavailable: 0` does it:
 while a stream of vgpu pods is created and deleted, a second plugin instance starts with its own pod (its own
-UID, so its own sockets: `dra-<uid>.sock`, `<driver>-<uid>-reg.sock`), the kubelet registers it beside the first
-and sends new calls to it, and then the first instance stops (SIGTERM: it removes its sockets) and its pod goes.
+UID, so its own sockets: `dra-<uid>.sock`, `<driver>-<uid>-reg.sock`), the kubelet registers it beside the
+first and sends new calls to it, and then the first instance stops (SIGTERM: it removes its sockets) and its
+pod goes.
 
 What is counted: pods created, before / during / after the switch, that ran and were deleted in time; the
 kubelet's own DRA counters (failed PrepareResources / UnprepareResources, gRPC calls that did not end OK); the
@@ -22,13 +23,19 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.kube import WaitTimeoutError, get_pod, is_running, wait_for
 from e2e.realnode.metrics import DraCounts
-from e2e.realnode.node import PluginInstance, RealNode
+from e2e.realnode.node import RealNode
+from e2e.realnode.plugin import PluginInstance
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, vgpu
 
 log = structlog.get_logger(__name__)
 
 TEMPLATE = "upgrade-slice"
-PLUGIN_FAILURES = ("prepare failed", "unprepare failed", "prepare failed unexpectedly", "unprepare failed unexpectedly")
+PLUGIN_FAILURES = (
+    "prepare failed",
+    "unprepare failed",
+    "prepare failed unexpectedly",
+    "unprepare failed unexpectedly",
+)
 
 
 @dataclass(slots=True)
@@ -66,8 +73,8 @@ class UpgradeFigures:
 
 
 class PodStream:
-    """`workers` threads, each creating a pod, waiting until the kubelet runs it, deleting it and waiting until
-    the kubelet finalized it, over and over until stopped."""
+    """`workers` threads, each creating a pod, waiting until the kubelet runs it, deleting it and waiting
+    until the kubelet finalized it, over and over until stopped."""
 
     def __init__(self, node: RealNode, namespace: str, *, workers: int = 3, timeout_s: float = 90.0) -> None:
         self.node = node
@@ -123,14 +130,20 @@ class PodStream:
 
     def _run_and_delete(self, core: k8s.CoreV1Api, outcome: PodOutcome) -> None:
         ns, name = self.namespace, outcome.name
-        wait_for(f"{name} to run", lambda: is_running(get_pod(self.node.api, ns, name)), timeout_s=self.timeout_s)
+        wait_for(
+            f"{name} to run", lambda: is_running(get_pod(self.node.api, ns, name)), timeout_s=self.timeout_s
+        )
         outcome.start_s = time.monotonic() - outcome.created_at
         pod = get_pod(self.node.api, ns, name)
         assert pod is not None
         wait_for(f"{name}'s probe report", lambda: self.node.probe(pod, "cuda"), timeout_s=self.timeout_s)
         outcome.ran = True
         core.delete_namespaced_pod(name, ns)
-        wait_for(f"{name} to be finalized", lambda: get_pod(self.node.api, ns, name) is None, timeout_s=self.timeout_s)
+        wait_for(
+            f"{name} to be finalized",
+            lambda: get_pod(self.node.api, ns, name) is None,
+            timeout_s=self.timeout_s,
+        )
         outcome.gone = True
 
     def _force_delete(self, core: k8s.CoreV1Api, name: str) -> None:
@@ -166,17 +179,17 @@ def run_upgrade(
     k8s.ResourceV1Api(node.api).create_namespaced_resource_claim_template(
         namespace, k8s.V1ResourceClaimTemplate.model_validate(template)
     )
-    old = node.plugin
+    old = node.plugins.current
     counts_before = node.dra_counts()
     stream = PodStream(node, namespace, workers=workers)
     stream.start()
     try:
         wait_for("the warm-up pods", lambda: stream.finished() >= warmup_pods, timeout_s=300, interval_s=0.2)
         switch_start = time.monotonic()
-        new = node.start_plugin()  # a new pod (new UID), registered beside the old instance
+        new = node.plugins.start()  # a new pod (new UID), registered beside the old instance
         overlap_start = time.monotonic()
         time.sleep(overlap_s)
-        node.stop_plugin(old)  # SIGTERM: sockets removed; then its pod is deleted, as the DaemonSet does
+        node.plugins.stop(old)  # SIGTERM: sockets removed; then its pod is deleted, as the DaemonSet does
         switch_end = time.monotonic()
         done_at_switch = stream.finished()
         wait_for(
@@ -209,9 +222,10 @@ def run_upgrade(
         kubelet_failed_unprepares=counts.operation("UnprepareResources", failed=True),
         kubelet_failed_grpc_calls=counts.failed_grpc(),
         plugin_claim_failures=len(plugin_failures),
-        leftovers=tuple(node.leftovers() + [f"socket {p.name}" for p in node.sockets() if new.pod_uid not in p.name]),
+        leftovers=tuple(
+            node.leftovers() + [f"socket {p.name}" for p in node.sockets() if new.pod_uid not in p.name]
+        ),
         failures=tuple([f"{o.name}: {o.error or 'not finalized'}" for o in failed] + plugin_failures),
     )
     log.info("realnode.upgrade", **figures.as_dict())
     return figures
-

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from e2e.kube import Json
 from e2e.realnode.config import PROBE_IMAGE, REALNODE_TAINT_KEY
-from e2e.realnode.node import DRIVER_DIR
+from e2e.realnode.plugin import DRIVER_DIR
 
 
 @dataclass(frozen=True, slots=True)

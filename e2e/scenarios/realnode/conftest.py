@@ -1,6 +1,7 @@
-"""The real node (kubelet + containerd + runc + Tessera's plugin, e2e.realnode) for the whole session, joined to
-the scenarios' control plane next to the stand-in nodes; every scenario gets a fresh namespace, emptied
-afterwards, and the node is checked for leftovers (CDI specs, claim dirs, MIG instances, either checkpoint)."""
+"""The real node (kubelet + containerd + runc + Tessera's plugin, e2e.realnode) for the whole session,
+joined to the scenarios' control plane next to the stand-in nodes; every scenario gets a fresh namespace,
+emptied afterwards, and the node is checked for leftovers (CDI specs, claim dirs, MIG instances, either
+checkpoint)."""
 
 from __future__ import annotations
 

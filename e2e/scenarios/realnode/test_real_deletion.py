@@ -1,6 +1,6 @@
-"""Deleting a pod on the real node: the kubelet unprepares its claims before it finalizes the pod, so the moment
-the pod is gone the CDI specs, the claim directory, the MIG instance and both checkpoints' entries are gone, and
-the claims' status.devices are cleared."""
+"""Deleting a pod on the real node: the kubelet unprepares its claims before it finalizes the pod, so the
+moment the pod is gone the CDI specs, the claim directory, the MIG instance and both checkpoints' entries are
+gone, and the claims' status.devices are cleared."""
 
 from __future__ import annotations
 

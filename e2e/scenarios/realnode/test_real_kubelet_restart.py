@@ -1,6 +1,7 @@
 """The kubelet restarts while pods with vgpu and MIG claims run on the real node: the containers keep running
-(containerd holds them), the kubelet reloads its DRA checkpoint, the plugin is registered again through the plugin
-watcher, the kubelet's checkpoint and Tessera's agree claim by claim, device by device, and new pods run."""
+(containerd holds them), the kubelet reloads its DRA checkpoint, the plugin is registered again through the
+plugin watcher, the kubelet's checkpoint and Tessera's agree claim by claim, device by device, and new pods
+run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from e2e.kube import get_pod, is_running, wait_for
 from e2e.node import driver_slices, pool_complete
-from e2e.realnode.node import REGISTERED_EVENT, RealNode
+from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, probe_pod, vgpu
 from e2e.testbed import SimCluster
 
@@ -47,21 +48,19 @@ def test_kubelet_restart_keeps_pods_and_checkpoints_agree(
     kubelet_before = real_node.kubelet_prepared()
     assert len(kubelet_before) == 2
     assert kubelet_before == real_node.plugin_prepared()
-    registrations = sum(1 for e in real_node.plugin.events() if e.get("event") == REGISTERED_EVENT)
+    registrations = real_node.plugins.current.registrations()
 
     real_node.restart_kubelet()
 
     # the plugin watcher found the plugin's socket again and the kubelet registered it anew
     wait_for(
         "the restarted kubelet to register the plugin",
-        lambda: (
-            sum(1 for e in real_node.plugin.events() if e.get("event") == REGISTERED_EVENT) > registrations
-        ),
+        lambda: real_node.plugins.current.registrations() > registrations,
         timeout_s=60,
     )
     # the kubelet wipes the node's slices when it starts; the plugin publishes its pool again
     wait_for("the pool to be complete", lambda: pool_complete(driver_slices(real_node.api, real_node.name)))
-    for name, pod in pods.items():
+    for name in pods:
         now = get_pod(real_node.api, real_ns, name)
         assert now is not None and is_running(now)
         status = now["status"]["containerStatuses"][0]

@@ -1,6 +1,6 @@
 """A MIG instance on the real node: created when the kubelet prepares the claim, its caps device node and the
-parent GPU's node in the container, its UUID in CUDA_VISIBLE_DEVICES and in the claim's status; destroyed when the
-pod goes."""
+parent GPU's node in the container, its UUID in CUDA_VISIBLE_DEVICES and in the claim's status; destroyed when
+the pod goes."""
 
 from __future__ import annotations
 

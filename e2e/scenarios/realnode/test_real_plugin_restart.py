@@ -1,6 +1,6 @@
 """The plugin crashes (SIGKILL) while pods run on the real node: the running pod keeps running; a pod created
-meanwhile waits (the kubelet cannot prepare its claim: the driver is not registered) and runs once the plugin is
-back; the running pod's CDI spec and claim directory come through untouched and unprepare cleanly later."""
+meanwhile waits (the kubelet cannot prepare its claim: the driver is not registered) and runs once the plugin
+is back; the running pod's CDI spec and claim directory come through untouched and unprepare cleanly later."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def test_plugin_killed_and_restarted_while_pods_run(
     region = (claim_dir / "region").read_bytes()
     container_id = before["status"]["containerStatuses"][0]["containerID"]
 
-    identity = real_node.plugin.credentials
-    real_node.kill_plugin(real_node.plugin)
+    identity = real_node.plugins.current.credentials
+    real_node.plugins.kill(real_node.plugins.current)
     apply(
         bed,
         real_ns,
@@ -64,7 +64,7 @@ def test_plugin_killed_and_restarted_while_pods_run(
     assert not is_running(get_pod(real_node.api, real_ns, "during"))
     assert is_running(get_pod(real_node.api, real_ns, "before"))
 
-    real_node.start_plugin(credentials=identity)  # same pod, same socket names, stale sockets cleared
+    real_node.plugins.start(credentials=identity)  # same pod, same socket names, stale sockets cleared
     during = running(real_node, real_ns, "during", timeout_s=120)
     assert limited_gpu(report(real_node, during, "cuda"))["total"] == 1500 << 20
 

@@ -1,5 +1,6 @@
-"""One ResourceClaim used by two pods on the real node: the kubelet prepares it once (one CDI spec, one claim
-directory), both pods' containers share its accounting region, and it is unprepared only when the last pod goes."""
+"""One ResourceClaim used by two pods on the real node: the kubelet prepares it once (one CDI spec, one
+claim directory), both pods' containers share its accounting region, and it is unprepared only when the last
+pod goes."""
 
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ log = structlog.get_logger(__name__)
 
 
 def test_seamless_upgrade_under_a_stream_of_pods(real_node: RealNode, real_ns: str) -> None:
-    old = real_node.plugin.pod_uid
+    old = real_node.plugins.current.pod_uid
     figures = run_upgrade(real_node, real_ns)
-    assert real_node.plugin.pod_uid != old
+    assert real_node.plugins.current.pod_uid != old
     assert figures.failures == ()
     assert figures.pods_failed == 0
     assert figures.pods_created_during_switch > 0
@@ -30,4 +30,4 @@ def test_seamless_upgrade_under_a_stream_of_pods(real_node: RealNode, real_ns: s
     assert figures.leftovers == ()
     # only the new instance's sockets remain
     assert all(old not in p.name for p in real_node.sockets())
-    assert any(real_node.plugin.pod_uid in p.name for p in real_node.sockets())
+    assert any(real_node.plugins.current.pod_uid in p.name for p in real_node.sockets())

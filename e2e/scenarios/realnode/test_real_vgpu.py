@@ -1,12 +1,13 @@
-"""A vgpu claim on the real node, shared by two containers of one pod: containerd applies the plugin's CDI spec,
-the containers really preload libtessera.so (from the CDI mount) in front of the fake libcuda.so.1 (from the
-driver mount), and their allocations stop at exactly the claim's limit, counted across both containers."""
+"""A vgpu claim on the real node, shared by two containers of one pod: containerd applies the plugin's CDI
+spec, the containers really preload libtessera.so (from the CDI mount) in front of the fake libcuda.so.1 (from
+the driver mount), and their allocations stop at exactly the claim's limit, counted across both containers."""
 
 from __future__ import annotations
 
 import pytest
 
-from e2e.realnode.node import DRIVER_DIR, RealNode
+from e2e.realnode.node import RealNode
+from e2e.realnode.plugin import DRIVER_DIR
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, vgpu
 from e2e.testbed import SimCluster
 

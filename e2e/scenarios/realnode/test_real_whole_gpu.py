@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.realnode.node import DRIVER_DIR, RealNode
+from e2e.realnode.node import RealNode
+from e2e.realnode.plugin import DRIVER_DIR
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, whole_gpu
 from e2e.testbed import SimCluster
 
