@@ -45,6 +45,13 @@ class DraCounts:
     def operation(self, name: str, *, failed: bool) -> int:
         return self.operations[(name, failed)]
 
+    def grpc_calls(self) -> dict[str, int]:
+        """gRPC method (last path element) → calls, whatever their status."""
+        calls: Counter[str] = Counter()
+        for (method, _code), n in self.grpc.items():
+            calls[method.rsplit("/", 1)[-1]] += n
+        return dict(calls)
+
     def failed_grpc(self) -> int:
         return sum(n for (_method, code), n in self.grpc.items() if code != "OK")
 

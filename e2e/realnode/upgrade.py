@@ -63,6 +63,7 @@ class UpgradeFigures:
     kubelet_unprepares: int
     kubelet_failed_prepares: int
     kubelet_failed_unprepares: int
+    kubelet_grpc_calls: dict[str, int]  # method → calls to Tessera's driver
     kubelet_failed_grpc_calls: int
     plugin_claim_failures: int
     leftovers: tuple[str, ...]
@@ -220,6 +221,7 @@ def run_upgrade(
         kubelet_unprepares=counts.operation("UnprepareResources", failed=False),
         kubelet_failed_prepares=counts.operation("PrepareResources", failed=True),
         kubelet_failed_unprepares=counts.operation("UnprepareResources", failed=True),
+        kubelet_grpc_calls=counts.grpc_calls(),
         kubelet_failed_grpc_calls=counts.failed_grpc(),
         plugin_claim_failures=len(plugin_failures),
         leftovers=tuple(

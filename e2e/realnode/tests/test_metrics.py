@@ -32,6 +32,7 @@ def test_counts_and_their_difference() -> None:
     assert counts.operation("PrepareResources", failed=True) == 2
     assert counts.operation("UnprepareResources", failed=True) == 0
     assert counts.failed_grpc() == 2  # the other driver's calls are not ours
+    assert counts.grpc_calls() == {"NodePrepareResources": 9}
     later = parse_dra_counts(TEXT.replace("} 7\n", "} 10\n"), driver="gpu.tessera.dev")
     delta = later - counts
     assert delta.operation("PrepareResources", failed=False) == 3
