@@ -8,7 +8,8 @@ PROTO_GEN := kubelet_plugin/proto/gen
 STAMP := $(VENV)/.installed
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-interceptor bench-e2e proto interceptor cluster helm manifests clean
+        bench-prepare bench-interceptor bench-e2e bench-upgrade proto interceptor cluster realnode helm \
+        manifests clean
 
 dev: $(STAMP) proto interceptor
 
@@ -45,6 +46,14 @@ test-interceptor: dev
 cluster:
 	bash e2e/cluster/build.sh
 
+# kubelet, containerd, runc, CNI plugins and the test images for the real e2e node (e2e/realnode)
+realnode: interceptor
+	bash e2e/realnode/build.sh
+
+# When the real node does not build, its scenarios (marker realnode) are skipped and say why.
+REALNODE_OR_SKIP = bash e2e/realnode/build.sh || echo "make: the real node did not build (see above); \
+its scenarios will be skipped" >&2
+
 helm:
 	bash deploy/helm/build-helm.sh
 
@@ -52,11 +61,13 @@ manifests: helm
 	bash deploy/render-manifests.sh
 
 test-e2e: dev cluster
+	$(REALNODE_OR_SKIP)
 	$(BIN)/pytest -q -m e2e tests/e2e_cluster e2e
 
 test: dev lint
 	$(MAKE) -C interceptor test
 	bash e2e/cluster/build.sh
+	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	$(BIN)/pytest -q tests e2e
 
@@ -75,6 +86,9 @@ bench-interceptor: interceptor
 
 bench-e2e: dev cluster
 	$(BIN)/python -m e2e.bench
+
+bench-upgrade: dev cluster realnode
+	$(BIN)/python -m e2e.realnode upgrade
 
 clean:
 	rm -rf $(VENV) $(PROTO_GEN) build *.egg-info

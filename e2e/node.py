@@ -305,24 +305,15 @@ class SimNode:
                 raise StandInError(f"{record.name} of node {self.name} exited:\n{log_tail(Path(record.log))}")
 
     def slices(self) -> list[dict[str, Any]]:
-        response: Any = k8s.ResourceV1Api(self.api).list_resource_slice(
-            field_selector=f"spec.nodeName={self.name}", _preload_content=False
-        )
-        data = json.loads(response.data)
-        return [s for s in data.get("items") or [] if s["spec"]["driver"] == DRIVER_NAME]
+        return driver_slices(self.api, self.name)
 
     def wait_for_slices(self, *, timeout_s: float) -> None:
         """Until the pool is complete: as many slices as `resourceSliceCount` says, all of one generation."""
         deadline = time.monotonic() + timeout_s
         while True:
             self._check_alive()
-            slices = self.slices()
-            if slices:
-                pools = {
-                    (s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices
-                }
-                if len(pools) == 1 and next(iter(pools))[1] == len(slices):
-                    return
+            if pool_complete(self.slices()):
+                return
             if time.monotonic() > deadline:
                 raise StandInError(f"node {self.name} published no complete pool within {timeout_s}s")
             time.sleep(0.2)
@@ -348,16 +339,49 @@ class SimNode:
         """(GPU UUID, MIG UUID) of every live MIG instance, from the backend's or the fake driver's state."""
         if self.backend is BackendKind.NVML:
             return self.fake_nvml.mig_instances()
-        state = self.sim_state()
-        if state is None:
-            return []
-        return [(str(gpu), i.uuid) for gpu, g in state.gpus.items() for i in g.instances]
+        return mig_instances_in(self.sim_state_file)
 
     def cdi_specs(self) -> list[Path]:
-        return sorted(self.cdi_dir.glob("*.json")) if self.cdi_dir.is_dir() else []
+        return cdi_specs_in(self.cdi_dir)
 
     def claim_dirs(self) -> list[Path]:
-        return sorted(p for p in self.claims_dir.iterdir()) if self.claims_dir.is_dir() else []
+        return entries_of(self.claims_dir)
+
+
+# ---- what a node's plugin left in the API and on the host (shared with e2e.realnode) ---------------------
+
+
+def driver_slices(api: k8s.ApiClient, node_name: str) -> list[dict[str, Any]]:
+    """The node's ResourceSlices of Tessera's driver."""
+    response: Any = k8s.ResourceV1Api(api).list_resource_slice(
+        field_selector=f"spec.nodeName={node_name}", _preload_content=False
+    )
+    data = json.loads(response.data)
+    return [s for s in data.get("items") or [] if s["spec"]["driver"] == DRIVER_NAME]
+
+
+def pool_complete(slices: list[dict[str, Any]]) -> bool:
+    """As many slices as `resourceSliceCount` says, all of one generation."""
+    if not slices:
+        return False
+    pools = {(s["spec"]["pool"]["generation"], s["spec"]["pool"]["resourceSliceCount"]) for s in slices}
+    return len(pools) == 1 and next(iter(pools))[1] == len(slices)
+
+
+def mig_instances_in(sim_state_file: Path) -> list[tuple[str, str]]:
+    """(GPU UUID, MIG UUID) of every live MIG instance in a simulated backend's state file."""
+    state = read_state(sim_state_file)
+    if state is None:
+        return []
+    return [(str(gpu), i.uuid) for gpu, g in state.gpus.items() for i in g.instances]
+
+
+def cdi_specs_in(cdi_dir: Path) -> list[Path]:
+    return sorted(cdi_dir.glob("*.json")) if cdi_dir.is_dir() else []
+
+
+def entries_of(directory: Path) -> list[Path]:
+    return sorted(directory.iterdir()) if directory.is_dir() else []
 
 
 def node_kubeconfig(plane: Any, name: str) -> Path:

@@ -2,10 +2,12 @@
 binding and admission policies (from deploy/manifests/tessera.yaml), a plugin Pod object bound to the node,
 and a token bound to that pod (what the kubelet projects into the plugin's container), in a kubeconfig.
 
-The pod never runs as a container: e2e.node.SimNode starts the daemon itself, so the pod carries the
-stand-in's run-elsewhere label. It exists because binding the token to a pod on the node is what makes the
-API server put the node's name into the token (`authentication.kubernetes.io/node-name`), which the
-node-slices policy and the `associated-node:` verbs read. Deleting the pod revokes the token.
+On a stand-in node the pod never runs as a container: e2e.node.SimNode starts the daemon itself, so the pod
+carries the stand-in's run-elsewhere label. On the real node (e2e.realnode) the real kubelet runs it as a
+sleeper (`pod_manifest` of `issue`), while the daemon runs on the host. The pod exists because binding the
+token to a pod on the node is what makes the API server put the node's name into the token
+(`authentication.kubernetes.io/node-name`), which the node-slices policy and the `associated-node:` verbs
+read. Deleting the pod revokes the token.
 """
 
 from __future__ import annotations
@@ -193,12 +195,15 @@ def issue(
     admin_kubeconfig: Path,
     kubeconfig: Path,
     lifetime_s: int = TOKEN_LIFETIME_S,
+    pod_manifest: Json | None = None,
 ) -> PluginCredentials:
-    """Creates the plugin pod on `node` (the Node must exist), mints its token, writes `kubeconfig`, and
-    waits until what the token may do is in force. `install_identity` must have run on the cluster."""
+    """Creates the plugin pod on `node` (the Node must exist; `pod_manifest`, default
+    `plugin_pod(node=node)`), mints its token, writes `kubeconfig`, and waits until what the token may do is
+    in force. `install_identity` must have run on the cluster."""
+    manifest = pod_manifest if pod_manifest is not None else plugin_pod(node=node)
     pod = _load(
         k8s.CoreV1Api(api).create_namespaced_pod(
-            SYSTEM_NS, body=k8s.V1Pod.model_validate(plugin_pod(node=node)), _preload_content=False
+            SYSTEM_NS, body=k8s.V1Pod.model_validate(manifest), _preload_content=False
         )
     )
     name = PodName(pod["metadata"]["name"])

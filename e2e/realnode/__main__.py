@@ -1,0 +1,100 @@
+"""`python -m e2e.realnode upgrade` (`make bench-upgrade`): the seamless plugin upgrade on a real node
+(e2e.realnode.upgrade), on its own control plane, with its figures printed.
+
+Needs root and the built components: `bash e2e/cluster/build.sh` and `bash e2e/realnode/build.sh`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from kubernetes import client as k8s
+
+from dra_driver.logs import configure
+from e2e.controlplane.binaries import ensure_built
+from e2e.controlplane.launcher import start_control_plane
+from e2e.controlplane.pytest_fixture import wait_for_service_account
+from e2e.node import NODES_DIR
+from e2e.realnode.binaries import check_built
+from e2e.realnode.errors import RealNodeError
+from e2e.realnode.node import RealNode, short_root
+from e2e.realnode.upgrade import run_upgrade
+from e2e.testbed import make_testbed
+
+NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
+
+
+def upgrade(args: argparse.Namespace) -> int:
+    plane_binaries = ensure_built(allow_build=False)
+    node_binaries = check_built()
+    with tempfile.TemporaryDirectory(prefix="tessera-upgrade-") as tmp:
+        plane = start_control_plane(state_dir=Path(tmp) / "controlplane", binaries=plane_binaries)
+        root = short_root()
+        ok = False
+        try:
+            api = plane.api_client()
+            bed = make_testbed(plane, api)
+            node = RealNode(plane=plane, api=api, binaries=node_binaries, node_file=NODE_FILE, root=root)
+            print(f"starting the real node {node.name} in {root} ...", flush=True)
+            try:
+                node.start()
+                namespace = "upgrade"
+                k8s.CoreV1Api(bed.api).create_namespace(
+                    k8s.V1Namespace.model_validate({"metadata": {"name": namespace}})
+                )
+                wait_for_service_account(bed.api, namespace)
+                print(
+                    f"{args.workers} workers create/delete vgpu pods; the plugin is upgraded after "
+                    f"{args.warmup_pods} pods, with {args.overlap_s}s of overlap ...",
+                    flush=True,
+                )
+                figures = run_upgrade(
+                    node,
+                    namespace,
+                    workers=args.workers,
+                    warmup_pods=args.warmup_pods,
+                    after_pods=args.after_pods,
+                    overlap_s=args.overlap_s,
+                )
+            finally:
+                node.stop()
+        finally:
+            plane.stop()
+        width = max(len(k) for k in figures.as_dict())
+        for key, value in figures.as_dict().items():
+            print(f"  {key:<{width}}  {value}")
+        ok = not figures.failures and not figures.leftovers
+        if ok:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"the node's logs are kept in {root}/logs", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.realnode", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser(
+        "upgrade", help="run the seamless upgrade under a stream of pods and print its figures"
+    )
+    up.add_argument("--workers", type=int, default=3, help="pods created and deleted at once")
+    up.add_argument("--warmup-pods", type=int, default=6, help="pods finished before the switch")
+    up.add_argument("--after-pods", type=int, default=6, help="pods finished after the switch")
+    up.add_argument("--overlap-s", type=float, default=10.0, help="seconds both instances stay registered")
+    up.set_defaults(handler=upgrade)
+    args = parser.parse_args(argv)
+    configure(level="warning")
+    try:
+        code: int = args.handler(args)
+    except RealNodeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""A seamless plugin upgrade on the real node, as a DaemonSet with `maxSurge: 1, maxUnavailable: 0` does it:
+while a stream of vgpu pods is created and deleted, a second plugin instance starts with its own pod (its own
+UID, so its own sockets: `dra-<uid>.sock`, `<driver>-<uid>-reg.sock`), the kubelet registers it beside the
+first and sends new calls to it, and then the first instance stops (SIGTERM: it removes its sockets) and its
+pod goes.
+
+What is counted: pods created, before / during / after the switch, that ran and were deleted in time; the
+kubelet's own DRA counters (failed PrepareResources / UnprepareResources, gRPC calls that did not end OK); the
+plugin instances' per-claim failures in their logs; what is left on the node afterwards.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import structlog
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from e2e.kube import WaitTimeoutError, get_pod, is_running, wait_for
+from e2e.realnode.metrics import DraCounts
+from e2e.realnode.node import RealNode
+from e2e.realnode.plugin import PluginInstance
+from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, vgpu
+
+log = structlog.get_logger(__name__)
+
+TEMPLATE = "upgrade-slice"
+PLUGIN_FAILURES = (
+    "prepare failed",
+    "unprepare failed",
+    "prepare failed unexpectedly",
+    "unprepare failed unexpectedly",
+)
+
+
+@dataclass(slots=True)
+class PodOutcome:
+    name: str
+    created_at: float  # monotonic
+    ran: bool = False
+    gone: bool = False
+    start_s: float | None = None  # create → Running and Ready
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeFigures:
+    pods_created: int
+    pods_created_before: int
+    pods_created_during_switch: int
+    pods_created_after: int
+    pods_failed: int  # did not run, or were not finalized by the kubelet, in time
+    switch_s: float  # second instance started → first instance gone
+    overlap_s: float  # both instances registered
+    start_p50_s: float
+    start_max_s: float
+    kubelet_prepares: int
+    kubelet_unprepares: int
+    kubelet_failed_prepares: int
+    kubelet_failed_unprepares: int
+    kubelet_grpc_calls: dict[str, int]  # method → calls to Tessera's driver
+    kubelet_failed_grpc_calls: int
+    plugin_claim_failures: int
+    leftovers: tuple[str, ...]
+    failures: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PodStream:
+    """`workers` threads, each creating a pod, waiting until the kubelet runs it, deleting it and waiting
+    until the kubelet finalized it, over and over until stopped."""
+
+    def __init__(self, node: RealNode, namespace: str, *, workers: int = 3, timeout_s: float = 90.0) -> None:
+        self.node = node
+        self.namespace = namespace
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self.outcomes: list[PodOutcome] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._counter = 0
+
+    def start(self) -> None:
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, name=f"pod-stream-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=2 * self.timeout_s + 30)
+
+    def finished(self) -> int:
+        with self._lock:
+            return sum(1 for o in self.outcomes if o.gone)
+
+    def _next_name(self) -> str:
+        with self._lock:
+            self._counter += 1
+            return f"up-{self._counter:03d}"
+
+    def _work(self) -> None:
+        core = k8s.CoreV1Api(self.node.api)
+        while not self._stop.is_set():
+            name = self._next_name()
+            manifest = probe_pod(
+                name,
+                node=self.node.name,
+                templates={"gpu": TEMPLATE},
+                containers=[ProbeContainer("cuda", ("fill",), claims=("gpu",))],
+            )
+            outcome = PodOutcome(name=name, created_at=time.monotonic())
+            with self._lock:
+                self.outcomes.append(outcome)
+            try:
+                core.create_namespaced_pod(self.namespace, k8s.V1Pod.model_validate(manifest))
+                self._run_and_delete(core, outcome)
+            except (ApiException, WaitTimeoutError) as e:
+                outcome.error = f"{type(e).__name__}: {e}"
+                log.warning("upgrade.pod_failed", pod=name, error=outcome.error)
+                self._force_delete(core, name)
+
+    def _run_and_delete(self, core: k8s.CoreV1Api, outcome: PodOutcome) -> None:
+        ns, name = self.namespace, outcome.name
+        wait_for(
+            f"{name} to run", lambda: is_running(get_pod(self.node.api, ns, name)), timeout_s=self.timeout_s
+        )
+        outcome.start_s = time.monotonic() - outcome.created_at
+        pod = get_pod(self.node.api, ns, name)
+        assert pod is not None
+        wait_for(f"{name}'s probe report", lambda: self.node.probe(pod, "cuda"), timeout_s=self.timeout_s)
+        outcome.ran = True
+        core.delete_namespaced_pod(name, ns)
+        wait_for(
+            f"{name} to be finalized",
+            lambda: get_pod(self.node.api, ns, name) is None,
+            timeout_s=self.timeout_s,
+        )
+        outcome.gone = True
+
+    def _force_delete(self, core: k8s.CoreV1Api, name: str) -> None:
+        try:
+            core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        except ApiException as e:
+            if e.status != 404:
+                log.warning("upgrade.cleanup_failed", pod=name, error=str(e))
+
+
+def _plugin_failures(instances: list[PluginInstance]) -> list[str]:
+    return [
+        f"{i.pod_uid[:8]}: {e.get('event')} {e.get('claim')}: {e.get('error')}"
+        for i in instances
+        for e in i.events()
+        if e.get("event") in PLUGIN_FAILURES
+    ]
+
+
+def run_upgrade(
+    node: RealNode,
+    namespace: str,
+    *,
+    workers: int = 3,
+    warmup_pods: int = 4,
+    after_pods: int = 4,
+    overlap_s: float = 5.0,
+) -> UpgradeFigures:
+    """Runs the stream, switches plugin instances in the middle of it, and counts. Both instances stay
+    registered for `overlap_s` (a DaemonSet deletes the old pod once the new one is ready; the kubelet sends
+    calls to the newest registration meanwhile, while the old instance still serves its sockets)."""
+    template = claim_template(TEMPLATE, vgpu("256Mi", "5"))
+    k8s.ResourceV1Api(node.api).create_namespaced_resource_claim_template(
+        namespace, k8s.V1ResourceClaimTemplate.model_validate(template)
+    )
+    old = node.plugins.current
+    counts_before = node.dra_counts()
+    stream = PodStream(node, namespace, workers=workers)
+    stream.start()
+    try:
+        wait_for("the warm-up pods", lambda: stream.finished() >= warmup_pods, timeout_s=300, interval_s=0.2)
+        switch_start = time.monotonic()
+        new = node.plugins.start()  # a new pod (new UID), registered beside the old instance
+        overlap_start = time.monotonic()
+        time.sleep(overlap_s)
+        node.plugins.stop(old)  # SIGTERM: sockets removed; then its pod is deleted, as the DaemonSet does
+        switch_end = time.monotonic()
+        done_at_switch = stream.finished()
+        wait_for(
+            "pods after the switch",
+            lambda: stream.finished() >= done_at_switch + after_pods,
+            timeout_s=300,
+            interval_s=0.2,
+        )
+    finally:
+        stream.stop()
+    counts: DraCounts = node.dra_counts() - counts_before
+    wait_for("the node to be clean", lambda: not node.leftovers(), timeout_s=60)
+    outcomes = stream.outcomes
+    failed = [o for o in outcomes if not (o.ran and o.gone)]
+    starts = sorted(o.start_s for o in outcomes if o.start_s is not None)
+    plugin_failures = _plugin_failures([old, new])
+    figures = UpgradeFigures(
+        pods_created=len(outcomes),
+        pods_created_before=sum(1 for o in outcomes if o.created_at < switch_start),
+        pods_created_during_switch=sum(1 for o in outcomes if switch_start <= o.created_at <= switch_end),
+        pods_created_after=sum(1 for o in outcomes if o.created_at > switch_end),
+        pods_failed=len(failed),
+        switch_s=round(switch_end - switch_start, 2),
+        overlap_s=round(switch_end - overlap_start, 2),
+        start_p50_s=round(statistics.median(starts), 2) if starts else 0.0,
+        start_max_s=round(starts[-1], 2) if starts else 0.0,
+        kubelet_prepares=counts.operation("PrepareResources", failed=False),
+        kubelet_unprepares=counts.operation("UnprepareResources", failed=False),
+        kubelet_failed_prepares=counts.operation("PrepareResources", failed=True),
+        kubelet_failed_unprepares=counts.operation("UnprepareResources", failed=True),
+        kubelet_grpc_calls=counts.grpc_calls(),
+        kubelet_failed_grpc_calls=counts.failed_grpc(),
+        plugin_claim_failures=len(plugin_failures),
+        leftovers=tuple(
+            node.leftovers() + [f"socket {p.name}" for p in node.sockets() if new.pod_uid not in p.name]
+        ),
+        failures=tuple([f"{o.name}: {o.error or 'not finalized'}" for o in failed] + plugin_failures),
+    )
+    log.info("realnode.upgrade", **figures.as_dict())
+    return figures
