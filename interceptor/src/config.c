@@ -2,10 +2,19 @@
  * directories named in TESSERA_CLAIM_DIRS, then HAMi-core's variables as a
  * fallback. Bad input is logged with the fix and ignored (no limit). */
 
-#define MAX_CLAIMS 8
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <strings.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "region.h"
+#include "util.h"
+
 #define MAX_LIMITS 64
 #define MAX_ORDINALS 16
-#define PATH_CAP 256
 
 #define POLICY_DEFAULT 0
 #define POLICY_FORCE 1
@@ -226,13 +235,13 @@ static void load_limits_file(int claim)
         tlog(LOG_ERROR, "%s: contains NUL bytes; ignoring this limits file", path);
         return;
     }
-    int policy = g_cfg.policy, loglevel = g_loglevel;
+    int policy = g_cfg.policy, loglevel = log_level();
     struct limit_entry tmp[MAX_LIMITS];
     int n = parse_limits(path, text, claim, tmp, MAX_LIMITS - g_cfg.nlimits, &policy, &loglevel);
     if (n < 0)
         return;
     g_cfg.policy = policy;
-    g_loglevel = loglevel;
+    log_set_level(loglevel);
     for (int i = 0; i < n; i++) {
         int dup = 0;
         for (int j = 0; j < g_cfg.nlimits; j++)
@@ -282,7 +291,7 @@ static void cfg_add_claim_dir(const char *p, size_t n, const char *source)
     g_cfg.nclaims++;
 }
 
-static void cfg_load(void)
+void cfg_load(void)
 {
     memset(&g_cfg, 0, sizeof g_cfg);
     g_cfg.window_ns = 50000000ull;
@@ -293,7 +302,7 @@ static void cfg_load(void)
         if (parse_int_range(v, 0, 4, &l))
             tlog(LOG_WARN, "ignoring LIBCUDA_LOG_LEVEL='%s': expected 0..4", v);
         else
-            g_loglevel = l > 3 ? 3 : (int)l;
+            log_set_level(l > 3 ? 3 : (int)l);
     }
     /* Each claim names its own TESSERA_CLAIM_DIR_<uid> so that two claims in one container never
      * overwrite each other's variable; TESSERA_CLAIM_DIRS is the list form for hand-made setups. */
@@ -368,10 +377,7 @@ static void cfg_load(void)
     }
 }
 
-/* The limits for one GPU: a claim's limits file by UUID first, then the
- * HAMi-core variables by CUDA ordinal. Returns the claim index, MAX_CLAIMS for
- * the environment fallback, or -1 when nothing limits this GPU. */
-static int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio, uint64_t *ctx)
+int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio, uint64_t *ctx)
 {
     *ctx = g_cfg.env_context;
     for (int i = 0; i < g_cfg.nlimits; i++) {
@@ -400,18 +406,16 @@ static int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *co
     return MAX_CLAIMS;
 }
 
-/* Whether a GPU with this share and priority is throttled: never under
- * `disable`; a high-priority (0) claim only under `force`. */
-static int cfg_sm_applies(uint32_t cores, int32_t prio)
+/* Never under `disable`; a high-priority (0) claim only under `force`. */
+int cfg_sm_applies(uint32_t cores, int32_t prio)
 {
     if (cores == 0 || cores >= 100 || g_cfg.policy == POLICY_DISABLE)
         return 0;
     return prio != 0 || g_cfg.policy == POLICY_FORCE;
 }
 
-/* True when the configuration can limit SM time anywhere (the launch hooks'
- * fast path tests only this). */
-static int cfg_sm_any(void)
+/* The launch hooks' fast path tests only this. */
+int cfg_sm_any(void)
 {
     for (int i = 0; i < g_cfg.nlimits; i++)
         if (cfg_sm_applies(g_cfg.lim[i].cores, g_cfg.lim[i].priority))
@@ -424,7 +428,7 @@ static int cfg_sm_any(void)
     return 0;
 }
 
-static int cfg_acct_any(void)
+int cfg_acct_any(void)
 {
     if (g_cfg.nlimits > 0 || g_cfg.env_mem_all || g_cfg.shared_cache[0] || cfg_sm_any())
         return 1;
@@ -432,4 +436,34 @@ static int cfg_acct_any(void)
         if (g_cfg.env_mem[i])
             return 1;
     return 0;
+}
+
+int cfg_nclaims(void)
+{
+    return g_cfg.nclaims;
+}
+
+int cfg_nlimits(void)
+{
+    return g_cfg.nlimits;
+}
+
+const char *cfg_claim_dir(int claim)
+{
+    return g_cfg.claim_dir[claim];
+}
+
+const char *cfg_shared_cache(void)
+{
+    return g_cfg.shared_cache;
+}
+
+const char *cfg_policy_name(void)
+{
+    return policy_name(g_cfg.policy);
+}
+
+uint64_t cfg_window_ns(void)
+{
+    return g_cfg.window_ns;
 }

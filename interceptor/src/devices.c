@@ -1,21 +1,13 @@
 /* Device records: one per GPU UUID seen by this process, holding its limits
  * and its place in a claim's region. CUDA ordinals and NVML handles map to
  * records; the maps are filled once per device under g_dev_mutex. */
+#include <pthread.h>
+#include <string.h>
 
-#define MAX_RECS 64
-
-struct dev_rec {
-    char uuid[TR_UUID_LEN];
-    uint64_t limit;  /* bytes, 0 = unlimited */
-    uint32_t cores;  /* percent; 0 = unlimited */
-    int32_t priority;
-    uint64_t ctx_default; /* bytes charged per context when it cannot be measured */
-    nvmlDevice_t nvml_h;  /* for measuring contexts; set once */
-    int sm_limited;  /* cores in 1..99 and policy allows */
-    int64_t cap_ns;  /* token bucket capacity */
-    struct region_handle *rh; /* NULL: not accounted */
-    int g;           /* GPU entry in the region */
-};
+#include "config.h"
+#include "devices.h"
+#include "hooks.h"
+#include "util.h"
 
 static struct dev_rec g_recs[MAX_RECS];
 static int g_nrecs;
@@ -26,7 +18,18 @@ static struct {
     int rec;
 } g_nvml_map[MAX_RECS];
 static int g_nnvml;
-static int g_acct;                 /* anything configured at all */
+static int g_acct;                 /* anything configured at all; set once at start-up */
+
+int devices_init(void)
+{
+    g_acct = cfg_acct_any();
+    return g_acct;
+}
+
+int acct_on(void)
+{
+    return g_acct;
+}
 
 static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
 {
@@ -45,14 +48,8 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
     uint64_t ctxb = 0;
     int claim = cfg_lookup(uuid, ordinal, &mem, &cores, &prio, &ctxb);
     if (claim >= 0) {
-        struct region_handle *h = &g_regions[claim];
-        if (!h->state && !h->path[0]) {
-            if (claim < MAX_CLAIMS)
-                fmt_s(h->path, sizeof h->path, "%s/region", g_cfg.claim_dir[claim]);
-            else if (g_cfg.shared_cache[0])
-                str_copy(h->path, sizeof h->path, g_cfg.shared_cache);
-        }
-        if (region_attach(h) == 0) {
+        struct region_handle *h = region_of_claim(claim);
+        if (h) {
             d->g = region_gpu_slot(h, uuid, mem, cores);
             if (d->g >= 0)
                 d->rh = h;
@@ -62,17 +59,16 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
         d->priority = prio;
         d->ctx_default = ctxb;
         d->sm_limited = d->rh && cfg_sm_applies(d->cores, prio);
-        d->cap_ns = (int64_t)(g_cfg.window_ns * d->cores / 100);
+        d->cap_ns = (int64_t)(cfg_window_ns() * d->cores / 100);
         tlog(LOG_INFO, "%s (ordinal %d): memory limit %llu bytes, cores %u%%, priority %d, policy %s, SM limiter %s, %s",
-             uuid, ordinal, (unsigned long long)mem, d->cores, (int)prio, policy_name(g_cfg.policy),
+             uuid, ordinal, (unsigned long long)mem, d->cores, (int)prio, cfg_policy_name(),
              d->sm_limited ? "on" : "off", d->rh ? "accounted" : "NOT accounted");
     }
     __atomic_store_n(&g_nrecs, g_nrecs + 1, __ATOMIC_RELEASE);
     return d;
 }
 
-/* The record for a CUDA device, or NULL when it is not accounted. */
-static struct dev_rec *rec_for_cuda(CUdevice dev)
+struct dev_rec *rec_for_cuda(CUdevice dev)
 {
     if (dev < 0 || dev >= MAX_RECS)
         return NULL;
@@ -96,8 +92,7 @@ static struct dev_rec *rec_for_cuda(CUdevice dev)
     return d->rh ? d : NULL;
 }
 
-/* The record of the current context's device. */
-static struct dev_rec *rec_current(void)
+struct dev_rec *rec_current(void)
 {
     CUdevice dev;
     if (!r_cuCtxGetDevice || r_cuCtxGetDevice(&dev) != CUDA_SUCCESS)
@@ -128,19 +123,8 @@ static struct dev_rec *rec_for_nvml(nvmlDevice_t h)
     return d && d->rh ? d : NULL;
 }
 
-static int acct_reserve(struct dev_rec *d, uint64_t size)
-{
-    return region_reserve(d->rh, d->g, size, d->limit);
-}
-
-static void acct_release(struct dev_rec *d, uint64_t size)
-{
-    region_release(d->rh, d->g, size);
-}
-
-/* Bytes the claim holds on this device, and the limit it sees as total. */
-static void acct_view(struct dev_rec *d, uint64_t real_total, uint64_t real_free, uint64_t *total, uint64_t *free_b,
-                      uint64_t *used)
+void acct_view(struct dev_rec *d, uint64_t real_total, uint64_t real_free, uint64_t *total, uint64_t *free_b,
+               uint64_t *used)
 {
     region_refresh(d->rh);
     uint64_t u = region_used(d->rh, d->g);
@@ -151,4 +135,45 @@ static void acct_view(struct dev_rec *d, uint64_t real_total, uint64_t real_free
     *total = t;
     *free_b = f;
     *used = u < t ? u : t;
+}
+
+struct dev_rec *acct_current(void)
+{
+    if (!g_acct || t_in_hook)
+        return NULL;
+    return rec_current();
+}
+
+struct dev_rec *acct_cuda(CUdevice dev)
+{
+    if (!g_acct || t_in_hook)
+        return NULL;
+    return rec_for_cuda(dev);
+}
+
+struct dev_rec *acct_nvml(nvmlDevice_t h)
+{
+    if (!g_acct || t_in_hook)
+        return NULL;
+    return rec_for_nvml(h);
+}
+
+unsigned rec_index(const struct dev_rec *d)
+{
+    return (unsigned)(d - g_recs);
+}
+
+struct dev_rec *rec_at(unsigned i)
+{
+    return i < (unsigned)MAX_RECS && g_recs[i].rh ? &g_recs[i] : NULL;
+}
+
+/* A forked child starts with no records: they point at the parent's region
+ * slots, which region_after_fork has dropped. */
+void devices_after_fork(void)
+{
+    pthread_mutex_init(&g_dev_mutex, NULL);
+    memset(g_cuda_map, 0, sizeof g_cuda_map);
+    g_nnvml = 0;
+    g_nrecs = 0;
 }

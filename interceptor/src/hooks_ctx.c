@@ -8,8 +8,19 @@
  * slot (so the dead-process sweep gives them back) and are credited on
  * destroy, last release or reset. Where nothing can measure, the configured
  * `context` bytes are charged. Not a hot path: it may take locks and dlopen. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
 
-static struct tab g_tab_ctx = { NULL, 0, 10 };
+#include "alloc.h"
+#include "devices.h"
+#include "hooks.h"
+#include "hooks_ctx.h"
+#include "region_handle.h"
+#include "table.h"
+#include "util.h"
+
+static struct tab g_tab_ctx = TAB_INIT(10);
 
 /* Primary contexts, by CUDA ordinal: this process's retain count and charge. */
 static struct {
@@ -25,7 +36,7 @@ static int g_nvml_ok;
 static void nvml_init_once(void)
 {
     /* the application may never use NVML; its init is reference counted */
-    if (lib_ready(&g_nvml, 1) && r_nvmlInit_v2 && r_nvmlDeviceGetHandleByUUID && r_nvmlDeviceGetMemoryInfo &&
+    if (nvml_ready() && r_nvmlInit_v2 && r_nvmlDeviceGetHandleByUUID && r_nvmlDeviceGetMemoryInfo &&
         r_nvmlInit_v2() == NVML_SUCCESS)
         g_nvml_ok = 1;
 }
@@ -48,7 +59,7 @@ struct meter {
     int src;
     nvmlDevice_t nh;
     uint64_t before;
-    uint64_t done_before; /* g_drv_done when the first reading was taken */
+    uint64_t done_before; /* drv_done() when the first reading was taken */
 };
 
 /* Device-wide free bytes from the meter's source; -1 when it cannot say. */
@@ -92,8 +103,7 @@ static uint64_t meter_cost(struct meter *m, struct dev_rec *d, int measured_befo
 {
     uint64_t after;
     if (measured_before && meter_read(m, &after) == 0 &&
-        __atomic_load_n(&g_drv_inflight, __ATOMIC_SEQ_CST) == 0 &&
-        __atomic_load_n(&g_drv_done, __ATOMIC_SEQ_CST) == m->done_before)
+        drv_inflight() == 0 && drv_done() == m->done_before)
         return m->before > after ? m->before - after : 0;
     if (measured_before)
         tlog(LOG_DEBUG, "%s: allocations ran while a context was created; charging the default %llu bytes",
@@ -101,51 +111,72 @@ static uint64_t meter_cost(struct meter *m, struct dev_rec *d, int measured_befo
     return d->ctx_default;
 }
 
-/* Runs `call` (a context creation) with the region locked around it and
- * charges what it cost. Sets *charged. */
-#define CTX_CREATE(d, dev, call, charged)                                         \
-    do {                                                                          \
-        struct meter m_;                                                          \
-        meter_pick(&m_, (d), (dev));                                              \
-        t_in_hook++;                                                              \
-        if (region_lock((d)->rh)) {                                               \
-            rc = call;                                                            \
-        } else {                                                                  \
-            m_.done_before = __atomic_load_n(&g_drv_done, __ATOMIC_SEQ_CST);      \
-            int mb_ = __atomic_load_n(&g_drv_inflight, __ATOMIC_SEQ_CST) == 0 &&  \
-                      meter_read(&m_, &m_.before) == 0;                           \
-            rc = call;                                                            \
-            if (rc == CUDA_SUCCESS) {                                             \
-                *(charged) = meter_cost(&m_, (d), mb_);                           \
-                region_charge_locked((d)->rh, (d)->g, *(charged));                \
-            }                                                                     \
-            region_unlock((d)->rh);                                               \
-        }                                                                         \
-        t_in_hook--;                                                              \
-    } while (0)
+/* A context creation in progress: the region stays locked across the driver
+ * call so that none of the claim's allocations can land in the window. */
+struct ctx_charge {
+    struct meter m;
+    int locked;
+    int measured_before;
+};
+
+/* Before the creation: pick the meter, enter the guard, lock the region and take the first reading. */
+static void ctx_charge_begin(struct ctx_charge *cc, struct dev_rec *d, CUdevice dev)
+{
+    meter_pick(&cc->m, d, dev);
+    t_in_hook++;
+    cc->locked = region_lock(d->rh) == 0;
+    cc->measured_before = 0;
+    if (cc->locked) {
+        cc->m.done_before = drv_done();
+        cc->measured_before = drv_inflight() == 0 && meter_read(&cc->m, &cc->m.before) == 0;
+    }
+}
+
+/* After it: charge what it cost when it succeeded, unlock, leave the guard.
+ * Returns the bytes charged (0 when the region could not be locked). */
+static uint64_t ctx_charge_end(struct ctx_charge *cc, struct dev_rec *d, CUresult rc)
+{
+    uint64_t bytes = 0;
+    if (cc->locked) {
+        if (rc == CUDA_SUCCESS) {
+            bytes = meter_cost(&cc->m, d, cc->measured_before);
+            region_charge_locked(d->rh, d->g, bytes);
+        }
+        region_unlock(d->rh);
+    }
+    t_in_hook--;
+    return bytes;
+}
 
 static struct dev_rec *ctx_dev(CUdevice dev)
 {
-    if (!g_acct || t_in_hook || !g_tab_ctx.e)
+    if (!g_tab_ctx.e)
         return NULL;
-    return rec_for_cuda(dev);
+    return acct_cuda(dev);
 }
 
+static void ctx_track(struct dev_rec *d, CUcontext c, uint64_t bytes)
+{
+    tlog(LOG_DEBUG, "%s: context %llx costs %llu bytes", d->uuid, (unsigned long long)(uintptr_t)c,
+         (unsigned long long)bytes);
+    alloc_track(&g_tab_ctx, (uint64_t)(uintptr_t)c, bytes, d);
+}
+
+/* Defines one cuCtxCreate variant (they differ only in their parameters). */
 #define CTX_CREATE_HOOK(name, params, args)                                             \
     HOOK CUresult name params                                                           \
     {                                                                                   \
-        NEED(name);                                                                     \
+        if (!cuda_ready() || !r_##name)                                                 \
+            return CUDA_ERROR_NOT_INITIALIZED;                                          \
         struct dev_rec *d = ctx_dev(dev);                                               \
         if (!d || !c)                                                                   \
             return r_##name args;                                                       \
-        CUresult rc;                                                                    \
-        uint64_t bytes = 0;                                                             \
-        CTX_CREATE(d, dev, r_##name args, &bytes);                                      \
-        if (rc == CUDA_SUCCESS && bytes) {                                              \
-            tlog(LOG_DEBUG, "%s: context %llx costs %llu bytes", d->uuid,               \
-                 (unsigned long long)(uintptr_t)*c, (unsigned long long)bytes);         \
-            track(&g_tab_ctx, (uint64_t)(uintptr_t)*c, bytes, d);                       \
-        }                                                                               \
+        struct ctx_charge cc;                                                           \
+        ctx_charge_begin(&cc, d, dev);                                                  \
+        CUresult rc = r_##name args;                                                    \
+        uint64_t bytes = ctx_charge_end(&cc, d, rc);                                    \
+        if (rc == CUDA_SUCCESS && bytes)                                                \
+            ctx_track(d, *c, bytes);                                                    \
         return rc;                                                                      \
     }
 
@@ -156,13 +187,18 @@ CTX_CREATE_HOOK(cuCtxCreate_v4, (CUcontext *c, void *params, unsigned flags, CUd
 
 HOOK CUresult cuCtxDestroy_v2(CUcontext c)
 {
-    NEED(cuCtxDestroy_v2);
-    FREE_WITH(&g_tab_ctx, r_cuCtxDestroy_v2(c), (uintptr_t)c);
+    if (!cuda_ready() || !r_cuCtxDestroy_v2)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    struct freeing f;
+    if (!free_begin(&f, &g_tab_ctx, (uintptr_t)c))
+        return r_cuCtxDestroy_v2(c);
+    return free_end(&f, r_cuCtxDestroy_v2(c));
 }
 
 HOOK CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev)
 {
-    NEED(cuDevicePrimaryCtxRetain);
+    if (!cuda_ready() || !r_cuDevicePrimaryCtxRetain)
+        return CUDA_ERROR_NOT_INITIALIZED;
     struct dev_rec *d = ctx_dev(dev);
     if (!d || dev < 0 || dev >= MAX_RECS)
         return r_cuDevicePrimaryCtxRetain(c, dev);
@@ -171,9 +207,10 @@ HOOK CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev)
     if (g_prim[dev].refs > 0) {
         rc = r_cuDevicePrimaryCtxRetain(c, dev);
     } else {
-        uint64_t bytes = 0;
-        CTX_CREATE(d, dev, r_cuDevicePrimaryCtxRetain(c, dev), &bytes);
-        g_prim[dev].bytes = bytes;
+        struct ctx_charge cc;
+        ctx_charge_begin(&cc, d, dev);
+        rc = r_cuDevicePrimaryCtxRetain(c, dev);
+        g_prim[dev].bytes = ctx_charge_end(&cc, d, rc);
         g_prim[dev].rec = d;
     }
     if (rc == CUDA_SUCCESS)
@@ -185,7 +222,7 @@ HOOK CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice dev)
 /* After a successful release (drop one reference) or reset (drop all). */
 static void prim_drop(CUdevice dev, int all)
 {
-    if (!g_acct || dev < 0 || dev >= MAX_RECS)
+    if (!acct_on() || dev < 0 || dev >= MAX_RECS)
         return;
     pthread_mutex_lock(&g_prim_mutex);
     if (g_prim[dev].refs > 0) {
@@ -200,10 +237,12 @@ static void prim_drop(CUdevice dev, int all)
     pthread_mutex_unlock(&g_prim_mutex);
 }
 
+/* Defines one release or reset variant. */
 #define PRIM_DROP_HOOK(name, all)                        \
     HOOK CUresult name(CUdevice dev)                     \
     {                                                    \
-        NEED(name);                                      \
+        if (!cuda_ready() || !r_##name)                  \
+            return CUDA_ERROR_NOT_INITIALIZED;           \
         if (t_in_hook)                                   \
             return r_##name(dev);                        \
         t_in_hook++;                                     \
@@ -218,9 +257,15 @@ PRIM_DROP_HOOK(cuDevicePrimaryCtxRelease_v2, 0)
 PRIM_DROP_HOOK(cuDevicePrimaryCtxReset, 1)
 PRIM_DROP_HOOK(cuDevicePrimaryCtxReset_v2, 1)
 
+int ctx_init(void)
+{
+    return tab_init(&g_tab_ctx);
+}
+
 /* In a forked child no context of the parent's is ours. */
-static void ctx_forget_after_fork(void)
+void ctx_after_fork(void)
 {
     memset(g_prim, 0, sizeof g_prim);
     pthread_mutex_init(&g_prim_mutex, NULL);
+    tab_reset(&g_tab_ctx);
 }

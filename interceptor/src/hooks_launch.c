@@ -1,12 +1,24 @@
 /* Launch hooks. Without an SM limit the hook is a load, a test and a tail call
  * to the driver; with one, launches go through the limiter (limiter.c). */
 
+#include "devices.h"
+#include "hooks.h"
+#include "hooks_launch.h"
+#include "limiter.h"
+#include "util.h"
+
 static int g_sm_any; /* set once at init: some GPU may have an SM limit */
+
+void launch_init(int sm_any)
+{
+    g_sm_any = sm_any;
+}
 
 #define LAUNCH_HOOK(name, params, args, stream, ptsz)                                   \
     static __attribute__((noinline)) CUresult slow_##name(params)                       \
     {                                                                                   \
-        NEED(name);                                                                     \
+        if (!cuda_ready() || !r_##name)                                                 \
+            return CUDA_ERROR_NOT_INITIALIZED;                                          \
         struct dev_rec *d = (!g_sm_any || t_in_hook) ? NULL : sm_rec();                 \
         if (!d)                                                                         \
             return r_##name(args);                                                      \

@@ -2,25 +2,20 @@
  * bytes as used; the process list shows the claim's live processes (pids as
  * the processes themselves saw them) instead of the host's. */
 
-#define NEED_NVML(fn)                                  \
-    do {                                               \
-        if (!lib_ready(&g_nvml, 1) || !r_##fn)         \
-            return NVML_ERROR_NOT_SUPPORTED;           \
-    } while (0)
+#include <stdint.h>
+#include <string.h>
 
-static struct dev_rec *nvml_dev(nvmlDevice_t h)
-{
-    if (!g_acct || t_in_hook)
-        return NULL;
-    return rec_for_nvml(h);
-}
+#include "devices.h"
+#include "hooks.h"
+#include "region_handle.h"
 
 HOOK nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem)
 {
-    NEED_NVML(nvmlDeviceGetMemoryInfo);
+    if (!nvml_ready() || !r_nvmlDeviceGetMemoryInfo)
+        return NVML_ERROR_NOT_SUPPORTED;
     nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo(dev, mem);
     struct dev_rec *d;
-    if (rc != NVML_SUCCESS || !mem || !(d = nvml_dev(dev)))
+    if (rc != NVML_SUCCESS || !mem || !(d = acct_nvml(dev)))
         return rc;
     uint64_t t, f, u;
     acct_view(d, mem->total, mem->total, &t, &f, &u);
@@ -32,10 +27,11 @@ HOOK nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem)
 
 HOOK nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *mem)
 {
-    NEED_NVML(nvmlDeviceGetMemoryInfo_v2);
+    if (!nvml_ready() || !r_nvmlDeviceGetMemoryInfo_v2)
+        return NVML_ERROR_NOT_SUPPORTED;
     nvmlReturn_t rc = r_nvmlDeviceGetMemoryInfo_v2(dev, mem);
     struct dev_rec *d;
-    if (rc != NVML_SUCCESS || !mem || !(d = nvml_dev(dev)))
+    if (rc != NVML_SUCCESS || !mem || !(d = acct_nvml(dev)))
         return rc;
     uint64_t t, f, u;
     acct_view(d, mem->total, mem->total, &t, &f, &u);
@@ -46,40 +42,18 @@ HOOK nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *
     return rc;
 }
 
-/* Fills pids/bytes of the claim's processes using this GPU. Returns how many there are. */
-static unsigned claim_procs(struct dev_rec *d, unsigned cap, unsigned *pids, uint64_t *bytes)
-{
-    struct tr_region *r = d->rh->r;
-    unsigned n = 0;
-    uint32_t hi = __atomic_load_n(&r->proc_high, __ATOMIC_ACQUIRE);
-    if (hi > TR_MAX_PROCS)
-        hi = TR_MAX_PROCS;
-    for (uint32_t i = 0; i < hi; i++) {
-        struct tr_proc *p = &r->procs[i];
-        if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != 1)
-            continue;
-        uint64_t u = __atomic_load_n(&p->used[d->g], __ATOMIC_RELAXED);
-        if (!u || !slot_alive(d->rh, (int)i))
-            continue;
-        if (n < cap) {
-            pids[n] = (unsigned)p->pid;
-            bytes[n] = u;
-        }
-        n++;
-    }
-    return n;
-}
-
+/* Defines one process-list variant (they differ in the record type). */
 #define PROCS_HOOK(name, type, extra_fields)                                              \
     HOOK nvmlReturn_t name(nvmlDevice_t dev, unsigned *count, type *infos)                \
     {                                                                                     \
-        NEED_NVML(name);                                                                  \
-        struct dev_rec *d = count ? nvml_dev(dev) : NULL;                                 \
+        if (!nvml_ready() || !r_##name)                                                   \
+            return NVML_ERROR_NOT_SUPPORTED;                                              \
+        struct dev_rec *d = count ? acct_nvml(dev) : NULL;                                 \
         if (!d)                                                                           \
             return r_##name(dev, count, infos);                                           \
         unsigned pids[64];                                                                \
         uint64_t bytes[64];                                                               \
-        unsigned n = claim_procs(d, 64, pids, bytes);                                     \
+        unsigned n = region_procs(d->rh, d->g, 64, pids, bytes);                           \
         if (n > 64)                                                                       \
             n = 64;                                                                       \
         if (!infos || *count < n) {                                                       \

@@ -5,6 +5,14 @@
  * the difference once its real GPU time is known: the hook brackets it with a
  * pair of timing events and reads their elapsed time when the end completes.
  * A small per-thread ring of event pairs bounds how far a thread runs ahead. */
+#include <pthread.h>
+#include <string.h>
+
+#include "config.h"
+#include "devices.h"
+#include "hooks.h"
+#include "limiter.h"
+#include "util.h"
 
 #define RING 16
 
@@ -55,8 +63,8 @@ static void bucket_wait(struct dev_rec *d)
         if (t > 0)
             return;
         uint64_t wait = (uint64_t)(-t) * 100 / d->cores + 20000;
-        if (wait > g_cfg.window_ns)
-            wait = g_cfg.window_ns;
+        if (wait > cfg_window_ns())
+            wait = cfg_window_ns();
         sleep_ns(wait);
     }
 }
@@ -118,7 +126,7 @@ static void ring_thread_exit(void *p)
 
 /* Before a limited launch: wait for tokens, charge the estimate, and record the
  * start event. Returns the ring entry to complete, or NULL (estimate only). */
-static struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz)
+struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz)
 {
     struct tring *r = &t_ring;
     CUcontext ctx = NULL;
@@ -150,7 +158,7 @@ static struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz)
     return rc == CUDA_SUCCESS ? x : NULL;
 }
 
-static void sm_after(struct dev_rec *d, struct ring_ent *x, CUresult launched, CUstream s, int ptsz)
+void sm_after(struct dev_rec *d, struct ring_ent *x, CUresult launched, CUstream s, int ptsz)
 {
     struct tring *r = &t_ring;
     if (launched != CUDA_SUCCESS) {
@@ -165,8 +173,20 @@ static void sm_after(struct dev_rec *d, struct ring_ent *x, CUresult launched, C
 }
 
 /* The record to throttle the current launch against, or NULL. */
-static struct dev_rec *sm_rec(void)
+struct dev_rec *sm_rec(void)
 {
     struct dev_rec *d = rec_current();
     return d && d->sm_limited ? d : NULL;
+}
+
+void limiter_init(void)
+{
+    if (pthread_key_create(&g_ring_key, ring_thread_exit) == 0)
+        g_ring_key_ok = 1;
+}
+
+/* In a forked child the ring's events belong to the parent's contexts. */
+void limiter_after_fork(void)
+{
+    memset(&t_ring, 0, sizeof t_ring);
 }

@@ -3,14 +3,17 @@
  * process owns a slot whose liveness is an OFD lock on one byte of the file,
  * which the kernel drops when the process dies (across pid namespaces too). */
 
-struct region_handle {
-    struct tr_region *r;
-    int fd;       /* -1 for a process-private (anonymous) region */
-    int slot;     /* our procs[] index */
-    int state;    /* 0 not attached, 1 attached, -1 failed (pass through) */
-    char path[PATH_CAP + 16]; /* empty: process-private region */
-    const char *name;         /* for log lines */
-};
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "region_handle.h"
+#include "util.h"
 
 /* index MAX_CLAIMS is the HAMi-core fallback region */
 static struct region_handle g_regions[MAX_CLAIMS + 1];
@@ -84,7 +87,7 @@ static void region_repair(struct region_handle *h)
     }
 }
 
-static int region_lock(struct region_handle *h)
+int region_lock(struct region_handle *h)
 {
     int rc = pthread_mutex_lock(&h->r->lock.mutex);
     if (rc == EOWNERDEAD) {
@@ -101,7 +104,7 @@ static int region_lock(struct region_handle *h)
     return 0;
 }
 
-static void region_unlock(struct region_handle *h)
+void region_unlock(struct region_handle *h)
 {
     pthread_mutex_unlock(&h->r->lock.mutex);
 }
@@ -216,7 +219,7 @@ static int region_take_slot(struct region_handle *h)
     return 0;
 }
 
-/* Called once per region under g_dev_mutex. */
+/* Called under the device-record lock (devices.c). */
 static int region_attach(struct region_handle *h)
 {
     if (h->state)
@@ -248,8 +251,7 @@ static int region_attach(struct region_handle *h)
     return 0;
 }
 
-/* Finds or creates the region's entry for a GPU. */
-static int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores)
+int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores)
 {
     struct tr_region *r = h->r;
     if (region_lock(h))
@@ -275,8 +277,7 @@ static int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t l
     return g;
 }
 
-/* Reserves `size` bytes on region GPU g; 1 = granted, 0 = over the limit. */
-static int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_t limit)
+int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_t limit)
 {
     if (region_lock(h))
         return 1;
@@ -295,7 +296,7 @@ static int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_
     return ok;
 }
 
-static void region_release(struct region_handle *h, int g, uint64_t size)
+void region_release(struct region_handle *h, int g, uint64_t size)
 {
     if (region_lock(h))
         return;
@@ -307,16 +308,15 @@ static void region_release(struct region_handle *h, int g, uint64_t size)
     region_unlock(h);
 }
 
-/* Under the lock: charges bytes whatever the limit (context memory: the
- * driver already spent it; the limit then refuses later allocations). */
-static void region_charge_locked(struct region_handle *h, int g, uint64_t size)
+/* Context memory: the driver already spent it; the limit then refuses later allocations. */
+void region_charge_locked(struct region_handle *h, int g, uint64_t size)
 {
     h->r->procs[h->slot].used[g] += size;
     h->r->gpus[g].used += size;
 }
 
 /* Views sweep first so that a dead process's bytes do not linger in them. */
-static void region_refresh(struct region_handle *h)
+void region_refresh(struct region_handle *h)
 {
     if (region_lock(h) == 0) {
         region_sweep(h);
@@ -324,13 +324,13 @@ static void region_refresh(struct region_handle *h)
     }
 }
 
-static uint64_t region_used(struct region_handle *h, int g)
+uint64_t region_used(struct region_handle *h, int g)
 {
     return __atomic_load_n(&h->r->gpus[g].used, __ATOMIC_RELAXED);
 }
 
 /* In a forked child: the parent's slot and file description are not ours. */
-static void region_forget_after_fork(struct region_handle *h)
+static void region_forget(struct region_handle *h)
 {
     if (h->state != 1)
         return;
@@ -341,4 +341,46 @@ static void region_forget_after_fork(struct region_handle *h)
     h->fd = -1;
     h->slot = -1;
     h->state = 0;
+}
+
+struct region_handle *region_of_claim(int claim)
+{
+    struct region_handle *h = &g_regions[claim];
+    if (!h->state && !h->path[0]) {
+        if (claim < MAX_CLAIMS)
+            fmt_s(h->path, sizeof h->path, "%s/region", cfg_claim_dir(claim));
+        else if (cfg_shared_cache()[0])
+            str_copy(h->path, sizeof h->path, cfg_shared_cache());
+    }
+    return region_attach(h) == 0 ? h : NULL;
+}
+
+/* Reads without the lock: a view, and pids as the processes themselves saw them. */
+unsigned region_procs(struct region_handle *h, int g, unsigned cap, unsigned *pids, uint64_t *bytes)
+{
+    struct tr_region *r = h->r;
+    unsigned n = 0;
+    uint32_t hi = __atomic_load_n(&r->proc_high, __ATOMIC_ACQUIRE);
+    if (hi > TR_MAX_PROCS)
+        hi = TR_MAX_PROCS;
+    for (uint32_t i = 0; i < hi; i++) {
+        struct tr_proc *p = &r->procs[i];
+        if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != 1)
+            continue;
+        uint64_t u = __atomic_load_n(&p->used[g], __ATOMIC_RELAXED);
+        if (!u || !slot_alive(h, (int)i))
+            continue;
+        if (n < cap) {
+            pids[n] = (unsigned)p->pid;
+            bytes[n] = u;
+        }
+        n++;
+    }
+    return n;
+}
+
+void region_after_fork(void)
+{
+    for (int i = 0; i <= MAX_CLAIMS; i++)
+        region_forget(&g_regions[i]);
 }

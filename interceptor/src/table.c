@@ -1,6 +1,10 @@
 /* Per-process maps from an allocation (device pointer, generic handle, array)
  * to its size and device record: lock-free open addressing over an mmap'd
  * array, so the hooks never call malloc or take a lock. */
+#include <stddef.h>
+#include <sys/mman.h>
+
+#include "table.h"
 
 #define TAB_EMPTY 0ull
 #define TAB_TOMB 1ull
@@ -8,22 +12,7 @@
 #define TAB_SIZE_BITS 56
 #define TAB_SIZE_MASK ((1ull << TAB_SIZE_BITS) - 1)
 
-struct tab_ent {
-    uint64_t key; /* stored as key + 2 so that 0 and 1 can mark empty and deleted */
-    uint64_t val; /* size | record index << 56 */
-};
-
-struct tab {
-    struct tab_ent *e;
-    uint64_t mask;
-    unsigned bits;
-};
-
-static struct tab g_tab_ptr = { NULL, 0, 20 };
-static struct tab g_tab_handle = { NULL, 0, 16 };
-static struct tab g_tab_array = { NULL, 0, 16 };
-
-static int tab_init(struct tab *t)
+int tab_init(struct tab *t)
 {
     size_t n = (size_t)1 << t->bits;
     void *m = mmap(NULL, n * sizeof(struct tab_ent), PROT_READ | PROT_WRITE,
@@ -35,12 +24,13 @@ static int tab_init(struct tab *t)
     return 0;
 }
 
-static void tab_drop(struct tab *t)
+void tab_reset(struct tab *t)
 {
     if (t->e)
         munmap(t->e, (size_t)(t->mask + 1) * sizeof(struct tab_ent));
     t->e = NULL;
     t->mask = 0;
+    tab_init(t);
 }
 
 static uint64_t tab_hash(const struct tab *t, uint64_t k)
@@ -48,7 +38,7 @@ static uint64_t tab_hash(const struct tab *t, uint64_t k)
     return (k * 0x9E3779B97F4A7C15ull) >> (64 - t->bits);
 }
 
-static int tab_put(struct tab *t, uint64_t key, uint64_t size, unsigned rec)
+int tab_put(struct tab *t, uint64_t key, uint64_t size, unsigned rec)
 {
     struct tab_ent *e = __atomic_load_n(&t->e, __ATOMIC_ACQUIRE);
     uint64_t k = key + 2;
@@ -68,8 +58,7 @@ static int tab_put(struct tab *t, uint64_t key, uint64_t size, unsigned rec)
     return 0;
 }
 
-/* Removes key; returns 1 and its size and record when it was there. */
-static int tab_take(struct tab *t, uint64_t key, uint64_t *size, unsigned *rec)
+int tab_take(struct tab *t, uint64_t key, uint64_t *size, unsigned *rec)
 {
     struct tab_ent *e = __atomic_load_n(&t->e, __ATOMIC_ACQUIRE);
     uint64_t k = key + 2;

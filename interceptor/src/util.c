@@ -1,15 +1,31 @@
 /* Logging and small helpers that are safe in hooks: no malloc, no stdio, no locks. */
+#include <errno.h>
+#include <stdarg.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util.h"
 
 static int g_loglevel = 1; /* 0 error, 1 warn, 2 info, 3 debug */
 
-static uint64_t mono_ns(void)
+int log_level(void)
+{
+    return g_loglevel;
+}
+
+void log_set_level(int level)
+{
+    g_loglevel = level;
+}
+
+uint64_t mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void sleep_ns(uint64_t ns)
+void sleep_ns(uint64_t ns)
 {
     struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -104,8 +120,7 @@ static size_t fmt_v(char *buf, size_t cap, const char *fmt, va_list ap)
     return o.n;
 }
 
-static size_t fmt_s(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static size_t fmt_s(char *buf, size_t cap, const char *fmt, ...)
+size_t fmt_s(char *buf, size_t cap, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -114,8 +129,7 @@ static size_t fmt_s(char *buf, size_t cap, const char *fmt, ...)
     return n;
 }
 
-static void tlog(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tlog(int level, const char *fmt, ...)
+void tlog(int level, const char *fmt, ...)
 {
     static const char *const names[] = { "ERROR", "WARN", "INFO", "DEBUG" };
     if (level > g_loglevel)
@@ -133,14 +147,9 @@ static void tlog(int level, const char *fmt, ...)
     errno = saved;
 }
 
-#define LOG_ERROR 0
-#define LOG_WARN 1
-#define LOG_INFO 2
-#define LOG_DEBUG 3
-
 /* Parses a byte size: digits with an optional k/m/g/t suffix (binary units,
  * optional trailing 'i'/'b'). Returns 0 on success. */
-static int parse_size(const char *s, uint64_t *out)
+int parse_size(const char *s, uint64_t *out)
 {
     if (!s || !*s)
         return -1;
@@ -175,7 +184,7 @@ static int parse_size(const char *s, uint64_t *out)
     return 0;
 }
 
-static int parse_int_range(const char *s, long lo, long hi, long *out)
+int parse_int_range(const char *s, long lo, long hi, long *out)
 {
     if (!s || !*s)
         return -1;
@@ -201,7 +210,7 @@ static int parse_int_range(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-static size_t str_len(const char *s)
+size_t str_len(const char *s)
 {
     size_t n = 0;
     while (s[n])
@@ -209,7 +218,7 @@ static size_t str_len(const char *s)
     return n;
 }
 
-static void str_copy(char *dst, size_t cap, const char *src)
+void str_copy(char *dst, size_t cap, const char *src)
 {
     size_t i = 0;
     for (; src[i] && i + 1 < cap; i++)
@@ -218,7 +227,7 @@ static void str_copy(char *dst, size_t cap, const char *src)
 }
 
 /* CUDA returns 16 raw bytes; NVML and the limits file use "GPU-8-4-4-4-12". */
-static void uuid_format(const unsigned char b[16], char out[48])
+void uuid_format(const unsigned char b[16], char out[48])
 {
     static const char hex[] = "0123456789abcdef";
     char *o = out;
@@ -232,6 +241,4 @@ static void uuid_format(const unsigned char b[16], char out[48])
     *o = '\0';
 }
 
-/* A per-thread re-entry guard: the real driver may call exported cu* symbols
- * internally, which the dynamic linker would bind to our hooks. */
-static __thread int t_in_hook __attribute__((tls_model("initial-exec")));
+__thread int t_in_hook __attribute__((tls_model("initial-exec")));

@@ -106,6 +106,19 @@ share_of() { grep -o 'share=[0-9.]*' "$WORK/bg.$1" | cut -d= -f2; }
 P() { env LD_PRELOAD="$LIB" "$@"; }
 S() { env LD_PRELOAD="$SAN" "$@"; }
 
+# exported_hooks LIB: diff of what LIB exports against the hooks listed in src/hooks.h plus dlsym (empty = same)
+exported_hooks() {
+    diff <( (sed -n '/^#define CUDA_HOOKS/,/^#define CUDA_USED/p; /^#define NVML_HOOKS/,/^#define NVML_USED/p' src/hooks.h |
+                 grep -v USED | grep -o 'X([A-Za-z0-9_]*)' | sed 's/^X(//; s/)$//'
+             echo dlsym) | sort) \
+         <(nm -D --defined-only "$1" | awk '{ print $NF }' | sort)
+}
+
+echo "== exports: the hooks and dlsym, nothing else"
+for lib in "$LIB" "$B/libtessera-san.so"; do
+    if out=$(exported_hooks "$lib" 2>&1); then ok "exports_are_the_hooks_$(basename "$lib" .so)"; else bad "exports_are_the_hooks_$(basename "$lib" .so)" "$out"; fi
+done
+
 echo "== layout and memory accounting"
 t layout_static "$B/tests/tlayout"
 C=$(claim lim "gpu $GPU0 memory 1g cores 0 priority 0")

@@ -1,0 +1,35 @@
+/* config.c: the limits files of the claim directories and HAMi-core's
+ * variables, read once at start-up (cfg_load) and read-only afterwards, so it
+ * needs no after-fork reset. */
+#ifndef TESSERA_CONFIG_H
+#define TESSERA_CONFIG_H
+
+#include <stdint.h>
+
+#pragma GCC visibility push(hidden)
+
+#define MAX_CLAIMS 8 /* claim directories; index MAX_CLAIMS is the HAMi-core fallback */
+#define PATH_CAP 256
+
+void cfg_load(void);
+
+/* The limits for one GPU: a claim's limits file by UUID first, then the
+ * HAMi-core variables by CUDA ordinal. Returns the claim index, MAX_CLAIMS for
+ * the environment fallback, or -1 when nothing limits this GPU. */
+int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio, uint64_t *ctx);
+/* Whether a GPU with this share and priority is throttled under the policy. */
+int cfg_sm_applies(uint32_t cores, int32_t prio);
+/* Whether anything can limit SM time / anything is configured at all. */
+int cfg_sm_any(void);
+int cfg_acct_any(void);
+
+int cfg_nclaims(void);
+int cfg_nlimits(void);
+const char *cfg_claim_dir(int claim);
+const char *cfg_shared_cache(void); /* "" when unset */
+const char *cfg_policy_name(void);
+uint64_t cfg_window_ns(void);
+
+#pragma GCC visibility pop
+
+#endif
