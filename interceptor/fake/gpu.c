@@ -248,32 +248,29 @@ static void sweep_dead(int dev, uint64_t now)
     }
 }
 
-/* Completes items at the head that take no GPU time (markers, empty kernels): they need only their
- * predecessors done. */
-static void flush_zero(struct fg_chan *c)
+/* Completes the holder's items at the head that take no GPU time (markers, empty kernels). A marker (an
+ * event record) is executed by the GPU for its channel like any other work, so it waits for its channel to be
+ * scheduled: an event's timestamp never includes the time before its channel got the GPU. */
+static void flush_zero(struct fg_chan *c, uint64_t now)
 {
     while (c->completed < c->submitted) {
         struct fg_item *it = &c->q[(c->completed + 1) % FG_QUEUE];
         if (it->ns_left)
             return;
-        uint64_t ts = c->last_done_ns > it->submit_ns ? c->last_done_ns : it->submit_ns;
         /* generations only grow (process-wide): a destroyed event's late marker cannot complete a newer one */
         if (it->ev >= 0 && it->ev < FG_EVENTS && it->gen > c->ev[it->ev].gen) {
-            c->ev[it->ev].ts = ts;
+            c->ev[it->ev].ts = now;
             c->ev[it->ev].gen = it->gen;
         }
-        c->last_done_ns = ts;
+        c->last_done_ns = now;
         c->completed++;
     }
 }
 
 static int chan_has_work(int i, int dev)
 {
-    struct fg_chan *c = &g_f->chan[i];
-    if (c->state != 1 || c->dev != dev)
-        return 0;
-    flush_zero(c);
-    return c->completed < c->submitted;
+    const struct fg_chan *c = &g_f->chan[i];
+    return c->state == 1 && c->dev == dev && c->completed < c->submitted;
 }
 
 /* The next channel after `after` (round robin) with work, other than `after`; -1 none. */
@@ -297,7 +294,7 @@ static void start_switch(struct fg_dev *d, int to)
 /* Runs the holder's queue until `until`. */
 static void run_holder(struct fg_dev *d, struct fg_chan *c, uint64_t until)
 {
-    flush_zero(c);
+    flush_zero(c, d->sim_ns);
     while (d->sim_ns < until && c->completed < c->submitted) {
         struct fg_item *it = &c->q[(c->completed + 1) % FG_QUEUE];
         uint64_t dt = until - d->sim_ns < it->ns_left ? until - d->sim_ns : it->ns_left;
@@ -309,7 +306,7 @@ static void run_holder(struct fg_dev *d, struct fg_chan *c, uint64_t until)
             return;
         c->last_done_ns = d->sim_ns;
         c->completed++;
-        flush_zero(c);
+        flush_zero(c, d->sim_ns);
     }
 }
 
@@ -431,7 +428,6 @@ uint64_t gpu_submit(int dev, uint64_t ns, int ev, uint64_t gen)
             it->submit_ns = now;
             it->ev = ev;
             it->gen = gen;
-            flush_zero(c);
             file_unlock();
             return s;
         }

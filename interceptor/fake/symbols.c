@@ -39,7 +39,8 @@ API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_
 static void self_once(void)
 {
     Dl_info info;
-    if (dladdr((void *)&cuGetProcAddress, &info) && info.dli_fname)
+    /* a static function: its address is ours even when a preloaded library interposes cu* symbols */
+    if (dladdr((void *)&self_once, &info) && info.dli_fname)
         g_self = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
 }
 

@@ -28,6 +28,8 @@ struct limit_entry {
     uint64_t context; /* bytes charged per context when they cannot be measured */
     int has_context;
     int claim;
+    char view[PATH_CAP]; /* the node's read-only view of this GPU; "" none */
+    uint32_t slot;       /* this claim's slot in the view's schedule; 0 none */
 };
 
 static struct {
@@ -117,11 +119,11 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
-        char *w[10];
-        int nw = split_words(line, w, 9);
+        char *w[16];
+        int nw = split_words(line, w, 15);
         if (nw == 0)
             continue;
-        if (nw > 9) {
+        if (nw > 15) {
             tlog(LOG_ERROR, "%s:%d: too many words; ignoring this limits file", path, lineno);
             return -1;
         }
@@ -190,8 +192,20 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
                         return -1;
                     }
                     e.has_context = 1;
+                } else if (!strcmp(w[i], "view")) {
+                    if (w[i + 1][0] != '/' || str_len(w[i + 1]) >= PATH_CAP) {
+                        tlog(LOG_ERROR, "%s:%d: view '%s' must be an absolute path under %d bytes; ignoring this limits file", path, lineno, w[i + 1], PATH_CAP);
+                        return -1;
+                    }
+                    str_copy(e.view, sizeof e.view, w[i + 1]);
+                } else if (!strcmp(w[i], "slot")) {
+                    if (parse_int_range(w[i + 1], 1, 65535, &v)) {
+                        tlog(LOG_ERROR, "%s:%d: slot '%s' must be 1..65535; ignoring this limits file", path, lineno, w[i + 1]);
+                        return -1;
+                    }
+                    e.slot = (uint32_t)v;
                 } else {
-                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context); ignoring this limits file", path, lineno, w[i]);
+                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context, view, slot); ignoring this limits file", path, lineno, w[i]);
                     return -1;
                 }
             }
@@ -377,17 +391,22 @@ void cfg_load(void)
     }
 }
 
-int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio, uint64_t *ctx)
+int cfg_lookup(const char *uuid, int ordinal, struct gpu_limits *out)
 {
-    *ctx = g_cfg.env_context;
+    memset(out, 0, sizeof *out);
+    out->context = g_cfg.env_context;
+    out->view = "";
     for (int i = 0; i < g_cfg.nlimits; i++) {
-        if (!strcasecmp(g_cfg.lim[i].uuid, uuid)) {
-            *mem = g_cfg.lim[i].memory;
-            *cores = g_cfg.lim[i].cores;
-            *prio = g_cfg.lim[i].priority;
-            if (g_cfg.lim[i].has_context)
-                *ctx = g_cfg.lim[i].context;
-            return g_cfg.lim[i].claim;
+        const struct limit_entry *e = &g_cfg.lim[i];
+        if (!strcasecmp(e->uuid, uuid)) {
+            out->memory = e->memory;
+            out->cores = e->cores;
+            out->priority = e->priority;
+            if (e->has_context)
+                out->context = e->context;
+            out->view = e->view;
+            out->slot = e->slot;
+            return e->claim;
         }
     }
     uint64_t m = g_cfg.env_mem_all;
@@ -400,9 +419,9 @@ int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, in
     }
     if (!m && !c && !g_cfg.shared_cache[0])
         return -1;
-    *mem = m;
-    *cores = c;
-    *prio = g_cfg.env_priority;
+    out->memory = m;
+    out->cores = c;
+    out->priority = g_cfg.env_priority;
     return MAX_CLAIMS;
 }
 
@@ -426,6 +445,23 @@ int cfg_sm_any(void)
         if (cfg_sm_applies(g_cfg.env_sm[i], g_cfg.env_priority))
             return 1;
     return 0;
+}
+
+int cfg_priority_applies(void)
+{
+    return g_cfg.policy != POLICY_DISABLE;
+}
+
+int cfg_watch_any(void)
+{
+    if (cfg_sm_any())
+        return 1;
+    if (!cfg_priority_applies())
+        return 0;
+    for (int i = 0; i < g_cfg.nlimits; i++)
+        if (g_cfg.lim[i].priority == 0 || g_cfg.lim[i].view[0])
+            return 1;
+    return g_cfg.env_priority == 0 && cfg_acct_any();
 }
 
 int cfg_acct_any(void)

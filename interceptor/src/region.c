@@ -251,7 +251,7 @@ static int region_attach(struct region_handle *h)
     return 0;
 }
 
-int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores)
+int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores, int32_t priority)
 {
     struct tr_region *r = h->r;
     if (region_lock(h))
@@ -270,6 +270,7 @@ int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, u
     if (g >= 0) {
         r->gpus[g].limit = limit;
         r->gpus[g].cores = cores;
+        r->gpus[g].priority = priority;
     }
     region_unlock(h);
     if (g < 0)

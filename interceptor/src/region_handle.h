@@ -24,7 +24,7 @@ struct region_handle {
  * NULL when it cannot be used. Called under the device-record lock. */
 struct region_handle *region_of_claim(int claim);
 /* Finds or creates the region's entry for a GPU; -1 when full. */
-int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores);
+int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores, int32_t priority);
 
 /* 0 when locked; -1 when the lock failed (the handle is then off). */
 int region_lock(struct region_handle *h);

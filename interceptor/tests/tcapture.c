@@ -2,10 +2,11 @@
  *   tcapture rules        without the library: the fake follows the driver's
  *                         documented capture rules (an illegal call fails and
  *                         invalidates the capture, as on a real GPU);
- *   tcapture limited <s>  with libtessera and an SM limit: captures that mix
+ *   tcapture limited <s> [share]
+ *                         with libtessera and an SM limit: captures that mix
  *                         throttled launches on other threads and streams
  *                         survive, in every capture mode, and the graph's
- *                         replays run for s seconds (prints share=). */
+ *                         replays, run for s seconds, stay within the share. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -264,7 +265,7 @@ static void capture_in_mode(CUcontext ctx, CUstream s, CUstreamCaptureMode mode)
 
 static int t_limited(int argc, char **argv)
 {
-    double secs = argc >= 1 ? atof(argv[0]) : 1.0;
+    double secs = argc >= 1 ? atof(argv[0]) : 1.0, expect = argc >= 2 ? atof(argv[1]) : -1;
     ctx_on(0);
     CUcontext ctx;
     CHECK(cuCtxGetCurrent(&ctx) == CUDA_SUCCESS, "ctx");
@@ -291,7 +292,11 @@ static int t_limited(int argc, char **argv)
     while (now_ns() < end)
         CHECK(cuGraphLaunch(x, s) == CUDA_SUCCESS, "replay");
     CHECK(cuStreamSynchronize(s) == CUDA_SUCCESS, "sync");
-    printf("share=%.1f graph replays\n", 100.0 * (double)(fakeBusyNs(0) - own0) / (double)(now_ns() - t0));
+    double share = 100.0 * (double)(fakeBusyNs(0) - own0) / (double)(now_ns() - t0);
+    printf("share=%.1f graph replays\n", share);
+    /* like tshare sm's ceiling check: never over the share, clearly throttled */
+    if (expect > 0)
+        CHECK(share <= expect + 5 && share >= expect / 2, "replays got %.1f %% of a %.0f %% share", share, expect);
     return 0;
 }
 

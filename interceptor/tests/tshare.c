@@ -9,21 +9,47 @@
  *       each kernel's event-to-event time), to show that the fake reproduces
  *       what that algorithm did on a real H100. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 
+#include "region.h"
 #include "testutil.h"
+#include "view.h"
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                               void **, void **);
 
 struct meter {
-    uint64_t own0, gpu0, t0;
+    uint64_t own0, gpu0, t0, charged0, throttled0, held0;
 };
+
+/* the claim's GPU entry 0 in its region (TESSERA_CLAIM_DIRS names one claim directory), or NULL */
+static const struct tr_gpu *claim_gpu(void)
+{
+    static const struct tr_region *r;
+    const char *dir = getenv("TESSERA_CLAIM_DIRS");
+    if (!r && dir && !strchr(dir, ':')) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/region", dir);
+        int fd = open(path, O_RDONLY);
+        if (fd >= 0) {
+            void *m = mmap(NULL, sizeof *r, PROT_READ, MAP_SHARED, fd, 0);
+            r = m == MAP_FAILED ? NULL : m;
+            close(fd);
+        }
+    }
+    return r && r->magic == TR_MAGIC ? &r->gpus[0] : NULL;
+}
 
 static void meter_start(struct meter *m)
 {
+    const struct tr_gpu *g = claim_gpu();
     m->own0 = fakeBusyNs(0);
     m->gpu0 = fakeGpuBusyNs(0);
+    m->charged0 = g ? g->gpu_ns : 0;
+    m->throttled0 = g ? g->throttled_ns : 0;
+    m->held0 = g ? g->held_ns : 0;
     m->t0 = now_ns();
 }
 
@@ -33,7 +59,13 @@ static double meter_print(const struct meter *m, const char *what)
     double wall = (double)(t1 - m->t0);
     double share = 100.0 * (double)(fakeBusyNs(0) - m->own0) / wall;
     double gpu = 100.0 * (double)(fakeGpuBusyNs(0) - m->gpu0) / wall;
-    printf("share=%.1f gpu=%.1f %s\n", share, gpu, what);
+    const struct tr_gpu *g = claim_gpu();
+    if (g)
+        printf("share=%.1f gpu=%.1f charged=%.1f throttled=%.1f held=%.1f %s\n", share, gpu,
+               100.0 * (double)(g->gpu_ns - m->charged0) / wall, 100.0 * (double)(g->throttled_ns - m->throttled0) / wall,
+               100.0 * (double)(g->held_ns - m->held0) / wall, what);
+    else
+        printf("share=%.1f gpu=%.1f %s\n", share, gpu, what);
     fflush(stdout);
     return share;
 }
@@ -212,6 +244,54 @@ static int t_legacy(int argc, char **argv)
     return 0;
 }
 
+/* stamped: after a run in a high-priority claim, its region says when it last launched (what the node's
+ * priority relay reads); not stamped: a normal claim's never does. */
+static int t_stamped(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: stamped <yes|no>");
+    ctx_on(0);
+    CUfunction k = fakeKernel(100000);
+    for (int i = 0; i < 10; i++)
+        CHECK(cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS, "launch");
+    CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "sync");
+    const struct tr_gpu *g = claim_gpu();
+    CHECK(g, "the claim's region");
+    uint64_t a = g->active_ns, now = now_ns();
+    if (!strcmp(argv[0], "yes"))
+        CHECK(a && a <= now && now - a < 2000000000ull, "a high-priority claim stamps its launches (%llu)", (unsigned long long)a);
+    else
+        CHECK(a == 0, "a normal claim does not stamp");
+    return 0;
+}
+
+/* view <file> <frame_us> <hold_until_ms_from_now|0> [id:start_us:end_us ...]: writes a GPU view as the node
+ * daemon would (the daemon's own writer is tested against the C layout in the Python suite). */
+static int t_view(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: view <file> <frame_us> <hold_ms> [id:start_us:end_us ...]");
+    static struct {
+        struct tv_view v;
+        char pad[TV_FILE_SIZE - sizeof(struct tv_view)];
+    } f;
+    memset(&f, 0, sizeof f);
+    f.v.magic = TV_MAGIC;
+    f.v.version = TV_VERSION;
+    f.v.size = sizeof f.v;
+    f.v.frame_us = (uint32_t)strtoul(argv[1], NULL, 10);
+    uint64_t hold = strtoull(argv[2], NULL, 10);
+    f.v.hold_until_ns = hold ? now_ns() + hold * 1000000ull : 0;
+    f.v.seq = 2;
+    for (int i = 3; i < argc && f.v.nslots < TV_MAX_SLOTS; i++) {
+        struct tv_slot *sl = &f.v.slots[f.v.nslots++];
+        CHECK(sscanf(argv[i], "%u:%u:%u", &sl->id, &sl->start_us, &sl->end_us) == 3, "slot %s", argv[i]);
+    }
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp", argv[0]);
+    FILE *o = fopen(tmp, "wb");
+    CHECK(o && fwrite(&f, sizeof f, 1, o) == 1 && fclose(o) == 0 && rename(tmp, argv[0]) == 0, "write %s", argv[0]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -223,6 +303,10 @@ int main(int argc, char **argv)
         return t_sm(argc - 2, argv + 2);
     if (!strcmp(argv[1], "legacy"))
         return t_legacy(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "view"))
+        return t_view(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "stamped"))
+        return t_stamped(argc - 2, argv + 2);
     fprintf(stderr, "unknown test %s\n", argv[1]);
     return 2;
 }
