@@ -244,6 +244,32 @@ static int t_legacy(int argc, char **argv)
     return 0;
 }
 
+/* gaps <seconds> <kernel_us>: one kernel at a time, waiting for each; prints every stretch of over 20 ms
+ * without one finishing (gap_start=/gap_end=, CLOCK_MONOTONIC seconds) and at the end end= (when it stopped). */
+static int t_gaps(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: gaps <seconds> <kernel_us>");
+    double secs = atof(argv[0]);
+    ctx_on(0);
+    CUfunction k = fakeKernel(strtoull(argv[1], NULL, 10) * 1000ull);
+    CUevent e;
+    CHECK(cuEventCreate(&e, 0) == CUDA_SUCCESS, "event");
+    struct meter m;
+    meter_start(&m);
+    uint64_t last = m.t0, end = m.t0 + (uint64_t)(secs * 1e9);
+    while (now_ns() < end) {
+        CHECK(cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS, "launch");
+        CHECK(cuEventRecord(e, NULL) == CUDA_SUCCESS && cuEventSynchronize(e) == CUDA_SUCCESS, "wait");
+        uint64_t now = now_ns();
+        if (now - last > 20000000ull)
+            printf("gap_start=%.4f gap_end=%.4f\n", (double)last / 1e9, (double)now / 1e9);
+        last = now;
+    }
+    meter_print(&m, "kind=gaps");
+    printf("end=%.4f\n", (double)now_ns() / 1e9);
+    return 0;
+}
+
 /* stamped: after a run in a high-priority claim, its region says when it last launched (what the node's
  * priority relay reads); not stamped: a normal claim's never does. */
 static int t_stamped(int argc, char **argv)
@@ -307,6 +333,8 @@ int main(int argc, char **argv)
         return t_view(argc - 2, argv + 2);
     if (!strcmp(argv[1], "stamped"))
         return t_stamped(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "gaps"))
+        return t_gaps(argc - 2, argv + 2);
     fprintf(stderr, "unknown test %s\n", argv[1]);
     return 2;
 }
