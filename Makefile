@@ -30,7 +30,7 @@ interceptor:
 lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy dra_driver kubelet_plugin cdi e2e tests
+	$(BIN)/mypy dra_driver kubelet_plugin cdi e2e tests interceptor/fake/gen_products.py
 	$(BIN)/lint-imports
 
 test-unit: dev helm
@@ -60,8 +60,9 @@ test: dev lint
 	bash deploy/helm/build-helm.sh
 	$(BIN)/pytest -q tests e2e
 
+# make demo NVML=fake: the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake)
 demo: dev cluster
-	$(BIN)/python -m e2e.demo up
+	$(BIN)/python -m e2e.demo up $(if $(NVML),--nvml $(NVML))
 
 demo-down:
 	$(BIN)/python -m e2e.demo down

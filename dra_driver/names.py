@@ -267,6 +267,13 @@ def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
     return ClaimUID(uid) if uid and "/" not in uid else None
 
 
+# Where the NVIDIA kernel driver's /proc files are (`devices`, `driver/nvidia/capabilities/...`): /proc,
+# unless the host's /proc is mounted elsewhere or a fake driver keeps them (the fake libnvidia-ml's
+# FAKE_NVML_PROC).
+DRIVER_PROC_ROOT_ENV = "TESSERA_DRIVER_PROC_ROOT"
+DEFAULT_DRIVER_PROC_ROOT = "/proc"
+
+
 # ---- test-only fault injection --------------------------------------------------------------------
 
 FAULT_ENV = "TESSERA_FAULT"  # comma-separated fault point names (kubelet_plugin.faults.FaultPoint)

@@ -269,6 +269,12 @@ PRODUCTS: tuple[GpuProduct, ...] = (
 )
 
 
+def profile_order(p: MigProfile) -> tuple[int, int, str]:
+    """The order of every table above, and so of the published MIG devices, whatever order a backend
+    finds the profiles in: compute slices, memory slices, name (1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb ...)."""
+    return (p.compute_slices, p.memory_slices, p.name)
+
+
 def _fold(name: str) -> str:
     return name.strip().casefold()
 

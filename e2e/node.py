@@ -1,7 +1,8 @@
 """One simulated GPU node: a Node object, the real node plugin daemon (`python -m kubelet_plugin.daemon
---simulate ...`) and a kubelet stand-in, as two processes sharing a temporary root that plays the host's
-filesystem (sockets, CDI specs, claim directories, the simulated GPUs' state). The plugin runs as the chart's
-ServiceAccount with a token bound to its own Pod object on the node (e2e.plugin_identity), never as admin."""
+--simulate ...`, or on the NVML backend over the fake libnvidia-ml) and a kubelet stand-in, as two processes
+sharing a temporary root that plays the host's filesystem (sockets, CDI specs, claim directories, the GPUs'
+state). The plugin runs as the chart's ServiceAccount with a token bound to its own Pod object on the node
+(e2e.plugin_identity), never as admin."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from dra_driver.names import DRIVER_NAME
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord
+from e2e.fake_nvml import FakeNvmlNode
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
 from e2e.plugin_identity import PluginCredentials, issue, report_running, revoke
@@ -35,6 +39,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 NODES_DIR = REPO_ROOT / "e2e" / "nodes"
 LIBRARY_BUILD = REPO_ROOT / "interceptor" / "build" / "libtessera.so"
 _PR_SET_PDEATHSIG = 1
+
+
+class BackendKind(StrEnum):
+    """What the node plugin reads the node file's GPUs through."""
+
+    SIMULATED = "simulated"  # --simulate: the simulated backend
+    NVML = "nvml"  # the NVML backend (pynvml) over the fake libnvidia-ml (interceptor/build/fake)
 
 
 def _die_with_parent() -> None:
@@ -48,12 +59,21 @@ def node_name_of(node_file: Path) -> str:
     return str(data["nodeName"])
 
 
-def spawn_python(*, name: str, args: list[str], log_path: Path, die_with_parent: bool) -> ComponentRecord:
-    """Starts `python <args>` from the repository root in its own session, output to `log_path`."""
+def spawn_python(
+    *,
+    name: str,
+    args: list[str],
+    log_path: Path,
+    die_with_parent: bool,
+    base_env: Mapping[str, str] | None = None,
+) -> ComponentRecord:
+    """Starts `python <args>` from the repository root in its own session, output to `log_path`, in
+    `base_env` (default: this process's environment)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    base = os.environ if base_env is None else base_env
     env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        **base,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), base.get("PYTHONPATH")])),
     }
     with log_path.open("ab") as out:
         process = subprocess.Popen(
@@ -113,6 +133,7 @@ class SimNode:
         node_kubeconfig: Path,
         labels: dict[str, str] | None = None,
         die_with_parent: bool = True,
+        backend: BackendKind = BackendKind.SIMULATED,
     ) -> None:
         self.api = api
         self.node_file = node_file.resolve()
@@ -122,6 +143,7 @@ class SimNode:
         self.node_kubeconfig = node_kubeconfig
         self.labels = labels or {}
         self.die_with_parent = die_with_parent
+        self.backend = backend
         self.plugin: ComponentRecord | None = None
         self.standin: ComponentRecord | None = None
         self.credentials: PluginCredentials | None = None
@@ -131,6 +153,11 @@ class SimNode:
     @property
     def sim_state_file(self) -> Path:
         return self.root / "sim-state.json"
+
+    @property
+    def fake_nvml(self) -> FakeNvmlNode:
+        """The fake driver's view of the node (its state file and /proc tree live under the root)."""
+        return FakeNvmlNode(node_file=self.node_file, state_dir=self.root / "fake-nvml")
 
     @property
     def runtime_dir(self) -> Path:
@@ -218,6 +245,8 @@ class SimNode:
 
     def start_plugin(self) -> None:
         credentials = self.issue_identity()
+        nvml = self.backend is BackendKind.NVML
+        gpus = [] if nvml else [f"--simulate={self.node_file}", f"--sim-state={self.sim_state_file}"]
         self.plugin = spawn_python(
             name="plugin",
             args=[
@@ -225,14 +254,14 @@ class SimNode:
                 "kubelet_plugin.daemon",
                 f"--node-name={self.name}",
                 f"--root={self.root}",
-                f"--simulate={self.node_file}",
-                f"--sim-state={self.sim_state_file}",
+                *gpus,
                 f"--kubeconfig={credentials.kubeconfig}",
                 f"--library-path={self.library_path}",
                 "--log-format=json",
             ],
             log_path=self.logs / "plugin.log",
             die_with_parent=self.die_with_parent,
+            base_env=self.fake_nvml.env() if nvml else None,
         )
         report_running(self.api, credentials)
 
@@ -316,7 +345,9 @@ class SimNode:
         return read_state(self.sim_state_file)
 
     def mig_instances(self) -> list[tuple[str, str]]:
-        """(GPU UUID, MIG UUID) of every live MIG instance on the simulated GPUs."""
+        """(GPU UUID, MIG UUID) of every live MIG instance, from the backend's or the fake driver's state."""
+        if self.backend is BackendKind.NVML:
+            return self.fake_nvml.mig_instances()
         state = self.sim_state()
         if state is None:
             return []

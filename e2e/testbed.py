@@ -16,7 +16,7 @@ from e2e.controlplane.launcher import ControlPlane
 from e2e.examples import device_class_files, load
 from e2e.kube import Kubectl
 from e2e.kubelet_standin.errors import StandInError
-from e2e.node import NODES_DIR, SimNode, node_kubeconfig, node_name_of
+from e2e.node import NODES_DIR, BackendKind, SimNode, node_kubeconfig, node_name_of
 from e2e.plugin_identity import install_identity
 
 log = structlog.get_logger(__name__)
@@ -70,9 +70,10 @@ def start_node(
     root: Path,
     die_with_parent: bool = True,
     labels: dict[str, str] | None = None,
+    backend: BackendKind = BackendKind.SIMULATED,
 ) -> SimNode:
     """Starts one simulated node (plugin + stand-in) under `root`; its plugin runs with its own
-    ServiceAccount token, bound to its plugin pod on the node."""
+    ServiceAccount token, bound to its plugin pod on the node, on `backend`."""
     name = node_name_of(node_file)
     node = SimNode(
         api=bed.api,
@@ -82,6 +83,7 @@ def start_node(
         node_kubeconfig=node_kubeconfig(bed.plane, name),
         labels=labels,
         die_with_parent=die_with_parent,
+        backend=backend,
     )
     try:
         node.start()

@@ -7,6 +7,7 @@ sees an `NVMLError`. Facts used are in shared/facts/mig-and-nvml.md.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -19,8 +20,8 @@ import structlog
 
 from dra_driver.errors import InventoryError, MigError, PlacementTakenError
 from dra_driver.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, MigProfile
-from dra_driver.names import GpuUUID
-from dra_driver.profiles import find_product
+from dra_driver.names import DEFAULT_DRIVER_PROC_ROOT, DRIVER_PROC_ROOT_ENV, GpuUUID
+from dra_driver.profiles import find_product, profile_order
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
@@ -29,6 +30,7 @@ NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 PROC_DEVICES = Path("/proc/devices")
 CAPS_ROOT = Path("/proc/driver/nvidia/capabilities")
+_CAPS_UNDER_PROC = Path("driver/nvidia/capabilities")
 
 _ARCHITECTURES = {
     2: Architecture.KEPLER,
@@ -138,20 +140,26 @@ def _is(e: pynvml.NVMLError, *codes: int) -> bool:
 
 
 class NvmlBackend:
-    """`GpuBackend` over NVML. NVML is initialised once per backend and shut down by `close()`."""
+    """`GpuBackend` over NVML. NVML is initialised once per backend and shut down by `close()`.
 
-    def __init__(self) -> None:
+    `proc_root` is where the driver's /proc files are: the device majors and the MIG capability minors.
+    """
+
+    def __init__(self, *, proc_root: Path = Path(DEFAULT_DRIVER_PROC_ROOT)) -> None:
         self._lock = threading.Lock()
-        self._caps_major = char_major("nvidia-caps") or 0
-        self._uvm_major = char_major("nvidia-uvm") or 0
+        self._caps_root = proc_root / _CAPS_UNDER_PROC
+        self._caps_major = char_major("nvidia-caps", proc_root / "devices") or 0
+        self._uvm_major = char_major("nvidia-uvm", proc_root / "devices") or 0
 
     @classmethod
     def open(cls) -> NvmlBackend:
+        """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc)."""
+        proc_root = Path(os.environ.get(DRIVER_PROC_ROOT_ENV) or DEFAULT_DRIVER_PROC_ROOT)
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as e:
             raise translate(e, "initialising NVML") from e
-        return cls()
+        return cls(proc_root=proc_root)
 
     @contextmanager
     def _nvml(self, what: str, *, mig: bool = False) -> Iterator[None]:
@@ -258,7 +266,8 @@ class NvmlBackend:
                     placement_starts=tuple(start for start, _size in placements),
                 )
             )
-        return tuple(found)
+        # the order of dra_driver.profiles (and so of the published devices), not of NVML's profile indices
+        return tuple(sorted(found, key=profile_order))
 
     def _instances(
         self, h: Any, minor: int, uuid: GpuUUID, profiles: tuple[MigProfile, ...]
@@ -271,7 +280,13 @@ class NvmlBackend:
                 ci_ids = [pynvml.nvmlComputeInstanceGetInfo(ci).id for ci in _compute_instances(gi, prof)]
                 ci_id = min(ci_ids, default=0)
                 nodes = (
-                    mig_cap_nodes(gpu_minor=minor, gi_id=info.id, ci_id=ci_id, caps_major=self._caps_major)
+                    mig_cap_nodes(
+                        gpu_minor=minor,
+                        gi_id=info.id,
+                        ci_id=ci_id,
+                        caps_major=self._caps_major,
+                        caps_root=self._caps_root,
+                    )
                     if ci_ids
                     else ()
                 )
@@ -315,7 +330,9 @@ class NvmlBackend:
                 raise MigError(f"{what}: no such profile or placement on this GPU")
             placement = pynvml.c_nvmlGpuInstancePlacement_t()
             placement.start, placement.size = start, prof.memory_slices
-            gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, profile_id, placement)
+            # pynvml hands the argument to C as it is, and C takes a pointer: passing the structure itself
+            # puts (size << 32 | start) where the driver reads an address.
+            gi = pynvml.nvmlDeviceCreateGpuInstanceWithPlacement(h, profile_id, ctypes.byref(placement))
             try:
                 ci_info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
                     gi,

@@ -37,6 +37,12 @@ from dra_driver.profiles import GpuProduct, product
 
 DEFAULT_DRIVER_VERSION = "550.54.15"
 DEFAULT_CUDA_DRIVER_VERSION = "12.4"
+# The fields of each level (the fake libnvidia-ml reads the same files; a test compares the two readers).
+NODE_REQUIRED = frozenset({"apiVersion", "kind", "gpus"})
+NODE_OPTIONAL = frozenset({"nodeName", "seed", "driverVersion", "cudaDriverVersion"})
+GPU_REQUIRED = frozenset({"product"})
+GPU_OPTIONAL = frozenset({"count", "migEnabled", "uuid", "healthy", "instances"})
+INSTANCE_REQUIRED = frozenset({"profile", "start"})
 # Fixed namespace so the same seed always yields the same GPU UUIDs.
 _UUID_NAMESPACE = uuidlib.UUID("5f0c1d2e-7a43-4c59-9e1b-3c7d2a9b8e60")
 
@@ -85,7 +91,7 @@ def _pci_bus_id(index: int) -> str:
 
 def _decode_instance(raw: object, where: str, prod: GpuProduct) -> AdminInstance:
     data = expect_mapping(raw, where)
-    check_fields(data, where, required={"profile", "start"}, optional=set())
+    check_fields(data, where, required=set(INSTANCE_REQUIRED), optional=set())
     profile_ref = data["profile"]
     if isinstance(profile_ref, bool) or not isinstance(profile_ref, str | int):
         raise ConfigError(f"{where}.profile: expected a profile name (e.g. 1g.10gb) or a profile id")
@@ -122,12 +128,7 @@ def _check_admin_layout(instances: tuple[AdminInstance, ...], prod: GpuProduct, 
 
 def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
     data = expect_mapping(raw, "node file")
-    check_fields(
-        data,
-        "",
-        required={"apiVersion", "kind", "gpus"},
-        optional={"nodeName", "seed", "driverVersion", "cudaDriverVersion"},
-    )
+    check_fields(data, "", required=set(NODE_REQUIRED), optional=set(NODE_OPTIONAL))
     check_header(data, "", api_version=SIM_API_VERSION, kind=SIM_NODE_KIND)
     node_name = get_typed(data, "nodeName", str, "", default_name)
     seed = get_typed(data, "seed", str, "", node_name)
@@ -138,12 +139,7 @@ def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
     for n, raw_entry in enumerate(expect_list(data["gpus"], "gpus")):
         where = f"gpus[{n}]"
         entry = expect_mapping(raw_entry, where)
-        check_fields(
-            entry,
-            where,
-            required={"product"},
-            optional={"count", "migEnabled", "uuid", "healthy", "instances"},
-        )
+        check_fields(entry, where, required=set(GPU_REQUIRED), optional=set(GPU_OPTIONAL))
         try:
             prod = product(get_typed(entry, "product", str, where, ""))
         except ConfigError as e:

@@ -1,4 +1,5 @@
-"""`python -m e2e.demo up|down [--state-dir DIR]` (default state dir: .state/demo in the repository)."""
+"""`python -m e2e.demo up|down [--state-dir DIR] [--nvml fake]` (default state dir: .state/demo in the
+repository; `--nvml fake`: the node plugins on the NVML backend over the fake libnvidia-ml)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from dra_driver.errors import TesseraError
 from dra_driver.logs import configure
 from e2e.demo.session import down, up
+from e2e.node import BackendKind
 
 DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent.parent / ".state" / "demo"
 
@@ -17,10 +19,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.demo", description=__doc__)
     parser.add_argument("verb", choices=("up", "down"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument(
+        "--nvml",
+        choices=("fake",),
+        help="run the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake)",
+    )
     args = parser.parse_args(argv)
     configure(level="warning")
+    backend = BackendKind.NVML if args.nvml else BackendKind.SIMULATED
     try:
-        return up(args.state_dir) if args.verb == "up" else down(args.state_dir)
+        return up(args.state_dir, backend=backend) if args.verb == "up" else down(args.state_dir)
     except TesseraError as e:
         print(f"error: {e}", file=sys.stderr)
         if args.verb == "up":

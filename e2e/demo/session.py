@@ -16,6 +16,7 @@ from e2e.demo import state as demo_state
 from e2e.examples import device_rows, example_files, load, table
 from e2e.kube import Kubectl, list_pods, pod_claim_name, wait_running
 from e2e.kubelet_standin.errors import StandInError
+from e2e.node import BackendKind
 from e2e.plugin_identity import SYSTEM_NS
 from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 
@@ -70,7 +71,7 @@ def print_table(bed: SimCluster) -> None:
     print(table(rows), flush=True)
 
 
-def up(state_dir: Path) -> int:
+def up(state_dir: Path, *, backend: BackendKind = BackendKind.SIMULATED) -> int:
     state_dir = state_dir.resolve()
     if demo_state.load(state_dir) is not None:
         _step("stopping the previous demo")
@@ -86,10 +87,17 @@ def up(state_dir: Path) -> int:
     bed = make_testbed(plane, api)
     nodes = []
     try:
+        gpus = "simulated GPUs" if backend is BackendKind.SIMULATED else "NVML over the fake libnvidia-ml"
         for node_file in (H100_NODE, MIXED_NODE):
-            _step(f"starting simulated node {node_file.stem}: node plugin + kubelet stand-in")
+            _step(f"starting node {node_file.stem} ({gpus}): node plugin + kubelet stand-in")
             nodes.append(
-                start_node(bed, node_file, root=state_dir / "nodes" / node_file.stem, die_with_parent=False)
+                start_node(
+                    bed,
+                    node_file,
+                    root=state_dir / "nodes" / node_file.stem,
+                    die_with_parent=False,
+                    backend=backend,
+                )
             )
     finally:
         demo_state.save(

@@ -1,4 +1,5 @@
-"""The real node daemon as a subprocess in a private root, with a simulated node and claims in a directory."""
+"""The real node daemon as a subprocess in a private root, with claims in a directory and a node's GPUs either
+simulated (`--simulate`) or behind the NVML backend over the fake libnvidia-ml (`nvml=True`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dra_driver.backends import open_backend
+from dra_driver.backends.base import GpuBackend
+from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.claims import DirectoryClaimSource
 from kubelet_plugin.kubelet_client import is_served, register, wait_for_socket
 from kubelet_plugin.paths import PluginPaths
@@ -35,6 +40,7 @@ class PluginProcess:
     pod_uid: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     via_cli: bool = False  # `tessera plugin ...` instead of `python -m kubelet_plugin.daemon ...`
+    nvml: bool = False  # the NVML backend over the fake libnvidia-ml instead of `--simulate`
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -50,20 +56,25 @@ class PluginProcess:
         return self.root / "sim-state.json"
 
     @property
+    def fake_nvml(self) -> FakeNvmlNode:
+        return FakeNvmlNode(node_file=NODE_FILE, state_dir=self.root / "fake-nvml")
+
+    @property
     def log_file(self) -> Path:
         return self.root / f"plugin-{self.pod_uid or 'main'}.log"
 
     def command(self) -> list[str]:
         entry = ["dra_driver.cli", "plugin"] if self.via_cli else ["kubelet_plugin.daemon"]
         cmd = [sys.executable, "-m", *entry, "--node-name", NODE, "--root", str(self.root)]
-        cmd += ["--simulate", str(NODE_FILE), "--sim-state", str(self.sim_state)]
+        if not self.nvml:
+            cmd += ["--simulate", str(NODE_FILE), "--sim-state", str(self.sim_state)]
         cmd += ["--claims-dir-source", str(self.root / "claims"), "--no-publish", "--log-format", "json"]
         if self.pod_uid:
             cmd += ["--pod-uid", self.pod_uid]
         return cmd
 
     def start(self, *, wait: bool = True, extra_env: Mapping[str, str] | None = None) -> PluginProcess:
-        env = {**os.environ, **self.env}
+        env = {**(self.fake_nvml.env() if self.nvml else os.environ), **self.env}
         env.pop("TESSERA_FAULT", None)  # only a test that asks for a fault gets one
         env.update(extra_env or {})
         with self.log_file.open("ab") as log:
@@ -101,6 +112,24 @@ class PluginProcess:
     def wait_exit(self, timeout: float = 15.0) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout)
+
+
+@contextmanager
+def node_backend(p: PluginProcess) -> Iterator[GpuBackend]:
+    """The GPUs the daemon sees, read from this process (the simulated state file, or the fake NVML's)."""
+    if not p.nvml:
+        backend = open_backend(simulate=NODE_FILE, state_file=p.sim_state)
+        try:
+            yield backend
+        finally:
+            backend.close()
+        return
+    with pynvml_on_fake(p.fake_nvml):
+        backend = open_backend(simulate=None, state_file=None)
+        try:
+            yield backend
+        finally:
+            backend.close()
 
 
 def cleanup(processes: Sequence[PluginProcess], root: Path) -> None:

@@ -1,9 +1,14 @@
-"""A Preparer over the simulated backend and a claim directory, all under one tmp dir."""
+"""A Preparer over a GPU backend and a claim directory, all under one tmp dir.
+
+The backend is the simulated one or the NVML one driving the fake libnvidia-ml in this process
+(`BACKENDS`); both describe the same node file.
+"""
 
 from __future__ import annotations
 
 import uuid as uuidlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +17,7 @@ from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
+from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.checkpoint import Checkpoint
 from kubelet_plugin.claims import DirectoryClaimSource, NullClaimStatusWriter
 from kubelet_plugin.faults import Faults
@@ -19,6 +25,7 @@ from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.results import ClaimRef
 
+BACKENDS = ("simulated", "nvml")
 POOL = "node-a"
 BOOT = "boot-1"
 # GPUs 0, 1: H100 (Tessera toggles MIG mode); GPU 2: A100 with MIG mode on (set by an administrator).
@@ -88,24 +95,32 @@ class Env:
     paths: PluginPaths
     claims: DirectoryClaimSource
     backend: GpuBackend
+    nvml: bool = False
 
     @classmethod
-    def create(cls, root: Path) -> Env:
+    def create(cls, root: Path, *, nvml: bool = False) -> Env:
+        """`nvml`: the NVML backend, inside `pynvml_on_fake` with `fake_nvml(root)`'s variables."""
         node_file = root / "node.yaml"
         node_file.write_text(NODE_YAML)
         state_file = root / "sim-state.json"
-        return cls(
+        env = cls(
             root=root,
             node_file=node_file,
             state_file=state_file,
             paths=PluginPaths.under(root / "host"),
             claims=DirectoryClaimSource(root=root / "claims"),
-            backend=open_backend(simulate=node_file, state_file=state_file),
+            backend=open_backend(simulate=node_file, state_file=state_file) if not nvml else _nvml(),
+            nvml=nvml,
         )
+        return env
+
+    def open_backend(self) -> GpuBackend:
+        """Another backend on the same GPUs, as a restarted daemon opens."""
+        return _nvml() if self.nvml else open_backend(simulate=self.node_file, state_file=self.state_file)
 
     def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
         return Preparer(
-            backend=open_backend(simulate=self.node_file, state_file=self.state_file),
+            backend=self.open_backend(),
             claims=self.claims,
             status=NullClaimStatusWriter(),
             paths=self.paths,
@@ -150,3 +165,21 @@ class Env:
         if uid in self.checkpoint().claims:
             found.append("checkpoint entry")
         return found
+
+
+def _nvml() -> GpuBackend:
+    return open_backend(simulate=None, state_file=None)
+
+
+def fake_nvml(root: Path) -> FakeNvmlNode:
+    return FakeNvmlNode(node_file=root / "node.yaml", state_dir=root / "fake-nvml")
+
+
+@contextmanager
+def backend_env(root: Path, backend: str) -> Iterator[Env]:
+    """An Env on `backend` (one of BACKENDS)."""
+    if backend == "nvml":
+        with pynvml_on_fake(fake_nvml(root)):
+            yield Env.create(root, nvml=True)
+    else:
+        yield Env.create(root)

@@ -1,8 +1,9 @@
 """SIGKILL the daemon at every step of prepare and unprepare; a restarted daemon and a retried call converge.
 
-Each claim has a vgpu device and a MIG device, so every step (MIG mode, MIG instance, claim directory, CDI
-spec, checkpoint) happens in one call. After convergence and a final unprepare nothing is left: no CDI spec or
-temp file, no claim directory, no checkpoint entry, no MIG instance, MIG mode back off.
+Every case runs on both backends: simulated, and NVML over the fake libnvidia-ml. Each claim has a vgpu
+device and a MIG device, so every step (MIG mode, MIG instance, claim directory, CDI spec, checkpoint)
+happens in one call. After convergence and a final unprepare nothing is left: no CDI spec or temp file, no
+claim directory, no checkpoint entry, no MIG instance, MIG mode back off.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from typing import Any
 
 import grpc
 import pytest
-from plugin_process import NODE, NODE_FILE, PluginProcess, cleanup, short_root
+from plugin_process import NODE, PluginProcess, cleanup, node_backend, short_root
 
-from dra_driver.backends import open_backend
 from dra_driver.names import DRIVER_NAME, FAULT_ENV
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.faults import KILL_POINTS, FaultPoint
@@ -27,6 +27,7 @@ from kubelet_plugin.sample_claims import claim_ref
 
 pytestmark = pytest.mark.timeout(60)
 
+BACKENDS = ("simulated", "nvml")
 PREPARE_POINTS = [p for p in KILL_POINTS if not p.value.startswith("unprepare-")]
 UNPREPARE_POINTS = [p for p in KILL_POINTS if p.value.startswith("unprepare-")]
 
@@ -73,11 +74,8 @@ def node_state(p: PluginProcess) -> tuple[list[str], list[str], list[str], list[
     dirs = sorted(x.name for x in p.paths.claims_dir.iterdir()) if p.paths.claims_dir.exists() else []
     store = CheckpointStore(path=p.paths.checkpoint_file)
     entries = sorted(str(u) for u in store.load(boot_id="-").claims) if store.path.exists() else []
-    backend = open_backend(simulate=NODE_FILE, state_file=p.sim_state)
-    try:
+    with node_backend(p) as backend:
         gpus = backend.inventory().gpus
-    finally:
-        backend.close()
     mig = [(g.index, m.start) for g in gpus for m in g.mig_instances]
     return cdi, dirs, entries, mig, [g.mig_enabled for g in gpus]
 
@@ -104,9 +102,10 @@ def call_and_die(p: PluginProcess, call: str, ref: ClaimRef) -> None:
     assert p.wait_exit() == -signal.SIGKILL
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("point", PREPARE_POINTS, ids=lambda p: p.value)
-def test_kill_during_prepare(root: Path, point: FaultPoint) -> None:
-    p = PluginProcess(root=root)
+def test_kill_during_prepare(root: Path, point: FaultPoint, backend: str) -> None:
+    p = PluginProcess(root=root, nvml=backend == "nvml")
     claim = mixed_claim("crash")
     p.claims.put(claim)
     ref = claim_ref(claim)
@@ -126,9 +125,10 @@ def test_kill_during_prepare(root: Path, point: FaultPoint) -> None:
         cleanup([p], root)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("point", UNPREPARE_POINTS, ids=lambda p: p.value)
-def test_kill_during_unprepare(root: Path, point: FaultPoint) -> None:
-    p = PluginProcess(root=root)
+def test_kill_during_unprepare(root: Path, point: FaultPoint, backend: str) -> None:
+    p = PluginProcess(root=root, nvml=backend == "nvml")
     claim = mixed_claim("crash")
     p.claims.put(claim)
     ref = claim_ref(claim)

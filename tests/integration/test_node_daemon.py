@@ -10,9 +10,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from plugin_process import NODE, NODE_FILE, PluginProcess, cleanup, short_root
+from plugin_process import NODE, PluginProcess, cleanup, node_backend, short_root
 
-from dra_driver.backends import open_backend
 from dra_driver.names import Family, cdi_device_name, cdi_qualified_name
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.kubelet_client import DraClient, register
@@ -44,13 +43,10 @@ def checkpoint_uids(p: PluginProcess) -> set[str]:
 
 
 def mig_instances(p: PluginProcess) -> list[tuple[str, int, int]]:
-    backend = open_backend(simulate=NODE_FILE, state_file=p.sim_state)
-    try:
+    with node_backend(p) as backend:
         return [
             (str(g.uuid), m.profile_id, m.start) for g in backend.inventory().gpus for m in g.mig_instances
         ]
-    finally:
-        backend.close()
 
 
 def test_registration_handshake_via_the_tessera_cli(root: Path) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prepare_env import POOL, Env, claim, opaque, result, vgpu
+from prepare_env import BACKENDS, POOL, Env, backend_env, claim, opaque, result, vgpu
 
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID
 from kubelet_plugin.checkpoint import ClaimState
@@ -15,9 +16,10 @@ from kubelet_plugin.faults import FaultPoint, Faults
 from kubelet_plugin.results import ClaimRef
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Env:
-    return Env.create(tmp_path)
+@pytest.fixture(params=BACKENDS)
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    with backend_env(tmp_path, request.param) as e:
+        yield e
 
 
 def spec_of(env: Env, uid: str) -> Any:

@@ -6,10 +6,11 @@ SIGKILL); tests/integration/test_crash.py does the same with a real SIGKILL over
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prepare_env import Env, claim, result, vgpu
+from prepare_env import BACKENDS, Env, backend_env, claim, result, vgpu
 
 from dra_driver.names import ClaimUID, cdi_spec_file_name
 from kubelet_plugin.checkpoint import ClaimState
@@ -25,9 +26,10 @@ def crash() -> None:
     raise Crash
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Env:
-    return Env.create(tmp_path)
+@pytest.fixture(params=BACKENDS)
+def env(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    with backend_env(tmp_path, request.param) as e:
+        yield e
 
 
 def mixed(env: Env, name: str = "mixed"):  # type: ignore[no-untyped-def]

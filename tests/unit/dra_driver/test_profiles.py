@@ -4,7 +4,7 @@ import pytest
 
 from dra_driver.errors import ConfigError
 from dra_driver.model import Architecture
-from dra_driver.profiles import PRODUCTS, find_product, product
+from dra_driver.profiles import PRODUCTS, find_product, product, profile_order
 
 
 def test_eight_slice_gpus_have_25_placements_that_fit() -> None:
@@ -66,6 +66,14 @@ def test_profile_ids_unique_per_product_and_profiles_fit_the_gpu() -> None:
                 p.key,
                 prof.name,
             )
+
+
+def test_tables_are_in_the_published_order() -> None:
+    """The NVML backend sorts what the driver lists by `profile_order`; the tables must already be so."""
+    for p in PRODUCTS:
+        assert list(p.mig_profiles) == sorted(p.mig_profiles, key=profile_order), p.key
+    h100 = product("H100-80GB-SXM")
+    assert [m.name for m in h100.mig_profiles][:4] == ["1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb"]
 
 
 def test_unknown_product_names_the_choices() -> None:
