@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <strings.h>
 #include <stdlib.h>
@@ -222,29 +223,53 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
     return n;
 }
 
-static void load_limits_file(int claim)
+/* The stated maximum size of a limits file (the plugin writes a few hundred bytes). */
+#define LIMITS_MAX 65536
+
+/* Reads the whole limits file into text (NUL-terminated); -1 with one log line when it is not a regular file,
+ * is larger than LIMITS_MAX or cannot be read. Never blocks on a FIFO or follows a link. */
+static int read_limits_file(const char *path, char *text, size_t *len)
 {
-    static char text[16384];
-    char path[PATH_CAP + 16];
-    fmt_s(path, sizeof path, "%s/limits", g_cfg.claim_dir[claim]);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         tlog(LOG_ERROR, "%s: cannot open (errno %d); no limits from this claim", path, errno);
-        return;
+        return -1;
     }
-    size_t len = 0;
-    for (;;) {
-        ssize_t r = read(fd, text + len, sizeof text - 1 - len);
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if (st.st_size > LIMITS_MAX)
+        why = "larger than 65536 bytes";
+    *len = 0;
+    while (!why) {
+        ssize_t r = read(fd, text + *len, LIMITS_MAX + 1 - *len);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (r < 0)
+            why = "read failed";
+        else if (r == 0)
             break;
-        len += (size_t)r;
-        if (len == sizeof text - 1)
-            break;
+        else if ((*len += (size_t)r) > LIMITS_MAX)
+            why = "larger than 65536 bytes"; /* it grew while read */
     }
     close(fd);
-    text[len] = '\0';
+    if (why) {
+        tlog(LOG_ERROR, "%s: %s; ignoring this limits file", path, why);
+        return -1;
+    }
+    text[*len] = '\0';
+    return 0;
+}
+
+static void load_limits_file(int claim)
+{
+    static char text[LIMITS_MAX + 2];
+    char path[PATH_CAP + 16];
+    fmt_s(path, sizeof path, "%s/limits", g_cfg.claim_dir[claim]);
+    size_t len;
+    if (read_limits_file(path, text, &len))
+        return;
     if (memchr(text, '\0', len)) {
         tlog(LOG_ERROR, "%s: contains NUL bytes; ignoring this limits file", path);
         return;

@@ -1,26 +1,26 @@
-/* SM limiter: a token bucket of GPU nanoseconds per (claim, GPU), kept in the
- * claim's region so all its processes share it. It refills at cores% of wall
- * time up to cores% of one window. A launch waits while the bucket is empty,
- * is charged its key's solo-time estimate up front (estimate.c), and is
- * charged the difference once its real GPU time is known: the hook brackets
- * it with a pair of timing events and, when the end completed, charges the
- * measured time capped at the key's solo time — never time it spent waiting
- * behind another claim's timeslices. A small per-thread ring of event pairs
- * bounds how far a thread runs ahead.
+/* SM limiter. A watched launch (the claim has an SM limit, high priority or a
+ * view of its GPU) goes through, in this order:
  *
- * Stream capture (capture.c): a launch on a capturing stream does not run, so
- * it passes untouched; while any capture is in progress, launches on other
- * streams are throttled and charged their estimate only (no event is created,
- * recorded, queried or synchronized, which the capture modes may forbid).
+ * - Stream capture (capture.c): a launch on a capturing stream does not run,
+ *   so it passes untouched; while any capture is in progress, launches on
+ *   other streams are gated and charged their estimate only (no event is
+ *   created, recorded, queried or synchronized: the capture modes may forbid
+ *   it).
+ * - Priority: a high-priority claim stamps its claim entry (active_ns, at most
+ *   every STAMP_EVERY); the node daemon's relay turns that into the GPU's
+ *   read-only view (view.c), and a normal-priority claim waits while the view
+ *   says a high one has work.
+ * - The gate (gate.c), one read-modify-write of the claim's GPU entry under the
+ *   region's lock: time division against the node's schedule when the claim
+ *   has a part of the frame, else the token bucket.
  *
- * Time division (phase.c): a normal-priority claim that has a slot in the
- * node's schedule for its GPU (view.h) runs its kernels only in its part of
- * each frame instead of drawing on the bucket, so claims sharing a GPU never
- * run at the same time and each gets exactly its part.
- *
- * Priority: a high-priority claim stamps its launches in its region; the node
- * daemon turns that into the GPU's read-only view (view.c), and launches of
- * normal-priority claims wait while the view says a high one has work. */
+ * Each gated launch is bracketed by a pair of timing events (a per-thread ring
+ * of 16 pairs bounds how far a thread runs ahead); once the end completed, the
+ * launch costs its measured time capped at its key's solo time (estimate.c),
+ * never time it waited behind another claim. What launches owe the entry
+ * (bucket corrections, GPU time, throttled and held time) is kept in the
+ * device record and settled in the next transaction: one region transaction
+ * per launch. */
 #include <pthread.h>
 #include <string.h>
 
@@ -28,28 +28,29 @@
 #include "config.h"
 #include "devices.h"
 #include "estimate.h"
+#include "gate.h"
 #include "hooks.h"
 #include "limiter.h"
-#include "phase.h"
 #include "util.h"
 #include "view.h"
 
 #define RING 16
 #define HOLD_POLL_NS 5000000ull
+#define STAMP_EVERY_NS 5000000ull
 
 struct ring_ent {
     CUevent s, e;
     int64_t est;
     uint64_t key;
     struct dev_rec *rec;
-    int phased; /* started in the claim's part of the frame: no tokens to settle */
+    int phased; /* gated by the schedule: no tokens to settle */
 };
 
 struct tring {
     CUcontext ctx;
     int keyed; /* registered for ring_thread_exit */
     unsigned head, tail;
-    int64_t ewma_ns; /* recent charges of this thread: the estimate for a key never measured */
+    int64_t ewma_ns; /* recent costs of this thread: the estimate for a key never measured */
     struct ring_ent ent[RING];
 };
 
@@ -60,10 +61,26 @@ static __thread struct {
     struct tv_phase p;
 } t_phase __attribute__((tls_model("initial-exec")));
 
+static void owe(uint64_t *counter, uint64_t n)
+{
+    if (n)
+        __atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
+}
+
+/* Adds what the process owes into the entry (inside a transaction). */
+static void settle(struct dev_rec *d, struct tr_gpu *e)
+{
+    e->tokens_ns -= __atomic_exchange_n(&d->pend_tokens, 0, __ATOMIC_ACQ_REL);
+    e->gpu_ns += __atomic_exchange_n(&d->pend_gpu_ns, 0, __ATOMIC_ACQ_REL);
+    e->throttled_ns += __atomic_exchange_n(&d->pend_throttled_ns, 0, __ATOMIC_ACQ_REL);
+    e->held_ns += __atomic_exchange_n(&d->pend_held_ns, 0, __ATOMIC_ACQ_REL);
+    e->launches += __atomic_exchange_n(&d->pend_launches, 0, __ATOMIC_ACQ_REL);
+}
+
 /* The claim's part of the frame, or NULL when the schedule has none (then the bucket limits). */
 static const struct tv_phase *phase_of(struct dev_rec *d)
 {
-    if (!d->slot)
+    if (!d->slot || !d->view)
         return NULL;
     if (t_phase.d != d) {
         t_phase.d = d;
@@ -73,51 +90,46 @@ static const struct tv_phase *phase_of(struct dev_rec *d)
     return t_phase.p.found ? &t_phase.p : NULL;
 }
 
-static struct tr_gpu *gpu_of(struct dev_rec *d)
-{
-    return &d->rh->r->gpus[d->g];
-}
-
-static void bucket_refill(struct dev_rec *d)
-{
-    struct tr_gpu *gp = gpu_of(d);
-    uint64_t now = mono_ns();
-    uint64_t last = __atomic_load_n(&gp->refill_ns, __ATOMIC_ACQUIRE);
-    if (now <= last || !__atomic_compare_exchange_n(&gp->refill_ns, &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return;
-    uint64_t dt = now - last;
-    if (dt > 1000000000000ull)
-        dt = 1000000000000ull;
-    int64_t add = (int64_t)(dt * d->cores / 100);
-    int64_t t = __atomic_add_fetch(&gp->tokens_ns, add, __ATOMIC_ACQ_REL);
-    while (t > d->cap_ns && !__atomic_compare_exchange_n(&gp->tokens_ns, &t, d->cap_ns, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-    }
-}
-
-static void bucket_charge(struct dev_rec *d, int64_t ns)
-{
-    if (ns)
-        __atomic_sub_fetch(&gpu_of(d)->tokens_ns, ns, __ATOMIC_ACQ_REL);
-}
-
-/* Waits until the bucket holds tokens. */
-static void bucket_wait(struct dev_rec *d)
+/* Waits until the gate lets a launch charged est through. */
+static void gate(struct dev_rec *d, const struct tv_phase *ph, int64_t est)
 {
     uint64_t t0 = 0;
     for (;;) {
-        bucket_refill(d);
-        int64_t t = __atomic_load_n(&gpu_of(d)->tokens_ns, __ATOMIC_ACQUIRE);
-        if (t > 0)
-            break;
+        struct tr_gpu e;
+        if (region_gpu_begin(d->rh, d->g, &e))
+            return; /* no region at all: nothing to hold against */
+        settle(d, &e);
+        uint64_t now = mono_ns(), wake = now;
+        int go = ph ? gate_phase(&e, ph, now, est, &wake)
+                    : gate_bucket(&e, now, d->cores, d->cap_ns, est, cfg_window_ns(), &wake);
+        if (go) {
+            e.launches++;
+            if (t0)
+                e.throttled_ns += now - t0;
+        }
+        region_gpu_end(d->rh, d->g, &e);
+        if (go)
+            return;
         if (!t0)
-            t0 = mono_ns();
-        uint64_t wait = (uint64_t)(-t) * 100 / d->cores + 20000;
-        if (wait > cfg_window_ns())
-            wait = cfg_window_ns();
-        sleep_ns(wait);
+            t0 = now;
+        uint64_t nap = wake > now ? wake - now : 0;
+        sleep_ns(nap > cfg_window_ns() ? cfg_window_ns() : nap + 1000);
     }
-    if (t0)
-        __atomic_add_fetch(&gpu_of(d)->throttled_ns, mono_ns() - t0, __ATOMIC_RELAXED);
+}
+
+/* High priority: tell the node's relay this claim has work. */
+static void stamp(struct dev_rec *d)
+{
+    uint64_t now = mono_ns(), last = __atomic_load_n(&d->stamped_ns, __ATOMIC_RELAXED);
+    if (now - last < STAMP_EVERY_NS || !__atomic_compare_exchange_n(&d->stamped_ns, &last, now, 0, __ATOMIC_ACQ_REL,
+                                                                     __ATOMIC_RELAXED))
+        return;
+    struct tr_gpu e;
+    if (region_gpu_begin(d->rh, d->g, &e) == 0) {
+        settle(d, &e);
+        e.active_ns = now;
+        region_gpu_end(d->rh, d->g, &e);
+    }
 }
 
 /* Normal priority: wait while the GPU's view says a high-priority claim has work. */
@@ -133,17 +145,17 @@ static void priority_wait(struct dev_rec *d)
         sleep_ns(until - now < HOLD_POLL_NS ? until - now : HOLD_POLL_NS);
     }
     if (t0)
-        __atomic_add_fetch(&gpu_of(d)->held_ns, mono_ns() - t0, __ATOMIC_RELAXED);
+        owe(&d->pend_held_ns, mono_ns() - t0);
 }
 
-/* Charges what a completed launch cost: its measured time, capped at its key's solo time. */
+/* What a completed launch cost: its measured time, capped at its key's solo time. */
 static void charge_measured(struct tring *r, struct ring_ent *x, int64_t elapsed)
 {
     int64_t cost = est_observe(x->key, elapsed);
     r->ewma_ns = r->ewma_ns ? (r->ewma_ns * 7 + cost) / 8 : cost;
     if (!x->phased)
-        bucket_charge(x->rec, cost - x->est);
-    __atomic_add_fetch(&gpu_of(x->rec)->gpu_ns, (uint64_t)cost, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&x->rec->pend_tokens, cost - x->est, __ATOMIC_RELAXED);
+    owe(&x->rec->pend_gpu_ns, (uint64_t)cost);
 }
 
 /* Charges the measured time of completed launches; with block, waits for the oldest. Never called while a
@@ -163,7 +175,7 @@ static void ring_harvest(struct tring *r, int block)
         if (q == CUDA_SUCCESS && r_cuEventElapsedTime(&ms, x->s, x->e) == CUDA_SUCCESS && ms >= 0)
             charge_measured(r, x, (int64_t)((double)ms * 1e6));
         else
-            __atomic_add_fetch(&gpu_of(x->rec)->gpu_ns, (uint64_t)x->est, __ATOMIC_RELAXED);
+            owe(&x->rec->pend_gpu_ns, (uint64_t)x->est);
         r->tail++;
     }
 }
@@ -225,18 +237,15 @@ static CUresult record(CUevent e, CUstream s, int ptsz)
 
 void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_ticket *t)
 {
-    t->x = NULL;
-    t->est = 0;
-    t->charged = 0;
-    t->phased = 0;
+    memset(t, 0, sizeof *t);
     int capturing = capture_active();
     if (capturing && capture_stream_capturing(s, ptsz))
         return; /* captured, not run: it is charged when the graph is launched */
     if (d->stamps)
-        __atomic_store_n(&gpu_of(d)->active_ns, mono_ns(), __ATOMIC_RELAXED);
+        stamp(d);
     if (d->view)
         priority_wait(d);
-    const struct tv_phase *ph = d->view && cfg_priority_applies() ? phase_of(d) : NULL;
+    const struct tv_phase *ph = cfg_priority_applies() ? phase_of(d) : NULL;
     if (!d->sm_limited && !ph)
         return;
     struct tring *r = &t_ring;
@@ -254,18 +263,12 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
     }
     int64_t est = est_get(key);
     t->est = est ? est : r->ewma_ns;
-    if (ph) {
-        phase_gate(d, ph, t->est); /* the part of the frame is the limit: no tokens */
-        t->phased = 1;
-    } else {
-        bucket_wait(d);
-        bucket_charge(d, t->est);
-    }
-    __atomic_add_fetch(&gpu_of(d)->launches, 1, __ATOMIC_RELAXED);
+    t->phased = ph != NULL; /* the part of the frame is the limit: no tokens */
+    gate(d, ph, t->est);
     t->charged = 1;
     struct ring_ent *x = capturing || r->head - r->tail == RING ? NULL : ring_next(r);
     if (!x || record(x->s, s, ptsz) != CUDA_SUCCESS) {
-        __atomic_add_fetch(&gpu_of(d)->gpu_ns, (uint64_t)t->est, __ATOMIC_RELAXED);
+        owe(&d->pend_gpu_ns, (uint64_t)t->est);
         return;
     }
     x->est = t->est;
@@ -281,15 +284,15 @@ void sm_after(struct dev_rec *d, const struct sm_ticket *t, CUresult launched, C
         return;
     if (launched != CUDA_SUCCESS) {
         if (!t->phased)
-            bucket_charge(d, -t->est);
+            __atomic_sub_fetch(&d->pend_tokens, t->est, __ATOMIC_RELAXED);
         if (!t->x)
-            __atomic_sub_fetch(&gpu_of(d)->gpu_ns, (uint64_t)t->est, __ATOMIC_RELAXED);
+            __atomic_sub_fetch(&d->pend_gpu_ns, (uint64_t)t->est, __ATOMIC_RELAXED);
         return;
     }
     if (t->x && record(t->x->e, s, ptsz) == CUDA_SUCCESS)
         t_ring.head++;
     else if (t->x)
-        __atomic_add_fetch(&gpu_of(d)->gpu_ns, (uint64_t)t->est, __ATOMIC_RELAXED);
+        owe(&d->pend_gpu_ns, (uint64_t)t->est);
 }
 
 struct dev_rec *sm_rec(void)
@@ -308,4 +311,5 @@ void limiter_init(void)
 void limiter_after_fork(void)
 {
     memset(&t_ring, 0, sizeof t_ring);
+    memset(&t_phase, 0, sizeof t_phase);
 }

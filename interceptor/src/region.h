@@ -1,13 +1,13 @@
 /* Layout of the shared accounting region (file `region` in a claim directory).
- * Fixed-width fields only, apart from the process-shared robust mutex which is
- * padded to 64 bytes. Every process of a claim maps it MAP_SHARED.
- * Version 2 (1 had a 128-byte tr_gpu without the usage counters). Any change
- * to this layout must bump TR_VERSION. The node daemon reads it too (metrics,
+ * Fixed-width fields only. Every process of a claim reads and writes it with
+ * pread/pwrite (never a mapping: the claim's containers can truncate it), under
+ * an OFD lock on byte 2^30 - 1; byte 2^30 + i is slot i's liveness lock.
+ * Version 2 (1 had a 128-byte tr_gpu without the usage counters and a robust
+ * mutex in the header). Any change to this layout must bump TR_VERSION. The node daemon reads it too (metrics,
  * the priority relay): kubelet_plugin/region.py mirrors this layout. */
 #ifndef TESSERA_REGION_H
 #define TESSERA_REGION_H
 
-#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,18 +54,14 @@ struct tr_region {
     uint32_t proc_high;         /* slots [0, proc_high) have ever been used */
     uint32_t reserved0;
     uint64_t reserved1;
-    union {
-        pthread_mutex_t mutex;  /* PTHREAD_PROCESS_SHARED + PTHREAD_MUTEX_ROBUST */
-        uint8_t bytes[64];
-    } lock;
+    uint8_t reserved_lock[64];  /* unused: the lock is an OFD lock on byte 2^30 - 1 of the file */
     struct tr_gpu gpus[TR_MAX_GPUS];
     struct tr_proc procs[TR_MAX_PROCS];
 };
 
-_Static_assert(sizeof(pthread_mutex_t) <= 64, "mutex fits its slot");
 _Static_assert(sizeof(struct tr_gpu) == 192, "tr_gpu is 192 bytes");
 _Static_assert(sizeof(struct tr_proc) == 144, "tr_proc is 144 bytes");
-_Static_assert(offsetof(struct tr_region, lock) == 48, "lock at 48");
+_Static_assert(offsetof(struct tr_region, reserved_lock) == 48, "reserved lock bytes at 48");
 _Static_assert(offsetof(struct tr_region, gpus) == 112, "gpus at 112");
 _Static_assert(offsetof(struct tr_region, procs) == 112 + 192 * TR_MAX_GPUS, "procs after gpus");
 _Static_assert(sizeof(struct tr_region) == 112 + 192 * TR_MAX_GPUS + 144 * TR_MAX_PROCS, "no hidden padding");

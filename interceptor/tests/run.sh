@@ -258,12 +258,44 @@ tlog garbage_env_context_bytes "ignoring TESSERA_CONTEXT_BYTES='lots'" env TESSE
 C=$(claim badctx "gpu $GPU0 memory 1g context huge")
 tlog corrupt_limits_context "limits:2: context 'huge' is not a byte count" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 tlog missing_claim_dir "cannot open" env TESSERA_CLAIM_DIRS=/nonexistent/claim LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+
+echo "== a hostile claim directory: the library never crashes or hangs, and keeps the limit (per process)"
 C=$(claim region_garbage "gpu $GPU0 memory 1g")
 head -c 4096 /dev/urandom >"$C/region"
-tlog corrupt_region_size "wrong size" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+tlog corrupt_region_size_limit_kept "wrong size" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
 C=$(claim region_magic "gpu $GPU0 memory 1g")
-head -c 150640 /dev/zero >"$C/region"
-tlog corrupt_region_magic "bad magic" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+head -c 150640 /dev/urandom >"$C/region"
+tlog corrupt_region_magic_limit_kept "bad magic" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+C=$(claim region_link "gpu $GPU0 memory 1g")
+ln -s "$WORK/elsewhere.region" "$C/region"
+tlog symlinked_region_limit_kept "symbolic link" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+[ ! -e "$WORK/elsewhere.region" ] && ok symlinked_region_target_not_created || bad symlinked_region_target_not_created
+C=$(claim region_dir "gpu $GPU0 memory 1g")
+mkdir "$C/region"
+tlog region_is_a_directory "not a regular file" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+C=$(claim region_truncated "gpu $GPU0 memory 1g")
+out=$(timeout 60 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" truncate $GiB "$C" 2>&1)
+if [ $? = 0 ] && [ "$(grep -c "enforced per process" <<<"$out")" = 1 ]; then ok "region_truncated_while_running (one log line)"; else bad region_truncated_while_running "$out"; fi
+C=$(claim region_locked "gpu $GPU0 memory 1g")
+env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" hold 0 >/dev/null 2>&1 &
+holder=$!
+sleep 0.5
+: >"$WORK/holdlock.out"
+"$T" holdlock "$C/region" 30 >"$WORK/holdlock.out" 2>&1 &
+locker=$!
+for _ in $(seq 1 50); do grep -q ready "$WORK/holdlock.out" && break; sleep 0.1; done
+tlog region_lock_held_forever_falls_back "held too long" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+kill $locker $holder 2>/dev/null; wait $locker $holder 2>/dev/null
+C=$(claim limits_fifo "gpu $GPU0 memory 1g")
+rm "$C/limits" && mkfifo "$C/limits"
+tlog limits_fifo_no_hang_hami_fallback "not a regular file" env CUDA_DEVICE_MEMORY_LIMIT_0=512m TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" device 0 536870912
+C=$(claim limits_long)
+{ echo "version 1"; for i in $(seq 1 400); do echo "# a comment line of some length to push the gpu line past 16 KiB......"; done; echo "gpu $GPU0 memory 107374182400 cores 0"; } >"$C/limits"
+sed -i 's/memory 107374182400/memory 1073741824/' "$C/limits"
+t limits_file_past_16k_read_whole env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+C=$(claim limits_huge)
+{ echo "version 1"; head -c 70000 /dev/zero | tr '\0' '#'; echo; echo "gpu $GPU0 memory 1g"; } >"$C/limits"
+tlog limits_file_over_64k_refused "larger than 65536 bytes" env CUDA_DEVICE_MEMORY_LIMIT_0=512m TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" device 0 536870912
 
 echo "== many processes, dead processes"
 C=$(claim stress "gpu $GPU0 memory $GiB")

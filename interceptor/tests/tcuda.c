@@ -609,6 +609,51 @@ static int t_legacy(int argc, char **argv)
     return 0;
 }
 
+/* ---------- a hostile claim directory (issue #9) ---------- */
+
+/* truncate <limit> <claim-dir>: the region is truncated under a running process, which keeps going with its
+ * limit (now enforced for itself) instead of dying of SIGBUS. */
+static int t_truncate(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: truncate <limit> <claim-dir>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/region", argv[1]);
+    ctx_on(0);
+    CUdeviceptr a, b, c;
+    CHECK(cuMemAlloc_v2(&a, limit / 2) == CUDA_SUCCESS, "first half");
+    CHECK(truncate(path, 0) == 0, "truncate the region");
+    for (int i = 0; i < 50; i++) {
+        CUdeviceptr t;
+        CHECK(cuMemAlloc_v2(&t, 1 << 20) == CUDA_SUCCESS && cuMemFree_v2(t) == CUDA_SUCCESS, "keeps allocating");
+    }
+    CHECK(cuMemAlloc_v2(&b, limit / 4) == CUDA_SUCCESS, "a quarter more");
+    CHECK(cuMemAlloc_v2(&c, limit / 2) == CUDA_ERROR_OUT_OF_MEMORY, "the limit still holds");
+    CHECK(used_view() == limit / 2 + limit / 4, "the view still adds up: %llu", (unsigned long long)used_view());
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS && cuMemFree_v2(b) == CUDA_SUCCESS && used_view() == 0, "frees");
+    return 0;
+}
+
+/* holdlock <region> <seconds>: holds the region's lock byte, as a stuck or hostile process of the claim would. */
+static int t_holdlock(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: holdlock <region> <seconds>");
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(argv[0], O_RDWR);
+    CHECK(fd >= 0, "open %s", argv[0]);
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (1ll << 30) - 1;
+    fl.l_len = 1;
+    CHECK(fcntl(fd, F_OFD_SETLK, &fl) == 0, "lock");
+    printf("ready\n");
+    fflush(stdout);
+    sleep((unsigned)atoi(argv[1]));
+    return 0;
+}
+
 /* ---------- per-thread event rings are freed at thread exit ---------- */
 
 static void *ring_thread(void *p)
@@ -703,7 +748,7 @@ int main(int argc, char **argv)
         { "device", t_device }, { "ipc", t_ipc }, { "ipc_import", t_ipc_import }, { "stress", t_stress },
         { "stress_child", t_stress_child }, { "hold", t_hold }, { "churn", t_churn }, { "kill", t_kill },
         { "fork", t_fork }, { "nvml", t_nvml }, { "ctx", t_ctx }, { "ctxdefault", t_ctx_default },
-        { "legacy", t_legacy }, { "ringexit", t_ringexit },
+        { "legacy", t_legacy }, { "ringexit", t_ringexit }, { "truncate", t_truncate }, { "holdlock", t_holdlock },
     };
     if (argc < 2) {
         fprintf(stderr, "usage: tcuda <test> [args]\n");

@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     EXPECT(offsetof(struct tr_region, header_size) == 12);
     EXPECT(offsetof(struct tr_region, total_size) == 16);
     EXPECT(offsetof(struct tr_region, proc_high) == 32);
-    EXPECT(offsetof(struct tr_region, lock) == 48);
+    EXPECT(offsetof(struct tr_region, reserved_lock) == 48);
     EXPECT(offsetof(struct tr_region, gpus) == 112);
     EXPECT(offsetof(struct tr_gpu, uuid) == 0);
     EXPECT(offsetof(struct tr_gpu, used) == 64);
