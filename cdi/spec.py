@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.errors import ConfigError
+from dra_driver.excerpt import excerpt
 
 CDI_VERSION = "0.6.0"
 _SUPPORTED_VERSIONS = ("0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
@@ -30,7 +31,7 @@ def _str(d: Mapping[str, Any], key: str, path: str, *, required: bool = True) ->
             raise _fail(f"{path}.{key}", "missing")
         return None
     if not isinstance(value, str):
-        raise _fail(f"{path}.{key}", f"must be a string, got {value!r}")
+        raise _fail(f"{path}.{key}", f"must be a string, got {excerpt(value)}")
     return value
 
 
@@ -39,7 +40,7 @@ def _int(d: Mapping[str, Any], key: str, path: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(f"{path}.{key}", f"must be an integer, got {value!r}")
+        raise _fail(f"{path}.{key}", f"must be an integer, got {excerpt(value)}")
     return value
 
 
@@ -48,7 +49,7 @@ def _strs(d: Mapping[str, Any], key: str, path: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _fail(f"{path}.{key}", f"must be a list of strings, got {value!r}")
+        raise _fail(f"{path}.{key}", f"must be a list of strings, got {excerpt(value)}")
     return tuple(value)
 
 
@@ -174,7 +175,7 @@ class ContainerEdits:
     def __post_init__(self) -> None:
         for entry in self.env:
             if "=" not in entry or entry.startswith("="):
-                raise _fail("containerEdits.env", f"{entry!r} is not NAME=value")
+                raise _fail("containerEdits.env", f"{excerpt(entry)} is not NAME=value")
 
     @property
     def empty(self) -> bool:
@@ -214,7 +215,18 @@ class Device:
 
     def __post_init__(self) -> None:
         if not _DEVICE_NAME_RE.match(self.name):
-            raise _fail("devices[].name", f"{self.name!r} is not a valid CDI device name")
+            raise _fail("devices[].name", f"{excerpt(self.name)} is not a valid CDI device name")
+
+
+def _annotations(d: Mapping[str, Any]) -> dict[str, str]:
+    value = d.get("annotations")
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _fail("annotations", "must be an object of strings")
+    return dict(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,17 +235,21 @@ class Spec:
     devices: tuple[Device, ...]
     container_edits: ContainerEdits = field(default_factory=ContainerEdits)
     cdi_version: str = CDI_VERSION
+    # Spec-wide annotations (CDI 0.6.0+): runtimes ignore them; Tessera keeps its own markers here.
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not _KIND_RE.match(self.kind):
-            raise _fail("kind", f"{self.kind!r} is not vendor/class")
+            raise _fail("kind", f"{excerpt(self.kind)} is not vendor/class")
         if self.cdi_version not in _SUPPORTED_VERSIONS:
-            raise _fail("cdiVersion", f"{self.cdi_version!r} is not one of {', '.join(_SUPPORTED_VERSIONS)}")
+            raise _fail(
+                "cdiVersion", f"{excerpt(self.cdi_version)} is not one of {', '.join(_SUPPORTED_VERSIONS)}"
+            )
         if not self.devices:
             raise _fail("devices", "a spec needs at least one device")
         names = [d.name for d in self.devices]
         if len(set(names)) != len(names):
-            raise _fail("devices", f"device names repeat: {names}")
+            raise _fail("devices", f"device names repeat: {excerpt(names)}")
 
     def qualified_names(self) -> tuple[str, ...]:
         return tuple(f"{self.kind}={d.name}" for d in self.devices)
@@ -248,6 +264,8 @@ class Spec:
         }
         if not self.container_edits.empty:
             out["containerEdits"] = self.container_edits.to_dict()
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
         return out
 
     @classmethod
@@ -271,4 +289,5 @@ class Spec:
             devices=tuple(devices),
             container_edits=ContainerEdits.from_dict(spec_edits, "containerEdits"),
             cdi_version=_str(d, "cdiVersion", "") or "",
+            annotations=_annotations(d),
         )

@@ -1,4 +1,8 @@
-"""The per-claim CDI spec files, written atomically through `dra_driver.files`."""
+"""The per-claim CDI spec files, written atomically through `dra_driver.files`.
+
+Anything in the CDI directory under one of our spec names is ours: a directory, a link or a FIFO there is
+removed (never followed) before a spec is written in its place or when the claim goes.
+"""
 
 from __future__ import annotations
 
@@ -9,34 +13,51 @@ from pathlib import Path
 
 from cdi.spec import Spec
 from dra_driver.errors import ConfigError, StorageError
-from dra_driver.files import WriteFault, atomic_write, is_temp, remove_durably
-from dra_driver.names import ClaimUID, cdi_spec_file_name, parse_cdi_spec_file_name
+from dra_driver.files import WriteFault, atomic_write, fsync_dir, is_temp, read_bounded
+from dra_driver.names import ClaimUID, cdi_spec_file_name, cdi_spec_temp_prefix, parse_cdi_spec_file_name
+from dra_driver.safe_tree import is_plain_file, remove_tree
+
+SPEC_MODE = 0o644  # container runtimes read it; other host users may too (it holds no secret)
+MAX_SPEC_BYTES = 1 << 20  # ours are a few KiB
 
 
 def spec_path(cdi_dir: Path, claim_uid: ClaimUID) -> Path:
-    return cdi_dir / cdi_spec_file_name(claim_uid)
+    return cdi_dir / cdi_spec_file_name(ClaimUID(claim_uid))  # checked again where it becomes a path
 
 
 def write_spec(cdi_dir: Path, claim_uid: ClaimUID, spec: Spec, *, fault: WriteFault | None = None) -> Path:
     path = spec_path(cdi_dir, claim_uid)
     data = json.dumps(spec.to_dict(), indent=1, sort_keys=True).encode()
-    atomic_write(path, data, fault=fault)
+    if os.path.lexists(path) and not is_plain_file(path):
+        remove_tree(path)  # a directory or link under our name cannot be replaced by a rename
+    atomic_write(path, data, mode=SPEC_MODE, fault=fault)
     return path
 
 
 def read_spec(path: Path) -> Spec:
+    """The spec in `path`; StorageError when it is missing, not a regular file, too large or not a spec."""
     try:
-        return Spec.from_dict(json.loads(path.read_bytes()))
-    except (OSError, ValueError, ConfigError) as e:
-        raise StorageError(f"reading CDI spec {path}: {e}") from e
+        doc = json.loads(read_bounded(path, max_bytes=MAX_SPEC_BYTES))
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        return Spec.from_dict(doc)
+    except FileNotFoundError as e:
+        raise StorageError(f"reading CDI spec {path}: it is missing") from e
+    except (ValueError, RecursionError, ConfigError) as e:
+        raise StorageError(f"reading CDI spec {path}: not a valid spec ({e})") from e
 
 
 def remove_spec(cdi_dir: Path, claim_uid: ClaimUID) -> bool:
-    return remove_durably(spec_path(cdi_dir, claim_uid))
+    """Remove whatever is under the claim's spec name; False if nothing was."""
+    path = spec_path(cdi_dir, claim_uid)
+    if remove_tree(path) == 0:
+        return False
+    fsync_dir(cdi_dir)
+    return True
 
 
 def list_specs(cdi_dir: Path) -> Iterator[tuple[ClaimUID, Path]]:
-    """Our spec files in the CDI directory (other vendors' files are never touched)."""
+    """Entries under our spec names in the CDI directory (other vendors' files are never touched)."""
     try:
         names = sorted(os.listdir(cdi_dir))
     except FileNotFoundError:
@@ -53,7 +74,7 @@ def stale_temp_files(cdi_dir: Path) -> Iterator[Path]:
         names = sorted(os.listdir(cdi_dir))
     except FileNotFoundError:
         return
-    prefix = "." + cdi_spec_file_name(ClaimUID("")).removesuffix(".json")
+    prefix = cdi_spec_temp_prefix()
     for name in names:
         if is_temp(name) and name.startswith(prefix):
             yield cdi_dir / name

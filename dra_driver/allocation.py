@@ -15,6 +15,7 @@ from typing import Protocol
 
 from dra_driver import config as cfg
 from dra_driver.errors import ClaimError, ConfigError, InvalidNameError, PlacementTakenError
+from dra_driver.excerpt import excerpt
 from dra_driver.model import Gpu, Inventory, MigInstance, MigProfile
 from dra_driver.names import (
     Cap,
@@ -191,14 +192,14 @@ _SUFFIX = {
 def parse_quantity(text: object) -> Decimal:
     """A Kubernetes resource.Quantity string ("20Gi", "1.5G", "50", "500m", "1e3") as an exact Decimal."""
     if isinstance(text, bool) or not isinstance(text, str | int):
-        raise ValueError(f"{text!r} is not a quantity")
+        raise ValueError(f"{excerpt(text)} is not a quantity")
     m = _QUANTITY_RE.match(str(text).strip())
     if m is None:
-        raise ValueError(f"{text!r} is not a quantity")
+        raise ValueError(f"{excerpt(text)} is not a quantity")
     try:
         number = Decimal(m.group(1))
     except InvalidOperation as e:
-        raise ValueError(f"{text!r} is not a quantity") from e
+        raise ValueError(f"{excerpt(text)} is not a quantity") from e
     suffix = m.group(2)
     if suffix is None:
         return number
@@ -231,16 +232,18 @@ def vgpu_limits(
         raw = _capacity(consumed, name)
         if raw is None:
             raise ClaimError(
-                f"vgpu device {device}: consumedCapacity has no {name!r} (got {sorted(consumed)})"
+                f"vgpu device {device}: consumedCapacity has no {name!r} (got {excerpt(sorted(consumed))})"
             )
         try:
             amount = parse_quantity(raw)
         except ValueError as e:
             raise ClaimError(
-                f"vgpu device {device}: consumedCapacity {name} {raw!r} is not a quantity"
+                f"vgpu device {device}: consumedCapacity {name} {excerpt(raw)} is not a quantity"
             ) from e
         if amount != amount.to_integral_value():
-            raise ClaimError(f"vgpu device {device}: consumedCapacity {name} {raw!r} is not a whole number")
+            raise ClaimError(
+                f"vgpu device {device}: consumedCapacity {name} {excerpt(raw)} is not a whole number"
+            )
         values[name] = int(amount)
     memory, cores = values[Cap.MEMORY], values[Cap.CORES]
     if not policy.memory_min <= memory <= gpu.memory_bytes or memory % policy.memory_step:
@@ -318,7 +321,8 @@ def _our_results(
     for r in ours:
         if r.pool != pool:
             raise ClaimError(
-                f"device {r.device} (request {r.request}) is allocated from pool {r.pool!r}, "
+                f"device {excerpt(r.device)} (request {excerpt(r.request)}) is allocated from pool "
+                f"{excerpt(r.pool)}, "
                 f"but this node's pool is {pool!r}: the claim belongs to another node"
             )
     return ours, devices
@@ -373,7 +377,7 @@ def plan_claim(
         try:
             parsed = parse_device_name(name)
         except InvalidNameError as e:
-            raise ClaimError(f"request {request}: {e}") from e
+            raise ClaimError(f"request {excerpt(request)}: {e}") from e
         gpu = inventory.gpu_by_index(parsed.index)
         if gpu is None:
             raise ClaimError(

@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from dra_driver.errors import ConfigError
+from dra_driver.excerpt import clip, excerpt
 from dra_driver.names import CONFIG_API_VERSION, Family
 
 
@@ -101,7 +102,7 @@ def _where(entry: OpaqueConfig) -> str:
 def _int_field(value: object, *, path: str, low: int, high: int, meaning: str) -> int:
     # bool is an int in Python but never in JSON.
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{path}: must be an integer {low}-{high} ({meaning}), got {value!r}")
+        raise ConfigError(f"{path}: must be an integer {low}-{high} ({meaning}), got {excerpt(value)}")
     if not low <= value <= high:
         raise ConfigError(f"{path}: {value} is out of range; use an integer {low}-{high} ({meaning})")
     return value
@@ -113,11 +114,13 @@ def _decode_vgpu(params: Mapping[str, Any], where: str) -> dict[str, object]:
         raw = params["smLimitPolicy"]
         allowed = ", ".join(p.value for p in SmLimitPolicy)
         if not isinstance(raw, str):
-            raise ConfigError(f"{where}.smLimitPolicy: must be a string, one of {allowed}; got {raw!r}")
+            raise ConfigError(
+                f"{where}.smLimitPolicy: must be a string, one of {allowed}; got {excerpt(raw)}"
+            )
         try:
             values["sm_limit_policy"] = SmLimitPolicy(raw)
         except ValueError as e:
-            raise ConfigError(f"{where}.smLimitPolicy: {raw!r} is not one of {allowed}") from e
+            raise ConfigError(f"{where}.smLimitPolicy: {excerpt(raw)} is not one of {allowed}") from e
     if "priority" in params:
         values["priority"] = _int_field(
             params["priority"], path=f"{where}.priority", low=0, high=1, meaning="0 high, 1 normal"
@@ -134,8 +137,8 @@ def _parameters_object(entry: OpaqueConfig) -> Mapping[str, Any]:
     if isinstance(raw, bytes | str):
         try:
             raw = json.loads(raw)
-        except ValueError as e:
-            raise ConfigError(f"{_where(entry)}: not valid JSON ({e}); give an object") from e
+        except (ValueError, RecursionError) as e:
+            raise ConfigError(f"{_where(entry)}: not valid JSON ({clip(str(e), 200)}); give an object") from e
     if not isinstance(raw, Mapping):
         raise ConfigError(
             f"{_where(entry)}: must be an object with apiVersion {CONFIG_API_VERSION} and a kind, "
@@ -150,15 +153,17 @@ def decode(entry: OpaqueConfig) -> DecodedConfig:
     where = _where(entry)
     api_version = params.get("apiVersion")
     if api_version != CONFIG_API_VERSION:
-        raise ConfigError(f"{where}.apiVersion: must be {CONFIG_API_VERSION!r}, got {api_version!r}")
+        raise ConfigError(f"{where}.apiVersion: must be {CONFIG_API_VERSION!r}, got {excerpt(api_version)}")
     kind = params.get("kind")
     if not isinstance(kind, str) or kind not in _KIND_CLASS:
-        raise ConfigError(f"{where}.kind: must be one of {', '.join(_KIND_CLASS)}, got {kind!r}")
+        raise ConfigError(f"{where}.kind: must be one of {', '.join(_KIND_CLASS)}, got {excerpt(kind)}")
     known = {"apiVersion", "kind", *(_VGPU_FIELDS if kind == "VgpuConfig" else ())}
     unknown = sorted(k for k in params if k not in known)
     if unknown:
         valid = ", ".join(sorted(known - {"apiVersion", "kind"})) or "none"
-        raise ConfigError(f"{where}.{unknown[0]}: unknown field in {kind}; valid fields: {valid}")
+        raise ConfigError(
+            f"{where}.{excerpt(unknown[0], bare=True)}: unknown field in {kind}; valid fields: {valid}"
+        )
     values = _decode_vgpu(params, where) if kind == "VgpuConfig" else {}
     return DecodedConfig(kind=kind, family=KIND_FAMILY[kind], values=values)
 

@@ -39,5 +39,9 @@ class StorageError(TesseraError):
     """Writing or reading Tessera's files failed (disk full, permissions, corrupt file)."""
 
 
+class UnsupportedVersionError(StorageError):
+    """A file of ours was written by another (newer) version of Tessera; it is left as it is."""
+
+
 class PublishError(TesseraError):
     """Publishing ResourceSlices failed."""

@@ -13,8 +13,32 @@ from enum import StrEnum
 from typing import NewType
 
 from dra_driver.errors import InvalidNameError
+from dra_driver.excerpt import excerpt
 
-ClaimUID = NewType("ClaimUID", str)
+# A Kubernetes UID (the API server makes them UUIDs); nothing that could step out of a directory.
+_CLAIM_UID_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z-]{0,127}")
+
+
+class ClaimUID(str):
+    """A claim UID that has been checked, so it can name files and directories (CDI spec, claim dir).
+
+    Every construction validates: a UID from the kubelet, the API, a checkpoint or a file name that could
+    reach outside its directory (`../x`, `a/b`, an empty string) raises InvalidNameError.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: str) -> ClaimUID:
+        if type(value) is cls:
+            return value
+        if not isinstance(value, str) or not _CLAIM_UID_RE.fullmatch(value):
+            raise InvalidNameError(
+                f"claim uid {excerpt(value)} is not a Kubernetes UID "
+                "(1-128 letters, digits and '-', starting with a letter or digit)"
+            )
+        return super().__new__(cls, value)
+
+
 GpuUUID = NewType("GpuUUID", str)
 DeviceName = NewType("DeviceName", str)
 
@@ -108,14 +132,14 @@ def profile_label(profile: str) -> str:
     """`1g.10gb` → `1g10gb`, `1g.10gb+me` → `1g10gb-me` (a DNS-label-safe spelling)."""
     m = _PROFILE_RE.match(profile)
     if m is None:
-        raise InvalidNameError(f"MIG profile {profile!r} is not of the form <N>g.<M>gb[+me]")
+        raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
     return f"{m.group(1)}g{m.group(2)}gb{'-me' if m.group(3) else ''}"
 
 
 def parse_profile_label(label: str) -> str:
     m = _PROFILE_LABEL_RE.match(label)
     if m is None:
-        raise InvalidNameError(f"MIG profile label {label!r} is not of the form <N>g<M>gb[-me]")
+        raise InvalidNameError(f"MIG profile label {excerpt(label)} is not of the form <N>g<M>gb[-me]")
     return f"{m.group(1)}g.{m.group(2)}gb{'+me' if m.group(3) else ''}"
 
 
@@ -145,7 +169,7 @@ def parse_device_name(name: str) -> ParsedDeviceName:
     m = _DEVICE_RE.match(name)
     if m is None:
         raise InvalidNameError(
-            f"device name {name!r} is not one of gpu-<i>, gpu-<i>-vgpu, gpu-<i>-mig-<profile>-<start>"
+            f"device name {excerpt(name)} is not one of gpu-<i>, gpu-<i>-vgpu, gpu-<i>-mig-<profile>-<start>"
         )
     index = int(m.group(1))
     if m.group(2):
@@ -193,12 +217,20 @@ def parse_cdi_qualified_name(qualified_name: str) -> tuple[str, str, str]:
     kind, sep, name = qualified_name.partition("=")
     vendor, slash, klass = kind.partition("/")
     if not sep or not slash or not vendor or not klass or not name:
-        raise InvalidNameError(f"CDI device {qualified_name!r} is not of the form vendor/class=name")
+        raise InvalidNameError(f"CDI device {excerpt(qualified_name)} is not of the form vendor/class=name")
     return vendor, klass, name
 
 
+_CDI_SPEC_PREFIX = f"{CDI_VENDOR}-{CDI_CLASS}_"
+
+
 def cdi_spec_file_name(claim_uid: ClaimUID) -> str:
-    return f"{CDI_VENDOR}-{CDI_CLASS}_{claim_uid}.json"
+    return f"{_CDI_SPEC_PREFIX}{claim_uid}.json"
+
+
+def cdi_spec_temp_prefix() -> str:
+    """How the temp files of our spec writes begin (`dra_driver.files.temp_name` of a spec file)."""
+    return f".{_CDI_SPEC_PREFIX}"
 
 
 def container_claim_dir(claim_uid: ClaimUID) -> str:
@@ -260,11 +292,13 @@ def claim_dir_env(claim_uid: ClaimUID) -> str:
 
 def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
     """The claim UID of one of our spec files, or None for any other file."""
-    prefix, suffix = f"{CDI_VENDOR}-{CDI_CLASS}_", ".json"
+    prefix, suffix = _CDI_SPEC_PREFIX, ".json"
     if not file_name.startswith(prefix) or not file_name.endswith(suffix):
         return None
-    uid = file_name[len(prefix) : -len(suffix)]
-    return ClaimUID(uid) if uid and "/" not in uid else None
+    try:
+        return ClaimUID(file_name[len(prefix) : -len(suffix)])
+    except InvalidNameError:
+        return None
 
 
 # Where the NVIDIA kernel driver's /proc files are (`devices`, `driver/nvidia/capabilities/...`): /proc,

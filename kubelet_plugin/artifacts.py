@@ -9,11 +9,13 @@ from dataclasses import dataclass, field, replace
 
 import structlog
 
-from cdi.writer import remove_spec
+from cdi.writer import read_spec, remove_spec
 from dra_driver.allocation import ClaimPlan, MigAction, PlacementKey
 from dra_driver.backends.base import GpuBackend
+from dra_driver.errors import StorageError
 from dra_driver.model import Inventory, MigInstance
-from dra_driver.names import ClaimUID, DeviceName, GpuUUID
+from dra_driver.names import LIMITS_FILE_NAME, ClaimUID, DeviceName, GpuUUID
+from dra_driver.safe_tree import is_plain_file
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, MigRecord
 from kubelet_plugin.claimdir import ClaimDirs
 from kubelet_plugin.faults import FaultPoint, Faults
@@ -99,6 +101,24 @@ def with_created(
         inst = instances.get(DeviceName(r.device))
         out.append(replace(r, gi_id=inst.gi_id, ci_id=inst.ci_id, uuid=inst.uuid) if inst else r)
     return tuple(out)
+
+
+def files_problem(entry: ClaimEntry, *, paths: PluginPaths, dirs: ClaimDirs) -> str | None:
+    """Why a prepared claim's files cannot be served as they are (None: they can).
+
+    The CDI spec must be a regular file that parses and holds exactly the devices answered to the kubelet;
+    a vgpu claim's directory must hold its limits file.
+    """
+    try:
+        spec = read_spec(paths.cdi_spec_file(entry.uid))
+    except StorageError as e:
+        return str(e)
+    answered = {i for d in entry.devices for i in d.cdi_device_ids}
+    if set(spec.qualified_names()) != answered:
+        return f"CDI spec {paths.cdi_spec_file(entry.uid)} lists other devices than were prepared"
+    if entry.has_claim_dir and not is_plain_file(dirs.path(entry.uid) / LIMITS_FILE_NAME):
+        return f"claim directory {dirs.path(entry.uid)} or its limits file is missing"
+    return None
 
 
 @dataclass(slots=True)

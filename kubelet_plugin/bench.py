@@ -2,7 +2,8 @@
 
 Starts the daemon as a subprocess on a simulated 8x H100 node in a temporary root, with claims read from a
 directory, then measures vgpu claims (limits file, CDI spec, checkpoint, all fsync'd) one per call and 128
-per call, and the daemon's RSS with 256 claims prepared.
+per call, a prepare issued while a claim whose directory a tenant filled with 100k files is unprepared (the
+files are removed outside the node lock), and the daemon's RSS with 256 claims prepared.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +31,14 @@ from kubelet_plugin.sample_claims import claim_ref, vgpu_claim
 NODE = "bench-node"
 GPUS = 8
 NODE_FILE = Path(__file__).resolve().parents[1] / "e2e" / "nodes" / "h100x8.yaml"
-TARGETS = {"single p50 ms": 5.0, "single p99 ms": 25.0, "batch 128 max s": 1.0, "RSS MiB": 150.0}
+TARGETS = {
+    "single p50 ms": 5.0,
+    "single p99 ms": 25.0,
+    "batch 128 max s": 1.0,
+    "prepare beside 100k ms": 250.0,
+    "RSS MiB": 150.0,
+}
+TENANT_FILES = 100_000
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
@@ -100,6 +109,38 @@ def measure(client: DraClient, source: DirectoryClaimSource, singles: int, batch
     return out
 
 
+def beside_a_filled_claim(
+    client: DraClient, source: DirectoryClaimSource, paths: PluginPaths
+) -> dict[str, float]:
+    """Unprepare a claim whose directory holds TENANT_FILES files; time a prepare sent meanwhile."""
+    filled, other = make_claims(source, "filled", 2)
+    check(client.prepare([filled]), [filled])
+    claim_dir = paths.claim_dir(filled.uid)
+    fd = os.open(claim_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(TENANT_FILES):
+            os.close(os.open(f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    took: list[float] = []
+
+    def unprepare() -> None:
+        t0 = time.perf_counter()
+        check(client.unprepare([filled]), [filled])
+        took.append(time.perf_counter() - t0)
+
+    caller = threading.Thread(target=unprepare)
+    caller.start()
+    while claim_dir.exists():  # set aside: the unprepare is under way
+        time.sleep(0.0005)
+    t0 = time.perf_counter()
+    check(client.prepare([other]), [other])
+    beside = (time.perf_counter() - t0) * 1000
+    caller.join()
+    check(client.unprepare([other]), [other])
+    return {"prepare beside 100k ms": beside, "unprepare 100k files s": took[0]}
+
+
 def run(*, singles: int, batches: int, node_file: Path, under: Path) -> int:
     root = Path(tempfile.mkdtemp(prefix="tsb-", dir=under))  # short: unix socket paths are limited
     paths = PluginPaths.under(root)
@@ -111,6 +152,7 @@ def run(*, singles: int, batches: int, node_file: Path, under: Path) -> int:
         with DraClient(paths.dra_socket) as client:
             client.prepare([])  # connect
             results = measure(client, source, singles, batches)
+            results.update(beside_a_filled_claim(client, source, paths))
             # the memory target: 256 prepared claims on 8 GPUs
             held = make_claims(source, "held", 256)
             for chunk in (held[:128], held[128:]):

@@ -2,6 +2,10 @@
 
 An entry is written `PrepareStarted` (with the MIG placements it intends to create) before anything is
 created, so after a crash every Tessera MIG instance can be told from an administrator's by its placement.
+
+Decoding trusts nothing: every field is type-checked and a file that is not exactly what `encode` writes
+raises StorageError naming what is wrong (bounded, see `dra_driver.excerpt`). Another apiVersion of ours
+raises UnsupportedVersionError: a newer Tessera wrote it, and this one must not act on what it cannot read.
 """
 
 from __future__ import annotations
@@ -12,13 +16,49 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
-from dra_driver.errors import StorageError
+from dra_driver.errors import InvalidNameError, StorageError, UnsupportedVersionError
+from dra_driver.excerpt import clip, excerpt
 from dra_driver.names import ClaimUID, GpuUUID
 
-API_VERSION = "checkpoint.tessera.dev/v1"
+API_GROUP = "checkpoint.tessera.dev"
+API_VERSION = f"{API_GROUP}/v1"
 KIND = "Checkpoint"
+
+T = TypeVar("T")
+
+
+class _MalformedError(ValueError):
+    """A field of the right name with the wrong type or value; the message names it."""
+
+
+def _field(d: Mapping[str, Any], key: str, kind: type[T], *, optional: bool = False) -> T:
+    if not isinstance(d, Mapping):
+        raise _MalformedError(f"expected an object, got {excerpt(d)}")
+    if key not in d or d[key] is None:
+        if optional:
+            return None  # type: ignore[return-value]
+        raise _MalformedError(f"field {key!r} is missing")
+    value = d[key]
+    # bool is an int in Python, never in JSON
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _MalformedError(f"field {key!r} must be a {kind.__name__}, got {excerpt(value)}")
+    return value
+
+
+def _strings(d: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    values = _field(d, key, list)
+    if not all(isinstance(v, str) for v in values):
+        raise _MalformedError(f"field {key!r} must be a list of strings, got {excerpt(values)}")
+    return tuple(values)
+
+
+def _objects(d: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    values = _field(d, key, list)
+    if not all(isinstance(v, Mapping) for v in values):
+        raise _MalformedError(f"field {key!r} must be a list of objects, got {excerpt(values)}")
+    return values
 
 
 class ClaimState(StrEnum):
@@ -57,15 +97,15 @@ class MigRecord:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> MigRecord:
         return cls(
-            device=d["device"],
-            gpu_uuid=GpuUUID(d["gpuUUID"]),
-            profile_id=int(d["profileID"]),
-            profile_name=d["profileName"],
-            start=int(d["start"]),
-            created_by_tessera=bool(d["createdByTessera"]),
-            gi_id=d.get("giID"),
-            ci_id=d.get("ciID"),
-            uuid=d.get("uuid"),
+            device=_field(d, "device", str),
+            gpu_uuid=GpuUUID(_field(d, "gpuUUID", str)),
+            profile_id=_field(d, "profileID", int),
+            profile_name=_field(d, "profileName", str),
+            start=_field(d, "start", int),
+            created_by_tessera=_field(d, "createdByTessera", bool),
+            gi_id=_field(d, "giID", int, optional=True),
+            ci_id=_field(d, "ciID", int, optional=True),
+            uuid=_field(d, "uuid", str, optional=True),
         )
 
 
@@ -91,11 +131,11 @@ class DeviceRecord:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> DeviceRecord:
         return cls(
-            request_names=tuple(d["requestNames"]),
-            pool_name=d["poolName"],
-            device_name=d["deviceName"],
-            cdi_device_ids=tuple(d["cdiDeviceIDs"]),
-            share_id=d.get("shareID"),
+            request_names=_strings(d, "requestNames"),
+            pool_name=_field(d, "poolName", str),
+            device_name=_field(d, "deviceName", str),
+            cdi_device_ids=_strings(d, "cdiDeviceIDs"),
+            share_id=_field(d, "shareID", str, optional=True),
         )
 
 
@@ -125,14 +165,20 @@ class ClaimEntry:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ClaimEntry:
+        """Raises ValueError (or InvalidNameError for a UID that could name a path) on anything unexpected."""
+        state = _field(d, "state", str)
+        if state not in {s.value for s in ClaimState}:
+            raise _MalformedError(
+                f"field 'state' must be one of {[s.value for s in ClaimState]}, got {excerpt(state)}"
+            )
         return cls(
-            uid=ClaimUID(d["uid"]),
-            namespace=d["namespace"],
-            name=d["name"],
-            state=ClaimState(d["state"]),
-            devices=tuple(DeviceRecord.from_dict(x) for x in d["devices"]),
-            mig=tuple(MigRecord.from_dict(x) for x in d["mig"]),
-            has_claim_dir=bool(d.get("claimDir", False)),
+            uid=ClaimUID(_field(d, "uid", str)),
+            namespace=_field(d, "namespace", str),
+            name=_field(d, "name", str),
+            state=ClaimState(state),
+            devices=tuple(DeviceRecord.from_dict(x) for x in _objects(d, "devices")),
+            mig=tuple(MigRecord.from_dict(x) for x in _objects(d, "mig")),
+            has_claim_dir=bool(_field(d, "claimDir", bool, optional=True)),
         )
 
 
@@ -197,27 +243,46 @@ def encode(cp: Checkpoint) -> bytes:
 
 
 def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
-    """Parse and verify; anything unexpected is a StorageError naming what is wrong."""
+    """Parse and verify; anything unexpected is a StorageError naming what is wrong.
+
+    UnsupportedVersionError (a StorageError) for a checkpoint of another apiVersion of ours.
+    """
     try:
         doc = json.loads(data)
-    except ValueError as e:
-        raise StorageError(f"{source}: not valid JSON ({e}); the file is corrupt") from e
+    except (ValueError, RecursionError) as e:
+        raise StorageError(f"{source}: not valid JSON ({clip(str(e), 200)}); the file is corrupt") from e
     if not isinstance(doc, dict):
         raise StorageError(f"{source}: not a JSON object; the file is corrupt")
-    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
+    api_version, kind = doc.get("apiVersion"), doc.get("kind")
+    if (
+        isinstance(api_version, str)
+        and api_version.startswith(f"{API_GROUP}/")
+        and api_version != API_VERSION
+    ):
+        raise UnsupportedVersionError(
+            f"{source} has apiVersion {excerpt(api_version)}: it was written by another (newer) version of "
+            f"Tessera; this one reads {API_VERSION} only and leaves the node as it is. Run the version that "
+            "wrote it, or move the file away to make this version rebuild its state from the node"
+        )
+    if api_version != API_VERSION or kind != KIND:
         raise StorageError(
-            f"{source}: apiVersion/kind {doc.get('apiVersion')!r}/{doc.get('kind')!r}, "
-            f"expected {API_VERSION}/{KIND}"
+            f"{source}: apiVersion/kind {excerpt(api_version)}/{excerpt(kind)}, "
+            f"expected {API_VERSION}/{KIND}; the file is corrupt"
         )
     body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "checksum")}
-    if doc.get("checksum") != _digest(_canonical(body)):
+    try:
+        intact = doc.get("checksum") == _digest(_canonical(body))
+    except RecursionError:
+        intact = False
+    if not intact:
         raise StorageError(f"{source}: checksum mismatch; the file is corrupt or was edited by hand")
     try:
-        entries = [ClaimEntry.from_dict(e) for e in body["claims"]]
-        return Checkpoint(
-            boot_id=str(body["bootID"]),
-            claims={e.uid: e for e in entries},
-            mig_mode_owned=frozenset(GpuUUID(g) for g in body["migModeOwned"]),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise StorageError(f"{source}: malformed content ({e!r})") from e
+        entries = [ClaimEntry.from_dict(e) for e in _objects(body, "claims")]
+        owned = _strings(body, "migModeOwned")
+        boot_id = _field(body, "bootID", str)
+    except (ValueError, InvalidNameError) as e:
+        raise StorageError(f"{source}: malformed content ({e}); the file is corrupt") from e
+    claims = {e.uid: e for e in entries}
+    if len(claims) != len(entries):
+        raise StorageError(f"{source}: a claim is listed twice; the file is corrupt")
+    return Checkpoint(boot_id=boot_id, claims=claims, mig_mode_owned=frozenset(GpuUUID(g) for g in owned))

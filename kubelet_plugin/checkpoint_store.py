@@ -1,17 +1,20 @@
-"""Loading and saving the checkpoint file: atomic, fsync'd, verified on read."""
+"""Loading and saving the checkpoint file: atomic, fsync'd, verified on read, kept aside when unreadable."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import structlog
 
 from dra_driver.errors import StorageError
-from dra_driver.files import atomic_write
+from dra_driver.files import atomic_write, fsync_dir, read_bounded
 from kubelet_plugin.checkpoint import Checkpoint, decode, encode
+from kubelet_plugin.file_modes import CHECKPOINT_MODE
 
 BOOT_ID_FILE = Path("/proc/sys/kernel/random/boot_id")
+MAX_CHECKPOINT_BYTES = 64 << 20  # ~100k claims; a larger file is not one Tessera wrote
 log = structlog.get_logger(__name__)
 
 
@@ -33,25 +36,43 @@ class CheckpointStore:
     def load(self, *, boot_id: str) -> Checkpoint:
         """The saved checkpoint, or an empty one for `boot_id` when there is none yet.
 
-        A corrupt file raises StorageError: prepare must not guess which MIG instances are its own.
+        An unreadable file raises StorageError (UnsupportedVersionError when a newer Tessera wrote it):
+        prepare must not guess which MIG instances are its own.
         """
         try:
-            data = self._path.read_bytes()
+            data = read_bounded(self._path, max_bytes=MAX_CHECKPOINT_BYTES)
         except FileNotFoundError:
             return Checkpoint(boot_id=boot_id)
-        except OSError as e:
-            raise StorageError(f"reading checkpoint {self._path}: {e.strerror or e}") from e
+        except StorageError as e:
+            raise StorageError(f"checkpoint: {e}") from e
         return decode(data, source=f"checkpoint {self._path}")
 
     def save(self, checkpoint: Checkpoint) -> None:
-        atomic_write(self._path, encode(checkpoint), mode=0o600)
+        atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE)
 
     def set_aside(self) -> Path:
-        """Move a corrupt checkpoint out of the way (kept for a human to inspect) and start afresh."""
-        aside = self._path.with_name(f"{self._path.name}.corrupt-{int(time.time())}")
-        try:
-            self._path.replace(aside)
-        except OSError as e:
-            raise StorageError(f"moving corrupt checkpoint {self._path} aside: {e.strerror or e}") from e
-        log.error("checkpoint corrupt; moved aside", path=str(aside))
-        return aside
+        """Keep an unreadable checkpoint for a human, under a timestamped name next to it.
+
+        A regular file is linked there and stays in place until a new checkpoint replaces it, so a crash
+        meanwhile never leaves the node without one (no checkpoint means "nothing prepared"); anything else
+        (a directory) is renamed.
+        """
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for n in range(100):
+            aside = self._path.with_name(f"{self._path.name}.unreadable-{stamp}" + (f"-{n}" if n else ""))
+            if os.path.lexists(aside):
+                continue
+            try:
+                try:
+                    os.link(self._path, aside, follow_symlinks=False)
+                except OSError:
+                    self._path.rename(aside)
+                fsync_dir(self._path.parent)
+            except OSError as e:
+                raise StorageError(
+                    f"cannot keep the unreadable checkpoint {self._path} aside ({e.strerror or e}); "
+                    "nothing was changed on the node"
+                ) from e
+            log.error("unreadable checkpoint kept aside", path=str(aside))
+            return aside
+        raise StorageError(f"cannot keep the unreadable checkpoint {self._path} aside: too many copies exist")

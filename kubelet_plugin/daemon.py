@@ -20,6 +20,7 @@ import structlog
 
 from dra_driver.errors import TesseraError
 from dra_driver.logs import configure
+from kubelet_plugin.file_modes import UMASK, set_umask
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.probe import add_probe_command
 
@@ -27,22 +28,29 @@ STOP_GRACE_S = 5.0
 log = structlog.get_logger(__name__)
 
 
+HEALTH_INTERVAL_S = 5.0
+LOG_FORMAT = "json"
+LOG_LEVEL = "info"
+
+
 @dataclass(frozen=True, slots=True)
 class DaemonOptions:
+    """The command line's options; the defaults are the command line's too."""
+
     node_name: str
-    root: Path | None
-    pod_uid: str | None
-    simulate: Path | None
-    sim_state: Path | None
-    kubeconfig: Path | None
-    claims_dir_source: Path | None
-    library_path: Path | None
-    driver_library_dirs: tuple[Path, ...]
-    settings: Path | None
-    health_interval: float
-    publish: bool
-    log_format: str
-    log_level: str
+    root: Path | None = None
+    pod_uid: str | None = None
+    simulate: Path | None = None
+    sim_state: Path | None = None
+    kubeconfig: Path | None = None
+    claims_dir_source: Path | None = None
+    library_path: Path | None = None
+    driver_library_dirs: tuple[Path, ...] = ()
+    settings: Path | None = None
+    health_interval: float = HEALTH_INTERVAL_S
+    publish: bool = True
+    log_format: str = LOG_FORMAT
+    log_level: str = LOG_LEVEL
 
     def paths(self) -> PluginPaths:
         base = (
@@ -98,12 +106,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--settings", type=Path, help="node settings file (resource.tessera.dev/v1 NodeSettings)"
     )
-    parser.add_argument("--health-interval", type=float, default=5.0, help="seconds between health checks")
+    parser.add_argument(
+        "--health-interval", type=float, default=HEALTH_INTERVAL_S, help="seconds between health checks"
+    )
     parser.add_argument(
         "--no-publish", dest="publish", action="store_false", help="do not publish ResourceSlices"
     )
-    parser.add_argument("--log-format", choices=("json", "console"), default="json")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    parser.add_argument("--log-format", choices=("json", "console"), default=LOG_FORMAT)
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=LOG_LEVEL)
 
 
 def options_from(args: argparse.Namespace) -> DaemonOptions:
@@ -150,6 +160,9 @@ def run_from_args(args: argparse.Namespace) -> int:
 def run(options: DaemonOptions) -> int:
     from kubelet_plugin.wiring import Node  # noqa: PLC0415 - keeps `--help` fast
 
+    inherited = set_umask()
+    if inherited != UMASK:
+        log.info("umask set", inherited=oct(inherited), now=oct(UMASK))
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

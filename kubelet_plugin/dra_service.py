@@ -1,19 +1,24 @@
 """The kubelet's DRAPlugin service, v1 and v1beta1: protobuf in, plain values to the preparer, protobuf out.
 
 Guarantees the kubelet relies on: every claim in a request has an entry in the response, errors are per
-claim, and nothing the preparer raises takes the daemon down or fails the whole call.
+claim and bounded in size, and nothing the preparer raises takes the daemon down or fails the whole call.
+A claim's UID is validated here (`ClaimUID`) before anything can use it as a path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import grpc
 import structlog
 
-from dra_driver.errors import TesseraError
+from dra_driver.errors import InvalidNameError, TesseraError
+from dra_driver.excerpt import MESSAGE_CHARS, clip, excerpt
 from dra_driver.names import ClaimUID
 from kubelet_plugin.proto.gen import dra_v1_pb2 as v1
 from kubelet_plugin.proto.gen import dra_v1_pb2_grpc as v1_grpc
@@ -27,10 +32,23 @@ log = structlog.get_logger(__name__)
 R = TypeVar("R", PrepareResult, UnprepareResult)
 
 
+class KubeletClaim(Protocol):
+    """A claim as the kubelet names it, not yet validated (a protobuf `Claim`, or a `ClaimRef`)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def uid(self) -> str: ...
+
+
 def describe_failure(e: BaseException) -> str:
     if isinstance(e, TesseraError):
-        return str(e)
-    return f"internal error in the node plugin ({type(e).__name__}: {e}); see the plugin log"
+        return clip(str(e))
+    return clip(f"internal error in the node plugin ({type(e).__name__}: {e}); see the plugin log")
 
 
 class ClaimCalls:
@@ -39,6 +57,8 @@ class ClaimCalls:
     Another instance (rolling update) may have changed the node between two of our calls. When
     `shared_state` (the checkpoint) is not as we left it, `reload` makes the preparer read it again.
     `after` runs after every call that reached the preparer (e.g. ask the publisher to look again).
+    `deferred` wraps each call outside the lock: work the preparer defers to its end (removing claim
+    directories set aside under the lock) then runs without holding the lock.
     """
 
     def __init__(
@@ -49,40 +69,42 @@ class ClaimCalls:
         shared_state: Path | None = None,
         reload: Callable[[], None] | None = None,
         after: Callable[[], None] | None = None,
+        deferred: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self._preparer = preparer
         self._lock = lock
         self._shared_state = shared_state
         self._reload = reload
         self._after = after
+        self._deferred = deferred or contextlib.nullcontext
         self._left: _Stamp | None = None  # how we left the shared state; None: unknown
 
-    def prepare(self, claims: Sequence[ClaimRef]) -> dict[ClaimUID, PrepareResult]:
+    def prepare(self, claims: Sequence[KubeletClaim]) -> dict[str, PrepareResult]:
         return self._call("prepare", claims, self._preparer.prepare, lambda m: PrepareResult(error=m))
 
-    def unprepare(self, claims: Sequence[ClaimRef]) -> dict[ClaimUID, UnprepareResult]:
+    def unprepare(self, claims: Sequence[KubeletClaim]) -> dict[str, UnprepareResult]:
         return self._call("unprepare", claims, self._preparer.unprepare, lambda m: UnprepareResult(error=m))
 
     def _call(
         self,
         verb: str,
-        claims: Sequence[ClaimRef],
+        claims: Sequence[KubeletClaim],
         call: Callable[[Sequence[ClaimRef]], Mapping[ClaimUID, R]],
         failed: Callable[[str], R],
-    ) -> dict[ClaimUID, R]:
-        answers: dict[ClaimUID, R] = {}
+    ) -> dict[str, R]:
+        answers: dict[str, R] = {}
         valid: list[ClaimRef] = []
         seen: set[ClaimUID] = set()
         for claim in claims:
-            problem = _claim_problem(claim)
-            if problem is not None:
-                answers[claim.uid] = failed(problem)
-            elif claim.uid not in seen:  # the kubelet may repeat a claim; it gets one answer
-                seen.add(claim.uid)
-                valid.append(claim)
+            ref = _validated(claim)
+            if isinstance(ref, str):
+                answers[claim.uid] = failed(ref)
+            elif ref.uid not in seen:  # the kubelet may repeat a claim; it gets one answer
+                seen.add(ref.uid)
+                valid.append(ref)
         if valid:
             try:
-                with self._lock.held():
+                with self._deferred(), self._lock.held():
                     self._refresh()
                     self._left = None
                     got = call(valid)
@@ -99,7 +121,7 @@ class ClaimCalls:
                     answer = failed(
                         f"the node plugin did not {verb} claim {claim.uid}; the kubelet will retry"
                     )
-                answers[claim.uid] = answer
+                answers[claim.uid] = _bounded(answer)
         return answers
 
     def _stamp(self) -> _Stamp:
@@ -119,17 +141,24 @@ class ClaimCalls:
 _Stamp = tuple[int, int, int]
 
 
-def _claim_problem(claim: ClaimRef) -> str | None:
+def _validated(claim: KubeletClaim) -> ClaimRef | str:
+    """The claim with its UID validated, or the problem (naming the field) that fails just this claim."""
+    shown = f"claim {excerpt(claim.namespace, bare=True)}/{excerpt(claim.name, bare=True)}"
     missing = [
         f for f, v in (("uid", claim.uid), ("namespace", claim.namespace), ("name", claim.name)) if not v
     ]
     if missing:
-        return f"claim {claim.namespace}/{claim.name} (uid {claim.uid!r}) lacks {', '.join(missing)}"
-    return None
+        return f"{shown} (uid {excerpt(claim.uid)}) lacks {', '.join(missing)}"
+    try:
+        return ClaimRef(namespace=claim.namespace, name=claim.name, uid=ClaimUID(claim.uid))
+    except InvalidNameError as e:
+        return f"{shown}: field uid: {e}"
 
 
-def _refs(claims: Iterable[v1.Claim | v1beta1.Claim]) -> list[ClaimRef]:
-    return [ClaimRef(namespace=c.namespace, name=c.name, uid=ClaimUID(c.uid)) for c in claims]
+def _bounded(answer: R) -> R:
+    if answer.error is None or len(answer.error) <= MESSAGE_CHARS:
+        return answer
+    return replace(answer, error=clip(answer.error))
 
 
 class DraV1Servicer(v1_grpc.DRAPluginServicer):
@@ -140,7 +169,7 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
         self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodePrepareResourcesResponse:
         response = v1.NodePrepareResourcesResponse()
-        for uid, result in self._calls.prepare(_refs(request.claims)).items():
+        for uid, result in self._calls.prepare(request.claims).items():
             entry = response.claims[uid]
             if result.error is not None:
                 entry.error = result.error
@@ -160,7 +189,7 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
         self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodeUnprepareResourcesResponse:
         response = v1.NodeUnprepareResourcesResponse()
-        for uid, result in self._calls.unprepare(_refs(request.claims)).items():
+        for uid, result in self._calls.unprepare(request.claims).items():
             response.claims[uid].error = result.error or ""
         return response
 
@@ -175,7 +204,7 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodePrepareResourcesResponse:
         response = v1beta1.NodePrepareResourcesResponse()
-        for uid, result in self._calls.prepare(_refs(request.claims)).items():
+        for uid, result in self._calls.prepare(request.claims).items():
             entry = response.claims[uid]
             if result.error is not None:
                 entry.error = result.error
@@ -193,6 +222,6 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodeUnprepareResourcesResponse:
         response = v1beta1.NodeUnprepareResourcesResponse()
-        for uid, result in self._calls.unprepare(_refs(request.claims)).items():
+        for uid, result in self._calls.unprepare(request.claims).items():
             response.claims[uid].error = result.error or ""
         return response

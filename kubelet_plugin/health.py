@@ -3,6 +3,10 @@
 A poller reads the backend's inventory and posts every device's health on a board; each kubelet stream
 gets the full list at start, on every change, and as a heartbeat (the kubelet marks a device Unknown when
 it hears nothing about it for its health-check timeout).
+
+A stream holds a gRPC worker thread for as long as it is open, so streams get their own bounded capacity
+(`StreamSlots`, added to the server's pool on top of the workers for prepare and unprepare): a stream past
+it is refused at once with RESOURCE_EXHAUSTED, and a stream's slot comes back as soon as the caller goes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,31 @@ log = structlog.get_logger(__name__)
 
 HEARTBEAT_SECONDS = 10.0
 HEALTH_CHECK_TIMEOUT_SECONDS = 60
+HEALTH_STREAMS = 4  # the kubelet keeps one open; the rest cover its reconnects
+
+
+class StreamSlots:
+    """How many health streams may be open at once, across both API versions."""
+
+    def __init__(self, capacity: int = HEALTH_STREAMS) -> None:
+        self.capacity = capacity
+        self._free = threading.BoundedSemaphore(capacity)
+
+    def take(self) -> _Slot | None:
+        return _Slot(self._free) if self._free.acquire(blocking=False) else None
+
+
+class _Slot:
+    def __init__(self, free: threading.BoundedSemaphore) -> None:
+        self._free = free
+        self._lock = threading.Lock()
+        self._held = True
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._held:
+                self._held = False
+                self._free.release()
 
 
 class Health(IntEnum):
@@ -98,17 +127,26 @@ class HealthBoard:
         with self._cond:
             return self._report
 
-    def wait(self, *, after: int, timeout: float) -> tuple[int, HealthReport] | None:
-        """The report once its version moves past `after`, else the current at `timeout`; None if closed."""
+    def wait(
+        self, *, after: int, timeout: float, stop: Callable[[], bool] = lambda: False
+    ) -> tuple[int, HealthReport] | None:
+        """The report once its version moves past `after`, else the current at `timeout`; None if closed
+        or when `stop()` turns true (checked whenever `wake` is called)."""
         with self._cond:
             self._cond.wait_for(
-                lambda: self._closed or (self._report is not None and self._version != after), timeout=timeout
+                lambda: self._closed or stop() or (self._report is not None and self._version != after),
+                timeout=timeout,
             )
-            if self._closed:
+            if self._closed or stop():
                 return None
             if self._report is None:
                 return after, HealthReport(pool=self._pool, devices=(), checked_at=int(time.time()))
             return self._version, self._report
+
+    def wake(self) -> None:
+        """Make every waiter look at its `stop` again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
@@ -161,25 +199,49 @@ class InventoryHealthPoller:
             self._thread.join(timeout=5)
 
 
-def _watch(board: HealthBoard, context: grpc.ServicerContext, heartbeat: float) -> Iterator[HealthReport]:
-    version = -1
-    while context.is_active():
-        got = board.wait(after=version, timeout=heartbeat)
-        if got is None:
-            return
-        version, report = got
-        yield report
+def _watch(
+    board: HealthBoard, context: grpc.ServicerContext, heartbeat: float, slots: StreamSlots
+) -> Iterator[HealthReport]:
+    slot = slots.take()
+    if slot is None:
+        log.warning("health stream refused: all slots in use", capacity=slots.capacity)
+        context.abort(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{slots.capacity} health streams are open already; retry when one closes",
+        )
+    ended = threading.Event()
+
+    def on_end() -> None:  # the RPC is over (cancelled, timed out, finished): free its slot at once
+        ended.set()
+        slot.give_back()
+        board.wake()
+
+    if not context.add_callback(on_end):
+        on_end()
+    try:
+        version = -1
+        while context.is_active() and not ended.is_set():
+            got = board.wait(after=version, timeout=heartbeat, stop=ended.is_set)
+            if got is None:
+                return
+            version, report = got
+            yield report
+    finally:
+        slot.give_back()
 
 
 class HealthV1Servicer(v1_grpc.DRAResourceHealthServicer):
-    def __init__(self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+    def __init__(
+        self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS, slots: StreamSlots | None = None
+    ) -> None:
         self._board = board
         self._heartbeat = heartbeat
+        self.slots = slots if slots is not None else StreamSlots()
 
     def NodeWatchResources(  # noqa: N802 - gRPC method name
         self, request: v1.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[v1.NodeWatchResourcesResponse]:
-        for report in _watch(self._board, context, self._heartbeat):
+        for report in _watch(self._board, context, self._heartbeat, self.slots):
             yield v1.NodeWatchResourcesResponse(
                 devices=[
                     v1.DeviceHealth(
@@ -195,14 +257,17 @@ class HealthV1Servicer(v1_grpc.DRAResourceHealthServicer):
 
 
 class HealthV1alpha1Servicer(v1alpha1_grpc.DRAResourceHealthServicer):
-    def __init__(self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS) -> None:
+    def __init__(
+        self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS, slots: StreamSlots | None = None
+    ) -> None:
         self._board = board
         self._heartbeat = heartbeat
+        self.slots = slots if slots is not None else StreamSlots()
 
     def NodeWatchResources(  # noqa: N802 - gRPC method name
         self, request: v1alpha1.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[v1alpha1.NodeWatchResourcesResponse]:
-        for report in _watch(self._board, context, self._heartbeat):
+        for report in _watch(self._board, context, self._heartbeat, self.slots):
             yield v1alpha1.NodeWatchResourcesResponse(
                 devices=[
                     v1alpha1.DeviceHealth(

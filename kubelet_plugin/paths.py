@@ -62,8 +62,9 @@ class PluginPaths:
     def lock_file(self) -> Path:
         return self.plugin_dir / "plugin.lock"
 
+    # ClaimUID(...) again: where a UID becomes a path, a plain str that slipped past the types is checked too
     def cdi_spec_file(self, claim_uid: ClaimUID) -> Path:
-        return self.cdi_dir / cdi_spec_file_name(claim_uid)
+        return self.cdi_dir / cdi_spec_file_name(ClaimUID(claim_uid))
 
     def claim_dir(self, claim_uid: ClaimUID) -> Path:
-        return self.claims_dir / claim_uid
+        return self.claims_dir / ClaimUID(claim_uid)

@@ -19,11 +19,13 @@ from cdi.writer import write_spec
 from dra_driver.allocation import ClaimPlan, PlacementKey, VgpuPolicy, plan_claim
 from dra_driver.backends.base import GpuBackend
 from dra_driver.errors import ClaimError, TesseraError
+from dra_driver.excerpt import clip
 from dra_driver.model import Inventory, MigInstance
-from dra_driver.names import DRIVER_NAME, ClaimUID, DeviceName
+from dra_driver.names import DRIVER_NAME, ClaimUID, DeviceName, GpuUUID
 from kubelet_plugin import artifacts
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, DeviceRecord
 from kubelet_plugin.checkpoint_store import CheckpointStore, read_boot_id
+from kubelet_plugin.claim_marker import marker_annotations
 from kubelet_plugin.claimdir import ClaimDirs, render_limits
 from kubelet_plugin.claims import ClaimSource, ClaimStatusWriter, DeviceStatus
 from kubelet_plugin.faults import FaultPoint, Faults
@@ -39,6 +41,7 @@ class _Work:
     ref: ClaimRef
     plan: ClaimPlan
     entry: ClaimEntry  # PrepareStarted, as written ahead
+    repair: bool = False  # a prepared claim whose files were damaged: containers may be using it
 
 
 _Outcome = tuple[ClaimEntry, list[DeviceStatus]] | Exception
@@ -74,7 +77,7 @@ def _statuses(plan: ClaimPlan, instances: dict[DeviceName, MigInstance]) -> list
 
 
 def _describe(e: Exception) -> str:
-    return str(e) if isinstance(e, TesseraError) else f"internal error: {e!r}"
+    return clip(str(e) if isinstance(e, TesseraError) else f"internal error: {e!r}")
 
 
 class Preparer:
@@ -132,7 +135,7 @@ class Preparer:
     # ---- prepare ------------------------------------------------------------------------------------
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[ClaimUID, PrepareResult]:
-        with self.lock:
+        with self.dirs.removals_deferred(), self.lock:
             try:
                 cp = self.checkpoint()
             except TesseraError as e:
@@ -153,9 +156,16 @@ class Preparer:
             if ref.uid in results or any(w.ref.uid == ref.uid for w in work):
                 continue  # the same claim twice in one call gets one answer
             entry = cp.entry(ref.uid)
+            repair = False
             if entry is not None and entry.state is ClaimState.PREPARE_COMPLETED:
-                results[ref.uid] = answer(entry)
-                continue
+                damage = artifacts.files_problem(entry, paths=self.paths, dirs=self.dirs)
+                if damage is None:
+                    results[ref.uid] = answer(entry)
+                    continue
+                log.warning(
+                    "a prepared claim's files are damaged; preparing it again", claim=ref.uid, problem=damage
+                )
+                repair = True
             try:
                 if entry is not None and entry.state is ClaimState.UNPREPARE_STARTED:
                     self._teardown(entry, artifacts.Removed())
@@ -172,7 +182,7 @@ class Preparer:
                     mig=artifacts.intended_mig(plan),
                     has_claim_dir=plan.vgpu is not None,
                 )
-                work.append(_Work(ref=ref, plan=plan, entry=started))
+                work.append(_Work(ref=ref, plan=plan, entry=started, repair=repair))
             except Exception as e:
                 self._log_failure("prepare", ref, e)
                 results[ref.uid] = PrepareResult(error=_describe(e))
@@ -224,13 +234,19 @@ class Preparer:
         for w, outcome in self._materialize_all(work, snapshot):
             if isinstance(outcome, Exception):
                 self._log_failure("prepare", w.ref, outcome)
-                results[w.ref.uid] = PrepareResult(error=self._roll_back(w, outcome, failed))
+                if w.repair:  # never tear down what running containers use; a retry repairs it
+                    results[w.ref.uid] = PrepareResult(
+                        error=f"repairing the claim's files: {_describe(outcome)}"
+                    )
+                else:
+                    results[w.ref.uid] = PrepareResult(error=self._roll_back(w, outcome, failed))
             else:
                 completed.append(outcome)
         self._finish(completed, failed, results)
 
     def _materialize_all(self, work: list[_Work], snapshot: Inventory) -> list[tuple[_Work, _Outcome]]:
         """MIG claims one by one (the GPU is one device); the rest in parallel so their fsyncs overlap."""
+        owned = self.checkpoint().mig_mode_owned
         out: list[tuple[_Work, _Outcome]] = []
         serial = [w for w in work if w.plan.mig_placements]
         parallel = [w for w in work if not w.plan.mig_placements]
@@ -239,12 +255,12 @@ class Preparer:
             parallel = []
         for w in serial:
             try:
-                out.append((w, self._materialize(w, snapshot)))
+                out.append((w, self._materialize(w, snapshot, owned)))
             except Exception as e:
                 out.append((w, e))
         if parallel:
             with ThreadPoolExecutor(max_workers=min(_IO_THREADS, len(parallel))) as pool:
-                futures = [(w, pool.submit(self._materialize, w, snapshot)) for w in parallel]
+                futures = [(w, pool.submit(self._materialize, w, snapshot, owned)) for w in parallel]
                 for w, future in futures:
                     try:
                         out.append((w, future.result()))
@@ -252,7 +268,9 @@ class Preparer:
                         out.append((w, e))
         return out
 
-    def _materialize(self, w: _Work, snapshot: Inventory) -> tuple[ClaimEntry, list[DeviceStatus]]:
+    def _materialize(
+        self, w: _Work, snapshot: Inventory, owned: frozenset[GpuUUID]
+    ) -> tuple[ClaimEntry, list[DeviceStatus]]:
         plan, uid = w.plan, w.ref.uid
         instances: dict[DeviceName, MigInstance] = {}
         if plan.mig_placements:
@@ -267,9 +285,6 @@ class Preparer:
             claim_dir=str(self.dirs.path(uid)),
             driver_library_dirs=self._library_dirs,
         )
-        spec = claim_spec(plan=plan, inventory=snapshot, host=host, mig_instances=instances)
-        write_spec(self.paths.cdi_dir, uid, spec, fault=self.faults.cdi_write_fault(uid))
-        self.faults.hit(FaultPoint.AFTER_CDI_WRITE, uid)
         devices = tuple(
             DeviceRecord(
                 request_names=(d.request,),
@@ -286,6 +301,12 @@ class Preparer:
             devices=devices,
             mig=artifacts.with_created(w.entry.mig, instances),
         )
+        spec = replace(
+            claim_spec(plan=plan, inventory=snapshot, host=host, mig_instances=instances),
+            annotations=marker_annotations(entry, mig_mode_owned=owned),
+        )
+        write_spec(self.paths.cdi_dir, uid, spec, fault=self.faults.cdi_write_fault(uid))
+        self.faults.hit(FaultPoint.AFTER_CDI_WRITE, uid)
         return entry, _statuses(plan, instances)
 
     def _roll_back(self, w: _Work, cause: Exception, failed: list[ClaimUID]) -> str:
@@ -341,7 +362,7 @@ class Preparer:
     # ---- unprepare ----------------------------------------------------------------------------------
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[ClaimUID, UnprepareResult]:
-        with self.lock:
+        with self.dirs.removals_deferred(), self.lock:
             results = {c.uid: UnprepareResult() for c in claims}  # unknown claims: nothing to undo
             try:
                 cp = self.checkpoint()

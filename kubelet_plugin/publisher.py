@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -27,11 +26,11 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.errors import PublishError
 from dra_driver.names import DRIVER_NAME
+from kubelet_plugin.node_events import NodeEvents
 from kubelet_plugin.slice_plan import Json, Plan, Verb, dropped_fields, plan
 
 log = structlog.get_logger(__name__)
 
-EVENT_NAMESPACE = "default"  # where events about cluster-scoped objects (Nodes) live
 DEGRADED_REASON = "ResourceSliceFieldsDropped"
 
 
@@ -64,7 +63,9 @@ class SlicePublisher:
         max_conflicts: int = 8,
     ) -> None:
         self._api = api
-        self._core = core_api
+        self._events = (
+            NodeEvents(core_api=core_api, node_name=node_name, component=driver_name) if core_api else None
+        )
         self._node = node_name
         self._driver = driver_name
         self._max_conflicts = max_conflicts
@@ -191,26 +192,8 @@ class SlicePublisher:
             "publishing whole GPUs only"
         )
         log.error("publisher.degraded", node=self._node, dropped=list(result.dropped), message=message)
-        if self._core is None:
-            return
-        now = datetime.now(UTC)
-        event = k8s.CoreV1Event(
-            metadata=k8s.V1ObjectMeta(generate_name=f"{self._node}.tessera-"),
-            involved_object=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self._node),
-            reason=DEGRADED_REASON,
-            message=message[:1024],
-            type="Warning",
-            source=k8s.V1EventSource(component=self._driver, host=self._node),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
-        try:
-            self._core.create_namespaced_event(namespace=EVENT_NAMESPACE, body=event)
-        except ApiException as e:
-            log.warning("publisher.event_failed", node=self._node, status=e.status, reason=e.reason)
-        except TransportError as e:
-            log.warning("publisher.event_failed", node=self._node, error=str(e))
+        if self._events is not None:
+            self._events.warn(reason=DEGRADED_REASON, message=message)
 
     # -- keeping it published ----------------------------------------------------------------------
 

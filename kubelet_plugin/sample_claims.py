@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from dra_driver.names import DRIVER_NAME, Family, device_class_name
+from dra_driver.names import DRIVER_NAME, ClaimUID, Family, device_class_name
 from kubelet_plugin.results import ClaimRef
 
 REQUEST = "gpu"
@@ -58,4 +58,4 @@ def vgpu_claim(
 
 def claim_ref(claim: Mapping[str, Any]) -> ClaimRef:
     meta = claim["metadata"]
-    return ClaimRef(namespace=meta["namespace"], name=meta["name"], uid=meta["uid"])
+    return ClaimRef(namespace=meta["namespace"], name=meta["name"], uid=ClaimUID(meta["uid"]))

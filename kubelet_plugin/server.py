@@ -6,6 +6,7 @@ as soon as it has registered the plugin; on stop the registration socket goes fi
 
 from __future__ import annotations
 
+import os
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ import structlog
 
 from dra_driver.errors import StorageError
 from kubelet_plugin.dra_service import DraV1beta1Servicer, DraV1Servicer
+from kubelet_plugin.file_modes import SOCKET_MODE
 from kubelet_plugin.health import HealthV1alpha1Servicer, HealthV1Servicer
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.proto.gen import (
@@ -29,7 +31,8 @@ from kubelet_plugin.sockets import BoundSocket, clear_stale_socket, record_bound
 
 log = structlog.get_logger(__name__)
 
-# Health streams hold a worker each for their lifetime; the rest serve prepare/unprepare calls.
+# Workers for prepare/unprepare calls. Health streams hold a worker each for their lifetime; they get
+# their own on top (health.StreamSlots), so open streams never take one of these.
 DRA_WORKERS = 16
 REGISTRATION_WORKERS = 2
 
@@ -56,6 +59,11 @@ def _serve(path: Path, server: grpc.Server) -> _Running:
     except RuntimeError as e:
         raise StorageError(f"cannot listen on {path}: {e}") from e
     server.start()
+    try:
+        os.chmod(path, SOCKET_MODE)  # the umask set it already; said again so no inherited one matters
+    except OSError as e:
+        server.stop(0)
+        raise StorageError(f"cannot set the mode of {path}: {e.strerror or e}") from e
     log.info("serving", socket=str(path))
     return _Running(server=server, socket=record_bound(path))
 
@@ -69,7 +77,9 @@ class PluginServer:
 
     def start(self) -> None:
         s = self._services
-        dra = grpc.server(futures.ThreadPoolExecutor(max_workers=DRA_WORKERS, thread_name_prefix="dra"))
+        stream_slots = {id(x.slots): x.slots.capacity for x in (s.health_v1, s.health_v1alpha1)}
+        workers = DRA_WORKERS + sum(stream_slots.values())
+        dra = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="dra"))
         dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(s.dra_v1, dra)
         dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(s.dra_v1beta1, dra)
         health_v1_pb2_grpc.add_DRAResourceHealthServicer_to_server(s.health_v1, dra)

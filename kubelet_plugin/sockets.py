@@ -21,6 +21,7 @@ from pathlib import Path
 import structlog
 
 from dra_driver.errors import ConfigError, StorageError
+from kubelet_plugin.file_modes import LOCK_MODE
 
 # sockaddr_un.sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
@@ -47,7 +48,7 @@ class PluginLock:
     def held(self) -> Iterator[None]:
         with self._threads:
             try:
-                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, LOCK_MODE)
             except OSError as e:
                 raise StorageError(f"cannot open the plugin lock {self._path}: {e.strerror}") from e
             try:

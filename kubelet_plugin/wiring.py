@@ -1,8 +1,10 @@
 """Assembles a running node plugin from `DaemonOptions`, and takes it apart again.
 
-Order matters. Start: backend, claim source, preparer; reconcile under the plugin lock (another instance
-may be serving); health; publisher; then the gRPC servers, the registration socket last. Stop: the servers
-first (no new calls, sockets removed), then the loops, then the backend.
+Order matters. Start: directories (explicit modes), backend, claim source, preparer; reconcile under the
+plugin lock (another instance may be serving), removing set-aside claim directories after releasing it;
+health; publisher; then the gRPC servers, the registration socket last. Stop: the servers first (no new
+calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint, or one of a newer version
+(start-up refused), is reported in a Warning Event on the Node when an API server is configured.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import yaml
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.devices import PlacementRef
-from dra_driver.errors import ConfigError, TesseraError
+from dra_driver.errors import ConfigError, TesseraError, UnsupportedVersionError
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 from kubelet_plugin import artifacts
@@ -34,9 +36,23 @@ from kubelet_plugin.claims import (
 )
 from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
 from kubelet_plugin.faults import Faults
-from kubelet_plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer, InventoryHealthPoller
+from kubelet_plugin.file_modes import (
+    CDI_DIR_MODE,
+    CLAIMS_ROOT_MODE,
+    PLUGIN_DIR_MODE,
+    REGISTRY_DIR_MODE,
+    make_dir,
+)
+from kubelet_plugin.health import (
+    HealthBoard,
+    HealthV1alpha1Servicer,
+    HealthV1Servicer,
+    InventoryHealthPoller,
+    StreamSlots,
+)
+from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
 from kubelet_plugin.prepare import Preparer
-from kubelet_plugin.reconcile import reconcile
+from kubelet_plugin.reconcile import ReconcileReport, reconcile
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.server import PluginServer, Services
 from kubelet_plugin.sockets import PluginLock
@@ -132,11 +148,14 @@ class Node:
     def _start(self) -> None:
         o, paths = self.options, self.paths
         settings = load_settings(o.settings, o.node_name)
-        for d in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir):
-            d.mkdir(parents=True, exist_ok=True)
+        make_dir(paths.plugin_dir, PLUGIN_DIR_MODE)
+        make_dir(paths.registry_dir, REGISTRY_DIR_MODE, existing="keep")  # the kubelet's
+        make_dir(paths.cdi_dir, CDI_DIR_MODE, existing="tighten")  # shared with other vendors
+        make_dir(paths.claims_dir, CLAIMS_ROOT_MODE)
         lock = PluginLock(paths.lock_file)
         self.backend = backend = open_backend(simulate=o.simulate, state_file=o.sim_state)
         access = claim_access(o)
+        events = self._events(access.api)
         preparer = Preparer(
             backend=backend,
             claims=access.source,
@@ -146,8 +165,8 @@ class Node:
             faults=_faults(),
             driver_library_dirs=tuple(str(d) for d in o.driver_library_dirs),
         )
-        with lock.held():
-            reconcile(preparer)
+        with preparer.dirs.removals_deferred(), lock.held():
+            self._reconcile(preparer, events)
             preparer.forget_checkpoint()
 
         if access.api is not None and o.publish:
@@ -167,19 +186,40 @@ class Node:
             shared_state=paths.checkpoint_file,
             reload=preparer.forget_checkpoint,
             after=resync,
+            deferred=preparer.dirs.removals_deferred,
         )
+        streams = StreamSlots()  # one capacity for both API versions' health streams
         self.server = PluginServer(
             paths=paths,
             services=Services(
                 registration=RegistrationServicer(dra_socket=paths.dra_socket),
                 dra_v1=DraV1Servicer(calls),
                 dra_v1beta1=DraV1beta1Servicer(calls),
-                health_v1=HealthV1Servicer(board),
-                health_v1alpha1=HealthV1alpha1Servicer(board),
+                health_v1=HealthV1Servicer(board, slots=streams),
+                health_v1alpha1=HealthV1alpha1Servicer(board, slots=streams),
             ),
         )
         self.server.start()
         log.info("node plugin running", node=o.node_name, dra_socket=str(paths.dra_socket))
+
+    def _events(self, api: Any | None) -> NodeEvents | None:
+        if api is None:
+            return None
+        from kubernetes import client as k8s  # noqa: PLC0415
+
+        return NodeEvents(core_api=k8s.CoreV1Api(api), node_name=self.options.node_name)
+
+    @staticmethod
+    def _reconcile(preparer: Preparer, events: NodeEvents | None) -> ReconcileReport:
+        try:
+            report = reconcile(preparer)
+        except UnsupportedVersionError as e:
+            if events is not None:
+                events.warn(reason=CHECKPOINT_NEWER_REASON, message=str(e))
+            raise
+        if report.recovery is not None and events is not None:
+            events.warn(reason=CHECKPOINT_REBUILT_REASON, message=report.recovery.summary())
+        return report
 
     def _start_publisher(self, api: Any, backend: GpuBackend, settings: NodeSettings) -> None:
         from kubernetes import client as k8s  # noqa: PLC0415

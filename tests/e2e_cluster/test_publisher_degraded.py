@@ -31,7 +31,8 @@ from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
 from kubelet_plugin.daemon import DaemonOptions
-from kubelet_plugin.publisher import DEGRADED_REASON, EVENT_NAMESPACE, SlicePublisher
+from kubelet_plugin.node_events import EVENT_NAMESPACE
+from kubelet_plugin.publisher import DEGRADED_REASON, SlicePublisher
 from kubelet_plugin.wiring import Node
 
 pytestmark = pytest.mark.e2e
@@ -179,17 +180,12 @@ def test_daemon_publishes_whole_gpus_only(
     options = DaemonOptions(
         node_name=node,
         root=root,
-        pod_uid=None,
         simulate=NODE_FILE,
         sim_state=root / "sim-state.json",
         kubeconfig=gates_off_plane.kubeconfig,
         claims_dir_source=root / "claims",
-        library_path=None,
-        driver_library_dirs=(),
-        settings=None,
         health_interval=60.0,
         publish=True,
-        log_format="console",
         log_level="warning",
     )
     plugin = Node.start(options)

@@ -41,6 +41,7 @@ class PluginProcess:
     env: dict[str, str] = field(default_factory=dict)
     via_cli: bool = False  # `tessera plugin ...` instead of `python -m kubelet_plugin.daemon ...`
     nvml: bool = False  # the NVML backend over the fake libnvidia-ml instead of `--simulate`
+    umask: int = -1  # the umask the daemon inherits (-1: this process's)
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -78,7 +79,9 @@ class PluginProcess:
         env.pop("TESSERA_FAULT", None)  # only a test that asks for a fault gets one
         env.update(extra_env or {})
         with self.log_file.open("ab") as log:
-            self.proc = subprocess.Popen(self.command(), env=env, stdout=log, stderr=log, cwd=REPO)
+            self.proc = subprocess.Popen(
+                self.command(), env=env, stdout=log, stderr=log, cwd=REPO, umask=self.umask
+            )
         if wait:
             self.wait_ready()
         return self

@@ -242,3 +242,21 @@ def test_unreadable_checkpoint_fails_every_claim_but_touches_nothing(env: Env) -
     error = answers[r.uid].error
     assert error is not None and "corrupt" in error
     assert env.cdi_files() == [] and env.claim_dirs() == []
+
+
+def test_damaged_files_of_a_prepared_claim_are_repaired_never_torn_down(env: Env) -> None:
+    (r,) = env.put(claim("both", vgpu(0), result("gpu-1-mig-3g40gb-4", request="mig")))
+    first = env.preparer().prepare([r])[r.uid]
+    assert first.error is None
+    spec = env.paths.cdi_spec_file(r.uid)
+    good = spec.read_bytes()
+    spec.write_bytes(good[: len(good) // 3])
+    mig = env.mig()
+    # the repair fails (disk full): the claim's MIG instance and directory stay for its running containers
+    failing = env.preparer(faults=Faults(points=frozenset({FaultPoint.DISK_FULL_CDI})))
+    error = failing.prepare([r])[r.uid].error
+    assert error is not None and error.startswith("repairing the claim's files")
+    assert env.mig() == mig and env.claim_dirs() == [r.uid]
+    again = env.preparer().prepare([r])[r.uid]
+    assert again == first and env.mig() == mig
+    assert json.loads(spec.read_bytes()) == json.loads(good)

@@ -16,6 +16,7 @@ from dra_driver.names import ClaimUID, cdi_spec_file_name
 from kubelet_plugin.checkpoint import ClaimState
 from kubelet_plugin.faults import KILL_POINTS, FaultPoint, Faults
 from kubelet_plugin.reconcile import reconcile
+from kubelet_plugin.results import ClaimRef
 
 
 class Crash(BaseException):
@@ -171,3 +172,51 @@ def test_reconcile_twice_changes_nothing_the_second_time(env: Env) -> None:
     reconcile(env.preparer())
     second = reconcile(env.preparer())
     assert not second.removed_anything and second.kept_claims == (r.uid,) and second.rolled_forward == ()
+
+
+def test_a_rebuilt_checkpoint_keeps_what_it_cannot_attribute_until_the_kubelet_names_it(env: Env) -> None:
+    r = mixed(env)
+    assert env.preparer().prepare([r])[r.uid].error is None
+    admin = env.backend.create_mig_instance(gpu=env.inventory().gpus[2].uuid, profile_id=19, start=0)
+    stray = ClaimUID("stray-1")  # a claim dir whose spec never got written (or was lost)
+    (env.paths.claims_dir / stray).mkdir()
+    (env.paths.claims_dir / stray / "limits").write_text("version 1\n")
+    unmarked = ClaimUID("unmarked-2")  # a spec of ours that says nothing about its claim
+    env.paths.cdi_spec_file(unmarked).write_text('{"cdiVersion": "0.6.0"}')
+    env.paths.checkpoint_file.write_bytes(b"\x00" * 100)
+
+    report = reconcile(env.preparer())
+    recovery = report.recovery
+    assert recovery is not None and report.checkpoint_set_aside == recovery.set_aside
+    assert recovery.rebuilt == (r.uid,) and recovery.unattributed == (stray, unmarked)
+    assert recovery.unaccounted_mig == (admin.uuid,)
+    assert recovery.mig_mode_owned == (env.inventory().gpus[1].uuid,)
+    assert stray in recovery.summary() and admin.uuid in recovery.summary()
+    assert sorted(report.kept_claims) == sorted([r.uid, stray, unmarked])
+    assert sum("owns them is unknown" in p for p in report.problems) == 2
+    for _ in range(2):  # kept at every later start too, never taken for orphans
+        assert env.claim_dirs() == sorted([r.uid, stray])
+        assert cdi_spec_file_name(unmarked) in env.cdi_files()
+        assert reconcile(env.preparer()).recovery is None
+
+    # the kubelet names the claim: its unprepare settles it
+    env.preparer().unprepare([ClaimRef(namespace="ns", name="stray", uid=stray)])
+    env.preparer().unprepare([ClaimRef(namespace="ns", name="unmarked", uid=unmarked)])
+    assert env.claim_dirs() == [r.uid] and env.cdi_files() == [cdi_spec_file_name(r.uid)]
+    assert env.preparer().unprepare([r])[r.uid].error is None
+    assert [m.uuid for m in env.inventory().gpus[2].mig_instances] == [admin.uuid]
+    assert env.mig_modes() == [False, False, True]
+
+
+def test_a_lost_checkpoint_entry_is_adopted_from_the_spec(env: Env) -> None:
+    kept, gone = mixed(env, "kept"), env.put(claim("gone", vgpu(1)))[0]
+    assert all(a.error is None for a in env.preparer().prepare([kept, gone]).values())
+    env.paths.checkpoint_file.unlink()  # removed by hand
+    env.claims.delete(namespace=gone.namespace, name=gone.name)
+    report = reconcile(env.preparer())
+    assert sorted(report.adopted_claims) == sorted([kept.uid, gone.uid]) and report.recovery is None
+    assert report.released_claims == (gone.uid,) and report.kept_claims == (kept.uid,)
+    assert_prepared(env, kept.uid)
+    assert env.checkpoint().claims[kept.uid].mig[0].created_by_tessera
+    assert env.preparer().unprepare([kept])[kept.uid].error is None
+    assert_clean(env)

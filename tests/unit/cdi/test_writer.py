@@ -61,3 +61,42 @@ def test_other_vendors_files_are_not_ours(tmp_path: Path) -> None:
 def test_file_mode(tmp_path: Path) -> None:
     atomic_write(tmp_path / "x", b"1", mode=0o600)
     assert (tmp_path / "x").stat().st_mode & 0o777 == 0o600
+
+
+def test_anything_under_our_spec_name_is_replaced_never_followed(tmp_path: Path) -> None:
+    cdi = tmp_path / "cdi"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("x")
+    path = cdi / cdi_spec_file_name(ClaimUID("u1"))
+    (path / "deep" / "er").mkdir(parents=True)  # a directory named like our spec
+    assert write_spec(cdi, ClaimUID("u1"), SPEC) == path and read_spec(path) == SPEC
+    path.unlink()
+    path.symlink_to(victim)
+    with pytest.raises(StorageError, match="is a symbolic link"):
+        read_spec(path)
+    assert remove_spec(cdi, ClaimUID("u1")) and not os.path.lexists(path)
+    assert (victim / "keep").exists()
+
+
+def test_reading_a_spec_never_blocks_and_never_reads_unbounded(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # opening a FIFO for reading would wait for a writer
+    with pytest.raises(StorageError, match="not a regular file"):
+        read_spec(fifo)
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * (2 << 20))
+    with pytest.raises(StorageError, match="more than"):
+        read_spec(big)
+    for content in (b"[]", b"{garbage", b"[" * 100_000, b'{"kind": "k8s.gpu.tessera.dev/claim"}'):
+        (tmp_path / "bad.json").write_bytes(content)
+        with pytest.raises(StorageError, match=r"bad\.json"):
+            read_spec(tmp_path / "bad.json")
+
+
+def test_annotations_round_trip(tmp_path: Path) -> None:
+    marked = Spec(kind=SPEC.kind, devices=SPEC.devices, annotations={"gpu.tessera.dev/x": "{}"})
+    path = write_spec(tmp_path, ClaimUID("u1"), marked)
+    assert read_spec(path) == marked
+    assert json.loads(path.read_text())["annotations"] == {"gpu.tessera.dev/x": "{}"}
+    assert path.stat().st_mode & 0o777 == 0o644

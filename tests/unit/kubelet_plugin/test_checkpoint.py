@@ -99,8 +99,12 @@ def test_store_corrupt_file_and_set_aside(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="corrupt"):
         store.load(boot_id="b")
     aside = store.set_aside()
-    assert aside.exists() and not store.path.exists()
-    assert store.load(boot_id="b") == Checkpoint(boot_id="b")
+    # kept aside, and still in place until a new checkpoint replaces it (never a moment without one)
+    assert aside.read_bytes() == store.path.read_bytes() == encode(CP)[:-10]
+    assert aside.name.startswith("checkpoint.json.unreadable-")
+    assert store.set_aside() != aside  # a second copy never overwrites the first
+    store.save(CP)
+    assert store.load(boot_id="b") == CP and aside.read_bytes() == encode(CP)[:-10]
 
 
 def test_boot_id() -> None:

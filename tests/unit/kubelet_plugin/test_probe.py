@@ -49,14 +49,9 @@ def start_plugin(root: Path, pod_uid: str | None = None) -> Node:
         pod_uid=pod_uid,
         simulate=NODE_FILE,
         sim_state=root / "sim-state.json",
-        kubeconfig=None,
         claims_dir_source=root / "claims",
-        library_path=None,
-        driver_library_dirs=(),
-        settings=None,
         health_interval=60.0,
         publish=False,
-        log_format="console",
         log_level="warning",
     )
     return Node.start(options)

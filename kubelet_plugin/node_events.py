@@ -1,0 +1,59 @@
+"""Warning Events on this node's Node object: how the daemon says loudly what an administrator must know.
+
+Events about cluster-scoped objects (Nodes) live in the `default` namespace. Failing to write one is logged,
+never raised: the event only repeats what the log already says.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import structlog
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+# urllib3's own errors (not OSError) when the API server is down or drops a connection.
+from urllib3.exceptions import HTTPError as TransportError
+
+from dra_driver.excerpt import clip
+from dra_driver.names import DRIVER_NAME
+
+EVENT_NAMESPACE = "default"
+CHECKPOINT_REBUILT_REASON = "CheckpointRebuilt"  # unreadable: set aside, rebuilt from the node
+CHECKPOINT_NEWER_REASON = "CheckpointFromNewerVersion"  # start-up refused, nothing changed
+MAX_MESSAGE_CHARS = 1024  # the API server keeps at most this much of an Event's message
+
+log = structlog.get_logger(__name__)
+
+
+class NodeEvents:
+    def __init__(self, *, core_api: k8s.CoreV1Api, node_name: str, component: str = DRIVER_NAME) -> None:
+        self._core = core_api
+        self._node = node_name
+        self._component = component
+
+    def warn(self, *, reason: str, message: str) -> bool:
+        """Post a Warning Event on the Node; False (and a log line) when the API server did not take it."""
+        now = datetime.now(UTC)
+        event = k8s.CoreV1Event(
+            metadata=k8s.V1ObjectMeta(generate_name=f"{self._node}.tessera-"),
+            involved_object=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self._node),
+            reason=reason,
+            message=clip(message, MAX_MESSAGE_CHARS),
+            type="Warning",
+            source=k8s.V1EventSource(component=self._component, host=self._node),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self._core.create_namespaced_event(namespace=EVENT_NAMESPACE, body=event)
+        except ApiException as e:
+            log.warning(
+                "node event not written", node=self._node, reason=reason, status=e.status, why=e.reason
+            )
+            return False
+        except TransportError as e:
+            log.warning("node event not written", node=self._node, reason=reason, error=str(e))
+            return False
+        return True

@@ -1,0 +1,355 @@
+"""A hostile tenant, a forged caller and a careless host against the real daemon over its sockets.
+
+Each test is one of issue #9's node-daemon items: the daemon keeps serving, nothing outside the claims root or
+the CDI directory is touched, and what a tenant can fill is removed without holding the node lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import stat
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from plugin_process import NODE, PluginProcess, cleanup, short_root
+
+from cdi.writer import read_spec
+from dra_driver.files import is_temp
+from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID, Family, cdi_spec_file_name
+from kubelet_plugin.checkpoint_store import CheckpointStore
+from kubelet_plugin.health import HEALTH_STREAMS
+from kubelet_plugin.kubelet_client import DraClient
+from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_pb2
+from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.sample_claims import allocated_claim, claim_ref, vgpu_claim
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def root() -> Iterator[Path]:
+    path = short_root()
+    yield path
+    cleanup([], path)
+
+
+@pytest.fixture
+def plugin(root: Path) -> Iterator[PluginProcess]:
+    p = PluginProcess(root=root).start()
+    yield p
+    p.kill()
+
+
+def prepared(p: PluginProcess, claim: dict[str, Any]) -> ClaimRef:
+    p.claims.put(claim)
+    ref = claim_ref(claim)
+    with DraClient(p.paths.dra_socket) as client:
+        assert client.prepare([ref]).claims[ref.uid].error == ""
+    return ref
+
+
+def claims_root_entries(p: PluginProcess) -> list[str]:
+    return sorted(os.listdir(p.paths.claims_dir))
+
+
+def deep_tree(top: Path, depth: int, *, link_to: Path) -> None:
+    """`depth` nested directories below `top`, with files and links to `link_to` along the way."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for level in range(depth):
+            if level % 100 == 0:
+                os.symlink(link_to, f"link{level}", dir_fd=fd)
+                os.close(os.open(f"file{level}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every path below `directory` with a digest of its content (or its kind)."""
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            if stat.S_ISREG(st.st_mode):
+                out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                out[str(path)] = oct(stat.S_IFMT(st.st_mode))
+    return out
+
+
+# ---- 1: one safe tree removal for everything a tenant can fill ------------------------------------
+
+
+def test_a_1000_deep_tree_does_not_break_unprepare_or_any_later_start(root: Path) -> None:
+    p = PluginProcess(root=root).start()
+    try:
+        victim = root / "victim"
+        victim.mkdir()
+        (victim / "keep").write_text("mine")
+        ref = prepared(p, vgpu_claim("deep", pool=NODE, gpu=0))
+        deep_tree(p.paths.claim_dir(ref.uid), 1000, link_to=victim)
+        with DraClient(p.paths.dra_socket) as client:
+            assert client.unprepare([ref]).claims[ref.uid].error == ""
+        assert claims_root_entries(p) == [], "no claim dir and no .<uid>.tmp-… left behind"
+
+        # what a crash in the middle of a removal leaves: a set-aside deep tree; every later start copes
+        stale = p.paths.claims_dir / f".{ref.uid}.tmp-0badf00d"
+        stale.mkdir()
+        deep_tree(stale, 1000, link_to=victim)
+        p.kill()
+        p.start()
+        assert claims_root_entries(p) == []
+        assert [x.name for x in victim.iterdir()] == ["keep"] and (victim / "keep").read_text() == "mine"
+        prepared(p, vgpu_claim("next", pool=NODE, gpu=1))  # and it serves the next claim
+    finally:
+        cleanup([p], root)
+
+
+def test_100k_files_are_removed_outside_the_node_lock(plugin: PluginProcess) -> None:
+    ref = prepared(plugin, vgpu_claim("wide", pool=NODE, gpu=2))
+    claim_dir = plugin.paths.claim_dir(ref.uid)
+    fd = os.open(claim_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(100_000):
+            os.close(os.open(f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    answer: list[str] = []
+
+    def unprepare() -> None:
+        with DraClient(plugin.paths.dra_socket) as client:
+            answer.append(client.unprepare([ref]).claims[ref.uid].error)
+
+    caller = threading.Thread(target=unprepare)
+    caller.start()
+    while claim_dir.exists():  # set aside under the lock ...
+        time.sleep(0.001)
+    lock = os.open(plugin.paths.lock_file, os.O_RDWR)
+    try:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                time.sleep(0.001)
+        # ... and the lock is free again while the tenant's files are still being removed
+        aside = [n for n in claims_root_entries(plugin) if is_temp(n)]
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    finally:
+        os.close(lock)
+    caller.join(60)
+    assert answer == [""]
+    assert aside, "the node lock was held until every file was gone"
+    assert claims_root_entries(plugin) == []
+
+
+# ---- 3: one validated ClaimUID at the gRPC edge ---------------------------------------------------
+
+
+def test_a_forged_uid_fails_only_its_claim_and_touches_nothing_outside(plugin: PluginProcess) -> None:
+    paths = plugin.paths
+    victim = paths.claims_dir / ".." / ".." / "x"  # what `claims/<uid>` names for uid ../../x
+    victim.mkdir(parents=True)
+    (victim / "data").write_text("not the plugin's")
+    forged = vgpu_claim("forged", pool=NODE, gpu=0)
+    forged["metadata"]["uid"] = "../../x"  # a forged API object agrees with the forged kubelet call
+    plugin.claims.put(forged)
+    good = vgpu_claim("good", pool=NODE, gpu=1)
+    plugin.claims.put(good)
+    before = snapshot(plugin.root)
+    bad_uids = ["../../x", "a/b", "..", "x" * 10_000]
+    request = [dra_v1_pb2.Claim(namespace="default", name="forged", uid=u) for u in bad_uids]
+    request.append(dra_v1_pb2.Claim(namespace="default", name="good", uid=good["metadata"]["uid"]))
+    with DraClient(paths.dra_socket) as client:
+        answers = client.v1.NodePrepareResources(dra_v1_pb2.NodePrepareResourcesRequest(claims=request))
+        for uid in bad_uids:
+            error = answers.claims[uid].error
+            assert "field uid" in error and "not a Kubernetes UID" in error and len(error) < 600
+        assert answers.claims[good["metadata"]["uid"]].error == ""
+        unanswers = client.v1.NodeUnprepareResources(
+            dra_v1_pb2.NodeUnprepareResourcesRequest(claims=request[:-1])
+        )
+        assert all("field uid" in unanswers.claims[u].error for u in bad_uids)
+    after = snapshot(plugin.root)
+    changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+    ours = (str(paths.claims_dir) + "/", str(paths.cdi_dir) + "/", str(paths.plugin_dir) + "/")
+    logs = str(plugin.log_file)
+    assert all(p.startswith(ours) or p == logs for p in changed), sorted(changed)
+    assert (victim / "data").read_text() == "not the plugin's" and os.listdir(victim) == ["data"]
+
+
+# ---- 5: every echoed value is bounded ---------------------------------------------------------------
+
+
+def test_megabyte_opaque_configs_get_short_errors_in_one_working_call(plugin: PluginProcess) -> None:
+    huge = "x" * (1 << 20)
+    refs = []
+    for i in range(5):
+        claim = vgpu_claim(f"huge{i}", pool=NODE, gpu=i)
+        claim["status"]["allocation"]["devices"]["config"] = [
+            {
+                "source": "FromClaim",
+                "requests": [],
+                "opaque": {
+                    "driver": DRIVER_NAME,
+                    "parameters": {
+                        "apiVersion": CONFIG_API_VERSION,
+                        "kind": "VgpuConfig",
+                        "smLimitPolicy": huge,
+                    },
+                },
+            }
+        ]
+        plugin.claims.put(claim)
+        refs.append(claim_ref(claim))
+    fine = vgpu_claim("fine", pool=NODE, gpu=6)
+    plugin.claims.put(fine)
+    logged = plugin.log_file.stat().st_size
+    with DraClient(plugin.paths.dra_socket) as client:
+        # one call: the answer stays far below the kubelet's default 4 MiB message limit
+        answers = client.prepare([*refs, claim_ref(fine)])
+    for r in refs:
+        error = answers.claims[r.uid].error
+        assert "smLimitPolicy" in error and len(error) < 600, error[:200]
+    assert answers.claims[fine["metadata"]["uid"]].error == ""
+    assert plugin.log_file.stat().st_size - logged < 64 << 10
+
+
+# ---- 7: the CDI directory ---------------------------------------------------------------------------
+
+
+def test_cdi_entries_named_like_our_specs_neither_stop_start_up_nor_pass_as_prepared(root: Path) -> None:
+    p = PluginProcess(root=root).start()
+    try:
+        a, b, c = (prepared(p, vgpu_claim(n, pool=NODE, gpu=i)) for i, n in enumerate("abc"))
+        spec = {r.uid: p.paths.cdi_spec_file(r.uid) for r in (a, b, c)}
+        good = {r.uid: spec[r.uid].read_bytes() for r in (a, b, c)}
+        p.kill()
+        orphan = p.paths.cdi_dir / cdi_spec_file_name(ClaimUID("0rphan"))
+        orphan.mkdir()
+        (orphan / "inside").write_text("x")
+        spec[a.uid].unlink()
+        spec[a.uid].mkdir()  # a directory where a live claim's spec belongs
+        spec[b.uid].write_text("{garbage")
+        spec[c.uid].write_bytes(good[c.uid][: len(good[c.uid]) // 2])
+        p.start()
+        assert not orphan.exists()
+        for r in (a, b, c):
+            assert spec[r.uid].is_file() and read_spec(spec[r.uid]).devices, r.name
+        with DraClient(p.paths.dra_socket) as client:
+            for r in (a, b, c):
+                answer = client.prepare([r]).claims[r.uid]
+                assert answer.error == "" and list(answer.devices[0].cdi_device_ids) == [
+                    f"{read_spec(spec[r.uid]).kind}={read_spec(spec[r.uid]).devices[0].name}"
+                ]
+            # damaged while running: the next prepare of the claim notices and writes it again
+            spec[a.uid].write_text("[]")
+            assert client.prepare([a]).claims[a.uid].error == ""
+            assert read_spec(spec[a.uid]).devices
+        assert "damaged" in p.log()
+    finally:
+        cleanup([p], root)
+
+
+# ---- 8: health streams have their own capacity ------------------------------------------------------
+
+
+def test_open_health_streams_never_starve_prepare(plugin: PluginProcess) -> None:
+    outcomes: list[str] = []
+    streams: list[Any] = []
+    lock = threading.Lock()
+
+    def watch(client: DraClient, i: int) -> None:
+        stream: Any = (
+            client.health_v1alpha1.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest())
+            if i % 2
+            else client.health_v1.NodeWatchResources(health_v1_pb2.NodeWatchResourcesRequest())
+        )
+        with lock:
+            streams.append(stream)
+        try:
+            next(stream)
+            outcome = "open"
+        except grpc.RpcError as e:
+            outcome = e.code().name
+        with lock:
+            outcomes.append(outcome)
+
+    with DraClient(plugin.paths.dra_socket) as client:
+        watchers = [threading.Thread(target=watch, args=(client, i), daemon=True) for i in range(20)]
+        for w in watchers:
+            w.start()
+        deadline = time.monotonic() + 20
+        while len(outcomes) < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        claim = vgpu_claim("while-watched", pool=NODE, gpu=5)
+        plugin.claims.put(claim)
+        ref = claim_ref(claim)
+        assert client.prepare([ref], timeout=10).claims[ref.uid].error == ""
+        assert sorted(outcomes) == ["RESOURCE_EXHAUSTED"] * (20 - HEALTH_STREAMS) + ["open"] * HEALTH_STREAMS
+        for s in streams:
+            s.cancel()
+        # a slot comes back as soon as its caller goes, not at the next heartbeat
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                with client.watch_health(timeout=5) as again:
+                    next(again)
+                break
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+                time.sleep(0.1)
+
+
+# ---- 9: modes do not follow the inherited umask -----------------------------------------------------
+
+
+def test_nothing_is_world_writable_with_an_inherited_umask_000(root: Path) -> None:
+    p = PluginProcess(root=root, umask=0).start()
+    try:
+        ref = prepared(p, vgpu_claim("modes", pool=NODE, gpu=0))
+        mig = prepared(p, allocated_claim("mig", device="gpu-1-mig-1g10gb-2", family=Family.MIG, pool=NODE))
+        paths = p.paths
+        claim_dir = paths.claim_dir(ref.uid)
+        expected = {
+            paths.dra_socket: 0o600,
+            paths.registration_socket: 0o600,
+            paths.plugin_dir: 0o700,
+            paths.checkpoint_file: 0o600,
+            paths.lock_file: 0o600,
+            paths.cdi_dir: 0o755,
+            paths.cdi_spec_file(ref.uid): 0o644,
+            paths.cdi_spec_file(mig.uid): 0o644,
+            paths.claims_dir: 0o700,
+            claim_dir: 0o755,
+            claim_dir / "limits": 0o644,
+            claim_dir / "region": 0o666,
+        }
+        assert {path: stat.S_IMODE(path.lstat().st_mode) for path in expected} == expected
+        test_made = {root / "claims", p.log_file}
+        writable = [
+            str(path)
+            for path in (Path(d) / n for d, ds, fs in os.walk(root) for n in ds + fs)
+            if path.lstat().st_mode & 0o022
+            and not any(path == t or t in path.parents for t in test_made)
+            and path.name != "region"
+        ]
+        assert writable == []
+        assert CheckpointStore(path=paths.checkpoint_file).load(boot_id="-").claims.keys() == {
+            ref.uid,
+            mig.uid,
+        }
+    finally:
+        cleanup([p], root)

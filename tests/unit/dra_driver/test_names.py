@@ -1,0 +1,38 @@
+"""Names that become paths: the claim UID is checked wherever it is made."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dra_driver.errors import InvalidNameError
+from dra_driver.names import ClaimUID, cdi_spec_file_name, parse_cdi_spec_file_name
+
+
+@pytest.mark.parametrize("uid", ["0b1c2d3e-aaaa-bbbb-cccc-000000000001", "u1", "A-9", "x" * 128])
+def test_kubernetes_uids_are_claim_uids(uid: str) -> None:
+    assert ClaimUID(uid) == uid and isinstance(ClaimUID(uid), str)
+    assert ClaimUID(ClaimUID(uid)) == uid
+    assert json.dumps({ClaimUID(uid): ClaimUID(uid)}) == json.dumps({uid: uid})
+
+
+@pytest.mark.parametrize(
+    "uid", ["", "..", "../../x", "a/b", "/abs", "-lead", ".hidden", "a b", "a\x00b", "u\n", "x" * 129]
+)
+def test_anything_that_could_leave_a_directory_is_refused(uid: str) -> None:
+    with pytest.raises(InvalidNameError, match="is not a Kubernetes UID"):
+        ClaimUID(uid)
+
+
+def test_a_huge_uid_is_not_echoed() -> None:
+    with pytest.raises(InvalidNameError) as info:
+        ClaimUID("../" * 100_000)
+    assert len(str(info.value)) < 300
+
+
+def test_spec_file_names_parse_back_only_for_valid_uids() -> None:
+    name = cdi_spec_file_name(ClaimUID("u1"))
+    assert parse_cdi_spec_file_name(name) == "u1"
+    assert parse_cdi_spec_file_name(name.replace("u1", "..")) is None
+    assert parse_cdi_spec_file_name("nvidia.com-gpu.json") is None

@@ -1,0 +1,51 @@
+"""The checkpoint entry a claim's CDI spec carries, for rebuilding a lost checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dra_driver.errors import StorageError
+from dra_driver.names import ClaimUID, GpuUUID
+from kubelet_plugin.checkpoint import ClaimEntry, ClaimState, MigRecord
+from kubelet_plugin.claim_marker import (
+    ENTRY_ANNOTATION,
+    MIG_MODE_ANNOTATION,
+    marker_annotations,
+    parse_marker,
+)
+
+ENTRY = ClaimEntry(
+    uid=ClaimUID("u1"),
+    namespace="ns",
+    name="c",
+    state=ClaimState.PREPARE_STARTED,
+    mig=(MigRecord("gpu-1-mig-1g10gb-0", GpuUUID("GPU-1"), 19, "1g.10gb", 0, True, 3, 0, "MIG-1"),),
+)
+
+
+def test_round_trip_names_only_the_claims_own_gpus() -> None:
+    owned = [GpuUUID("GPU-1"), GpuUUID("GPU-7")]
+    annotations = marker_annotations(ENTRY, mig_mode_owned=owned)
+    assert annotations[MIG_MODE_ANNOTATION] == "GPU-1"
+    marker = parse_marker(annotations, uid=ClaimUID("u1"))
+    assert marker.entry == ENTRY.with_state(ClaimState.PREPARE_COMPLETED)
+    assert marker.mig_mode_owned == {"GPU-1"}
+    assert MIG_MODE_ANNOTATION not in marker_annotations(ENTRY, mig_mode_owned=[GpuUUID("GPU-7")])
+
+
+@pytest.mark.parametrize(
+    ("annotations", "needle"),
+    [
+        ({}, "carries no"),
+        ({ENTRY_ANNOTATION: "{"}, "malformed"),
+        ({ENTRY_ANNOTATION: "[]"}, "malformed"),
+        ({ENTRY_ANNOTATION: json.dumps({**ENTRY.to_dict(), "uid": "../x"})}, "malformed"),
+        ({ENTRY_ANNOTATION: json.dumps(ENTRY.to_dict())}, "names claim u1, the file claim u2"),
+    ],
+)
+def test_a_bad_marker_is_a_storage_error(annotations: dict[str, str], needle: str) -> None:
+    uid = ClaimUID("u2") if "u2" in needle else ClaimUID("u1")
+    with pytest.raises(StorageError, match=needle):
+        parse_marker(annotations, uid=uid)
