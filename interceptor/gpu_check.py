@@ -18,7 +18,7 @@ def _say(**kv: object) -> None:
 
 
 def mem(limit: int) -> None:
-    """Allocate 256 MiB tensors until the allocator refuses (the backend comes from PYTORCH_CUDA_ALLOC_CONF)."""
+    """Allocate 256 MiB tensors until the allocator refuses (PYTORCH_CUDA_ALLOC_CONF picks the backend)."""
     import torch
 
     free, total = torch.cuda.mem_get_info()
@@ -127,7 +127,9 @@ def triton_add(seconds: float) -> None:
     def add(x_ptr, y_ptr, out_ptr, n, block: tl.constexpr):  # type: ignore[no-untyped-def]
         offs = tl.program_id(0) * block + tl.arange(0, block)
         mask = offs < n
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+        tl.store(
+            out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask
+        )
 
     n = 1 << 10
     x, y = torch.rand(n, device="cuda"), torch.rand(n, device="cuda")

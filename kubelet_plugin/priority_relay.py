@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubelet_plugin.gpu_view import GpuView
-from kubelet_plugin.region import REGION_FILE_NAME, RegionUnreadable, read_region
+from kubelet_plugin.region import REGION_FILE_NAME, RegionUnreadableError, read_region
 
 HOLD_NS = 50_000_000
 POLL_S = 0.010
@@ -35,12 +35,12 @@ class RelayedGpu:
 
 
 def latest_stamp(uuid: str, claim_dirs: Sequence[Path], *, now_ns: int) -> tuple[int, int]:
-    """(the latest launch stamp of the high claims on this GPU, how many launched within HOLD), clamped to now."""
+    """The latest launch stamp of the GPU's high claims (clamped to now) and how many stamped in HOLD."""
     latest, active = 0, 0
     for d in claim_dirs:
         try:
             gpu = read_region(d / REGION_FILE_NAME, processes=False).gpu(uuid)
-        except (RegionUnreadable, OSError):
+        except (RegionUnreadableError, OSError):
             continue  # no region yet (nothing launched), or a broken one: no hold from it
         if gpu is None or gpu.active_ns == 0:
             continue

@@ -29,7 +29,7 @@ SIZE = PROCS_OFFSET + PROC.size * MAX_PROCS
 REGION_FILE_NAME = "region"
 
 
-class RegionUnreadable(Exception):
+class RegionUnreadableError(Exception):
     """The region cannot be read: absent, not a regular file, wrong size, magic or version."""
 
 
@@ -68,31 +68,31 @@ def _open(path: Path) -> int:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         why = "a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
-        raise RegionUnreadable(f"{path}: {why}") from e
+        raise RegionUnreadableError(f"{path}: {why}") from e
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
         os.close(fd)
-        raise RegionUnreadable(f"{path}: not a regular file of {SIZE} bytes")
+        raise RegionUnreadableError(f"{path}: not a regular file of {SIZE} bytes")
     return fd
 
 
 def _read(fd: int, offset: int, size: int, path: Path) -> bytes:
     data = os.pread(fd, size, offset)
     if len(data) != size:
-        raise RegionUnreadable(f"{path}: truncated while read")
+        raise RegionUnreadableError(f"{path}: truncated while read")
     return data
 
 
 def read_region(path: Path, *, processes: bool = True) -> Region:
-    """The region's GPU entries (and live process slots); raises RegionUnreadable."""
+    """The region's GPU entries (and live process slots); raises RegionUnreadableError."""
     fd = _open(path)
     try:
         head = _read(fd, 0, PROCS_OFFSET, path)
         magic, version, header_size, total, max_gpus, max_procs, proc_high, _ = HEADER.unpack_from(head)
         if magic != MAGIC or version != VERSION:
-            raise RegionUnreadable(f"{path}: not a version {VERSION} region")
+            raise RegionUnreadableError(f"{path}: not a version {VERSION} region")
         if header_size != GPUS_OFFSET or total != SIZE or max_gpus != MAX_GPUS or max_procs != MAX_PROCS:
-            raise RegionUnreadable(f"{path}: layout mismatch")
+            raise RegionUnreadableError(f"{path}: layout mismatch")
         gpus = []
         for i in range(MAX_GPUS):
             f = GPU.unpack_from(head, GPUS_OFFSET + i * GPU.size)

@@ -24,7 +24,9 @@ def _shares(tmp_path: Path, cores: list[int], *, secs: float = 1.0) -> list[floa
     view.write_schedule(schedule(claims), frame_us=50_000)
     procs = []
     for c in claims:
-        d = claim_dir(tmp_path, f"c{c.slot}", f"gpu {FAKE_GPU0} cores {c.cores} slot {c.slot} view {view.path}")
+        d = claim_dir(
+            tmp_path, f"c{c.slot}", f"gpu {FAKE_GPU0} cores {c.cores} slot {c.slot} view {view.path}"
+        )
         (d / "region").unlink(missing_ok=True)
         procs.append(start(TSHARE, "sm", "-1", str(secs), "kernel", env=env(d, tmp_path / "gpu")))
     outs = [p.communicate(timeout=60)[0] for p in procs]
@@ -49,7 +51,8 @@ def test_a_high_priority_claim_holds_normal_ones_back_through_the_relay(tmp_path
         high = claim_dir(root, "high", f"gpu {FAKE_GPU0} cores 0 priority 0")
         normal = claim_dir(root, "normal", f"gpu {FAKE_GPU0} cores 0 priority 1 slot 1 view {view.path}")
         stop = threading.Event()
-        relay = threading.Thread(target=run, args=(stop, lambda: [RelayedGpu(FAKE_GPU0, view, (high,))]))
+        relayed = [RelayedGpu(FAKE_GPU0, view, (high,))]
+        relay = threading.Thread(target=run, args=(stop, lambda relayed=relayed: relayed))
         relay.start()
         try:
             lo = start(TSHARE, "gaps", "3", "1000", env=env(normal, root / "gpu"))
@@ -69,4 +72,6 @@ def test_a_high_priority_claim_holds_normal_ones_back_through_the_relay(tmp_path
         # the high claim keeps (nearly) its solo speed; the normal one stood still meanwhile and resumed fast
         if resumed_ms is not None and hi_share >= 0.8 * solo and resumed_ms <= 100:
             return
-    pytest.fail(f"high share {hi_share} (solo {solo}), normal resumed {resumed_ms} ms after it stopped\n{lo_out}")
+    pytest.fail(
+        f"high share {hi_share} (solo {solo}), normal resumed {resumed_ms} ms after it stopped\n{lo_out}"
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 
-from kubelet_plugin.region import SIZE, RegionUnreadable, read_region
+from kubelet_plugin.region import SIZE, RegionUnreadableError, read_region
 
 MiB = 1 << 20
 
@@ -55,5 +55,5 @@ def test_a_damaged_region_is_refused_not_trusted(tmp_path: Path, damage: str) ->
         path.write_bytes(os.urandom(SIZE))
     elif damage == "fifo":
         os.mkfifo(path)
-    with pytest.raises(RegionUnreadable):
+    with pytest.raises(RegionUnreadableError):
         read_region(path)

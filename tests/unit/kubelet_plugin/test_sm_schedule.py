@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +16,11 @@ def test_shares_back_to_back_in_slot_order() -> None:
 
 def test_claims_without_a_share_share_what_is_left() -> None:
     parts = schedule([SharingClaim(1, 20), SharingClaim(2, 0), SharingClaim(3, 0)], frame_us=50_000)
-    assert [(p.slot, p.start_us, p.end_us) for p in parts] == [(1, 0, 10_000), (2, 10_000, 50_000), (3, 10_000, 50_000)]
+    assert [(p.slot, p.start_us, p.end_us) for p in parts] == [
+        (1, 0, 10_000),
+        (2, 10_000, 50_000),
+        (3, 10_000, 50_000),
+    ]
 
 
 def test_nothing_left_for_unreserved_claims_when_shares_fill_the_frame() -> None:
@@ -50,7 +56,7 @@ def test_parts_never_overlap_and_match_shares(claims: list[tuple[int, bool]], fr
     parts = schedule(kept, frame_us=frame)
     by_slot = {c.slot: c for c in kept}
     reserved = sorted((p for p in parts if by_slot[p.slot].cores), key=lambda p: p.start_us)
-    for a, b in zip(reserved, reserved[1:], strict=False):
+    for a, b in itertools.pairwise(reserved):
         assert a.end_us <= b.start_us
     for p in parts:
         c = by_slot[p.slot]
