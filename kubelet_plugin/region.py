@@ -10,6 +10,7 @@ tenant truncated it). Values are reported as found; callers clamp what they use.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import stat
 import struct
@@ -27,6 +28,9 @@ PROCS_OFFSET = GPUS_OFFSET + GPU.size * MAX_GPUS
 PROC = struct.Struct("<iIQ16Q")
 SIZE = PROCS_OFFSET + PROC.size * MAX_PROCS
 REGION_FILE_NAME = "region"
+SLOT_LOCK_BASE = 1 << 30  # byte SLOT_LOCK_BASE + i is slot i's liveness lock (held while its process lives)
+F_OFD_GETLK = 36
+FLOCK = struct.Struct("hhqqi4x")  # struct flock on 64-bit Linux: type whence start len pid
 
 
 class RegionUnreadableError(Exception):
@@ -36,7 +40,7 @@ class RegionUnreadableError(Exception):
 @dataclass(frozen=True, slots=True)
 class RegionGpu:
     uuid: str
-    used_bytes: int
+    used_bytes: int  # the sum of the claim's live processes' bytes (the library keeps no shared total)
     limit_bytes: int
     cores: int
     priority: int
@@ -83,8 +87,21 @@ def _read(fd: int, offset: int, size: int, path: Path) -> bytes:
     return data
 
 
+def _alive(fd: int, slot: int) -> bool:
+    """Whether the process of a slot still holds its liveness lock (when unsure: alive)."""
+    try:
+        got = fcntl.fcntl(
+            fd, F_OFD_GETLK, FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, SLOT_LOCK_BASE + slot, 1, 0)
+        )
+    except OSError:
+        return True
+    return bool(FLOCK.unpack(got)[0] != fcntl.F_UNLCK)
+
+
 def read_region(path: Path, *, processes: bool = True) -> Region:
-    """The region's GPU entries (and live process slots); raises RegionUnreadableError."""
+    """The region's GPU entries with the bytes of the claim's live processes (and those processes, unless
+    `processes` is false: then used_bytes is 0, for readers that want only the launch counters); raises
+    RegionUnreadableError."""
     fd = _open(path)
     try:
         head = _read(fd, 0, PROCS_OFFSET, path)
@@ -93,20 +110,21 @@ def read_region(path: Path, *, processes: bool = True) -> Region:
             raise RegionUnreadableError(f"{path}: not a version {VERSION} region")
         if header_size != GPUS_OFFSET or total != SIZE or max_gpus != MAX_GPUS or max_procs != MAX_PROCS:
             raise RegionUnreadableError(f"{path}: layout mismatch")
-        gpus = []
-        for i in range(MAX_GPUS):
-            f = GPU.unpack_from(head, GPUS_OFFSET + i * GPU.size)
-            uuid = f[0].split(b"\0", 1)[0].decode("ascii", "replace")
-            if uuid:
-                gpus.append(RegionGpu(uuid, f[1], f[2], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12]))
         procs: list[RegionProcess] = []
         high = min(proc_high, MAX_PROCS)
         if processes and high:
             body = _read(fd, PROCS_OFFSET, PROC.size * high, path)
             for i in range(high):
                 pid, state, _attach, *used = PROC.unpack_from(body, i * PROC.size)
-                if state == 1:
-                    procs.append(RegionProcess(pid, tuple(used)))
+                if state == 1 and _alive(fd, i):
+                    procs.append(RegionProcess(pid, tuple(min(u, 1 << 56) for u in used)))
+        gpus = []
+        for i in range(MAX_GPUS):
+            f = GPU.unpack_from(head, GPUS_OFFSET + i * GPU.size)
+            uuid = f[0].split(b"\0", 1)[0].decode("ascii", "replace")
+            if uuid:
+                held = sum(p.used_bytes[i] for p in procs)
+                gpus.append(RegionGpu(uuid, held, f[2], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12]))
         return Region(tuple(gpus), tuple(procs))
     finally:
         os.close(fd)

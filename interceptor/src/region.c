@@ -201,36 +201,53 @@ static uint32_t proc_high(struct region_handle *h)
     return hi > TR_MAX_PROCS ? TR_MAX_PROCS : hi;
 }
 
-/* Under the lock: the bytes the claim's live slots hold on entry g (dead ones swept when sweep is set). */
+#define SLOT_BATCH 32
+#define HEAD_AND_BATCH (offsetof(struct tr_region, procs) + SLOT_BATCH * sizeof(struct tr_proc))
+
+/* Under the lock: the bytes the claim's live slots hold on entry g — the sum of every slot's own count, so no
+ * crash in the middle of an update can leave a total wrong (dead slots swept first when sweep is set). One
+ * pread reads the header and the first SLOT_BATCH slots; more slots take one pread per batch. */
 static uint64_t claim_used(struct region_handle *h, int g, int sweep)
 {
-    uint32_t hi = proc_high(h);
+    static __thread unsigned char buf[HEAD_AND_BATCH] __attribute__((aligned(16)));
+    if (h->mem)
+        return h->mine[g];
+    if (rd(h, 0, buf, HEAD_AND_BATCH)) {
+        fall_back(h, "it cannot be read (truncated?)");
+        return h->mine[g];
+    }
+    uint32_t hi;
+    memcpy(&hi, buf + offsetof(struct tr_region, proc_high), sizeof hi);
+    hi = hi > TR_MAX_PROCS ? TR_MAX_PROCS : hi;
     uint64_t sum = 0;
-    for (uint32_t i = 0; i < hi; i++) {
-        struct tr_proc p;
-        if (rd(h, PROC_OFF(i), &p, sizeof p)) {
+    const struct tr_proc *batch = (const struct tr_proc *)(const void *)(buf + offsetof(struct tr_region, procs));
+    for (uint32_t at = 0; at < hi; at += SLOT_BATCH) {
+        uint32_t n = hi - at < SLOT_BATCH ? hi - at : SLOT_BATCH;
+        if (at && rd(h, PROC_OFF(at), buf + offsetof(struct tr_region, procs), n * sizeof(struct tr_proc))) {
             fall_back(h, "it cannot be read (truncated?)");
             return h->mine[g];
         }
-        if (p.state != 1 || (int)i == h->slot)
-            continue;
-        if (sweep && !slot_alive(h, (int)i)) {
-            tlog(LOG_INFO, "%s: reclaiming slot %u of dead pid %d", h->name, i, p.pid);
-            uint32_t free_state = 0;
-            wr(h, PROC_OFF(i) + offsetof(struct tr_proc, state), &free_state, sizeof free_state);
-            continue;
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t i = at + k;
+            const struct tr_proc *p = &batch[k];
+            if (p->state != 1 || (int)i == h->slot)
+                continue;
+            if (sweep && !slot_alive(h, (int)i)) {
+                tlog(LOG_INFO, "%s: reclaiming slot %u of dead pid %d", h->name, i, p->pid);
+                uint32_t free_state = 0;
+                wr(h, PROC_OFF(i) + offsetof(struct tr_proc, state), &free_state, sizeof free_state);
+                continue;
+            }
+            sum += p->used[g] > (1ull << 56) ? (1ull << 56) : p->used[g]; /* garbage cannot wrap the sum */
         }
-        uint64_t u = p.used[g] > (1ull << 56) ? (1ull << 56) : p.used[g]; /* a garbage value cannot wrap */
-        sum += u;
     }
     return sum + h->mine[g];
 }
 
-/* Writes our slot's count for entry g and the entry's total (a convenience for readers). */
-static void publish_mine(struct region_handle *h, int g, uint64_t total)
+/* Writes our slot's count for entry g: only this process writes its slot, so it needs no lock. */
+static void publish_mine(struct region_handle *h, int g)
 {
-    if (wr(h, PROC_OFF(h->slot) + offsetof(struct tr_proc, used) + (size_t)g * 8, &h->mine[g], 8) ||
-        wr(h, GPU_OFF(g) + offsetof(struct tr_gpu, used), &total, 8))
+    if (wr(h, PROC_OFF(h->slot) + offsetof(struct tr_proc, used) + (size_t)g * 8, &h->mine[g], 8))
         fall_back(h, "it cannot be written");
 }
 
@@ -474,7 +491,7 @@ int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_t limit
 #undef FITS
     if (ok) {
         h->mine[g] += size;
-        publish_mine(h, g, used + size);
+        publish_mine(h, g);
     } else {
         uint64_t n = 0;
         if (rd(h, GPU_OFF(g) + offsetof(struct tr_gpu, oom_refusals), &n, 8) == 0) {
@@ -488,19 +505,19 @@ int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_t limit
 
 void region_release(struct region_handle *h, int g, uint64_t size)
 {
-    if (region_lock(h))
-        return;
+    /* our own slot only: the thread mutex orders it with this process's other updates, no file lock */
+    pthread_mutex_lock(&h->mu);
     uint64_t take = h->mine[g] >= size ? size : h->mine[g]; /* never give back what this process did not reserve */
     h->mine[g] -= take;
-    publish_mine(h, g, claim_used(h, g, 0));
-    region_unlock(h);
+    publish_mine(h, g);
+    pthread_mutex_unlock(&h->mu);
 }
 
 /* Context memory: the driver already spent it; the limit then refuses later allocations. */
 void region_charge_locked(struct region_handle *h, int g, uint64_t size)
 {
     h->mine[g] += size;
-    publish_mine(h, g, claim_used(h, g, 0));
+    publish_mine(h, g);
 }
 
 /* Views sweep first so that a dead process's bytes do not linger in them. */

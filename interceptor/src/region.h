@@ -19,7 +19,7 @@
 
 struct tr_gpu {                 /* 192 bytes */
     char uuid[TR_UUID_LEN];     /* "GPU-…", NUL-terminated; empty = free slot */
-    uint64_t used;              /* bytes: sum of procs[*].used[i]; under lock */
+    uint64_t used;              /* unused since version 2: the claim's bytes are the sum of its live slots' used[i] */
     uint64_t limit;             /* bytes, as last written by an attaching process */
     int64_t tokens_ns;          /* SM token bucket, atomic */
     uint64_t refill_ns;         /* CLOCK_MONOTONIC of the last refill, atomic */
