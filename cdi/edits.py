@@ -29,6 +29,7 @@ from dra_driver.names import (
     cdi_qualified_name,
     claim_dir_env,
     container_claim_dir,
+    container_gpu_dir,
 )
 
 RO_BIND = ("ro", "nosuid", "nodev", "bind")
@@ -42,6 +43,7 @@ class HostLayout:
     library_path: str  # libtessera.so on the host
     claim_dir: str  # this claim's host directory (limits file, accounting region)
     driver_library_dirs: tuple[str, ...] = ()  # host driver library/tool dirs, mounted read-only in place
+    gpus_dir: str = ""  # host root of the GPUs' view directories ("": none mounted)
 
 
 def _node(node: HostNode) -> DeviceNode:
@@ -106,6 +108,13 @@ def _claim_edits(
             Mount(host_path=host.library_path, container_path=CONTAINER_LIBRARY_PATH, options=RO_BIND)
         )
         mounts.append(Mount(host_path=host.claim_dir, container_path=claim_dir, options=RW_BIND))
+        if host.gpus_dir:
+            # the node's view of each shared GPU: its time-division schedule and priority holds, read-only
+            shared = sorted({d.gpu_uuid for d in plan.devices if d.family is Family.VGPU})
+            mounts.extend(
+                Mount(host_path=f"{host.gpus_dir}/{g}", container_path=container_gpu_dir(g), options=RO_BIND)
+                for g in shared
+            )
         env += [
             f"{LD_PRELOAD_ENV}={CONTAINER_LIBRARY_PATH}",
             f"{CLAIM_DIRS_ENV}={claim_dir}",

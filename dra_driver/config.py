@@ -165,7 +165,24 @@ def decode(entry: OpaqueConfig) -> DecodedConfig:
             f"{where}.{excerpt(unknown[0], bare=True)}: unknown field in {kind}; valid fields: {valid}"
         )
     values = _decode_vgpu(params, where) if kind == "VgpuConfig" else {}
+    if entry.source is ConfigSource.FROM_CLAIM:
+        _claim_may_set(values, where)
     return DecodedConfig(kind=kind, family=KIND_FAMILY[kind], values=values)
+
+
+def _claim_may_set(values: Mapping[str, object], where: str) -> None:
+    """A claim cannot raise its own limit or hold others back: only an administrator's DeviceClass config
+    may switch the SM limit off or give a claim high priority (which makes the GPU's other claims wait)."""
+    if values.get("priority") == 0:
+        raise ConfigError(
+            f"{where}.priority: 0 (high priority) holds the GPU's other claims back, so only a DeviceClass's "
+            "config may set it; use a DeviceClass your administrator made for high-priority work"
+        )
+    if values.get("sm_limit_policy") is SmLimitPolicy.DISABLE:
+        raise ConfigError(
+            f"{where}.smLimitPolicy: disable switches the claim's SM limit off, so only a DeviceClass's "
+            "config may set it; request fewer or more cores instead"
+        )
 
 
 def decode_all(entries: Sequence[OpaqueConfig]) -> tuple[tuple[OpaqueConfig, DecodedConfig], ...]:

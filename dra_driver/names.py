@@ -60,6 +60,9 @@ CONTAINER_LIBRARY_PATH = "/usr/local/tessera/lib/libtessera.so"
 CONTAINER_CLAIMS_ROOT = "/var/run/tessera/claims"
 LIMITS_FILE_NAME = "limits"
 REGION_FILE_NAME = "region"
+# The node's read-only view of each GPU (time-division schedule, priority holds), one directory per GPU.
+CONTAINER_GPUS_ROOT = "/var/run/tessera/gpus"
+VIEW_FILE_NAME = "view"
 CLAIM_DIRS_ENV = "TESSERA_CLAIM_DIRS"
 
 
@@ -235,6 +238,11 @@ def cdi_spec_temp_prefix() -> str:
 
 def container_claim_dir(claim_uid: ClaimUID) -> str:
     return f"{CONTAINER_CLAIMS_ROOT}/{claim_uid}"
+
+
+def container_gpu_dir(gpu_uuid: GpuUUID) -> str:
+    """Where a GPU's view directory appears in a container (the UUID is NVML's, a safe path component)."""
+    return f"{CONTAINER_GPUS_ROOT}/{gpu_uuid}"
 
 
 # ---- kubelet plugin sockets ---------------------------------------------------------------------

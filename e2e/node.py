@@ -172,6 +172,10 @@ class SimNode:
         return self.root / "var/lib/tessera/claims"
 
     @property
+    def gpus_dir(self) -> Path:
+        return self.root / "var/lib/tessera/gpus"
+
+    @property
     def library_path(self) -> Path:
         return self.root / "var/lib/tessera/lib/libtessera.so"
 

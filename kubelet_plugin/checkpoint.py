@@ -110,6 +110,36 @@ class MigRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuShare:
+    """A vgpu claim's place on a shared GPU: its slot in the GPU's time-division schedule (gpu_sharing.py)."""
+
+    gpu_uuid: GpuUUID
+    slot: int
+    cores: int  # the share its part of the frame is sized by; 0 = none reserved
+    high_priority: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpuUUID": self.gpu_uuid,
+            "slot": self.slot,
+            "cores": self.cores,
+            "highPriority": self.high_priority,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> GpuShare:
+        slot, cores = _field(d, "slot", int), _field(d, "cores", int)
+        if not 1 <= slot <= 65535 or not 0 <= cores <= 100:
+            raise _MalformedError(f"share slot {slot} (1-65535) or cores {cores} (0-100) out of range")
+        return cls(
+            gpu_uuid=GpuUUID(_field(d, "gpuUUID", str)),
+            slot=slot,
+            cores=cores,
+            high_priority=_field(d, "highPriority", bool),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class DeviceRecord:
     """One device of the answer given to the kubelet, replayed on an idempotent prepare."""
 
@@ -148,6 +178,7 @@ class ClaimEntry:
     devices: tuple[DeviceRecord, ...] = ()
     mig: tuple[MigRecord, ...] = ()
     has_claim_dir: bool = False
+    sharing: tuple[GpuShare, ...] = ()  # vgpu devices: their slots on shared GPUs
 
     def with_state(self, state: ClaimState) -> ClaimEntry:
         return replace(self, state=state)
@@ -161,6 +192,7 @@ class ClaimEntry:
             "devices": [d.to_dict() for d in self.devices],
             "mig": [m.to_dict() for m in self.mig],
             "claimDir": self.has_claim_dir,
+            "sharing": [s.to_dict() for s in self.sharing],
         }
 
     @classmethod
@@ -179,6 +211,7 @@ class ClaimEntry:
             devices=tuple(DeviceRecord.from_dict(x) for x in _objects(d, "devices")),
             mig=tuple(MigRecord.from_dict(x) for x in _objects(d, "mig")),
             has_claim_dir=bool(_field(d, "claimDir", bool, optional=True)),
+            sharing=tuple(GpuShare.from_dict(x) for x in (_objects(d, "sharing") if "sharing" in d else [])),
         )
 
 
@@ -203,6 +236,11 @@ class Checkpoint:
 
     def with_mig_mode_owned(self, gpus: frozenset[GpuUUID]) -> Checkpoint:
         return replace(self, mig_mode_owned=gpus)
+
+    def shares(self) -> Iterable[GpuShare]:
+        """Every vgpu claim's place on a shared GPU."""
+        for entry in self.claims.values():
+            yield from entry.sharing
 
     def tessera_mig(self) -> Iterable[tuple[ClaimEntry, MigRecord]]:
         """Every MIG record Tessera created or intends to create, across all claims."""

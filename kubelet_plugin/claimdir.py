@@ -15,7 +15,7 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import structlog
@@ -23,18 +23,28 @@ import structlog
 from dra_driver.allocation import ClaimPlan
 from dra_driver.errors import InvalidNameError, StorageError
 from dra_driver.files import WriteFault, atomic_write, fsync_dir, is_temp, temp_name
-from dra_driver.names import LIMITS_FILE_NAME, REGION_FILE_NAME, ClaimUID, Family
+from dra_driver.names import (
+    LIMITS_FILE_NAME,
+    REGION_FILE_NAME,
+    VIEW_FILE_NAME,
+    ClaimUID,
+    Family,
+    container_gpu_dir,
+)
 from dra_driver.safe_tree import MAX_ENTRIES, is_plain_file, remove_tree
+from kubelet_plugin.checkpoint import GpuShare
 from kubelet_plugin.file_modes import CLAIM_DIR_MODE, CLAIMS_ROOT_MODE, LIMITS_MODE, REGION_MODE, make_dir
 
 LIMITS_VERSION = 1
 log = structlog.get_logger(__name__)
 
 
-def render_limits(plan: ClaimPlan) -> str:
-    """The limits file: one line per vgpu device keyed by GPU UUID (robust to device reordering)."""
+def render_limits(plan: ClaimPlan, shares: Sequence[GpuShare] = ()) -> str:
+    """The limits file: one line per vgpu device keyed by GPU UUID (robust to device reordering), naming the
+    GPU's view and the claim's slot in its schedule where the claim has one (interceptor/README.md)."""
     if plan.vgpu is None:
         raise ValueError("only claims with vgpu devices have a limits file")
+    slots = {s.gpu_uuid: s.slot for s in shares}
     lines = [
         f"version {LIMITS_VERSION}",
         f"policy {plan.vgpu.sm_limit_policy.value}",
@@ -42,10 +52,13 @@ def render_limits(plan: ClaimPlan) -> str:
     ]
     for d in sorted(plan.devices, key=lambda d: d.gpu_index):
         if d.family is Family.VGPU and d.limits is not None:
-            lines.append(
+            line = (
                 f"gpu {d.gpu_uuid} memory {d.limits.memory_bytes} cores {d.limits.cores} "
                 f"priority {plan.vgpu.priority}"
             )
+            if d.gpu_uuid in slots:
+                line += f" slot {slots[d.gpu_uuid]} view {container_gpu_dir(d.gpu_uuid)}/{VIEW_FILE_NAME}"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 

@@ -65,6 +65,7 @@ class DaemonOptions:
             registry_dir=base.registry_dir,
             cdi_dir=base.cdi_dir,
             claims_dir=base.claims_dir,
+            gpus_dir=base.gpus_dir,
             library_path=self.library_path,
             pod_uid=base.pod_uid,
         )

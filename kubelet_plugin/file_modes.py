@@ -30,6 +30,9 @@ CLAIMS_ROOT_MODE = 0o700  # containers get their claim dir by bind mount, never 
 CLAIM_DIR_MODE = 0o755  # any uid in the container reads it; only the daemon adds or replaces files
 LIMITS_MODE = 0o644  # read by the library as any uid; written only by the daemon
 REGION_MODE = 0o666  # the one exception: any uid of the claim's containers maps it read-write
+GPUS_ROOT_MODE = 0o700  # containers get a GPU's view directory by bind mount, never through this root
+GPU_VIEW_DIR_MODE = 0o755  # mounted read-only into every vgpu container on the GPU
+VIEW_MODE = 0o644  # read by the library as any uid; written only by the daemon
 
 ExistingDir = Literal["set", "tighten", "keep"]
 log = structlog.get_logger(__name__)

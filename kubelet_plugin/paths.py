@@ -20,6 +20,9 @@ class PluginPaths:
     registry_dir: Path  # /var/lib/kubelet/plugins_registry: registration socket
     cdi_dir: Path  # /var/run/cdi: one transient spec per claim
     claims_dir: Path  # host side of the per-claim directories (limits file, accounting region)
+    gpus_dir: (
+        Path  # one directory per shared GPU: its view (schedule, priority holds), read-only in containers
+    )
     library_path: Path  # host path of libtessera.so, mounted read-only into vgpu containers
     pod_uid: str | None = None  # set during rolling updates: sockets get per-pod names
 
@@ -30,6 +33,7 @@ class PluginPaths:
             registry_dir=Path("/var/lib/kubelet/plugins_registry"),
             cdi_dir=Path("/var/run/cdi"),
             claims_dir=Path("/var/lib/tessera/claims"),
+            gpus_dir=Path("/var/lib/tessera/gpus"),
             library_path=Path("/var/lib/tessera/lib/libtessera.so"),
             pod_uid=pod_uid,
         )
@@ -42,6 +46,7 @@ class PluginPaths:
             registry_dir=root / "var/lib/kubelet/plugins_registry",
             cdi_dir=root / "var/run/cdi",
             claims_dir=root / "var/lib/tessera/claims",
+            gpus_dir=root / "var/lib/tessera/gpus",
             library_path=root / "var/lib/tessera/lib/libtessera.so",
             pod_uid=pod_uid,
         )

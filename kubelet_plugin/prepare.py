@@ -29,6 +29,7 @@ from kubelet_plugin.claim_marker import marker_annotations
 from kubelet_plugin.claimdir import ClaimDirs, render_limits
 from kubelet_plugin.claims import ClaimSource, ClaimStatusWriter, DeviceStatus
 from kubelet_plugin.faults import FaultPoint, Faults
+from kubelet_plugin.gpu_sharing import GpuSharing, plan_shares, taken_slots
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.results import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
 
@@ -106,6 +107,7 @@ class Preparer:
         self.faults = faults if faults is not None else Faults.none()
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
+        self.sharing = GpuSharing(gpus_dir=paths.gpus_dir, claims_dir=paths.claims_dir)
         self.lock = threading.RLock()
         self._store = CheckpointStore(path=paths.checkpoint_file)
         self._library_dirs = tuple(driver_library_dirs)
@@ -152,6 +154,7 @@ class Preparer:
         work: list[_Work] = []
         snapshot: Inventory | None = None
         batch: set[PlacementKey] = set()
+        shared = taken_slots(cp.shares())  # slots on shared GPUs, this call's claims included as planned
         for ref in claims:
             if ref.uid in results or any(w.ref.uid == ref.uid for w in work):
                 continue  # the same claim twice in one call gets one answer
@@ -174,6 +177,11 @@ class Preparer:
                     snapshot = self.backend.inventory()
                 plan = self._plan(ref, snapshot, cp, entry, frozenset(batch))
                 batch |= {m.key for m in plan.mig_placements}
+                # a claim prepared again keeps its slots; a new one takes the lowest free on each GPU
+                kept = entry.sharing if entry is not None else ()
+                sharing = kept or plan_shares(plan, shared)
+                for s in sharing:
+                    shared.setdefault(s.gpu_uuid, set()).add(s.slot)
                 started = ClaimEntry(
                     uid=ref.uid,
                     namespace=ref.namespace,
@@ -181,6 +189,7 @@ class Preparer:
                     state=ClaimState.PREPARE_STARTED,
                     mig=artifacts.intended_mig(plan),
                     has_claim_dir=plan.vgpu is not None,
+                    sharing=sharing,
                 )
                 work.append(_Work(ref=ref, plan=plan, entry=started, repair=repair))
             except Exception as e:
@@ -278,12 +287,14 @@ class Preparer:
                 backend=self.backend, plan=plan, snapshot=snapshot, faults=self.faults
             )
         if plan.vgpu is not None:
-            self.dirs.write(uid, limits=render_limits(plan))
+            self.sharing.ensure(s.gpu_uuid for s in w.entry.sharing)
+            self.dirs.write(uid, limits=render_limits(plan, w.entry.sharing))
             self.faults.hit(FaultPoint.AFTER_CLAIMDIR, uid)
         host = HostLayout(
             library_path=str(self.paths.library_path),
             claim_dir=str(self.dirs.path(uid)),
             driver_library_dirs=self._library_dirs,
+            gpus_dir=str(self.paths.gpus_dir),
         )
         devices = tuple(
             DeviceRecord(
@@ -341,6 +352,8 @@ class Preparer:
             for entry, _ in completed:
                 results[entry.uid] = PrepareResult(error=f"checkpoint: {e}")
             return
+        # the new claims' parts of their GPUs' frames exist before the kubelet starts their containers
+        self.sharing.refresh(self.checkpoint())
         for entry, statuses in completed:
             self.faults.hit(FaultPoint.AFTER_CHECKPOINT_COMPLETED, entry.uid)
             results[entry.uid] = answer(entry)
@@ -415,6 +428,7 @@ class Preparer:
             for uid in done:
                 results[uid] = UnprepareResult(error=f"checkpoint: {e}")
             return
+        self.sharing.refresh(self.checkpoint())  # the claims left on those GPUs get the freed time
         for uid in done:
             self.faults.hit(FaultPoint.UNPREPARE_AFTER_CHECKPOINT_REMOVED, uid)
 

@@ -1,8 +1,9 @@
 """Assembles a running node plugin from `DaemonOptions`, and takes it apart again.
 
 Order matters. Start: directories (explicit modes), backend, claim source, preparer; reconcile under the
-plugin lock (another instance may be serving), removing set-aside claim directories after releasing it;
-health; publisher; then the gRPC servers, the registration socket last. Stop: the servers first (no new
+plugin lock (another instance may be serving), removing set-aside claim directories after releasing it, and
+the shared GPUs' views rewritten from the checkpoint; the priority relay; health; publisher; then the gRPC
+servers, the registration socket last. Stop: the servers first (no new
 calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint, or one of a newer version
 (start-up refused), is reported in a Warning Event on the Node when an API server is configured.
 """
@@ -24,7 +25,7 @@ from dra_driver.devices import PlacementRef
 from dra_driver.errors import ConfigError, TesseraError, UnsupportedVersionError
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from kubelet_plugin import artifacts
+from kubelet_plugin import artifacts, priority_relay
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.claims import (
     ApiClaimSource,
@@ -43,6 +44,7 @@ from kubelet_plugin.file_modes import (
     REGISTRY_DIR_MODE,
     make_dir,
 )
+from kubelet_plugin.gpu_sharing import GpuSharing
 from kubelet_plugin.health import (
     HealthBoard,
     HealthV1alpha1Servicer,
@@ -134,6 +136,8 @@ class Node:
         self.server: PluginServer | None = None
         self.publisher: SlicePublisher | None = None
         self._publisher_thread: threading.Thread | None = None
+        self.sharing: GpuSharing | None = None
+        self._relay_thread: threading.Thread | None = None
 
     @classmethod
     def start(cls, options: DaemonOptions) -> Node:
@@ -167,7 +171,16 @@ class Node:
         )
         with preparer.dirs.removals_deferred(), lock.held():
             self._reconcile(preparer, events)
+            preparer.sharing.refresh(preparer.checkpoint())  # views are derived: rewritten at every start
             preparer.forget_checkpoint()
+        self.sharing = preparer.sharing
+        self._relay_thread = threading.Thread(
+            target=priority_relay.run,
+            args=(self.stop_event, preparer.sharing.relayed),
+            name="priority-relay",
+            daemon=True,
+        )
+        self._relay_thread.start()
 
         if access.api is not None and o.publish:
             self._start_publisher(access.api, backend, settings)
@@ -260,6 +273,10 @@ class Node:
             self.poller.stop()
         if self._publisher_thread is not None:
             self._publisher_thread.join(timeout=grace + 15)  # a watch ends within its timeout
+        if self._relay_thread is not None:
+            self._relay_thread.join(timeout=5)
+        if self.sharing is not None:
+            self.sharing.close()
         if self.backend is not None:
             try:
                 self.backend.close()

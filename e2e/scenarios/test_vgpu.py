@@ -4,17 +4,21 @@ claim no GPU can hold staying pending."""
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 
 from dra_driver.names import (
     CONTAINER_LIBRARY_PATH,
     LIMITS_FILE_NAME,
+    VIEW_FILE_NAME,
     Attr,
     Cap,
     ClaimUID,
+    GpuUUID,
     HamiEnv,
     container_claim_dir,
+    container_gpu_dir,
 )
 from e2e.examples import example, find, renamed
 from e2e.kube import Json
@@ -32,6 +36,8 @@ from e2e.scenarios.probes import (
     unschedulable_message,
 )
 from e2e.testbed import SimCluster
+from kubelet_plugin.gpu_view import GpuView
+from kubelet_plugin.sm_schedule import Part
 
 pytestmark = pytest.mark.e2e
 
@@ -78,6 +84,13 @@ def test_vgpu_gets_exactly_its_limits(bed: SimCluster, ns: str) -> None:
     limits = (bed.node(H100).claims_dir / uid / LIMITS_FILE_NAME).read_text()
     gpu_uuid = attribute(bed, H100, result["device"], Attr.UUID)
     assert f"gpu {gpu_uuid} memory {3000 << 20} cores 30" in limits
+    # the GPU's view, read-only in the container: the claim's part of the frame is 30 % of it
+    view_mount = infer.mount_at(container_gpu_dir(GpuUUID(gpu_uuid)))
+    assert view_mount is not None and view_mount.read_only
+    assert f"slot 1 view {container_gpu_dir(GpuUUID(gpu_uuid))}/{VIEW_FILE_NAME}" in limits
+    view = GpuView(bed.node(H100).gpus_dir / gpu_uuid / VIEW_FILE_NAME)
+    assert view.read_schedule() == (50_000, (Part(1, 0, 15_000),))
+    view.close()
 
 
 def start_in_order(bed: SimCluster, ns: str, template: str, count: int, prefix: str) -> list[str]:
@@ -98,6 +111,14 @@ def test_ten_slices_fill_one_gpu_before_the_next(bed: SimCluster, ns: str) -> No
     # 30 % of the SMs each: three fit a GPU (cores are capacity too, as with HAMi's gpucores), and each GPU
     # is filled before the next one is used.
     assert devices == ["gpu-0-vgpu"] * 3 + ["gpu-1-vgpu"] * 3 + ["gpu-2-vgpu"] * 3 + ["gpu-3-vgpu"]
+    # the three slices on gpu-0 divide its time: 30 % of the frame each, back to back, the rest unused
+    gpu0 = attribute(bed, H100, "gpu-0-vgpu", Attr.UUID)
+    view = GpuView(bed.node(H100).gpus_dir / gpu0 / VIEW_FILE_NAME)
+    frame, parts = view.read_schedule()
+    view.close()
+    assert frame == 50_000 and sorted((p.end_us - p.start_us) for p in parts) == [15_000] * 3
+    spans = sorted((p.start_us, p.end_us) for p in parts)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
 def test_shares_bound_a_gpu(bed: SimCluster, ns: str) -> None:

@@ -1,41 +1,31 @@
-/* A fake libcuda.so.1 for tests: a few GPUs with simulated memory and a
- * simulated timeline. Kernels are asynchronous: a launch only moves the
- * stream's and the device's "busy until" time forward by the kernel's
- * duration; events, stream and context synchronisation read that timeline.
- * Each process has its own timeline per device (like an ideal MPS share).
+/* A fake libcuda.so.1 for tests: devices, contexts, device memory and the
+ * symbol lookup. Execution lives in exec.c/capture.c, the shared time-sliced
+ * GPUs in gpu.c. Device memory is simulated per process.
  * Environment: FAKE_GPU_COUNT (2), FAKE_GPU_MEM_MB (81920), FAKE_PITCH (512),
  * FAKE_GPU_REVERSE=1 (CUDA ordinals in reverse physical order),
  * FAKE_KERNEL_NS (10000, for kernels not made by fakeKernel), FAKE_CTX_BYTES
  * (314572800: device memory a context takes; cuCtxCreate* takes it per
  * context, the primary context on its first retain, given back on destroy /
- * last release / reset). */
+ * last release / reset), FAKE_GPU_STATE, FAKE_TIMESLICE_US, FAKE_SWITCH_US
+ * (gpu.c). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
-#include <errno.h>
+#include <unistd.h>
 
-#include "tessera_cuda.h"
+#include "fake.h"
 
-#define API __attribute__((visibility("default")))
-#define MAXDEV 16
-#define FAKE_MAGIC 0x46414b454b524e4cull
-
-struct fake_ctx { int dev; int live; };
-struct fake_stream { uint64_t last_end; int dev; };
-struct fake_event { uint64_t ts; };
-struct fake_kernel { uint64_t magic; uint64_t ns; };
-struct fake_array { uint64_t bytes; };
+#define MAXDEV FAKE_MAXDEV
 
 static struct fake_ctx g_ctx[MAXDEV];
-static struct fake_stream g_default_stream[MAXDEV];
-static uint64_t g_busy_until[MAXDEV];
-static uint64_t g_busy_total[MAXDEV];
 static uint64_t g_used[MAXDEV];
 static uint64_t g_next_ptr[MAXDEV];
-static uint64_t g_next_handle = 0x1000;
+static uint64_t g_next_va = 0x700000000000ull;
 static int g_count = 2;
 static uint64_t g_mem = 81920ull << 20;
 static uint64_t g_pitch = 512;
@@ -43,32 +33,30 @@ static int g_reverse;
 static uint64_t g_ctx_bytes = 300ull << 20;
 static int g_prim_refs[MAXDEV];
 static pthread_mutex_t g_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_live_events;
 static uint32_t g_next_ptr32[MAXDEV];
 static uint64_t g_kernel_ns = 10000;
 static __thread struct fake_ctx *t_cur;
 
-/* allocation table: pointer/handle -> size, device */
-#define FT_SIZE (1u << 18)
-static struct { uint64_t key; uint64_t size; int dev; int kind; } g_ft[FT_SIZE];
-static pthread_mutex_t g_ft_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t now_ns(void)
+uint64_t fake_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void sleep_until(uint64_t t)
+void fake_sleep_until(uint64_t t)
 {
-    uint64_t n = now_ns();
+    uint64_t n = fake_now_ns();
     if (t <= n)
         return;
     struct timespec ts = { (time_t)((t - n) / 1000000000ull), (long)((t - n) % 1000000000ull) };
     while (nanosleep(&ts, &ts) && errno == EINTR) {
     }
 }
+
+struct fake_ctx *fake_current(void) { return t_cur; }
+int fake_gpu_count(void) { return g_count; }
+uint64_t fake_kernel_default_ns(void) { return g_kernel_ns; }
 
 static uint64_t env_u64(const char *name, uint64_t def)
 {
@@ -88,7 +76,6 @@ __attribute__((constructor)) static void fake_init(void)
     g_ctx_bytes = env_u64("FAKE_CTX_BYTES", 300ull << 20);
     for (int i = 0; i < MAXDEV; i++) {
         g_ctx[i].dev = i;
-        g_default_stream[i].dev = i;
         g_next_ptr[i] = 0x100000000000ull * (uint64_t)(i + 1);
         g_next_ptr32[i] = 0x01000000u * (uint32_t)(i + 1);
     }
@@ -96,61 +83,79 @@ __attribute__((constructor)) static void fake_init(void)
 
 static int phys(int ordinal) { return g_reverse ? g_count - 1 - ordinal : ordinal; }
 
-static int ft_put(uint64_t key, uint64_t size, int dev, int kind)
+/* ---- the allocation table: pointer/handle -> size, device, kind ---- */
+
+enum { K_PTR, K_HANDLE, K_ARRAY };
+/* a generic allocation handle: refs (create/retain/import) and mappings keep its memory alive */
+enum { H_DEVICE, H_HOST, H_IMPORTED };
+
+#define FT_SIZE (1u << 18)
+static struct ft_ent {
+    uint64_t key;
+    uint64_t size;
+    int dev;
+    int kind;
+    int hkind, refs, maps;
+} g_ft[FT_SIZE];
+static pthread_mutex_t g_ft_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct ft_ent *ft_find_locked(uint64_t key, int kind, int create)
 {
-    pthread_mutex_lock(&g_ft_mu);
     uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> 46;
+    struct ft_ent *tomb = NULL;
     for (unsigned n = 0; n < FT_SIZE; n++, i = (i + 1) & (FT_SIZE - 1)) {
-        if (!g_ft[i].key || g_ft[i].key == 1) {
-            g_ft[i].key = key;
-            g_ft[i].size = size;
-            g_ft[i].dev = dev;
-            g_ft[i].kind = kind;
-            pthread_mutex_unlock(&g_ft_mu);
-            return 1;
+        struct ft_ent *e = &g_ft[i];
+        if (e->key == key && e->kind == kind)
+            return e;
+        if (e->key == 1 && !tomb)
+            tomb = e;
+        if (!e->key) {
+            if (!create)
+                return NULL;
+            return tomb ? tomb : e;
         }
     }
-    pthread_mutex_unlock(&g_ft_mu);
-    return 0;
+    return create ? tomb : NULL;
 }
 
-static int ft_take(uint64_t key, int kind, uint64_t *size, int *dev)
+static CUresult ft_put(uint64_t key, uint64_t size, int dev, int kind, int hkind)
 {
     pthread_mutex_lock(&g_ft_mu);
-    uint64_t i = (key * 0x9E3779B97F4A7C15ull) >> 46;
-    for (unsigned n = 0; n < FT_SIZE && g_ft[i].key; n++, i = (i + 1) & (FT_SIZE - 1)) {
-        if (g_ft[i].key == key && g_ft[i].kind == kind) {
-            *size = g_ft[i].size;
-            *dev = g_ft[i].dev;
-            g_ft[i].key = 1;
-            pthread_mutex_unlock(&g_ft_mu);
-            return 1;
-        }
-    }
+    struct ft_ent *e = ft_find_locked(key, kind, 1);
+    if (e)
+        *e = (struct ft_ent){ key, size, dev, kind, hkind, 1, 0 };
     pthread_mutex_unlock(&g_ft_mu);
-    return 0;
+    return e ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-static CUresult phys_alloc(int dev, uint64_t size, uint64_t *out, int kind)
+static void device_free(int dev, uint64_t size)
 {
-    uint64_t u = __atomic_add_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
-    if (u > g_mem) {
+    if (dev >= 0)
+        __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
+}
+
+static CUresult device_take(int dev, uint64_t size)
+{
+    if (__atomic_add_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST) > g_mem) {
         __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    uint64_t key;
-    if (kind == 3)
+    return CUDA_SUCCESS;
+}
+
+/* kind K_PTR with a 32-bit pointer for the v1 ABI when v1 is set; K_ARRAY takes *out as the key */
+static CUresult phys_alloc(int dev, uint64_t size, uint64_t *out, int kind, int v1)
+{
+    CUresult rc = device_take(dev, size);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    uint64_t key = *out;
+    if (kind == K_PTR && v1)
         key = __atomic_fetch_add(&g_next_ptr32[dev], (uint32_t)(((size + 511) & ~511ull) + 512), __ATOMIC_SEQ_CST);
-    else if (kind == 0)
+    else if (kind == K_PTR)
         key = __atomic_fetch_add(&g_next_ptr[dev], ((size + 511) & ~511ull) + 512, __ATOMIC_SEQ_CST);
-    else if (kind == 1)
-        key = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_SEQ_CST);
-    else
-        key = *out;
-    if (kind == 3)
-        kind = 0;
-    if (!ft_put(key, size, dev, kind)) {
-        __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
+    if (ft_put(key, size, dev, kind, H_DEVICE) != CUDA_SUCCESS) {
+        device_free(dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *out = key;
@@ -159,21 +164,20 @@ static CUresult phys_alloc(int dev, uint64_t size, uint64_t *out, int kind)
 
 static CUresult phys_free(uint64_t key, int kind)
 {
-    uint64_t size;
-    int dev;
-    if (!ft_take(key, kind, &size, &dev))
+    pthread_mutex_lock(&g_ft_mu);
+    struct ft_ent *e = ft_find_locked(key, kind, 0);
+    uint64_t size = e ? e->size : 0;
+    int dev = e ? e->dev : -1;
+    if (e)
+        e->key = 1;
+    pthread_mutex_unlock(&g_ft_mu);
+    if (!e)
         return CUDA_ERROR_INVALID_VALUE;
-    __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
+    device_free(dev, size);
     return CUDA_SUCCESS;
 }
 
-#define CUR_DEV(d)                                  \
-    int d;                                          \
-    do {                                            \
-        if (!t_cur)                                 \
-            return CUDA_ERROR_INVALID_CONTEXT;      \
-        d = t_cur->dev;                             \
-    } while (0)
+static int cur_dev(void) { return t_cur ? t_cur->dev : -1; }
 
 API CUresult cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
 API CUresult cuDriverGetVersion(int *v) { *v = 12040; return CUDA_SUCCESS; }
@@ -208,16 +212,14 @@ API CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d)
     *b = g_mem;
     return CUDA_SUCCESS;
 }
+
+/* ---- contexts ---- */
+
 static CUresult ctx_mem(int d, int take)
 {
-    if (take) {
-        if (__atomic_add_fetch(&g_used[d], g_ctx_bytes, __ATOMIC_SEQ_CST) > g_mem) {
-            __atomic_sub_fetch(&g_used[d], g_ctx_bytes, __ATOMIC_SEQ_CST);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    } else {
-        __atomic_sub_fetch(&g_used[d], g_ctx_bytes, __ATOMIC_SEQ_CST);
-    }
+    if (take)
+        return device_take(d, g_ctx_bytes);
+    device_free(d, g_ctx_bytes);
     return CUDA_SUCCESS;
 }
 /* every created context is a context of its own (never freed: other threads may still point at it) */
@@ -295,44 +297,52 @@ API CUresult cuCtxSetCurrent(CUcontext c) { t_cur = (struct fake_ctx *)c; return
 API CUresult cuCtxGetCurrent(CUcontext *c) { *c = (CUcontext)t_cur; return CUDA_SUCCESS; }
 API CUresult cuCtxGetDevice(CUdevice *d)
 {
-    CUR_DEV(dev);
-    *d = dev;
-    return CUDA_SUCCESS;
-}
-API CUresult cuCtxSynchronize(void)
-{
-    CUR_DEV(dev);
-    sleep_until(__atomic_load_n(&g_busy_until[dev], __ATOMIC_SEQ_CST));
+    if (!t_cur)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = t_cur->dev;
     return CUDA_SUCCESS;
 }
 
+/* ---- memory ---- */
+
 API CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
 {
-    CUR_DEV(dev);
+    int dev = cur_dev();
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t u = __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
     *f = (size_t)(g_mem - u);
     *t = (size_t)g_mem;
     return CUDA_SUCCESS;
 }
-API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
+
+/* Synchronous allocation and free may synchronize the device: "potentially unsafe" during a capture. */
+static CUresult alloc_now(CUdeviceptr *p, size_t size, int v1)
 {
-    CUR_DEV(dev);
+    int dev = cur_dev();
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
     if (!size)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t out;
-    CUresult rc = phys_alloc(dev, size, &out, 0);
+    uint64_t out = 0;
+    CUresult rc = phys_alloc(dev, size, &out, K_PTR, v1);
     if (rc == CUDA_SUCCESS)
         *p = out;
     return rc;
 }
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size)
+{
+    CUresult rc = capture_check_unsafe();
+    return rc != CUDA_SUCCESS ? rc : alloc_now(p, size, 0);
+}
 /* v1 ABI: 32-bit pointers and sizes */
 API CUresult cuMemAlloc(CUdeviceptr_v1 *p, unsigned int size)
 {
-    CUR_DEV(dev);
-    if (!size)
-        return CUDA_ERROR_INVALID_VALUE;
-    uint64_t out;
-    CUresult rc = phys_alloc(dev, size, &out, 3);
+    CUresult rc = capture_check_unsafe();
+    CUdeviceptr out = 0;
+    if (rc == CUDA_SUCCESS)
+        rc = alloc_now(&out, size, 1);
     if (rc == CUDA_SUCCESS)
         *p = (CUdeviceptr_v1)out;
     return rc;
@@ -348,11 +358,17 @@ API CUresult cuMemAllocPitch(CUdeviceptr_v1 *p, unsigned int *pitch, unsigned in
         *pitch = (unsigned)pt;
     return rc;
 }
-API CUresult cuMemFree(CUdeviceptr_v1 p) { return phys_free(p, 0); }
+API CUresult cuMemFree(CUdeviceptr_v1 p)
+{
+    CUresult rc = capture_check_unsafe();
+    return rc != CUDA_SUCCESS ? rc : phys_free(p, K_PTR);
+}
 static unsigned clamp32(uint64_t v) { return v > 0xffffffffull ? 0xffffffffu : (unsigned)v; }
 API CUresult cuMemGetInfo(unsigned int *f, unsigned int *t)
 {
-    CUR_DEV(dev);
+    int dev = cur_dev();
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t u = __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
     *f = clamp32(g_mem - u);
     *t = clamp32(g_mem);
@@ -375,36 +391,216 @@ API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t 
         *pitch = pt;
     return rc;
 }
-API CUresult cuMemFree_v2(CUdeviceptr p) { return phys_free(p, 0); }
-API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { (void)s; return cuMemAlloc_v2(p, size); }
-API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { (void)s; return cuMemAlloc_v2(p, size); }
-API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) { (void)pool; (void)s; return cuMemAlloc_v2(p, size); }
-API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) { (void)pool; (void)s; return cuMemAlloc_v2(p, size); }
-API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return phys_free(p, 0); }
-API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return phys_free(p, 0); }
+API CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    CUresult rc = capture_check_unsafe();
+    return rc != CUDA_SUCCESS ? rc : phys_free(p, K_PTR);
+}
+/* stream-ordered: legal on a capturing stream (an allocation node; the fake allocates at once) */
+API CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { (void)s; return alloc_now(p, size, 0); }
+API CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { (void)s; return alloc_now(p, size, 0); }
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) { (void)pool; (void)s; return alloc_now(p, size, 0); }
+API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) { (void)pool; (void)s; return alloc_now(p, size, 0); }
+API CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { (void)s; return phys_free(p, K_PTR); }
+API CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { (void)s; return phys_free(p, K_PTR); }
+
+/* ---- virtual memory management (cuMem*), the path NCCL and expandable segments use ---- */
+
+static uint64_t g_next_handle = 0x1000;
+
 API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     (void)flags;
-    if (!prop || prop->location.id < 0 || prop->location.id >= g_count)
+    if (!prop || !h || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    int host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST || prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+               prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+    if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 || prop->location.id >= g_count))
         return CUDA_ERROR_INVALID_DEVICE;
-    uint64_t out;
-    CUresult rc = phys_alloc(prop->location.id, size, &out, 1);
-    if (rc == CUDA_SUCCESS)
-        *h = out;
+    uint64_t key = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_SEQ_CST);
+    int dev = host ? -1 : prop->location.id; /* pinned host memory takes no device memory */
+    CUresult rc = host ? CUDA_SUCCESS : device_take(dev, size);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (ft_put(key, size, dev, K_HANDLE, host ? H_HOST : H_DEVICE) != CUDA_SUCCESS) {
+        device_free(dev, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *h = key;
+    return CUDA_SUCCESS;
+}
+
+/* Under g_ft_mu: the memory goes when the last reference and the last mapping are gone. */
+static void handle_settle_locked(struct ft_ent *e)
+{
+    if (e->refs > 0 || e->maps > 0)
+        return;
+    if (e->hkind == H_DEVICE)
+        device_free(e->dev, e->size);
+    e->key = 1;
+}
+
+static CUresult handle_change(uint64_t h, int drefs, int dmaps)
+{
+    pthread_mutex_lock(&g_ft_mu);
+    struct ft_ent *e = ft_find_locked(h, K_HANDLE, 0);
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    if (e && e->refs + drefs >= 0 && e->maps + dmaps >= 0 && (drefs >= 0 || e->refs > 0)) {
+        e->refs += drefs;
+        e->maps += dmaps;
+        handle_settle_locked(e);
+        rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&g_ft_mu);
     return rc;
 }
-API CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return phys_free(h, 1); }
+
+API CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return handle_change(h, -1, 0); }
+
+/* virtual address ranges: reserved ranges and which handle is mapped where */
+#define MAX_MAPS 4096
+static struct { uint64_t va, size, handle; } g_maps[MAX_MAPS];
+
+API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
+{
+    (void)align, (void)addr, (void)flags;
+    if (!p || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    *p = __atomic_fetch_add(&g_next_va, (size + (2u << 20) - 1) & ~((2ull << 20) - 1), __ATOMIC_SEQ_CST);
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemAddressFree(CUdeviceptr p, size_t size) { (void)p, (void)size; return CUDA_SUCCESS; }
+
+API CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long flags)
+{
+    (void)offset, (void)flags;
+    pthread_mutex_lock(&g_ft_mu);
+    struct ft_ent *e = ft_find_locked(h, K_HANDLE, 0);
+    int slot = -1;
+    for (int i = 0; e && i < MAX_MAPS && slot < 0; i++)
+        if (!g_maps[i].size)
+            slot = i;
+    if (slot >= 0) {
+        g_maps[slot].va = p;
+        g_maps[slot].size = size;
+        g_maps[slot].handle = h;
+        e->maps++;
+    }
+    pthread_mutex_unlock(&g_ft_mu);
+    return slot >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemUnmap(CUdeviceptr p, size_t size)
+{
+    int found = 0;
+    pthread_mutex_lock(&g_ft_mu);
+    for (int i = 0; i < MAX_MAPS; i++) {
+        if (g_maps[i].size && g_maps[i].va >= p && g_maps[i].va < p + size) {
+            struct ft_ent *e = ft_find_locked(g_maps[i].handle, K_HANDLE, 0);
+            if (e) {
+                e->maps--;
+                handle_settle_locked(e);
+            }
+            g_maps[i].size = 0;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_ft_mu);
+    return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count)
+{
+    (void)p, (void)size;
+    return desc && count ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+API CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option)
+{
+    (void)option;
+    if (!g || !prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    *g = 2u << 20;
+    return CUDA_SUCCESS;
+}
+
+/* Another reference to the handle mapped at p (released with cuMemRelease like the original). */
+API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *p)
+{
+    uint64_t a = (uint64_t)(uintptr_t)p, found = 0;
+    pthread_mutex_lock(&g_ft_mu);
+    for (int i = 0; i < MAX_MAPS && !found; i++)
+        if (g_maps[i].size && a >= g_maps[i].va && a < g_maps[i].va + g_maps[i].size)
+            found = g_maps[i].handle;
+    struct ft_ent *e = found ? ft_find_locked(found, K_HANDLE, 0) : NULL;
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&g_ft_mu);
+    if (!e || !h)
+        return CUDA_ERROR_INVALID_VALUE;
+    *h = found;
+    return CUDA_SUCCESS;
+}
+
+/* A shareable handle is a memfd naming the allocation (size and GPU); importing it in another process gives
+ * a handle to the same memory, which that process does not pay for again. */
+struct shared_desc {
+    uint64_t magic, size;
+    int32_t dev, pad;
+};
+#define SHARED_MAGIC 0x454c42414552414full
+
+API CUresult cuMemExportToShareableHandle(void *out, CUmemGenericAllocationHandle h, int type, unsigned long long flags)
+{
+    (void)flags;
+    if (!out || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_ft_mu);
+    struct ft_ent *e = ft_find_locked(h, K_HANDLE, 0);
+    struct shared_desc d = { SHARED_MAGIC, e ? e->size : 0, e ? e->dev : -1, 0 };
+    pthread_mutex_unlock(&g_ft_mu);
+    if (!e)
+        return CUDA_ERROR_INVALID_VALUE;
+    int fd = memfd_create("fake-cumem", 0);
+    if (fd < 0 || pwrite(fd, &d, sizeof d, 0) != (ssize_t)sizeof d) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *(int *)out = fd;
+    return CUDA_SUCCESS;
+}
+
+API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *shared, int type)
+{
+    struct shared_desc d;
+    int fd = (int)(intptr_t)shared;
+    if (!h || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || pread(fd, &d, sizeof d, 0) != (ssize_t)sizeof d ||
+        d.magic != SHARED_MAGIC)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t key = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_SEQ_CST);
+    if (ft_put(key, d.size, d.dev, K_HANDLE, H_IMPORTED) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *h = key;
+    return CUDA_SUCCESS;
+}
+
+/* ---- arrays ---- */
+
+struct fake_array { uint64_t bytes; };
 
 static uint64_t fmt_bytes(CUarray_format f) { return f == CU_AD_FORMAT_FLOAT || f == CU_AD_FORMAT_UNSIGNED_INT32 || f == CU_AD_FORMAT_SIGNED_INT32 ? 4 : f == CU_AD_FORMAT_HALF || f == CU_AD_FORMAT_UNSIGNED_INT16 || f == CU_AD_FORMAT_SIGNED_INT16 ? 2 : 1; }
 static CUresult array_new(uint64_t bytes, void **out)
 {
-    CUR_DEV(dev);
+    int dev = cur_dev();
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
     struct fake_array *a = malloc(sizeof *a);
     if (!a)
         return CUDA_ERROR_OUT_OF_MEMORY;
     a->bytes = bytes;
     uint64_t key = (uint64_t)(uintptr_t)a;
-    CUresult rc = phys_alloc(dev, bytes, &key, 2);
+    CUresult rc = phys_alloc(dev, bytes, &key, K_ARRAY, 0);
     if (rc != CUDA_SUCCESS) {
         free(a);
         return rc;
@@ -414,7 +610,7 @@ static CUresult array_new(uint64_t bytes, void **out)
 }
 static CUresult array_free(void *a)
 {
-    CUresult rc = phys_free((uint64_t)(uintptr_t)a, 2);
+    CUresult rc = phys_free((uint64_t)(uintptr_t)a, K_ARRAY);
     if (rc == CUDA_SUCCESS)
         free(a);
     return rc;
@@ -443,6 +639,7 @@ API CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d)
 API CUresult cuArrayDestroy(CUarray a) { return array_free(a); }
 API CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { return array_free(a); }
 
+/* legacy IPC: the handle carries the pointer; opening it maps the same memory without taking more */
 API CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
 {
     memset(h, 0, sizeof *h);
@@ -457,167 +654,6 @@ API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned fl
 }
 API CUresult cuIpcCloseMemHandle(CUdeviceptr p) { (void)p; return CUDA_SUCCESS; }
 
-/* ---- simulated execution ---- */
-
-API CUfunction fakeKernel(uint64_t ns)
-{
-    struct fake_kernel *k = malloc(sizeof *k);
-    k->magic = FAKE_MAGIC;
-    k->ns = ns;
-    return (CUfunction)k;
-}
-API CUgraphExec fakeGraphExec(uint64_t ns) { return (CUgraphExec)fakeKernel(ns); }
-API uint64_t fakeBusyNs(int dev) { return __atomic_load_n(&g_busy_total[dev], __ATOMIC_SEQ_CST); }
-API uint64_t fakeUsedBytes(int dev) { return __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST); }
+API uint64_t fakeUsedBytes(int dev) { return dev >= 0 && dev < MAXDEV ? __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST) : 0; }
 /* by NVML (physical) index, for the fake NVML */
 API uint64_t fakeUsedBytesPhys(int i) { return i >= 0 && i < g_count ? fakeUsedBytes(phys(i)) : 0; }
-API int fakeLiveEvents(void) { return __atomic_load_n(&g_live_events, __ATOMIC_SEQ_CST); }
-
-static struct fake_stream *stream_of(CUstream s)
-{
-    if (s && (uintptr_t)s > 2)
-        return (struct fake_stream *)s;
-    return &g_default_stream[t_cur ? t_cur->dev : 0];
-}
-
-static uint64_t umax(uint64_t a, uint64_t b) { return a > b ? a : b; }
-
-static CUresult run(const void *fn, CUstream s)
-{
-    CUR_DEV(dev);
-    const struct fake_kernel *k = fn;
-    uint64_t dur = k && k->magic == FAKE_MAGIC ? k->ns : g_kernel_ns;
-    struct fake_stream *st = stream_of(s);
-    uint64_t now = now_ns(), old = __atomic_load_n(&g_busy_until[dev], __ATOMIC_SEQ_CST), end;
-    do {
-        end = umax(umax(now, old), __atomic_load_n(&st->last_end, __ATOMIC_SEQ_CST)) + dur;
-    } while (!__atomic_compare_exchange_n(&g_busy_until[dev], &old, end, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
-    __atomic_store_n(&st->last_end, end, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&g_busy_total[dev], dur, __ATOMIC_SEQ_CST);
-    return CUDA_SUCCESS;
-}
-
-#define LP CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shmem, CUstream s
-#define UNUSED_GRID (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem
-API CUresult cuLaunchKernel(LP, void **p, void **e) { UNUSED_GRID; (void)p; (void)e; return run(f, s); }
-API CUresult cuLaunchKernel_ptsz(LP, void **p, void **e) { UNUSED_GRID; (void)p; (void)e; return run(f, s); }
-API CUresult cuLaunchCooperativeKernel(LP, void **p) { UNUSED_GRID; (void)p; return run(f, s); }
-API CUresult cuLaunchCooperativeKernel_ptsz(LP, void **p) { UNUSED_GRID; (void)p; return run(f, s); }
-API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)p; (void)e; return run(f, c ? c->hStream : NULL); }
-API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) { (void)p; (void)e; return run(f, c ? c->hStream : NULL); }
-API CUresult cuGraphLaunch(CUgraphExec g, CUstream s) { return run(g, s); }
-API CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) { return run(g, s); }
-
-API CUresult cuStreamCreate(CUstream *s, unsigned flags)
-{
-    (void)flags;
-    CUR_DEV(dev);
-    struct fake_stream *st = calloc(1, sizeof *st);
-    st->dev = dev;
-    *s = (CUstream)st;
-    return CUDA_SUCCESS;
-}
-API CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
-API CUresult cuStreamSynchronize(CUstream s) { sleep_until(__atomic_load_n(&stream_of(s)->last_end, __ATOMIC_SEQ_CST)); return CUDA_SUCCESS; }
-API CUresult cuEventCreate(CUevent *e, unsigned flags)
-{
-    (void)flags;
-    *e = (CUevent)calloc(1, sizeof(struct fake_event));
-    __atomic_add_fetch(&g_live_events, 1, __ATOMIC_SEQ_CST);
-    return CUDA_SUCCESS;
-}
-API CUresult cuEventDestroy_v2(CUevent e)
-{
-    if (e)
-        __atomic_sub_fetch(&g_live_events, 1, __ATOMIC_SEQ_CST);
-    free(e);
-    return CUDA_SUCCESS;
-}
-API CUresult cuEventRecord(CUevent e, CUstream s)
-{
-    if (!t_cur)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    ((struct fake_event *)e)->ts = umax(now_ns(), __atomic_load_n(&stream_of(s)->last_end, __ATOMIC_SEQ_CST));
-    return CUDA_SUCCESS;
-}
-API CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }
-API CUresult cuEventQuery(CUevent e) { return now_ns() >= ((struct fake_event *)e)->ts ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY; }
-API CUresult cuEventSynchronize(CUevent e) { sleep_until(((struct fake_event *)e)->ts); return CUDA_SUCCESS; }
-API CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b)
-{
-    const struct fake_event *x = (const struct fake_event *)a, *y = (const struct fake_event *)b;
-    if (now_ns() < y->ts)
-        return CUDA_ERROR_NOT_READY;
-    *ms = (float)((double)((int64_t)(y->ts - x->ts)) / 1e6);
-    return CUDA_SUCCESS;
-}
-
-/* ---- cuGetProcAddress: a static name table, like the real driver's ---- */
-#define SYM(n) { #n, (void *)&n },
-static const struct { const char *name; void *fn; } g_syms[] = {
-    SYM(cuInit) SYM(cuDriverGetVersion) SYM(cuDeviceGetCount) SYM(cuDeviceGet) SYM(cuDeviceGetUuid)
-    SYM(cuDeviceGetUuid_v2) SYM(cuDeviceGetName) SYM(cuDeviceTotalMem_v2) SYM(cuCtxCreate_v2)
-    SYM(cuDevicePrimaryCtxRetain) SYM(cuCtxDestroy_v2) SYM(cuCtxSetCurrent) SYM(cuCtxGetCurrent)
-    SYM(cuCtxGetDevice) SYM(cuCtxSynchronize) SYM(cuMemGetInfo_v2) SYM(cuMemAlloc_v2) SYM(cuMemAllocManaged)
-    SYM(cuMemAllocPitch_v2) SYM(cuMemFree_v2) SYM(cuMemAllocAsync) SYM(cuMemAllocAsync_ptsz)
-    SYM(cuMemAllocFromPoolAsync) SYM(cuMemAllocFromPoolAsync_ptsz) SYM(cuMemFreeAsync) SYM(cuMemFreeAsync_ptsz)
-    SYM(cuMemCreate) SYM(cuMemRelease) SYM(cuArrayCreate_v2) SYM(cuArray3DCreate_v2) SYM(cuMipmappedArrayCreate)
-    SYM(cuArrayDestroy) SYM(cuMipmappedArrayDestroy) SYM(cuIpcGetMemHandle) SYM(cuIpcOpenMemHandle_v2)
-    SYM(cuIpcCloseMemHandle) SYM(cuLaunchKernel) SYM(cuLaunchKernel_ptsz) SYM(cuLaunchCooperativeKernel)
-    SYM(cuLaunchCooperativeKernel_ptsz) SYM(cuLaunchKernelEx) SYM(cuLaunchKernelEx_ptsz) SYM(cuGraphLaunch)
-    SYM(cuGraphLaunch_ptsz) SYM(cuStreamCreate) SYM(cuStreamDestroy_v2) SYM(cuStreamSynchronize)
-    SYM(cuEventCreate) SYM(cuEventDestroy_v2) SYM(cuEventRecord) SYM(cuEventRecord_ptsz) SYM(cuEventQuery)
-    SYM(cuEventSynchronize) SYM(cuEventElapsedTime) SYM(cuCtxCreate_v3) SYM(cuCtxCreate_v4)
-    SYM(cuDevicePrimaryCtxRelease) SYM(cuDevicePrimaryCtxRelease_v2) SYM(cuDevicePrimaryCtxReset)
-    SYM(cuDevicePrimaryCtxReset_v2) SYM(cuMemAlloc) SYM(cuMemAllocPitch) SYM(cuMemFree) SYM(cuMemGetInfo)
-    SYM(cuDeviceTotalMem) SYM(cuArrayCreate) SYM(cuArray3DCreate)
-    { "cuGetProcAddress", NULL }, { "cuGetProcAddress_v2", NULL },
-};
-
-API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags);
-API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags, int *status);
-
-static void *lookup(const char *name)
-{
-    if (!strcmp(name, "cuGetProcAddress"))
-        return (void *)&cuGetProcAddress;
-    if (!strcmp(name, "cuGetProcAddress_v2"))
-        return (void *)&cuGetProcAddress_v2;
-    for (size_t i = 0; i < sizeof g_syms / sizeof g_syms[0]; i++)
-        if (g_syms[i].fn && !strcmp(g_syms[i].name, name))
-            return g_syms[i].fn;
-    return NULL;
-}
-
-#define CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM 2
-/* Like the driver: a base name resolves to its newest version (_v2) and, with
- * the per-thread flag, to its _ptsz variant where one exists; a cudaVersion
- * before 3.2 (3020) gets the v1 entry points. */
-API CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags)
-{
-    char buf[128];
-    void *f = NULL;
-    if (!symbol || !pfn || strlen(symbol) > 100)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
-        strcpy(buf, symbol);
-        strcat(buf, "_ptsz");
-        f = lookup(buf);
-    }
-    if (!f && ver >= 3020) {
-        strcpy(buf, symbol);
-        strcat(buf, "_v2");
-        f = lookup(buf);
-    }
-    if (!f)
-        f = lookup(symbol);
-    *pfn = f;
-    return f ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-}
-API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags, int *status)
-{
-    CUresult rc = cuGetProcAddress(symbol, pfn, ver, flags);
-    if (status)
-        *status = rc == CUDA_SUCCESS ? 0 : 1;
-    return rc;
-}

@@ -63,10 +63,15 @@ int alloc_resize(struct dev_rec *d, uint64_t *size, uint64_t actual)
 
 CUresult alloc_settle(struct dev_rec *d, struct tab *t, uint64_t size, CUresult rc, uint64_t key)
 {
-    drv_leave();
     if (rc == CUDA_SUCCESS)
         alloc_track(t, key, size, d);
-    else
+    return alloc_finish(d, size, rc);
+}
+
+CUresult alloc_finish(struct dev_rec *d, uint64_t size, CUresult rc)
+{
+    drv_leave();
+    if (rc != CUDA_SUCCESS)
         acct_release(d, size);
     t_in_hook--;
     return rc;

@@ -28,6 +28,9 @@ int alloc_resize(struct dev_rec *d, uint64_t *size, uint64_t actual);
 /* After the driver call: tracks key → size when rc is success, else gives
  * the reservation back. Returns rc. */
 CUresult alloc_settle(struct dev_rec *d, struct tab *t, uint64_t size, CUresult rc, uint64_t key);
+/* After the driver call, for a caller that keeps its own record of the allocation: leaves the guard and
+ * gives the reservation back when rc failed. Returns rc. */
+CUresult alloc_finish(struct dev_rec *d, uint64_t size, CUresult rc);
 /* Tracks an allocation whose bytes are already charged (given back when the table is full). */
 void alloc_track(struct tab *t, uint64_t key, uint64_t size, struct dev_rec *d);
 

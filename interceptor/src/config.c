@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <strings.h>
 #include <stdlib.h>
@@ -28,6 +29,8 @@ struct limit_entry {
     uint64_t context; /* bytes charged per context when they cannot be measured */
     int has_context;
     int claim;
+    char view[PATH_CAP]; /* the node's read-only view of this GPU; "" none */
+    uint32_t slot;       /* this claim's slot in the view's schedule; 0 none */
 };
 
 static struct {
@@ -117,11 +120,11 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
-        char *w[10];
-        int nw = split_words(line, w, 9);
+        char *w[16];
+        int nw = split_words(line, w, 15);
         if (nw == 0)
             continue;
-        if (nw > 9) {
+        if (nw > 15) {
             tlog(LOG_ERROR, "%s:%d: too many words; ignoring this limits file", path, lineno);
             return -1;
         }
@@ -190,8 +193,20 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
                         return -1;
                     }
                     e.has_context = 1;
+                } else if (!strcmp(w[i], "view")) {
+                    if (w[i + 1][0] != '/' || str_len(w[i + 1]) >= PATH_CAP) {
+                        tlog(LOG_ERROR, "%s:%d: view '%s' must be an absolute path under %d bytes; ignoring this limits file", path, lineno, w[i + 1], PATH_CAP);
+                        return -1;
+                    }
+                    str_copy(e.view, sizeof e.view, w[i + 1]);
+                } else if (!strcmp(w[i], "slot")) {
+                    if (parse_int_range(w[i + 1], 1, 65535, &v)) {
+                        tlog(LOG_ERROR, "%s:%d: slot '%s' must be 1..65535; ignoring this limits file", path, lineno, w[i + 1]);
+                        return -1;
+                    }
+                    e.slot = (uint32_t)v;
                 } else {
-                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context); ignoring this limits file", path, lineno, w[i]);
+                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context, view, slot); ignoring this limits file", path, lineno, w[i]);
                     return -1;
                 }
             }
@@ -208,29 +223,53 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
     return n;
 }
 
-static void load_limits_file(int claim)
+/* The stated maximum size of a limits file (the plugin writes a few hundred bytes). */
+#define LIMITS_MAX 65536
+
+/* Reads the whole limits file into text (NUL-terminated); -1 with one log line when it is not a regular file,
+ * is larger than LIMITS_MAX or cannot be read. Never blocks on a FIFO or follows a link. */
+static int read_limits_file(const char *path, char *text, size_t *len)
 {
-    static char text[16384];
-    char path[PATH_CAP + 16];
-    fmt_s(path, sizeof path, "%s/limits", g_cfg.claim_dir[claim]);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         tlog(LOG_ERROR, "%s: cannot open (errno %d); no limits from this claim", path, errno);
-        return;
+        return -1;
     }
-    size_t len = 0;
-    for (;;) {
-        ssize_t r = read(fd, text + len, sizeof text - 1 - len);
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if (st.st_size > LIMITS_MAX)
+        why = "larger than 65536 bytes";
+    *len = 0;
+    while (!why) {
+        ssize_t r = read(fd, text + *len, LIMITS_MAX + 1 - *len);
         if (r < 0 && errno == EINTR)
             continue;
-        if (r <= 0)
+        if (r < 0)
+            why = "read failed";
+        else if (r == 0)
             break;
-        len += (size_t)r;
-        if (len == sizeof text - 1)
-            break;
+        else if ((*len += (size_t)r) > LIMITS_MAX)
+            why = "larger than 65536 bytes"; /* it grew while read */
     }
     close(fd);
-    text[len] = '\0';
+    if (why) {
+        tlog(LOG_ERROR, "%s: %s; ignoring this limits file", path, why);
+        return -1;
+    }
+    text[*len] = '\0';
+    return 0;
+}
+
+static void load_limits_file(int claim)
+{
+    static char text[LIMITS_MAX + 2];
+    char path[PATH_CAP + 16];
+    fmt_s(path, sizeof path, "%s/limits", g_cfg.claim_dir[claim]);
+    size_t len;
+    if (read_limits_file(path, text, &len))
+        return;
     if (memchr(text, '\0', len)) {
         tlog(LOG_ERROR, "%s: contains NUL bytes; ignoring this limits file", path);
         return;
@@ -377,17 +416,22 @@ void cfg_load(void)
     }
 }
 
-int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio, uint64_t *ctx)
+int cfg_lookup(const char *uuid, int ordinal, struct gpu_limits *out)
 {
-    *ctx = g_cfg.env_context;
+    memset(out, 0, sizeof *out);
+    out->context = g_cfg.env_context;
+    out->view = "";
     for (int i = 0; i < g_cfg.nlimits; i++) {
-        if (!strcasecmp(g_cfg.lim[i].uuid, uuid)) {
-            *mem = g_cfg.lim[i].memory;
-            *cores = g_cfg.lim[i].cores;
-            *prio = g_cfg.lim[i].priority;
-            if (g_cfg.lim[i].has_context)
-                *ctx = g_cfg.lim[i].context;
-            return g_cfg.lim[i].claim;
+        const struct limit_entry *e = &g_cfg.lim[i];
+        if (!strcasecmp(e->uuid, uuid)) {
+            out->memory = e->memory;
+            out->cores = e->cores;
+            out->priority = e->priority;
+            if (e->has_context)
+                out->context = e->context;
+            out->view = e->view;
+            out->slot = e->slot;
+            return e->claim;
         }
     }
     uint64_t m = g_cfg.env_mem_all;
@@ -400,9 +444,9 @@ int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, in
     }
     if (!m && !c && !g_cfg.shared_cache[0])
         return -1;
-    *mem = m;
-    *cores = c;
-    *prio = g_cfg.env_priority;
+    out->memory = m;
+    out->cores = c;
+    out->priority = g_cfg.env_priority;
     return MAX_CLAIMS;
 }
 
@@ -426,6 +470,23 @@ int cfg_sm_any(void)
         if (cfg_sm_applies(g_cfg.env_sm[i], g_cfg.env_priority))
             return 1;
     return 0;
+}
+
+int cfg_priority_applies(void)
+{
+    return g_cfg.policy != POLICY_DISABLE;
+}
+
+int cfg_watch_any(void)
+{
+    if (cfg_sm_any())
+        return 1;
+    if (!cfg_priority_applies())
+        return 0;
+    for (int i = 0; i < g_cfg.nlimits; i++)
+        if (g_cfg.lim[i].priority == 0 || g_cfg.lim[i].view[0])
+            return 1;
+    return g_cfg.env_priority == 0 && cfg_acct_any();
 }
 
 int cfg_acct_any(void)

@@ -13,15 +13,28 @@
 
 void cfg_load(void);
 
+struct gpu_limits {
+    uint64_t memory;  /* bytes, 0 = unlimited */
+    uint32_t cores;   /* percent, 0 or 100 = unlimited */
+    int32_t priority; /* 0 high, else normal */
+    uint64_t context; /* bytes charged per context when its cost cannot be measured */
+    const char *view; /* path of the node's view of this GPU, "" none */
+    uint32_t slot;    /* the claim's slot in the view's schedule, 0 none */
+};
+
 /* The limits for one GPU: a claim's limits file by UUID first, then the
  * HAMi-core variables by CUDA ordinal. Returns the claim index, MAX_CLAIMS for
  * the environment fallback, or -1 when nothing limits this GPU. */
-int cfg_lookup(const char *uuid, int ordinal, uint64_t *mem, uint32_t *cores, int32_t *prio, uint64_t *ctx);
+int cfg_lookup(const char *uuid, int ordinal, struct gpu_limits *out);
 /* Whether a GPU with this share and priority is throttled under the policy. */
 int cfg_sm_applies(uint32_t cores, int32_t prio);
 /* Whether anything can limit SM time / anything is configured at all. */
 int cfg_sm_any(void);
 int cfg_acct_any(void);
+/* Whether priority arbitration applies at all (not under policy `disable`). */
+int cfg_priority_applies(void);
+/* Whether any launch may need the limiter: an SM limit, a high-priority claim or a priority view. */
+int cfg_watch_any(void);
 
 int cfg_nclaims(void);
 int cfg_nlimits(void);

@@ -42,27 +42,30 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
     memset(d, 0, sizeof *d);
     str_copy(d->uuid, sizeof d->uuid, uuid);
     d->g = -1;
-    uint64_t mem = 0;
-    uint32_t cores = 0;
-    int32_t prio = 1;
-    uint64_t ctxb = 0;
-    int claim = cfg_lookup(uuid, ordinal, &mem, &cores, &prio, &ctxb);
+    struct gpu_limits lim;
+    int claim = cfg_lookup(uuid, ordinal, &lim);
     if (claim >= 0) {
         struct region_handle *h = region_of_claim(claim);
         if (h) {
-            d->g = region_gpu_slot(h, uuid, mem, cores);
+            d->g = region_gpu_slot(h, uuid, lim.memory, lim.cores, lim.priority);
             if (d->g >= 0)
                 d->rh = h;
         }
-        d->limit = mem;
-        d->cores = cores >= 100 ? 0 : cores;
-        d->priority = prio;
-        d->ctx_default = ctxb;
-        d->sm_limited = d->rh && cfg_sm_applies(d->cores, prio);
+        d->limit = lim.memory;
+        d->cores = lim.cores >= 100 ? 0 : lim.cores;
+        d->priority = lim.priority;
+        d->ctx_default = lim.context;
+        d->sm_limited = d->rh && cfg_sm_applies(d->cores, lim.priority);
         d->cap_ns = (int64_t)(cfg_window_ns() * d->cores / 100);
-        tlog(LOG_INFO, "%s (ordinal %d): memory limit %llu bytes, cores %u%%, priority %d, policy %s, SM limiter %s, %s",
-             uuid, ordinal, (unsigned long long)mem, d->cores, (int)prio, cfg_policy_name(),
-             d->sm_limited ? "on" : "off", d->rh ? "accounted" : "NOT accounted");
+        d->stamps = d->rh && lim.priority == 0 && cfg_priority_applies();
+        d->view = d->rh && lim.priority != 0 && lim.view[0] && cfg_priority_applies() ? view_open(lim.view) : NULL;
+        d->slot = d->view ? lim.slot : 0;
+        d->watched = d->sm_limited || d->stamps || d->view;
+        tlog(LOG_INFO, "%s (ordinal %d): memory limit %llu bytes, cores %u%%, priority %d, policy %s, SM limiter %s, "
+             "priority %s, %s", uuid, ordinal, (unsigned long long)lim.memory, d->cores, (int)lim.priority,
+             cfg_policy_name(), d->sm_limited ? "on" : "off",
+             d->stamps ? "high (stamps its work)" : d->view ? "normal (held behind high)" : "not arbitrated",
+             d->rh ? "accounted" : "NOT accounted");
     }
     __atomic_store_n(&g_nrecs, g_nrecs + 1, __ATOMIC_RELEASE);
     return d;

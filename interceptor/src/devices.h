@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "region_handle.h"
+#include "view.h"
 #include "tessera_cuda.h"
 
 #pragma GCC visibility push(hidden)
@@ -22,6 +23,14 @@ struct dev_rec {
     uint64_t ctx_default; /* bytes charged per context when it cannot be measured */
     nvmlDevice_t nvml_h;  /* for measuring contexts; set once */
     int sm_limited;  /* cores in 1..99 and policy allows */
+    int stamps;      /* high priority: launches are stamped in the region for the node's priority relay */
+    const struct tv_view *view; /* normal priority: the GPU's view (holds, schedule), NULL none */
+    uint32_t slot;   /* this claim's slot in the view's schedule, 0 none: then the token bucket limits */
+    int watched;     /* launches go through the limiter: sm_limited || stamps || view */
+    /* what this process's launches owe the claim's GPU entry, settled in the limiter's next transaction */
+    int64_t pend_tokens; /* bucket corrections: measured cost − estimate */
+    uint64_t pend_gpu_ns, pend_throttled_ns, pend_held_ns, pend_launches;
+    uint64_t stamped_ns; /* when this process last stamped the entry's active_ns */
     int64_t cap_ns;  /* token bucket capacity */
     struct region_handle *rh; /* NULL: not accounted */
     int g;           /* GPU entry in the region */

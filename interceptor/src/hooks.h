@@ -27,6 +27,10 @@ HOOK CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s);
 HOOK CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s);
 HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle h);
+HOOK CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr);
+HOOK CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                       unsigned long long flags);
+HOOK CUresult cuMemUnmap(CUdeviceptr ptr, size_t size);
 HOOK CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d);
 HOOK CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d);
 HOOK CUresult cuArrayDestroy(CUarray a);
@@ -64,6 +68,17 @@ HOOK CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned
                                              unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params);
 HOOK CUresult cuGraphLaunch(CUgraphExec g, CUstream s);
 HOOK CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s);
+/* stream capture (capture.c) */
+HOOK CUresult cuStreamBeginCapture(CUstream s);
+HOOK CUresult cuStreamBeginCapture_ptsz(CUstream s);
+HOOK CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode);
+HOOK CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode);
+HOOK CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edata,
+                                          size_t n, CUstreamCaptureMode mode);
+HOOK CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                               const CUgraphEdgeData *edata, size_t n, CUstreamCaptureMode mode);
+HOOK CUresult cuStreamEndCapture(CUstream s, CUgraph *g);
+HOOK CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g);
 
 /* driver API we call but do not hook (declared only for their types) */
 CUresult cuCtxGetDevice(CUdevice *dev);
@@ -76,6 +91,8 @@ CUresult cuEventRecord_ptsz(CUevent ev, CUstream s);
 CUresult cuEventQuery(CUevent ev);
 CUresult cuEventSynchronize(CUevent ev);
 CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end);
+CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status);
+CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *status);
 
 /* NVML */
 HOOK nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *mem);
@@ -99,10 +116,13 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned *index);
     X(cuMemFree) X(cuMemGetInfo) X(cuDeviceTotalMem) X(cuArrayCreate) X(cuArray3DCreate) X(cuCtxCreate_v2)    \
     X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy_v2) X(cuDevicePrimaryCtxRetain)                        \
     X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2) X(cuDevicePrimaryCtxReset)                   \
-    X(cuDevicePrimaryCtxReset_v2)
+    X(cuDevicePrimaryCtxReset_v2) X(cuStreamBeginCapture) X(cuStreamBeginCapture_ptsz) X(cuStreamBeginCapture_v2) \
+    X(cuStreamBeginCapture_v2_ptsz) X(cuStreamBeginCaptureToGraph) X(cuStreamBeginCaptureToGraph_ptsz)        \
+    X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz) X(cuMemRetainAllocationHandle) X(cuMemMap) X(cuMemUnmap)
 #define CUDA_USED(X)                                                                                        \
     X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuDeviceGetUuid) X(cuEventCreate) X(cuEventDestroy_v2)           \
-    X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime)
+    X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime)     \
+    X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz)
 #define NVML_HOOKS(X)                                                                                       \
     X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2) X(nvmlDeviceGetComputeRunningProcesses)        \
     X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses_v3)

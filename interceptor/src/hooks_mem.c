@@ -14,19 +14,17 @@
 #include "util.h"
 
 static struct tab g_tab_ptr = TAB_INIT(20);
-static struct tab g_tab_handle = TAB_INIT(16);
 static struct tab g_tab_array = TAB_INIT(16);
 
 int mem_init(void)
 {
-    return tab_init(&g_tab_ptr) || tab_init(&g_tab_handle) || tab_init(&g_tab_array) ? -1 : 0;
+    return tab_init(&g_tab_ptr) || tab_init(&g_tab_array) ? -1 : 0;
 }
 
 /* A forked child holds none of the parent's allocations in its own slot. */
 void mem_after_fork(void)
 {
     tab_reset(&g_tab_ptr);
-    tab_reset(&g_tab_handle);
     tab_reset(&g_tab_array);
 }
 
@@ -179,32 +177,6 @@ ALLOC_POOL(cuMemAllocFromPoolAsync_ptsz)
     }
 FREE_ASYNC(cuMemFreeAsync)
 FREE_ASYNC(cuMemFreeAsync_ptsz)
-
-HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
-                          unsigned long long flags)
-{
-    if (!cuda_ready() || !r_cuMemCreate)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    struct dev_rec *d = NULL;
-    if (prop && prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-        d = acct_cuda(prop->location.id);
-    if (!d)
-        return r_cuMemCreate(h, size, prop, flags);
-    if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = r_cuMemCreate(h, size, prop, flags);
-    return alloc_settle(d, &g_tab_handle, size, rc, rc == CUDA_SUCCESS ? *h : 0);
-}
-
-HOOK CUresult cuMemRelease(CUmemGenericAllocationHandle h)
-{
-    if (!cuda_ready() || !r_cuMemRelease)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    struct freeing f;
-    if (!free_begin(&f, &g_tab_handle, h))
-        return r_cuMemRelease(h);
-    return free_end(&f, r_cuMemRelease(h));
-}
 
 static uint64_t format_bytes(CUarray_format f)
 {

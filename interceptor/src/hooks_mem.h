@@ -1,5 +1,5 @@
 /* hooks_mem.c: the memory hooks and their allocation tables (device pointers,
- * generic handles, arrays), which mem_after_fork replaces with empty ones. */
+ * arrays), which mem_after_fork replaces with empty ones. */
 #ifndef TESSERA_HOOKS_MEM_H
 #define TESSERA_HOOKS_MEM_H
 

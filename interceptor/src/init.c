@@ -4,6 +4,7 @@
  * and resets them in a forked child. */
 #include <pthread.h>
 
+#include "capture.h"
 #include "config.h"
 #include "devices.h"
 #include "hooks.h"
@@ -14,6 +15,7 @@
 #include "limiter.h"
 #include "region_handle.h"
 #include "util.h"
+#include "vmm.h"
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_ready;
@@ -22,14 +24,16 @@ static int g_ready;
  * slot, file description, allocation tables or CUDA events. Regions first (the
  * device records point into them), then the records, then what refers to
  * records: the event ring, the context table and primary contexts, the
- * allocation tables. */
+ * allocation tables. The child has no stream capture of its own. */
 static void after_fork_child(void)
 {
+    capture_after_fork();
     region_after_fork();
     devices_after_fork();
     limiter_after_fork();
     ctx_after_fork();
     mem_after_fork();
+    vmm_after_fork();
 }
 
 static void init_all(void)
@@ -37,17 +41,17 @@ static void init_all(void)
     resolve_init();
     cfg_load();
     int acct = devices_init();
-    int sm_any = acct && cfg_sm_any();
-    launch_init(sm_any);
+    int watch = acct && cfg_watch_any();
+    launch_init(watch);
     if (acct) {
         if (mem_init() || ctx_init())
             tlog(LOG_ERROR, "cannot map allocation tables; allocations pass uncounted");
         pthread_atfork(NULL, NULL, after_fork_child);
     }
-    if (sm_any)
+    if (watch)
         limiter_init();
-    tlog(LOG_INFO, "initialised: %d claim dir(s), %d GPU limit line(s), accounting %s, SM limiter %s", cfg_nclaims(),
-         cfg_nlimits(), acct ? "on" : "off", sm_any ? "on" : "off");
+    tlog(LOG_INFO, "initialised: %d claim dir(s), %d GPU limit line(s), accounting %s, launches %s", cfg_nclaims(),
+         cfg_nlimits(), acct ? "on" : "off", watch ? "watched (SM limit or priority)" : "pass through");
     __atomic_store_n(&g_ready, 1, __ATOMIC_RELEASE);
 }
 

@@ -1,75 +1,165 @@
-/* SM limiter: a token bucket of GPU nanoseconds per (claim, GPU), kept in the
- * claim's region so all its processes share it. It refills at cores% of wall
- * time up to cores% of one window. A launch waits while the bucket is empty,
- * is charged the thread's recent average kernel time up front, and is charged
- * the difference once its real GPU time is known: the hook brackets it with a
- * pair of timing events and reads their elapsed time when the end completes.
- * A small per-thread ring of event pairs bounds how far a thread runs ahead. */
+/* SM limiter. A watched launch (the claim has an SM limit, high priority or a
+ * view of its GPU) goes through, in this order:
+ *
+ * - Stream capture (capture.c): a launch on a capturing stream does not run,
+ *   so it passes untouched; while any capture is in progress, launches on
+ *   other streams are gated and charged their estimate only (no event is
+ *   created, recorded, queried or synchronized: the capture modes may forbid
+ *   it).
+ * - Priority: a high-priority claim stamps its claim entry (active_ns, at most
+ *   every STAMP_EVERY); the node daemon's relay turns that into the GPU's
+ *   read-only view (view.c), and a normal-priority claim waits while the view
+ *   says a high one has work.
+ * - The gate (gate.c), one read-modify-write of the claim's GPU entry under the
+ *   region's lock: time division against the node's schedule when the claim
+ *   has a part of the frame, else the token bucket.
+ *
+ * Each gated launch is bracketed by a pair of timing events (a per-thread ring
+ * of 16 pairs bounds how far a thread runs ahead); once the end completed, the
+ * launch costs its measured time capped at its key's solo time (estimate.c),
+ * never time it waited behind another claim. What launches owe the entry
+ * (bucket corrections, GPU time, throttled and held time) is kept in the
+ * device record and settled in the next transaction: one region transaction
+ * per launch. */
 #include <pthread.h>
 #include <string.h>
 
+#include "capture.h"
 #include "config.h"
 #include "devices.h"
+#include "estimate.h"
+#include "gate.h"
 #include "hooks.h"
 #include "limiter.h"
 #include "util.h"
+#include "view.h"
 
 #define RING 16
+#define HOLD_POLL_NS 5000000ull
+#define STAMP_EVERY_NS 5000000ull
 
 struct ring_ent {
     CUevent s, e;
     int64_t est;
+    uint64_t key;
     struct dev_rec *rec;
+    int phased; /* gated by the schedule: no tokens to settle */
 };
 
 struct tring {
     CUcontext ctx;
     int keyed; /* registered for ring_thread_exit */
     unsigned head, tail;
-    int64_t ewma_ns;
+    int64_t ewma_ns; /* recent costs of this thread: the estimate for a key never measured */
     struct ring_ent ent[RING];
 };
 
 static __thread struct tring t_ring __attribute__((tls_model("initial-exec")));
+/* this thread's copy of its claim's part of the frame (for the last record it launched on) */
+static __thread struct {
+    const struct dev_rec *d;
+    struct tv_phase p;
+} t_phase __attribute__((tls_model("initial-exec")));
 
-static void bucket_refill(struct dev_rec *d)
+static void owe(uint64_t *counter, uint64_t n)
 {
-    struct tr_gpu *gp = &d->rh->r->gpus[d->g];
-    uint64_t now = mono_ns();
-    uint64_t last = __atomic_load_n(&gp->refill_ns, __ATOMIC_ACQUIRE);
-    if (now <= last || !__atomic_compare_exchange_n(&gp->refill_ns, &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        return;
-    uint64_t dt = now - last;
-    if (dt > 1000000000000ull)
-        dt = 1000000000000ull;
-    int64_t add = (int64_t)(dt * d->cores / 100);
-    int64_t t = __atomic_add_fetch(&gp->tokens_ns, add, __ATOMIC_ACQ_REL);
-    while (t > d->cap_ns && !__atomic_compare_exchange_n(&gp->tokens_ns, &t, d->cap_ns, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    if (n)
+        __atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
+}
+
+/* Adds what the process owes into the entry (inside a transaction). */
+static void settle(struct dev_rec *d, struct tr_gpu *e)
+{
+    e->tokens_ns -= __atomic_exchange_n(&d->pend_tokens, 0, __ATOMIC_ACQ_REL);
+    e->gpu_ns += __atomic_exchange_n(&d->pend_gpu_ns, 0, __ATOMIC_ACQ_REL);
+    e->throttled_ns += __atomic_exchange_n(&d->pend_throttled_ns, 0, __ATOMIC_ACQ_REL);
+    e->held_ns += __atomic_exchange_n(&d->pend_held_ns, 0, __ATOMIC_ACQ_REL);
+    e->launches += __atomic_exchange_n(&d->pend_launches, 0, __ATOMIC_ACQ_REL);
+}
+
+/* The claim's part of the frame, or NULL when the schedule has none (then the bucket limits). */
+static const struct tv_phase *phase_of(struct dev_rec *d)
+{
+    if (!d->slot || !d->view)
+        return NULL;
+    if (t_phase.d != d) {
+        t_phase.d = d;
+        t_phase.p.seq = 0;
     }
+    view_phase(d->view, d->slot, &t_phase.p);
+    return t_phase.p.found ? &t_phase.p : NULL;
 }
 
-static void bucket_charge(struct dev_rec *d, int64_t ns)
+/* Waits until the gate lets a launch charged est through. */
+static void gate(struct dev_rec *d, const struct tv_phase *ph, int64_t est)
 {
-    if (ns)
-        __atomic_sub_fetch(&d->rh->r->gpus[d->g].tokens_ns, ns, __ATOMIC_ACQ_REL);
-}
-
-/* Waits until the bucket holds tokens. */
-static void bucket_wait(struct dev_rec *d)
-{
+    uint64_t t0 = 0;
     for (;;) {
-        bucket_refill(d);
-        int64_t t = __atomic_load_n(&d->rh->r->gpus[d->g].tokens_ns, __ATOMIC_ACQUIRE);
-        if (t > 0)
+        struct tr_gpu e;
+        if (region_gpu_begin(d->rh, d->g, &e))
+            return; /* no region at all: nothing to hold against */
+        settle(d, &e);
+        uint64_t now = mono_ns(), wake = now;
+        int go = ph ? gate_phase(&e, ph, now, est, &wake)
+                    : gate_bucket(&e, now, d->cores, d->cap_ns, est, cfg_window_ns(), &wake);
+        if (go) {
+            e.launches++;
+            if (t0)
+                e.throttled_ns += now - t0;
+        }
+        region_gpu_end(d->rh, d->g, &e);
+        if (go)
             return;
-        uint64_t wait = (uint64_t)(-t) * 100 / d->cores + 20000;
-        if (wait > cfg_window_ns())
-            wait = cfg_window_ns();
-        sleep_ns(wait);
+        if (!t0)
+            t0 = now;
+        uint64_t nap = wake > now ? wake - now : 0;
+        sleep_ns(nap > cfg_window_ns() ? cfg_window_ns() : nap + 1000);
     }
 }
 
-/* Charges the measured time of completed launches; with block, waits for the oldest. */
+/* High priority: tell the node's relay this claim has work. */
+static void stamp(struct dev_rec *d)
+{
+    uint64_t now = mono_ns(), last = __atomic_load_n(&d->stamped_ns, __ATOMIC_RELAXED);
+    if (now - last < STAMP_EVERY_NS || !__atomic_compare_exchange_n(&d->stamped_ns, &last, now, 0, __ATOMIC_ACQ_REL,
+                                                                     __ATOMIC_RELAXED))
+        return;
+    struct tr_gpu e;
+    if (region_gpu_begin(d->rh, d->g, &e) == 0) {
+        settle(d, &e);
+        e.active_ns = now;
+        region_gpu_end(d->rh, d->g, &e);
+    }
+}
+
+/* Normal priority: wait while the GPU's view says a high-priority claim has work. */
+static void priority_wait(struct dev_rec *d)
+{
+    uint64_t t0 = 0;
+    for (;;) {
+        uint64_t until = view_hold_until(d->view), now = mono_ns();
+        if (until <= now)
+            break;
+        if (!t0)
+            t0 = now;
+        sleep_ns(until - now < HOLD_POLL_NS ? until - now : HOLD_POLL_NS);
+    }
+    if (t0)
+        owe(&d->pend_held_ns, mono_ns() - t0);
+}
+
+/* What a completed launch cost: its measured time, capped at its key's solo time. */
+static void charge_measured(struct tring *r, struct ring_ent *x, int64_t elapsed)
+{
+    int64_t cost = est_observe(x->key, elapsed);
+    r->ewma_ns = r->ewma_ns ? (r->ewma_ns * 7 + cost) / 8 : cost;
+    if (!x->phased)
+        __atomic_add_fetch(&x->rec->pend_tokens, cost - x->est, __ATOMIC_RELAXED);
+    owe(&x->rec->pend_gpu_ns, (uint64_t)cost);
+}
+
+/* Charges the measured time of completed launches; with block, waits for the oldest. Never called while a
+ * capture is in progress. */
 static void ring_harvest(struct tring *r, int block)
 {
     while (r->tail != r->head) {
@@ -81,13 +171,11 @@ static void ring_harvest(struct tring *r, int block)
         CUresult q = r_cuEventQuery(x->e);
         if (q == CUDA_ERROR_NOT_READY)
             return;
-        int64_t actual = x->est;
         float ms = 0;
-        if (q == CUDA_SUCCESS && r_cuEventElapsedTime(&ms, x->s, x->e) == CUDA_SUCCESS && ms >= 0) {
-            actual = (int64_t)((double)ms * 1e6);
-            r->ewma_ns = r->ewma_ns ? (r->ewma_ns * 7 + actual) / 8 : actual;
-        }
-        bucket_charge(x->rec, actual - x->est);
+        if (q == CUDA_SUCCESS && r_cuEventElapsedTime(&ms, x->s, x->e) == CUDA_SUCCESS && ms >= 0)
+            charge_measured(r, x, (int64_t)((double)ms * 1e6));
+        else
+            owe(&x->rec->pend_gpu_ns, (uint64_t)x->est);
         r->tail++;
     }
 }
@@ -116,7 +204,7 @@ static void ring_thread_exit(void *p)
 {
     struct tring *r = p;
     CUcontext cur = NULL;
-    if (r_cuCtxGetCurrent && r_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == r->ctx) {
+    if (!capture_active() && r_cuCtxGetCurrent && r_cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == r->ctx) {
         t_in_hook++;
         ring_reset(r);
         t_in_hook--;
@@ -124,29 +212,14 @@ static void ring_thread_exit(void *p)
     r->keyed = 0;
 }
 
-/* Before a limited launch: wait for tokens, charge the estimate, and record the
- * start event. Returns the ring entry to complete, or NULL (estimate only). */
-struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz)
+/* The ring entry for the next launch with its events created, or NULL (then the estimate is the charge). */
+static struct ring_ent *ring_next(struct tring *r)
 {
-    struct tring *r = &t_ring;
-    CUcontext ctx = NULL;
-    if (r_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
-        ctx = NULL;
-    if (ctx != r->ctx) {
-        ring_reset(r);
-        r->ctx = ctx;
-    }
-    ring_harvest(r, 0);
-    if (r->head - r->tail == RING)
-        ring_harvest(r, 1);
-    bucket_wait(d);
-    __atomic_add_fetch(&d->rh->r->gpus[d->g].launches, 1, __ATOMIC_RELAXED);
     struct ring_ent *x = &r->ent[r->head % RING];
-    x->est = r->ewma_ns;
-    x->rec = d;
-    bucket_charge(d, x->est);
     if (!x->s) {
         if (r_cuEventCreate(&x->s, 0) != CUDA_SUCCESS || r_cuEventCreate(&x->e, 0) != CUDA_SUCCESS) {
+            if (x->s)
+                r_cuEventDestroy_v2(x->s);
             x->s = x->e = NULL;
             return NULL;
         }
@@ -154,29 +227,78 @@ struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz)
         if (!r->keyed && g_ring_key_ok && pthread_setspecific(g_ring_key, r) == 0)
             r->keyed = 1;
     }
-    CUresult rc = ptsz && r_cuEventRecord_ptsz ? r_cuEventRecord_ptsz(x->s, s) : r_cuEventRecord(x->s, s);
-    return rc == CUDA_SUCCESS ? x : NULL;
+    return x;
 }
 
-void sm_after(struct dev_rec *d, struct ring_ent *x, CUresult launched, CUstream s, int ptsz)
+static CUresult record(CUevent e, CUstream s, int ptsz)
 {
+    return ptsz && r_cuEventRecord_ptsz ? r_cuEventRecord_ptsz(e, s) : r_cuEventRecord(e, s);
+}
+
+void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_ticket *t)
+{
+    memset(t, 0, sizeof *t);
+    int capturing = capture_active();
+    if (capturing && capture_stream_capturing(s, ptsz))
+        return; /* captured, not run: it is charged when the graph is launched */
+    if (d->stamps)
+        stamp(d);
+    if (d->view)
+        priority_wait(d);
+    const struct tv_phase *ph = cfg_priority_applies() ? phase_of(d) : NULL;
+    if (!d->sm_limited && !ph)
+        return;
     struct tring *r = &t_ring;
-    if (launched != CUDA_SUCCESS) {
-        bucket_charge(d, -r->ewma_ns);
+    if (!capturing) {
+        CUcontext ctx = NULL;
+        if (r_cuCtxGetCurrent(&ctx) != CUDA_SUCCESS)
+            ctx = NULL;
+        if (ctx != r->ctx) {
+            ring_reset(r);
+            r->ctx = ctx;
+        }
+        ring_harvest(r, 0);
+        if (r->head - r->tail == RING)
+            ring_harvest(r, 1);
+    }
+    int64_t est = est_get(key);
+    t->est = est ? est : r->ewma_ns;
+    t->phased = ph != NULL; /* the part of the frame is the limit: no tokens */
+    gate(d, ph, t->est);
+    t->charged = 1;
+    struct ring_ent *x = capturing || r->head - r->tail == RING ? NULL : ring_next(r);
+    if (!x || record(x->s, s, ptsz) != CUDA_SUCCESS) {
+        owe(&d->pend_gpu_ns, (uint64_t)t->est);
         return;
     }
-    if (!x)
-        return;
-    CUresult rc = ptsz && r_cuEventRecord_ptsz ? r_cuEventRecord_ptsz(x->e, s) : r_cuEventRecord(x->e, s);
-    if (rc == CUDA_SUCCESS)
-        r->head++;
+    x->est = t->est;
+    x->key = key;
+    x->rec = d;
+    x->phased = t->phased;
+    t->x = x;
 }
 
-/* The record to throttle the current launch against, or NULL. */
+void sm_after(struct dev_rec *d, const struct sm_ticket *t, CUresult launched, CUstream s, int ptsz)
+{
+    if (!t->charged)
+        return;
+    if (launched != CUDA_SUCCESS) {
+        if (!t->phased)
+            __atomic_sub_fetch(&d->pend_tokens, t->est, __ATOMIC_RELAXED);
+        if (!t->x)
+            __atomic_sub_fetch(&d->pend_gpu_ns, (uint64_t)t->est, __ATOMIC_RELAXED);
+        return;
+    }
+    if (t->x && record(t->x->e, s, ptsz) == CUDA_SUCCESS)
+        t_ring.head++;
+    else if (t->x)
+        owe(&d->pend_gpu_ns, (uint64_t)t->est);
+}
+
 struct dev_rec *sm_rec(void)
 {
     struct dev_rec *d = rec_current();
-    return d && d->sm_limited ? d : NULL;
+    return d && d->watched ? d : NULL;
 }
 
 void limiter_init(void)
@@ -189,4 +311,5 @@ void limiter_init(void)
 void limiter_after_fork(void)
 {
     memset(&t_ring, 0, sizeof t_ring);
+    memset(&t_phase, 0, sizeof t_phase);
 }

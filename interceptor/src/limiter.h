@@ -1,8 +1,11 @@
 /* limiter.c: the SM limiter (token bucket in the region, per-thread ring of
- * timing events). limiter_after_fork empties the forking thread's ring: its
- * events belong to the parent's contexts. */
+ * timing events, solo-time charging, capture awareness, priority holds).
+ * limiter_after_fork empties the forking thread's ring: its events belong to
+ * the parent's contexts. */
 #ifndef TESSERA_LIMITER_H
 #define TESSERA_LIMITER_H
+
+#include <stdint.h>
 
 #include "devices.h"
 #include "tessera_cuda.h"
@@ -11,12 +14,20 @@
 
 struct ring_ent;
 
-/* The record to throttle the current launch against, or NULL. */
+/* One watched launch: what sm_before charged and the timing entry sm_after completes. */
+struct sm_ticket {
+    struct ring_ent *x; /* NULL: charged the estimate only */
+    int64_t est;
+    int charged;
+    int phased; /* gated by the node's schedule, not by tokens */
+};
+
+/* The record to watch the current launch against (limited, stamping or held back), or NULL. */
 struct dev_rec *sm_rec(void);
-/* Before a limited launch: wait for tokens, charge the estimate, record the
- * start event. Returns the ring entry to complete, or NULL (estimate only). */
-struct ring_ent *sm_before(struct dev_rec *d, CUstream s, int ptsz);
-void sm_after(struct dev_rec *d, struct ring_ent *x, CUresult launched, CUstream s, int ptsz);
+/* Before a watched launch with this key (estimate.h): pass a captured launch untouched; stamp or wait for
+ * priority; wait for tokens, charge the estimate and record the start event. */
+void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_ticket *t);
+void sm_after(struct dev_rec *d, const struct sm_ticket *t, CUresult launched, CUstream s, int ptsz);
 
 void limiter_init(void); /* registers the thread-exit destructor of the rings */
 void limiter_after_fork(void);

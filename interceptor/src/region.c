@@ -1,10 +1,20 @@
-/* The shared accounting region: one file per claim, mapped by every process of
- * the claim. A robust process-shared mutex guards the byte counters; each
- * process owns a slot whose liveness is an OFD lock on one byte of the file,
- * which the kernel drops when the process dies (across pid namespaces too). */
+/* The shared accounting region: one file per claim, used by every process of
+ * the claim. The file is writable by the claim's containers, so it is never
+ * mapped (truncating a mapped file would kill this process with SIGBUS, and no
+ * signal handler of ours may be installed): it is read and written with
+ * pread/pwrite, under an OFD lock on one byte of the file taken with a timeout
+ * (a stuck or hostile holder cannot hang us), and each process writes only its
+ * own slot's byte counts, so the claim's total is their sum and no crash in the
+ * middle of an update can leave it wrong. Each slot's liveness is an OFD lock
+ * on another byte, which the kernel drops when the process dies (across pid
+ * namespaces too). When the file cannot be used — missing, not a regular file,
+ * wrong size or version, unreadable later, lock held too long — the process
+ * falls back, with one log line, to a region of its own in private memory:
+ * its limits still hold, for this process alone. */
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -15,90 +25,150 @@
 #include "region_handle.h"
 #include "util.h"
 
+struct region_handle {
+    int fd;                 /* the claim's region file; -1 when private */
+    struct tr_region *mem;  /* the private region (no usable file); NULL while the file is used */
+    pthread_mutex_t mu;     /* this process's threads (an OFD lock does not exclude threads sharing the fd) */
+    int slot;               /* our procs[] index */
+    int state;              /* 0 not attached, 1 attached, -1 failed (pass through) */
+    int locked_file;        /* the file's lock byte is held */
+    uint64_t mine[TR_MAX_GPUS];         /* bytes this process holds per GPU entry */
+    char uuid[TR_MAX_GPUS][TR_UUID_LEN]; /* GPU entries this process registered */
+    char path[PATH_CAP + 16]; /* empty: process-private region */
+    const char *name;         /* for log lines */
+};
+
 /* index MAX_CLAIMS is the HAMi-core fallback region */
 static struct region_handle g_regions[MAX_CLAIMS + 1];
 
 #define TR_LOCK_BASE (1ll << 30)
+#define TR_LOCK_BYTE (TR_LOCK_BASE - 1)
+#define LOCK_TIMEOUT_NS 2000000000ull
 
-static int slot_lock(int fd, int slot, int type, int cmd)
+static int byte_lock(int fd, off_t byte, int type, int cmd)
 {
     struct flock fl;
     memset(&fl, 0, sizeof fl);
     fl.l_type = (short)type;
     fl.l_whence = SEEK_SET;
-    fl.l_start = TR_LOCK_BASE + slot;
+    fl.l_start = byte;
     fl.l_len = 1;
     if (fcntl(fd, cmd, &fl) != 0)
         return -1;
     return fl.l_type;
 }
 
-/* A slot is alive while some open file description holds its byte lock. */
-static int slot_alive(struct region_handle *h, int i)
+/* ---- raw access: the file, or the private region ---- */
+
+static int rd(struct region_handle *h, size_t off, void *buf, size_t n)
 {
-    if (i == h->slot)
-        return 1;
-    if (h->fd < 0)
-        return 1;
-    int t = slot_lock(h->fd, i, F_WRLCK, F_OFD_GETLK);
-    return t < 0 || t != F_UNLCK; /* when unsure, treat as alive */
+    if (h->mem) {
+        memcpy(buf, (const char *)h->mem + off, n);
+        return 0;
+    }
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(h->fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1; /* truncated, or an I/O error */
+        done += (size_t)r;
+    }
+    return 0;
 }
 
-static void slot_reclaim(struct tr_region *r, int i)
+static int wr(struct region_handle *h, size_t off, const void *buf, size_t n)
 {
-    struct tr_proc *p = &r->procs[i];
+    if (h->mem) {
+        memcpy((char *)h->mem + off, buf, n);
+        return 0;
+    }
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pwrite(h->fd, (const char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+#define GPU_OFF(g) (offsetof(struct tr_region, gpus) + (size_t)(g) * sizeof(struct tr_gpu))
+#define PROC_OFF(i) (offsetof(struct tr_region, procs) + (size_t)(i) * sizeof(struct tr_proc))
+
+static void format_mem(struct tr_region *r)
+{
+    memset(r, 0, sizeof *r);
+    r->version = TR_VERSION;
+    r->header_size = (uint32_t)offsetof(struct tr_region, gpus);
+    r->total_size = sizeof(struct tr_region);
+    r->max_gpus = TR_MAX_GPUS;
+    r->max_procs = TR_MAX_PROCS;
+    r->magic = TR_MAGIC;
+}
+
+/* Switches the handle to a private region holding what this process knows: its GPU entries and its bytes.
+ * Called with h->mu held (or before anyone else sees the handle). */
+static void fall_back(struct region_handle *h, const char *why)
+{
+    if (h->mem)
+        return;
+    struct tr_region *m = mmap(NULL, sizeof *m, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        tlog(LOG_ERROR, "%s: %s, and no memory for a private region; limits off for this claim", h->name, why);
+        h->state = -1;
+        return;
+    }
+    format_mem(m);
     for (int g = 0; g < TR_MAX_GPUS; g++) {
-        uint64_t u = p->used[g];
-        r->gpus[g].used = r->gpus[g].used >= u ? r->gpus[g].used - u : 0;
-        p->used[g] = 0;
+        str_copy(m->gpus[g].uuid, TR_UUID_LEN, h->uuid[g]);
+        m->procs[0].used[g] = h->mine[g];
+        m->gpus[g].used = h->mine[g];
     }
-    p->pid = 0;
-    __atomic_store_n(&p->state, 0u, __ATOMIC_RELEASE);
+    m->procs[0].pid = (int32_t)getpid();
+    m->procs[0].state = 1;
+    m->proc_high = 1;
+    if (h->fd >= 0) {
+        if (h->locked_file)
+            byte_lock(h->fd, TR_LOCK_BYTE, F_UNLCK, F_OFD_SETLK);
+        close(h->fd); /* drops our slot's liveness lock: the claim's other processes sweep our bytes */
+    }
+    h->fd = -1;
+    h->locked_file = 0;
+    h->slot = 0;
+    h->mem = m;
+    tlog(LOG_ERROR, "%s: %s; memory and SM limits are enforced per process from now on (not across the claim)",
+         h->name, why);
 }
 
-/* Under the lock: give back the bytes of processes that died. */
-static int region_sweep(struct region_handle *h)
-{
-    struct tr_region *r = h->r;
-    int n = 0;
-    uint32_t hi = r->proc_high > TR_MAX_PROCS ? TR_MAX_PROCS : r->proc_high;
-    for (uint32_t i = 0; i < hi; i++) {
-        if (r->procs[i].state == 1 && !slot_alive(h, (int)i)) {
-            tlog(LOG_INFO, "%s: reclaiming slot %u of dead pid %d", h->name, i, r->procs[i].pid);
-            slot_reclaim(r, (int)i);
-            n++;
-        }
-    }
-    return n;
-}
-
-/* After a holder died mid-update the totals may be off: rebuild them from the
- * per-process counters, which are always written first. */
-static void region_repair(struct region_handle *h)
-{
-    struct tr_region *r = h->r;
-    region_sweep(h);
-    for (int g = 0; g < TR_MAX_GPUS; g++) {
-        uint64_t sum = 0;
-        for (int i = 0; i < TR_MAX_PROCS; i++)
-            if (r->procs[i].state == 1)
-                sum += r->procs[i].used[g];
-        r->gpus[g].used = sum;
-    }
-}
+/* ---- the lock ---- */
 
 int region_lock(struct region_handle *h)
 {
-    int rc = pthread_mutex_lock(&h->r->lock.mutex);
-    if (rc == EOWNERDEAD) {
-        region_repair(h);
-        pthread_mutex_consistent(&h->r->lock.mutex);
-        tlog(LOG_WARN, "%s: a process died holding the region lock; counters rebuilt", h->name);
+    pthread_mutex_lock(&h->mu);
+    if (h->mem || h->fd < 0)
         return 0;
+    uint64_t t0 = 0;
+    for (;;) {
+        if (byte_lock(h->fd, TR_LOCK_BYTE, F_WRLCK, F_OFD_SETLK) >= 0) {
+            h->locked_file = 1;
+            return 0;
+        }
+        if (errno != EAGAIN && errno != EACCES && errno != EINTR)
+            break;
+        uint64_t now = mono_ns();
+        if (!t0)
+            t0 = now;
+        else if (now - t0 > LOCK_TIMEOUT_NS)
+            break;
+        sleep_ns(100000);
     }
-    if (rc != 0) {
-        tlog(LOG_ERROR, "%s: region lock failed (%d); limits off for this claim", h->name, rc);
-        h->state = -1;
+    fall_back(h, "its lock is held too long (a stuck or hostile process of the claim)");
+    if (h->state < 0) {
+        pthread_mutex_unlock(&h->mu);
         return -1;
     }
     return 0;
@@ -106,29 +176,117 @@ int region_lock(struct region_handle *h)
 
 void region_unlock(struct region_handle *h)
 {
-    pthread_mutex_unlock(&h->r->lock.mutex);
+    if (h->locked_file && h->fd >= 0)
+        byte_lock(h->fd, TR_LOCK_BYTE, F_UNLCK, F_OFD_SETLK);
+    h->locked_file = 0;
+    pthread_mutex_unlock(&h->mu);
 }
 
-static void region_format(struct tr_region *r)
+/* ---- process slots ---- */
+
+/* A slot is alive while some open file description holds its byte lock. */
+static int slot_alive(struct region_handle *h, int i)
 {
-    memset(r, 0, sizeof *r);
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    pthread_mutex_init(&r->lock.mutex, &a);
-    pthread_mutexattr_destroy(&a);
-    r->version = TR_VERSION;
-    r->header_size = (uint32_t)offsetof(struct tr_region, gpus);
-    r->total_size = sizeof(struct tr_region);
-    r->max_gpus = TR_MAX_GPUS;
-    r->max_procs = TR_MAX_PROCS;
-    __atomic_store_n(&r->magic, TR_MAGIC, __ATOMIC_RELEASE);
+    if (i == h->slot || h->mem)
+        return 1;
+    int t = byte_lock(h->fd, TR_LOCK_BASE + i, F_WRLCK, F_OFD_GETLK);
+    return t < 0 || t != F_UNLCK; /* when unsure, treat as alive */
 }
 
-static const char *region_check(const struct tr_region *r)
+static uint32_t proc_high(struct region_handle *h)
 {
-    if (__atomic_load_n(&r->magic, __ATOMIC_ACQUIRE) != TR_MAGIC)
+    uint32_t hi = 0;
+    if (rd(h, offsetof(struct tr_region, proc_high), &hi, sizeof hi))
+        fall_back(h, "it cannot be read (truncated?)");
+    return hi > TR_MAX_PROCS ? TR_MAX_PROCS : hi;
+}
+
+#define SLOT_BATCH 32
+#define HEAD_AND_BATCH (offsetof(struct tr_region, procs) + SLOT_BATCH * sizeof(struct tr_proc))
+
+/* Under the lock: the bytes the claim's live slots hold on entry g — the sum of every slot's own count, so no
+ * crash in the middle of an update can leave a total wrong (dead slots swept first when sweep is set). One
+ * pread reads the header and the first SLOT_BATCH slots; more slots take one pread per batch. */
+static uint64_t claim_used(struct region_handle *h, int g, int sweep)
+{
+    static __thread unsigned char buf[HEAD_AND_BATCH] __attribute__((aligned(16)));
+    if (h->mem)
+        return h->mine[g];
+    if (rd(h, 0, buf, HEAD_AND_BATCH)) {
+        fall_back(h, "it cannot be read (truncated?)");
+        return h->mine[g];
+    }
+    uint32_t hi;
+    memcpy(&hi, buf + offsetof(struct tr_region, proc_high), sizeof hi);
+    hi = hi > TR_MAX_PROCS ? TR_MAX_PROCS : hi;
+    uint64_t sum = 0;
+    const struct tr_proc *batch = (const struct tr_proc *)(const void *)(buf + offsetof(struct tr_region, procs));
+    for (uint32_t at = 0; at < hi; at += SLOT_BATCH) {
+        uint32_t n = hi - at < SLOT_BATCH ? hi - at : SLOT_BATCH;
+        if (at && rd(h, PROC_OFF(at), buf + offsetof(struct tr_region, procs), n * sizeof(struct tr_proc))) {
+            fall_back(h, "it cannot be read (truncated?)");
+            return h->mine[g];
+        }
+        for (uint32_t k = 0; k < n; k++) {
+            uint32_t i = at + k;
+            const struct tr_proc *p = &batch[k];
+            if (p->state != 1 || (int)i == h->slot)
+                continue;
+            if (sweep && !slot_alive(h, (int)i)) {
+                tlog(LOG_INFO, "%s: reclaiming slot %u of dead pid %d", h->name, i, p->pid);
+                uint32_t free_state = 0;
+                wr(h, PROC_OFF(i) + offsetof(struct tr_proc, state), &free_state, sizeof free_state);
+                continue;
+            }
+            sum += p->used[g] > (1ull << 56) ? (1ull << 56) : p->used[g]; /* garbage cannot wrap the sum */
+        }
+    }
+    return sum + h->mine[g];
+}
+
+/* Writes our slot's count for entry g: only this process writes its slot, so it needs no lock. */
+static void publish_mine(struct region_handle *h, int g)
+{
+    if (wr(h, PROC_OFF(h->slot) + offsetof(struct tr_proc, used) + (size_t)g * 8, &h->mine[g], 8))
+        fall_back(h, "it cannot be written");
+}
+
+static int take_slot(struct region_handle *h)
+{
+    if (region_lock(h))
+        return -1;
+    int got = -1;
+    uint32_t hi = proc_high(h);
+    for (int i = 0; i < TR_MAX_PROCS && got < 0 && !h->mem; i++) {
+        struct tr_proc p;
+        if ((uint32_t)i < hi && rd(h, PROC_OFF(i), &p, sizeof p))
+            break;
+        if ((uint32_t)i < hi && p.state == 1 && slot_alive(h, i))
+            continue;
+        if (byte_lock(h->fd, TR_LOCK_BASE + i, F_WRLCK, F_OFD_SETLK) < 0)
+            continue; /* a live process holds it but has not marked it yet */
+        memset(&p, 0, sizeof p);
+        p.pid = (int32_t)getpid();
+        p.attach_ns = mono_ns();
+        p.state = 1;
+        uint32_t nh = (uint32_t)i + 1;
+        if (wr(h, PROC_OFF(i), &p, sizeof p) || ((uint32_t)i >= hi && wr(h, offsetof(struct tr_region, proc_high), &nh, 4)))
+            break;
+        got = i;
+    }
+    if (got >= 0)
+        h->slot = got;
+    else if (!h->mem)
+        fall_back(h, "no process slot could be taken");
+    region_unlock(h);
+    return h->state < 0 ? -1 : 0;
+}
+
+/* ---- opening ---- */
+
+static const char *check_header(const struct tr_region *r)
+{
+    if (r->magic != TR_MAGIC)
         return "bad magic";
     if (r->version != TR_VERSION)
         return "unsupported version";
@@ -138,85 +296,75 @@ static const char *region_check(const struct tr_region *r)
     return NULL;
 }
 
-/* Opens (creating if needed) and validates the region file, then takes a slot. */
-static int region_open_file(struct region_handle *h)
+/* Formats an empty file: sized, header written, the magic last. */
+static const char *format_file(int fd)
 {
-    int fd = open(h->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd < 0) {
-        tlog(LOG_ERROR, "%s: cannot open the accounting region (errno %d); limits off for this claim", h->name, errno);
-        return -1;
+    static const struct tr_region zero;
+    struct tr_region head = zero;
+    format_mem(&head);
+    uint64_t magic = head.magic;
+    head.magic = 0;
+    if (ftruncate(fd, (off_t)sizeof(struct tr_region)) != 0 ||
+        pwrite(fd, &head, offsetof(struct tr_region, gpus), 0) != (ssize_t)offsetof(struct tr_region, gpus) ||
+        pwrite(fd, &magic, sizeof magic, 0) != (ssize_t)sizeof magic)
+        return "cannot be written";
+    return NULL;
+}
+
+static int flock_timed(int fd, int op)
+{
+    uint64_t t0 = mono_ns();
+    while (flock(fd, op | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return -1;
+        if (mono_ns() - t0 > LOCK_TIMEOUT_NS)
+            return -1;
+        sleep_ns(1000000);
     }
-    while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-    }
-    struct stat st;
-    const char *why = NULL;
-    void *m = MAP_FAILED;
-    if (fstat(fd, &st) != 0) {
-        why = "fstat failed";
-    } else if (st.st_size == 0) {
-        if (ftruncate(fd, (off_t)sizeof(struct tr_region)) != 0) {
-            why = "cannot size the file";
-        } else {
-            m = mmap(NULL, sizeof(struct tr_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-            if (m == MAP_FAILED)
-                why = "mmap failed";
-            else
-                region_format((struct tr_region *)m);
-            /* other users of the claim may run as other uids; umask must not narrow it */
-            if (fchmod(fd, 0666) != 0) {
-            }
-        }
-    } else if ((uint64_t)st.st_size != sizeof(struct tr_region)) {
-        why = "wrong size (corrupt, or written by another version)";
-    } else {
-        m = mmap(NULL, sizeof(struct tr_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED)
-            why = "mmap failed";
-        else
-            why = region_check((struct tr_region *)m);
-    }
-    flock(fd, LOCK_UN);
-    if (why) {
-        tlog(LOG_ERROR, "%s: %s; memory and SM limits are off for this claim (remove the file when no process uses it)", h->name, why);
-        if (m != MAP_FAILED)
-            munmap(m, sizeof(struct tr_region));
-        close(fd);
-        return -1;
-    }
-    h->r = (struct tr_region *)m;
-    h->fd = fd;
     return 0;
 }
 
-static int region_take_slot(struct region_handle *h)
+/* Opens and validates the region file (creating it when absent); NULL on success, else why not. */
+static const char *open_file(struct region_handle *h)
 {
-    struct tr_region *r = h->r;
-    if (region_lock(h))
-        return -1;
-    int got = -1;
-    for (int i = 0; i < TR_MAX_PROCS && got < 0; i++) {
-        struct tr_proc *p = &r->procs[i];
-        if (p->state == 1 && (h->fd < 0 || slot_alive(h, i)))
-            continue;
-        if (h->fd >= 0 && slot_lock(h->fd, i, F_WRLCK, F_OFD_SETLK) < 0)
-            continue; /* a live process holds it but has not marked it yet */
-        if (p->state == 1)
-            slot_reclaim(r, i);
-        memset(p->used, 0, sizeof p->used);
-        p->pid = (int32_t)getpid();
-        p->attach_ns = mono_ns();
-        __atomic_store_n(&p->state, 1u, __ATOMIC_RELEASE);
-        if ((uint32_t)i >= r->proc_high)
-            r->proc_high = (uint32_t)i + 1;
-        got = i;
+    const int flags = O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    int fd = open(h->path, flags);
+    if (fd < 0 && errno == ENOENT) {
+        /* without the node daemon (which creates it): make it, usable by every uid of the claim */
+        fd = open(h->path, flags | O_CREAT | O_EXCL, 0666);
+        if (fd >= 0 && fchmod(fd, 0666) != 0) {
+        }
+        if (fd < 0 && errno == EEXIST)
+            fd = open(h->path, flags);
     }
-    region_unlock(h);
-    if (got < 0) {
-        tlog(LOG_ERROR, "%s: all %d process slots are in use; limits off in this process", h->name, TR_MAX_PROCS);
-        return -1;
+    if (fd < 0)
+        return errno == ELOOP ? "it is a symbolic link" : errno == EISDIR ? "it is not a regular file" : "it cannot be opened";
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        why = "it is not a regular file";
+    } else if (flock_timed(fd, LOCK_EX)) {
+        why = "its creation lock is held too long";
+    } else {
+        struct tr_region head;
+        if (fstat(fd, &st) != 0)
+            why = "it cannot be examined";
+        else if (st.st_size == 0)
+            why = format_file(fd);
+        else if ((uint64_t)st.st_size != sizeof(struct tr_region))
+            why = "it has the wrong size (damaged, or written by another version)";
+        else if (pread(fd, &head, offsetof(struct tr_region, gpus), 0) != (ssize_t)offsetof(struct tr_region, gpus))
+            why = "it cannot be read";
+        else
+            why = check_header(&head);
+        flock(fd, LOCK_UN);
     }
-    h->slot = got;
-    return 0;
+    if (why) {
+        close(fd);
+        return why;
+    }
+    h->fd = fd;
+    return NULL;
 }
 
 /* Called under the device-record lock (devices.c). */
@@ -224,52 +372,79 @@ static int region_attach(struct region_handle *h)
 {
     if (h->state)
         return h->state > 0 ? 0 : -1;
+    pthread_mutex_init(&h->mu, NULL);
     h->fd = -1;
+    h->mem = NULL;
     h->slot = -1;
-    h->name = h->path[0] ? h->path : "(process-private region)";
-    if (h->path[0]) {
-        if (region_open_file(h)) {
-            h->state = -1;
-            return -1;
-        }
-    } else {
-        /* private: a forked child gets its own copy, which it then re-creates */
-        void *m = mmap(NULL, sizeof(struct tr_region), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) {
-            h->state = -1;
-            return -1;
-        }
-        h->r = (struct tr_region *)m;
-        region_format(h->r);
-    }
-    if (region_take_slot(h)) {
-        h->state = -1;
-        return -1;
-    }
     h->state = 1;
+    memset(h->mine, 0, sizeof h->mine);
+    memset(h->uuid, 0, sizeof h->uuid);
+    h->name = h->path[0] ? h->path : "(process-private region)";
+    const char *why = h->path[0] ? open_file(h) : "";
+    if (why) {
+        if (*why) {
+            fall_back(h, why);
+        } else {
+            /* no file wanted (HAMi variables without a shared cache): private from the start, quietly */
+            struct tr_region *m = mmap(NULL, sizeof *m, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (m == MAP_FAILED) {
+                h->state = -1;
+                return -1;
+            }
+            format_mem(m);
+            m->procs[0].pid = (int32_t)getpid();
+            m->procs[0].state = 1;
+            m->proc_high = 1;
+            h->mem = m;
+            h->slot = 0;
+        }
+        return h->state > 0 ? 0 : -1;
+    }
+    if (take_slot(h))
+        return -1;
     tlog(LOG_INFO, "%s: attached as slot %d", h->name, h->slot);
     return 0;
 }
 
-int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores)
+/* ---- GPU entries ---- */
+
+int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores, int32_t priority)
 {
-    struct tr_region *r = h->r;
     if (region_lock(h))
         return -1;
-    int g = -1;
-    for (int i = 0; i < TR_MAX_GPUS && g < 0; i++)
-        if (!strncmp(r->gpus[i].uuid, uuid, TR_UUID_LEN))
-            g = i;
+    int g = -1, empty = -1;
     for (int i = 0; i < TR_MAX_GPUS && g < 0; i++) {
-        if (!r->gpus[i].uuid[0]) {
-            memset(&r->gpus[i], 0, sizeof r->gpus[i]);
-            str_copy(r->gpus[i].uuid, TR_UUID_LEN, uuid);
-            g = i;
+        char u[TR_UUID_LEN];
+        if (rd(h, GPU_OFF(i), u, sizeof u)) {
+            fall_back(h, "it cannot be read (truncated?)");
+            g = empty = i = -1; /* start again, on the private region */
+            continue;
         }
+        u[TR_UUID_LEN - 1] = '\0';
+        if (!strncmp(u, uuid, TR_UUID_LEN))
+            g = i;
+        else if (!u[0] && empty < 0)
+            empty = i;
+    }
+    if (g < 0 && empty >= 0) {
+        struct tr_gpu e;
+        memset(&e, 0, sizeof e);
+        str_copy(e.uuid, TR_UUID_LEN, uuid);
+        if (wr(h, GPU_OFF(empty), &e, sizeof e) == 0)
+            g = empty;
     }
     if (g >= 0) {
-        r->gpus[g].limit = limit;
-        r->gpus[g].cores = cores;
+        str_copy(h->uuid[g], TR_UUID_LEN, uuid);
+        struct {
+            uint64_t limit;
+        } l = { limit };
+        struct {
+            uint32_t cores;
+            int32_t priority;
+        } cp = { cores, priority };
+        if (wr(h, GPU_OFF(g) + offsetof(struct tr_gpu, limit), &l, sizeof l) ||
+            wr(h, GPU_OFF(g) + offsetof(struct tr_gpu, cores), &cp, sizeof cp))
+            fall_back(h, "it cannot be written");
     }
     region_unlock(h);
     if (g < 0)
@@ -277,20 +452,52 @@ int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, u
     return g;
 }
 
+int region_gpu_begin(struct region_handle *h, int g, struct tr_gpu *e)
+{
+    if (region_lock(h))
+        return -1;
+    if (rd(h, GPU_OFF(g), e, sizeof *e)) {
+        fall_back(h, "it cannot be read (truncated?)");
+        if (h->state < 0 || rd(h, GPU_OFF(g), e, sizeof *e)) {
+            region_unlock(h);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void region_gpu_end(struct region_handle *h, int g, const struct tr_gpu *e)
+{
+    /* the identity, limit and byte total are not the limiter's to write */
+    size_t from = offsetof(struct tr_gpu, tokens_ns);
+    if (wr(h, GPU_OFF(g) + from, (const char *)e + from, sizeof *e - from))
+        fall_back(h, "it cannot be written");
+    region_unlock(h);
+}
+
+/* ---- bytes ---- */
+
 int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_t limit)
 {
     if (region_lock(h))
         return 1;
-    struct tr_region *r = h->r;
-    struct tr_gpu *gp = &r->gpus[g];
-#define FITS (limit == 0 || (gp->used <= limit && size <= limit - gp->used))
-    int ok = FITS;
-    if (!ok && region_sweep(h) > 0)
-        ok = FITS;
+    uint64_t used = claim_used(h, g, 0);
+#define FITS(u) (limit == 0 || ((u) <= limit && size <= limit - (u)))
+    int ok = FITS(used);
+    if (!ok) {
+        used = claim_used(h, g, 1); /* bytes of processes that died do not count */
+        ok = FITS(used);
+    }
 #undef FITS
     if (ok) {
-        r->procs[h->slot].used[g] += size;
-        gp->used += size;
+        h->mine[g] += size;
+        publish_mine(h, g);
+    } else {
+        uint64_t n = 0;
+        if (rd(h, GPU_OFF(g) + offsetof(struct tr_gpu, oom_refusals), &n, 8) == 0) {
+            n++;
+            wr(h, GPU_OFF(g) + offsetof(struct tr_gpu, oom_refusals), &n, 8);
+        }
     }
     region_unlock(h);
     return ok;
@@ -298,35 +505,39 @@ int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_t limit
 
 void region_release(struct region_handle *h, int g, uint64_t size)
 {
-    if (region_lock(h))
-        return;
-    struct tr_region *r = h->r;
-    uint64_t *mine = &r->procs[h->slot].used[g];
-    uint64_t take = *mine >= size ? size : *mine; /* never give back what this process did not reserve */
-    *mine -= take;
-    r->gpus[g].used = r->gpus[g].used >= take ? r->gpus[g].used - take : 0;
-    region_unlock(h);
+    /* our own slot only: the thread mutex orders it with this process's other updates, no file lock */
+    pthread_mutex_lock(&h->mu);
+    uint64_t take = h->mine[g] >= size ? size : h->mine[g]; /* never give back what this process did not reserve */
+    h->mine[g] -= take;
+    publish_mine(h, g);
+    pthread_mutex_unlock(&h->mu);
 }
 
 /* Context memory: the driver already spent it; the limit then refuses later allocations. */
 void region_charge_locked(struct region_handle *h, int g, uint64_t size)
 {
-    h->r->procs[h->slot].used[g] += size;
-    h->r->gpus[g].used += size;
+    h->mine[g] += size;
+    publish_mine(h, g);
 }
 
 /* Views sweep first so that a dead process's bytes do not linger in them. */
 void region_refresh(struct region_handle *h)
 {
     if (region_lock(h) == 0) {
-        region_sweep(h);
+        for (int g = 0; g < TR_MAX_GPUS; g++)
+            if (h->uuid[g][0])
+                claim_used(h, g, 1);
         region_unlock(h);
     }
 }
 
 uint64_t region_used(struct region_handle *h, int g)
 {
-    return __atomic_load_n(&h->r->gpus[g].used, __ATOMIC_RELAXED);
+    if (region_lock(h))
+        return 0;
+    uint64_t u = claim_used(h, g, 0);
+    region_unlock(h);
+    return u;
 }
 
 /* In a forked child: the parent's slot and file description are not ours. */
@@ -334,10 +545,11 @@ static void region_forget(struct region_handle *h)
 {
     if (h->state != 1)
         return;
-    munmap(h->r, sizeof(struct tr_region));
+    if (h->mem)
+        munmap(h->mem, sizeof(struct tr_region));
     if (h->fd >= 0)
         close(h->fd);
-    h->r = NULL;
+    h->mem = NULL;
     h->fd = -1;
     h->slot = -1;
     h->state = 0;
@@ -355,27 +567,26 @@ struct region_handle *region_of_claim(int claim)
     return region_attach(h) == 0 ? h : NULL;
 }
 
-/* Reads without the lock: a view, and pids as the processes themselves saw them. */
 unsigned region_procs(struct region_handle *h, int g, unsigned cap, unsigned *pids, uint64_t *bytes)
 {
-    struct tr_region *r = h->r;
     unsigned n = 0;
-    uint32_t hi = __atomic_load_n(&r->proc_high, __ATOMIC_ACQUIRE);
-    if (hi > TR_MAX_PROCS)
-        hi = TR_MAX_PROCS;
+    if (region_lock(h))
+        return 0;
+    uint32_t hi = proc_high(h);
     for (uint32_t i = 0; i < hi; i++) {
-        struct tr_proc *p = &r->procs[i];
-        if (__atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != 1)
-            continue;
-        uint64_t u = __atomic_load_n(&p->used[g], __ATOMIC_RELAXED);
-        if (!u || !slot_alive(h, (int)i))
+        struct tr_proc p;
+        if (rd(h, PROC_OFF(i), &p, sizeof p))
+            break;
+        uint64_t u = (int)i == h->slot ? h->mine[g] : p.used[g];
+        if (p.state != 1 || !u || !slot_alive(h, (int)i))
             continue;
         if (n < cap) {
-            pids[n] = (unsigned)p->pid;
+            pids[n] = (unsigned)p.pid;
             bytes[n] = u;
         }
         n++;
     }
+    region_unlock(h);
     return n;
 }
 

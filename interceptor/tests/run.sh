@@ -5,6 +5,7 @@ set -u
 cd "$(dirname "$0")/.."
 B=$PWD/build
 T=$B/tests/tcuda
+S=$B/tests/tshare
 LIB=$B/libtessera.so
 SAN="$(${CC:-cc} -print-file-name=libasan.so) $B/libtessera-san.so"
 export LD_LIBRARY_PATH=$B/fake
@@ -18,6 +19,8 @@ unset FAKE_NVML_FAIL TESSERA_CONTEXT_BYTES
 unset TESSERA_CLAIM_DIRS $(compgen -e | grep "^TESSERA_CLAIM_DIR_" || true) CUDA_DEVICE_MEMORY_LIMIT CUDA_DEVICE_SM_LIMIT CUDA_DEVICE_MEMORY_SHARED_CACHE \
       GPU_CORE_UTILIZATION_POLICY CUDA_TASK_PRIORITY LIBCUDA_LOG_LEVEL
 WORK=$(mktemp -d)
+# one simulated GPU for this run (jobs that measure SM time get one of their own, see bg)
+export FAKE_GPU_STATE=$WORK/gpu.default
 trap 'rm -rf "$WORK"' EXIT
 GPU0=GPU-7e55e7a0-1234-4567-89ab-cdef00000000
 GPU1=GPU-7e55e7a0-1234-4567-89ab-cdef00000001
@@ -61,7 +64,7 @@ declare -a BG_NAMES=() BG_PIDS=() BG_CMDS=()
 quiet() {
     local k base
     for k in $(seq 1 30); do
-        base=$(env -u LD_PRELOAD "$T" sm -1 0.3 kernel 2>/dev/null | grep -o 'share=[0-9.]*' | cut -d= -f2)
+        base=$(env -u LD_PRELOAD FAKE_GPU_STATE="$WORK/gpu.quiet" "$S" sm -1 0.3 kernel 2>/dev/null | grep -o 'share=[0-9.]*' | cut -d= -f2)
         awk -v b="${base:-0}" 'BEGIN { exit !(b >= 97) }' && return 0
         sleep 1
     done
@@ -70,7 +73,7 @@ quiet() {
 bg() {
     local name=$1
     shift
-    timeout 60 "$@" >"$WORK/bg.$name" 2>&1 &
+    FAKE_GPU_STATE=$WORK/gpu.$name timeout 60 "$@" >"$WORK/bg.$name" 2>&1 &
     BG_NAMES+=("$name")
     BG_PIDS+=($!)
     BG_CMDS+=("$(printf '%q ' "$@")")
@@ -86,7 +89,7 @@ collect() {
         tried="$(grep -o 'share=[0-9.]*' "$WORK/bg.$n")"
         for attempt in 2 3; do
             quiet
-            if eval "timeout 60 ${BG_CMDS[$i]}" >"$WORK/bg.$n" 2>&1; then break; fi
+            if eval "FAKE_GPU_STATE=$WORK/gpu.$n timeout 60 ${BG_CMDS[$i]}" >"$WORK/bg.$n" 2>&1; then break; fi
             tried="$tried, $(grep -o 'share=[0-9.]*' "$WORK/bg.$n")"
             attempt=fail
         done
@@ -102,6 +105,86 @@ $(cat "$WORK/bg.$n")"
     BG_CMDS=()
 }
 share_of() { grep -o 'share=[0-9.]*' "$WORK/bg.$1" | cut -d= -f2; }
+
+# group NAME MAXES CMD...: runs the commands (each one string) at once on one simulated GPU; the share each
+# prints must stay at or below its maximum (MAXES: one number for all, or one per command, comma-separated).
+# Retried like the SM jobs.
+group() {
+    local name=$1 maxes=$2 attempt i shares
+    shift 2
+    for attempt in 1 2 3; do
+        [ "$attempt" = 1 ] || quiet
+        rm -f "$WORK/gpu.$name"
+        local -a pids=()
+        i=0
+        for cmd in "$@"; do
+            i=$((i + 1))
+            FAKE_GPU_STATE=$WORK/gpu.$name timeout 60 bash -c "$cmd" >"$WORK/grp.$name.$i" 2>&1 &
+            pids+=($!)
+        done
+        for p in "${pids[@]}"; do wait "$p"; done
+        shares=$(for j in $(seq 1 $i); do grep -o 'share=[0-9.]*' "$WORK/grp.$name.$j" | head -1 | cut -d= -f2; done | tr '\n' ' ')
+        if awk -v s="$shares" -v m="$maxes" 'BEGIN { n = split(s, a, " "); k = split(m, b, ","); if (n < 2) exit 1
+                for (i = 1; i <= n; i++) if (a[i] > b[k == 1 ? 1 : i]) exit 1 }'; then
+            ok "$name (shares $shares; at most $maxes)"
+            return
+        fi
+    done
+    bad "$name" "shares: $shares (each must be at most $maxes)
+$(cat "$WORK"/grp."$name".* 2>/dev/null)"
+}
+
+# contention NAME CORES... [graph]: claims with these shares on one simulated GPU, each with its part of a
+# 50 ms frame in a view like the one the node daemon writes; each gets no more than its share + 5 and not
+# less than half of it.
+contention() {
+    local name=$1 kind=kernel c i=0 cum=0 attempt
+    shift
+    local -a cores=() slots=() dirs=()
+    for c in "$@"; do [ "$c" = graph ] && kind=graph || cores+=("$c"); done
+    for c in "${cores[@]}"; do
+        i=$((i + 1)); slots+=("$i:$((cum * 500)):$(((cum + c) * 500))"); cum=$((cum + c))
+    done
+    "$S" view "$WORK/view.$name" 50000 0 "${slots[@]}"
+    for attempt in 1 2 3; do
+        [ "$attempt" = 1 ] || quiet
+        rm -f "$WORK/gpu.$name"
+        local -a pids=()
+        i=0
+        for c in "${cores[@]}"; do
+            i=$((i + 1))
+            dirs[$i]=$(claim "$name.$i" "gpu $GPU0 cores $c slot $i view $WORK/view.$name")
+            env TESSERA_CLAIM_DIRS="${dirs[$i]}" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.$name" \
+                timeout 60 "$S" sm "$c" 1 "$kind" >"$WORK/ct.$name.$i" 2>&1 &
+            pids+=($!)
+        done
+        local failed=0
+        for p in "${pids[@]}"; do wait "$p" || failed=1; done
+        [ $failed = 0 ] && break
+    done
+    local shares
+    shares=$(cat "$WORK"/ct."$name".* | grep -o 'share=[0-9.]*' | cut -d= -f2 | tr '\n' ' ')
+    if [ $failed = 0 ]; then ok "$name (shares $shares)"; else bad "$name" "$(cat "$WORK"/ct."$name".*)"; fi
+}
+
+# bucketpair NAME A B: two claims on one GPU without a schedule (short kernels), each within its ceiling.
+bucketpair() {
+    local name=$1 a=$2 b=$3 attempt failed
+    local ca cb
+    ca=$(claim "$name.a" "gpu $GPU0 cores $a")
+    cb=$(claim "$name.b" "gpu $GPU0 cores $b")
+    for attempt in 1 2 3; do
+        [ "$attempt" = 1 ] || quiet
+        rm -f "$WORK/gpu.$name" "$ca/region" "$cb/region"
+        env TESSERA_CLAIM_DIRS="$ca" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.$name" timeout 60 "$S" sm "$a" 1 kernel >"$WORK/bp.$name.a" 2>&1 &
+        local pa=$!
+        env TESSERA_CLAIM_DIRS="$cb" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.$name" timeout 60 "$S" sm "$b" 1 kernel >"$WORK/bp.$name.b" 2>&1
+        local rb=$?
+        wait $pa && [ $rb = 0 ] && failed=0 && break
+        failed=1
+    done
+    if [ "$failed" = 0 ]; then ok "$name ($(cat "$WORK"/bp."$name".* | grep -o 'share=[0-9.]*' | tr '\n' ' '))"; else bad "$name" "$(cat "$WORK"/bp."$name".*)"; fi
+}
 
 P() { env LD_PRELOAD="$LIB" "$@"; }
 S() { env LD_PRELOAD="$SAN" "$@"; }
@@ -175,12 +258,44 @@ tlog garbage_env_context_bytes "ignoring TESSERA_CONTEXT_BYTES='lots'" env TESSE
 C=$(claim badctx "gpu $GPU0 memory 1g context huge")
 tlog corrupt_limits_context "limits:2: context 'huge' is not a byte count" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 tlog missing_claim_dir "cannot open" env TESSERA_CLAIM_DIRS=/nonexistent/claim LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+
+echo "== a hostile claim directory: the library never crashes or hangs, and keeps the limit (per process)"
 C=$(claim region_garbage "gpu $GPU0 memory 1g")
 head -c 4096 /dev/urandom >"$C/region"
-tlog corrupt_region_size "wrong size" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+tlog corrupt_region_size_limit_kept "wrong size" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
 C=$(claim region_magic "gpu $GPU0 memory 1g")
-head -c 149616 /dev/zero >"$C/region"
-tlog corrupt_region_magic "bad magic" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
+head -c 150640 /dev/urandom >"$C/region"
+tlog corrupt_region_magic_limit_kept "bad magic" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+C=$(claim region_link "gpu $GPU0 memory 1g")
+ln -s "$WORK/elsewhere.region" "$C/region"
+tlog symlinked_region_limit_kept "symbolic link" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+[ ! -e "$WORK/elsewhere.region" ] && ok symlinked_region_target_not_created || bad symlinked_region_target_not_created
+C=$(claim region_dir "gpu $GPU0 memory 1g")
+mkdir "$C/region"
+tlog region_is_a_directory "not a regular file" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+C=$(claim region_truncated "gpu $GPU0 memory 1g")
+out=$(timeout 60 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" truncate $GiB "$C" 2>&1)
+if [ $? = 0 ] && [ "$(grep -c "enforced per process" <<<"$out")" = 1 ]; then ok "region_truncated_while_running (one log line)"; else bad region_truncated_while_running "$out"; fi
+C=$(claim region_locked "gpu $GPU0 memory 1g")
+env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" hold 0 >/dev/null 2>&1 &
+holder=$!
+sleep 0.5
+: >"$WORK/holdlock.out"
+"$T" holdlock "$C/region" 30 >"$WORK/holdlock.out" 2>&1 &
+locker=$!
+for _ in $(seq 1 50); do grep -q ready "$WORK/holdlock.out" && break; sleep 0.1; done
+tlog region_lock_held_forever_falls_back "held too long" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+kill $locker $holder 2>/dev/null; wait $locker $holder 2>/dev/null
+C=$(claim limits_fifo "gpu $GPU0 memory 1g")
+rm "$C/limits" && mkfifo "$C/limits"
+tlog limits_fifo_no_hang_hami_fallback "not a regular file" env CUDA_DEVICE_MEMORY_LIMIT_0=512m TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" device 0 536870912
+C=$(claim limits_long)
+{ echo "version 1"; for i in $(seq 1 400); do echo "# a comment line of some length to push the gpu line past 16 KiB......"; done; echo "gpu $GPU0 memory 107374182400 cores 0"; } >"$C/limits"
+sed -i 's/memory 107374182400/memory 1073741824/' "$C/limits"
+t limits_file_past_16k_read_whole env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+C=$(claim limits_huge)
+{ echo "version 1"; head -c 70000 /dev/zero | tr '\0' '#'; echo; echo "gpu $GPU0 memory 1g"; } >"$C/limits"
+tlog limits_file_over_64k_refused "larger than 65536 bytes" env CUDA_DEVICE_MEMORY_LIMIT_0=512m TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" device 0 536870912
 
 echo "== many processes, dead processes"
 C=$(claim stress "gpu $GPU0 memory $GiB")
@@ -189,53 +304,87 @@ C=$(claim kill "gpu $GPU0 memory $GiB")
 t sigkill_holder_and_mid_allocation env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" kill $GiB
 t dlsym_rtld_next_still_works env LD_PRELOAD="$LIB" "$B/tests/tprobe"
 
-echo "== SM limiter (simulated kernel time, 20 ms window)"
-# Runs that keep the simulated GPU busy most of the time also keep a CPU busy launching; on 2 cores at most
-# two of them share a group, or the OS's scheduling (not the limiter) shows in the measured share.
+echo "== stream capture (the fake follows the driver's rules; the limiter never breaks a capture)"
+t capture_rules_of_the_fake_driver "$B/tests/tcapture" rules
+C=$(claim cap50 "gpu $GPU0 cores 50")
+t capture_and_replay_under_sm_limit_50 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$B/tests/tcapture" limited 1 50
+C=$(claim cap_rt "gpu $GPU0 cores 50 priority 1")
+t capture_with_priority_view env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$B/tests/tcapture" limited 0.3
+
+echo "== device memory shared between processes (NCCL's cuMem* path, IPC handles) and host cuMemCreate"
+CA=$(claim vmm_a "gpu $GPU0 memory 1g")
+CB=$(claim vmm_b "gpu $GPU0 memory 1g")
+t cumem_refs_mappings_import_and_host_memory env TESSERA_CLAIM_DIRS="$CA" LD_PRELOAD="$LIB" "$B/tests/tvmm" cumem $GiB "$CB"
+CA=$(claim ipc_a "gpu $GPU0 memory 1g")
+CB=$(claim ipc_b "gpu $GPU0 memory 1g")
+t ipc_handles_across_claims env TESSERA_CLAIM_DIRS="$CA" LD_PRELOAD="$LIB" "$B/tests/tvmm" ipc $GiB "$CB"
+
+echo "== SM limiter, one claim per GPU (token bucket, simulated kernel time, 20 ms window)"
+# Each job below has a simulated GPU of its own (bg gives each one its own FAKE_GPU_STATE). Runs that keep
+# the GPU busy most of the time also keep a CPU busy launching; on 2 cores at most two share a group.
 for s in 10 30 50 70 90; do
     C=$(claim "sm$s" "gpu $GPU0 memory 0 cores $s")
-    bg "sm_share_$s" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm $s 1 kernel
+    bg "sm_share_$s" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm $s 1 kernel
     [ "$s" = 50 ] && collect
 done
 collect
-CA=$(claim sm_a30 "gpu $GPU0 cores 30")
-CB=$(claim sm_b70 "gpu $GPU0 cores 70")
-bg sm_two_claims_30 env TESSERA_CLAIM_DIRS="$CA" LD_PRELOAD="$LIB" "$T" sm 30 1 kernel
-bg sm_two_claims_70 env TESSERA_CLAIM_DIRS="$CB" LD_PRELOAD="$LIB" "$T" sm 70 1 graph
-collect
 C=$(claim sm_shared "gpu $GPU0 cores 40")
-bg sm_shared_p1 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm -1 1 kernel
-bg sm_shared_p2 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm -1 1 ex
+bg sm_shared_p1 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.shared40" "$S" sm -1 1 kernel
+bg sm_shared_p2 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.shared40" "$S" sm -1 1 ex
 collect
 sum=$(awk -v a="$(share_of sm_shared_p1)" -v b="$(share_of sm_shared_p2)" 'BEGIN { print a + b }')
 if awk -v s="$sum" 'BEGIN { exit !(s >= 20 && s <= 45) }'; then ok "sm_one_claim_two_processes_share_40 (sum $sum)"; else bad "sm_one_claim_two_processes_share_40" "sum $sum"; fi
 C=$(claim sm_g "gpu $GPU0 cores 50")
-bg sm_graph_launch_50 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 50 1 graph
+bg sm_graph_launch_50 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 50 1 graph
 C=$(claim sm_p "gpu $GPU0 cores 30")
-bg sm_per_thread_stream_via_procaddr_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 30 1 ptsz
+bg sm_per_thread_stream_via_procaddr_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 30 1 ptsz
 C=$(claim sm_x "gpu $GPU0 cores 60")
-bg sm_launch_kernel_ex_60 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 60 1 ex
+bg sm_launch_kernel_ex_60 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 60 1 ex
 C=$(claim sm_none "gpu $GPU0 memory 1g cores 0")
 collect
-bg sm_no_limit_runs_free env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
+bg sm_no_limit_runs_free env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 100 1 kernel
 C=$(claim sm_off "policy disable" "gpu $GPU0 cores 30")
-bg sm_policy_disable env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
+bg sm_policy_disable env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 100 1 kernel
 collect
-bg sm_hami_env_sm_limit_20 env CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$T" sm 20 1 kernel
+bg sm_hami_env_sm_limit_20 env CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$S" sm 20 1 kernel
 collect
 # priority 0 (high) is not throttled under policy default, only under force; unset = 1 (normal)
 C=$(claim sm_hi "gpu $GPU0 cores 30 priority 0")
-bg sm_high_priority_not_throttled env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
-bg sm_hami_task_priority_0 env CUDA_TASK_PRIORITY=0 CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$T" sm 100 1 kernel
+bg sm_high_priority_not_throttled env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 100 1 kernel
+bg sm_hami_task_priority_0 env CUDA_TASK_PRIORITY=0 CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$S" sm 100 1 kernel
 collect
 C=$(claim sm_hi_force "policy force" "gpu $GPU0 cores 30 priority 0")
-bg sm_high_priority_force_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 30 1 kernel
+bg sm_high_priority_force_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 30 1 kernel
 C=$(claim sm_lo "gpu $GPU0 cores 30 priority 1")
-bg sm_normal_priority_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" sm 30 1 kernel
-bg sm_hami_task_priority_0_force env CUDA_TASK_PRIORITY=0 GPU_CORE_UTILIZATION_POLICY=force CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$T" sm 20 1 kernel
+bg sm_normal_priority_30 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 30 1 kernel
+bg sm_hami_task_priority_0_force env CUDA_TASK_PRIORITY=0 GPU_CORE_UTILIZATION_POLICY=force CUDA_DEVICE_SM_LIMIT=20 LD_PRELOAD="$LIB" "$S" sm 20 1 kernel
 collect
 C=$(claim ringexit "gpu $GPU0 cores 50")
 t event_rings_freed_at_thread_exit env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" ringexit
+
+echo "== a GPU shared by several claims (one simulated GPU, time-sliced like a real one)"
+# The fake must reproduce what the real H100 did, or the checks below prove nothing: two processes without
+# the library each get about half, and the previous limiter (charging waiting time) left a 30/70 pair far
+# below its shares (H100: 16.6 / 57.8). A machine that steals CPU only lowers shares, so these are ceilings.
+group fake_gpu_is_time_sliced_no_library 55 "$S sm -1 1 kernel 2650" "$S sm -1 1 kernel 2650"
+group fake_reproduces_previous_limiter_30_70 24,62 "$S legacy 30 1.5 2650 50" "$S legacy 70 1.5 2650 50"
+# Time division by the node's schedule (what the plugin writes): each claim within its share, clearly used.
+contention contention_30_70 30 70
+contention contention_50_50 50 50
+contention contention_20_30_50 20 30 50
+contention contention_graphs_40_60 40 60 graph
+# Without a schedule (HAMi's variables, no node daemon): the bucket charges solo-time estimates; short
+# kernels keep their share, never more.
+bucketpair bucket_two_claims_30_70 30 70
+# Priority: a high claim stamps its work; a normal claim waits while the GPU's view says to.
+C=$(claim prio_hi "gpu $GPU0 cores 0 priority 0")
+t high_priority_claim_stamps_its_work env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" stamped yes
+C=$(claim prio_lo "gpu $GPU0 cores 0 priority 1")
+t normal_priority_claim_does_not_stamp env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" stamped no
+C=$(claim prio_held "gpu $GPU0 cores 0 priority 1 view $WORK/view.hold")
+"$S" view "$WORK/view.hold" 50000 600
+bg normal_priority_held_while_view_holds env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 45 1 kernel
+collect
 
 echo "== the same under ASan + UBSan"
 C=$(claim san_lim "gpu $GPU0 memory 1g")
@@ -259,8 +408,13 @@ t san_event_rings_freed env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" ringe
 C=$(claim san_bad "gpu $GPU0 memory 1g colour blue")
 tlog san_corrupt_limits "unknown key 'colour'" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" unlimited $((10 * GiB))
 t san_rtld_next env LD_PRELOAD="$SAN" "$B/tests/tprobe"
+C=$(claim san_cap "gpu $GPU0 cores 50")
+t san_capture_under_sm_limit env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$B/tests/tcapture" limited 0.3
+CA=$(claim san_vmm_a "gpu $GPU0 memory 1g")
+CB=$(claim san_vmm_b "gpu $GPU0 memory 1g")
+t san_cumem env TESSERA_CLAIM_DIRS="$CA" LD_PRELOAD="$SAN" "$B/tests/tvmm" cumem $GiB "$CB"
 C=$(claim san_sm "gpu $GPU0 cores 50")
-bg san_sm_50 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$T" sm 50 1 kernel
+bg san_sm_50 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$S" sm 50 1 kernel
 collect
 
 echo "$pass passed, $fail failed"

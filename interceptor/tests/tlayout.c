@@ -1,5 +1,5 @@
 /* Layout test for the shared region: the sizes and offsets below are the
- * on-disk contract (version 1); a region written by the library must carry
+ * on-disk contract (version 2); a region written by the library must carry
  * them. Usage: tlayout [region-file] */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -21,13 +21,13 @@
 
 int main(int argc, char **argv)
 {
-    EXPECT(sizeof(struct tr_region) == 149616);
+    EXPECT(sizeof(struct tr_region) == 150640);
     EXPECT(offsetof(struct tr_region, magic) == 0);
     EXPECT(offsetof(struct tr_region, version) == 8);
     EXPECT(offsetof(struct tr_region, header_size) == 12);
     EXPECT(offsetof(struct tr_region, total_size) == 16);
     EXPECT(offsetof(struct tr_region, proc_high) == 32);
-    EXPECT(offsetof(struct tr_region, lock) == 48);
+    EXPECT(offsetof(struct tr_region, reserved_lock) == 48);
     EXPECT(offsetof(struct tr_region, gpus) == 112);
     EXPECT(offsetof(struct tr_gpu, uuid) == 0);
     EXPECT(offsetof(struct tr_gpu, used) == 64);
@@ -35,11 +35,21 @@ int main(int argc, char **argv)
     EXPECT(offsetof(struct tr_gpu, tokens_ns) == 80);
     EXPECT(offsetof(struct tr_gpu, refill_ns) == 88);
     EXPECT(offsetof(struct tr_gpu, cores) == 96);
+    EXPECT(offsetof(struct tr_gpu, priority) == 100);
     EXPECT(offsetof(struct tr_gpu, launches) == 104);
+    EXPECT(offsetof(struct tr_gpu, active_ns) == 112);
+    EXPECT(offsetof(struct tr_gpu, gpu_ns) == 120);
+    EXPECT(offsetof(struct tr_gpu, throttled_ns) == 128);
+    EXPECT(offsetof(struct tr_gpu, oom_refusals) == 136);
+    EXPECT(offsetof(struct tr_gpu, held_ns) == 144);
+    EXPECT(offsetof(struct tr_gpu, queued_until_ns) == 152);
+    EXPECT(offsetof(struct tr_gpu, debt_ns) == 160);
+    EXPECT(offsetof(struct tr_gpu, skip_until_ns) == 168);
+    EXPECT(sizeof(struct tr_gpu) == 192);
     EXPECT(offsetof(struct tr_proc, pid) == 0);
     EXPECT(offsetof(struct tr_proc, state) == 4);
     EXPECT(offsetof(struct tr_proc, used) == 16);
-    EXPECT(offsetof(struct tr_region, procs) == 112 + 16 * 128);
+    EXPECT(offsetof(struct tr_region, procs) == 112 + 16 * 192);
     EXPECT(TR_MAGIC == 0x4e4f494745525354ull && !memcmp(&(uint64_t){ TR_MAGIC }, "TSREGION", 8));
     if (argc > 1) {
         int fd = open(argv[1], O_RDONLY);

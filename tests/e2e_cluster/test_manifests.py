@@ -107,7 +107,7 @@ BAD = [
 ]
 GOOD: list[dict[str, Any]] = [
     {"apiVersion": V1, "kind": "VgpuConfig"},
-    {"apiVersion": V1, "kind": "VgpuConfig", "smLimitPolicy": "force", "priority": 0, "logLevel": 4},
+    {"apiVersion": V1, "kind": "VgpuConfig", "smLimitPolicy": "force", "priority": 1, "logLevel": 4},
     {"apiVersion": V1, "kind": "GpuConfig"},
     {"apiVersion": V1, "kind": "MigConfig"},
 ]
@@ -170,3 +170,28 @@ def test_policy_admits_good_configs_and_other_drivers(
 ) -> None:
     for body in (claim(parameters), claim({"anything": "goes"}, driver="gpu.example.com")):
         resource(dyn, body).create(body=body, namespace=policy, query_params=[("dryRun", "All")])
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [
+        ({"priority": 0}, "parameters.priority: 0 (high priority) holds the GPU's other claims back"),
+        ({"smLimitPolicy": "disable"}, "parameters.smLimitPolicy: disable switches the claim's SM limit off"),
+    ],
+)
+def test_policy_leaves_high_priority_and_no_limit_to_device_classes(
+    field: dict[str, Any], message: str, policy: str, dyn: dynamic.DynamicClient
+) -> None:
+    parameters = {"apiVersion": V1, "kind": "VgpuConfig", **field}
+    body = claim(parameters)
+    with pytest.raises(ApiException) as caught:
+        resource(dyn, body).create(body=body, namespace=policy, query_params=[("dryRun", "All")])
+    assert caught.value.status == 403
+    assert message in json.loads(caught.value.body or "{}")["message"]
+    device_class = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"generateName": "vgpu-high-"},
+        "spec": {"config": [{"opaque": {"driver": "gpu.tessera.dev", "parameters": parameters}}]},
+    }
+    resource(dyn, device_class).create(body=device_class, query_params=[("dryRun", "All")])

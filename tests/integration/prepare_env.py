@@ -55,9 +55,11 @@ def vgpu(gpu: int, *, memory: str = "10Gi", cores: str = "50", request: str = "g
     )
 
 
-def opaque(kind: str, *, requests: Sequence[str] = (), **fields: Any) -> dict[str, Any]:
+def opaque(
+    kind: str, *, requests: Sequence[str] = (), source: str = "FromClaim", **fields: Any
+) -> dict[str, Any]:
     return {
-        "source": "FromClaim",
+        "source": source,
         "requests": list(requests),
         "opaque": {
             "driver": DRIVER_NAME,

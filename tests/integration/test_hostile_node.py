@@ -184,7 +184,8 @@ def test_a_forged_uid_fails_only_its_claim_and_touches_nothing_outside(plugin: P
         assert all("field uid" in unanswers.claims[u].error for u in bad_uids)
     after = snapshot(plugin.root)
     changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
-    ours = (str(paths.claims_dir) + "/", str(paths.cdi_dir) + "/", str(paths.plugin_dir) + "/")
+    roots = (paths.claims_dir, paths.cdi_dir, paths.plugin_dir, paths.gpus_dir)
+    ours = (*(str(d) + "/" for d in roots), str(paths.gpus_dir))
     logs = str(plugin.log_file)
     assert all(p.startswith(ours) or p == logs for p in changed), sorted(changed)
     assert (victim / "data").read_text() == "not the plugin's" and os.listdir(victim) == ["data"]

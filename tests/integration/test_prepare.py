@@ -13,6 +13,7 @@ from prepare_env import BACKENDS, POOL, Env, backend_env, claim, opaque, result,
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID
 from kubelet_plugin.checkpoint import ClaimState
 from kubelet_plugin.faults import FaultPoint, Faults
+from kubelet_plugin.gpu_view import GpuView
 from kubelet_plugin.results import ClaimRef
 
 
@@ -28,7 +29,11 @@ def spec_of(env: Env, uid: str) -> Any:
 
 def test_all_three_families_in_one_call(env: Env) -> None:
     whole = claim("whole", result("gpu-0"))
-    shared = claim("shared", vgpu(1, memory="20Gi", cores="30"), configs=[opaque("VgpuConfig", priority=0)])
+    shared = claim(
+        "shared",
+        vgpu(1, memory="20Gi", cores="30"),
+        configs=[opaque("VgpuConfig", source="FromClass", priority=0)],
+    )
     mig = claim("mig", result("gpu-2-mig-1g10gb-6"))
     refs = env.put(whole, shared, mig)
     answers = env.preparer().prepare(refs)
@@ -49,10 +54,14 @@ def test_all_three_families_in_one_call(env: Env) -> None:
 
     gpu1 = env.inventory().gpus[1]
     limits = (env.paths.claim_dir(refs[1].uid) / LIMITS_FILE_NAME).read_text()
-    assert (
-        limits
-        == f"version 1\npolicy default\nloglevel 1\ngpu {gpu1.uuid} memory {20 << 30} cores 30 priority 0\n"
+    assert limits == (
+        f"version 1\npolicy default\nloglevel 1\ngpu {gpu1.uuid} memory {20 << 30} cores 30 priority 0 "
+        f"slot 1 view /var/run/tessera/gpus/{gpu1.uuid}/view\n"
     )
+    # the GPU's view holds the claim's part of the frame: high priority has none, so it is empty
+    view = GpuView(env.paths.gpus_dir / gpu1.uuid / "view")
+    assert view.read_schedule() == (50_000, ())
+    view.close()
     assert env.claim_dirs() == [refs[1].uid]
 
     (inst,) = env.inventory().gpus[2].mig_instances

@@ -87,6 +87,7 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
         "/var/run/cdi",
         "/var/lib/tessera/lib",
         "/var/lib/tessera/claims",
+        "/var/lib/tessera/gpus",
     }
     (c,) = pod["containers"]
     env = {e["name"]: e for e in c["env"]}

@@ -75,7 +75,7 @@ def test_whole_gpu() -> None:
 def test_vgpu_limits_come_from_consumed_capacity_only() -> None:
     r = vgpu_result(0, memory="20Gi", cores="50")
     # a config cannot raise a limit: there is no field for it, and the consumed capacity is what counts
-    p = plan(claim(r, configs=[config("VgpuConfig", priority=0, smLimitPolicy="force")]))
+    p = plan(claim(r, configs=[config("VgpuConfig", priority=0, smLimitPolicy="force", source="FromClass")]))
     (d,) = p.devices
     assert d.limits == VgpuLimits(memory_bytes=20 * GiB, cores=50)
     assert d.share_id == r.share_id
@@ -142,7 +142,7 @@ def test_vgpu_devices_of_one_claim_share_one_config() -> None:
     c = claim(
         vgpu_result(0, request="a"),
         vgpu_result(1, request="b"),
-        configs=[config("VgpuConfig", requests=["a"], priority=0)],
+        configs=[config("VgpuConfig", requests=["a"], priority=0, source="FromClass")],
     )
     assert "VgpuConfig for request b differs from request a" in error_of(c)
 

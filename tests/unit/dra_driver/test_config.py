@@ -20,7 +20,7 @@ def vgpu(**fields: object) -> dict[str, object]:
 
 
 def test_decodes_every_vgpu_field() -> None:
-    decoded = cfg.decode(entry(vgpu(smLimitPolicy="force", priority=0, logLevel=4)))
+    decoded = cfg.decode(entry(vgpu(smLimitPolicy="force", priority=0, logLevel=4), source="FromClass"))
     assert decoded.family is Family.VGPU
     assert decoded.values == {"sm_limit_policy": cfg.SmLimitPolicy.FORCE, "priority": 0, "log_level": 4}
 
@@ -31,7 +31,24 @@ def test_empty_kinds_decode() -> None:
 
 
 def test_parameters_as_json_text() -> None:
-    assert cfg.decode(entry(json.dumps(vgpu(priority=0)))).values == {"priority": 0}
+    assert cfg.decode(entry(json.dumps(vgpu(priority=1)))).values == {"priority": 1}
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        (
+            vgpu(priority=0),
+            "priority: 0 (high priority) holds the GPU's other claims back, so only a DeviceClass",
+        ),
+        (vgpu(smLimitPolicy="disable"), "smLimitPolicy: disable switches the claim's SM limit off, so only"),
+    ],
+)
+def test_a_claim_cannot_raise_its_own_limit_or_hold_others_back(params: object, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        cfg.decode(entry(params))
+    assert needle in str(info.value)
+    assert cfg.decode(entry(params, source="FromClass")).values  # an administrator's class may
 
 
 @pytest.mark.parametrize(
@@ -68,20 +85,20 @@ def test_bad_configs_name_the_field_and_the_fix(params: object, needle: str) -> 
 def test_class_first_then_claim_later_wins_field_by_field() -> None:
     entries = cfg.ordered(
         [
-            entry(vgpu(priority=0), index=0),  # claim
-            entry(vgpu(logLevel=3, priority=1), source="FromClass", index=1),  # class
-            entry(vgpu(smLimitPolicy="disable"), index=2),  # claim, later
+            entry(vgpu(priority=1), index=0),  # claim
+            entry(vgpu(logLevel=3, priority=0), source="FromClass", index=1),  # class
+            entry(vgpu(smLimitPolicy="force"), index=2),  # claim, later
         ]
     )
     assert [e.index for e in entries] == [1, 0, 2]
     resolved = cfg.resolve(cfg.decode_all(entries), request="gpu", family=Family.VGPU)
-    assert resolved == cfg.VgpuConfig(sm_limit_policy=cfg.SmLimitPolicy.DISABLE, priority=0, log_level=3)
+    assert resolved == cfg.VgpuConfig(sm_limit_policy=cfg.SmLimitPolicy.FORCE, priority=1, log_level=3)
 
 
 def test_only_configs_naming_the_request_apply() -> None:
     decoded = cfg.decode_all(
         [
-            entry(vgpu(priority=0), requests=("other",)),
+            entry(vgpu(priority=1), requests=("other",)),
             entry(vgpu(logLevel=2), requests=("gpu",)),
             entry(vgpu(logLevel=4), requests=("multi",)),
         ]
@@ -92,9 +109,9 @@ def test_only_configs_naming_the_request_apply() -> None:
 
 
 def test_configs_of_another_family_are_skipped() -> None:
-    decoded = cfg.decode_all([entry(vgpu(priority=0))])
+    decoded = cfg.decode_all([entry(vgpu(logLevel=3))])
     assert cfg.resolve(decoded, request="gpu", family=Family.GPU) == cfg.GpuConfig()
-    assert cfg.resolve(decoded, request="gpu", family=Family.VGPU) == cfg.VgpuConfig(priority=0)
+    assert cfg.resolve(decoded, request="gpu", family=Family.VGPU) == cfg.VgpuConfig(log_level=3)
 
 
 def test_defaults_without_configs() -> None:

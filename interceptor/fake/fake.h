@@ -1,0 +1,52 @@
+/* What the pieces of the fake libcuda.so.1 share (fake_cuda.c: devices,
+ * contexts, memory, symbol lookup; gpu.c: the simulated GPUs every process
+ * shares; exec.c: streams, events, launches, stream capture and graphs). */
+#ifndef TESSERA_FAKE_H
+#define TESSERA_FAKE_H
+
+#include <stdint.h>
+
+#include "tessera_cuda.h"
+
+#define API __attribute__((visibility("default")))
+#define INTERNAL __attribute__((visibility("hidden")))
+#define FAKE_MAXDEV 16
+
+struct fake_ctx {
+    int dev;
+    int live;
+};
+
+/* the calling thread's current context (NULL: none) */
+INTERNAL struct fake_ctx *fake_current(void);
+INTERNAL int fake_gpu_count(void);
+INTERNAL uint64_t fake_kernel_default_ns(void);
+INTERNAL uint64_t fake_now_ns(void);
+INTERNAL void fake_sleep_until(uint64_t t);
+
+/* ---- gpu.c: the shared, time-sliced GPUs ---- */
+
+/* Submits `ns` of kernel work (a marker when ns is 0 and ev >= 0: completes as soon as everything before it
+ * did, and stamps event slot ev with generation gen) to this process's channel on dev. Returns the item's
+ * sequence number, or 0 when the shared GPU is unusable (then nothing runs). */
+INTERNAL uint64_t gpu_submit(int dev, uint64_t ns, int ev, uint64_t gen);
+/* Whether item `seq` of this process's channel on dev has completed (after simulating up to now). */
+INTERNAL int gpu_done(int dev, uint64_t seq);
+/* Sleeps until item `seq` completed. */
+INTERNAL void gpu_wait(int dev, uint64_t seq);
+/* The last sequence number submitted by this process on dev. */
+INTERNAL uint64_t gpu_last_seq(int dev);
+/* Event slots live in the shared file (another process may complete them). */
+INTERNAL int gpu_event_slot_new(int dev);
+INTERNAL void gpu_event_slot_free(int dev, int slot);
+/* 1 and the completion time when generation gen of slot completed; 0 when not yet. */
+INTERNAL int gpu_event_slot_done(int dev, int slot, uint64_t gen, uint64_t *ts);
+
+/* ---- exec.c: capture rules other pieces must honour ---- */
+
+/* For a "potentially unsafe" call (one that may synchronize: cuMemAlloc, cuMemFree, synchronize and query
+ * calls) made during a stream capture: returns CUDA_SUCCESS, or the error the driver returns after
+ * invalidating the capture(s) that prohibit the call. */
+INTERNAL CUresult capture_check_unsafe(void);
+
+#endif

@@ -1,0 +1,77 @@
+"""The daemon's side of GPU sharing against the C library: the view it writes (time-division schedule,
+priority holds) is what the library reads, and the relay holds normal claims back while a high one works."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
+
+from kubelet_plugin.gpu_view import GpuView
+from kubelet_plugin.priority_relay import RelayedGpu, run
+from kubelet_plugin.sm_schedule import SharingClaim, schedule
+
+# SM shares are wall-clock measurements that a busy machine only lowers: like the library's own tests, the
+# checks are ceilings (never more than the share + 5) and floors far below (clearly used); a miss is retried.
+ATTEMPTS = 3
+
+
+def _shares(tmp_path: Path, cores: list[int], *, secs: float = 1.0) -> list[float]:
+    view = GpuView(tmp_path / "gpus" / FAKE_GPU0 / "view")
+    claims = [SharingClaim(slot, c) for slot, c in enumerate(cores, start=1)]
+    view.write_schedule(schedule(claims), frame_us=50_000)
+    procs = []
+    for c in claims:
+        d = claim_dir(
+            tmp_path, f"c{c.slot}", f"gpu {FAKE_GPU0} cores {c.cores} slot {c.slot} view {view.path}"
+        )
+        (d / "region").unlink(missing_ok=True)
+        procs.append(start(TSHARE, "sm", "-1", str(secs), "kernel", env=env(d, tmp_path / "gpu")))
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    view.close()
+    return [values(o, "share")[0] for o in outs]
+
+
+@pytest.mark.parametrize("cores", [[30, 70], [20, 30, 50]])
+def test_schedule_written_by_the_daemon_divides_the_gpu(tmp_path: Path, cores: list[int]) -> None:
+    for attempt in range(ATTEMPTS):
+        got = _shares(tmp_path / str(attempt), cores)
+        if all(c / 2 <= s <= c + 5 for s, c in zip(got, cores, strict=True)):
+            return
+    pytest.fail(f"shares {got} for {cores}")
+
+
+def test_a_high_priority_claim_holds_normal_ones_back_through_the_relay(tmp_path: Path) -> None:
+    for attempt in range(ATTEMPTS):
+        root = tmp_path / str(attempt)
+        view = GpuView(root / "gpus" / FAKE_GPU0 / "view")
+        view.write_schedule(schedule([SharingClaim(1, 0)]), frame_us=50_000)
+        high = claim_dir(root, "high", f"gpu {FAKE_GPU0} cores 0 priority 0")
+        normal = claim_dir(root, "normal", f"gpu {FAKE_GPU0} cores 0 priority 1 slot 1 view {view.path}")
+        stop = threading.Event()
+        relayed = [RelayedGpu(FAKE_GPU0, view, (high,))]
+        relay = threading.Thread(target=run, args=(stop, lambda relayed=relayed: relayed))
+        relay.start()
+        try:
+            lo = start(TSHARE, "gaps", "3", "1000", env=env(normal, root / "gpu"))
+            hi_solo = start(TSHARE, "gaps", "0.5", "1000", env=env(high, root / "solo"))
+            solo = values(hi_solo.communicate(timeout=60)[0], "share")[0]
+            hi = start(TSHARE, "gaps", "1", "1000", env=env(high, root / "gpu"))
+            hi_out = hi.communicate(timeout=60)[0]
+            lo_out = lo.communicate(timeout=60)[0]
+        finally:
+            stop.set()
+            relay.join()
+            view.close()
+        hi_share, hi_end = values(hi_out, "share")[0], values(hi_out, "end")[0]
+        starts, ends = values(lo_out, "gap_start"), values(lo_out, "gap_end")
+        held = [(s, e) for s, e in zip(starts, ends, strict=True) if s < hi_end < e]
+        resumed_ms = (held[0][1] - hi_end) * 1000 if held else None
+        # the high claim keeps (nearly) its solo speed; the normal one stood still meanwhile and resumed fast
+        if resumed_ms is not None and hi_share >= 0.8 * solo and resumed_ms <= 100:
+            return
+    pytest.fail(
+        f"high share {hi_share} (solo {solo}), normal resumed {resumed_ms} ms after it stopped\n{lo_out}"
+    )
