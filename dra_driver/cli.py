@@ -46,8 +46,10 @@ def _load_settings(path: Path | None, node_name: str) -> NodeSettings:
 
 
 def summary(slices: Sequence[Json]) -> str:
-    """One line per slice and per GPU: what is offered, in which slice."""
+    """One line per slice (devices in the order the scheduler visits them: first and last), then per GPU
+    what is offered."""
     lines: list[str] = []
+    per_gpu: dict[str, list[str]] = {}
     for s in slices:
         spec = s["spec"]
         meta = s["metadata"]
@@ -59,16 +61,18 @@ def summary(slices: Sequence[Json]) -> str:
             lines.extend(f"  {cs['name']}: {len(cs['counters'])} counters" for cs in sets)
             continue
         devices = spec["devices"]
-        lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(devices)} devices")
-        per_gpu: dict[str, list[str]] = {}
+        span = f" ({devices[0]['name']} ... {devices[-1]['name']})" if devices else ""
+        lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(devices)} devices{span}")
         for d in devices:
             gpu = "-".join(str(d["name"]).split("-")[:2])
             per_gpu.setdefault(gpu, []).append(str(d["name"]))
-        for gpu, names in per_gpu.items():
-            whole = sum(1 for n in names if n == gpu)
-            vgpu = sum(1 for n in names if n.endswith("-vgpu"))
-            mig = sum(1 for n in names if "-mig-" in n)
-            lines.append(f"  {gpu}: whole {whole}, vgpu {vgpu}, mig {mig}")
+    if per_gpu:
+        lines.append("per GPU:")
+    for gpu, names in sorted(per_gpu.items(), key=lambda item: int(item[0].split("-")[1])):
+        whole = sum(1 for n in names if n == gpu)
+        vgpu = sum(1 for n in names if n.endswith("-vgpu"))
+        mig = sum(1 for n in names if "-mig-" in n)
+        lines.append(f"  {gpu}: whole {whole}, vgpu {vgpu}, mig {mig}")
     total = sum(len(s["spec"].get("devices", [])) for s in slices)
     lines.append(f"{len(slices)} slices, {total} devices")
     return "\n".join(lines)

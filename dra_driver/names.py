@@ -139,6 +139,23 @@ def profile_label(profile: str) -> str:
     return f"{m.group(1)}g{m.group(2)}gb{'-me' if m.group(3) else ''}"
 
 
+@dataclass(frozen=True, slots=True)
+class ProfileSize:
+    """What a profile name says about its size: `3g.40gb` → 3 compute slices, 40 GB, no media engines."""
+
+    compute_slices: int
+    memory_gb: int
+    media_extension: bool
+
+
+def parse_profile(profile: str) -> ProfileSize:
+    """The parser of the canonical profile spelling (`<N>g.<M>gb[+me]`), which `profile_label` reformats."""
+    m = _PROFILE_RE.match(profile)
+    if m is None:
+        raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
+    return ProfileSize(int(m.group(1)), int(m.group(2)), m.group(3) is not None)
+
+
 def parse_profile_label(label: str) -> str:
     m = _PROFILE_LABEL_RE.match(label)
     if m is None:

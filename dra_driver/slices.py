@@ -2,19 +2,24 @@
 
 Pure. Packing respects every API limit: counter sets and devices in separate slices (Kubernetes ≥ 1.35),
 ≤ 8 counter sets per slice, ≤ 32 counters per set, ≤ 64 devices per slice when any device consumes
-counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters. A GPU's devices
-stay together in one slice when they fit, so a change on one GPU rewrites as few slices as possible.
-The publisher owns `pool.generation`; `build_slices` writes the generation it is given.
+counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters.
+The node's devices are filtered by the settings' `migProfiles` and put in the settings' `deviceOrder`
+(dra_driver.device_order) here, in one place, then cut into slices in that order: kube-scheduler visits a
+pool's slices by name and allocates first-fit, so this order is the placement policy inside a node. Any
+change rewrites every slice of the pool anyway (a new pool generation), so nothing is gained by keeping a
+GPU's devices in one slice. The publisher owns `pool.generation`; `build_slices` writes the generation it
+is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dra_driver.device_order import order_devices
 from dra_driver.devices import GpuDevices, Json, PlacementRef, gpu_devices
 from dra_driver.errors import InventoryError
 from dra_driver.model import Inventory
-from dra_driver.names import DRIVER_NAME, resource_slice_name
+from dra_driver.names import DRIVER_NAME, Attr, Family, qualified, resource_slice_name
 from dra_driver.settings import NodeSettings
 
 API_VERSION = "resource.k8s.io/v1"
@@ -49,26 +54,25 @@ def _check(group: GpuDevices) -> None:
             )
 
 
-def pack_devices(groups: Sequence[Sequence[Json]]) -> list[list[Json]]:
-    """Pack per-GPU device groups into slices: whole groups where they fit, split only when one is too big."""
-    packed: list[list[Json]] = []
-    current: list[Json] = []
-    for group in groups:
-        if not group:
-            continue
-        if current and len(current) + len(group) > _device_limit([*current, *group]):
-            packed.append(current)
-            current = []
-        if len(group) > _device_limit(group):
-            limit = _device_limit(group)
-            chunks = [list(group[i : i + limit]) for i in range(0, len(group), limit)]
-            packed.extend(chunks[:-1])
-            current = chunks[-1]
-        else:
-            current.extend(group)
-    if current:
-        packed.append(current)
-    return packed
+def pack_devices(devices: Sequence[Json]) -> list[list[Json]]:
+    """Cut the ordered devices into slices of at most the API's limit, keeping their order."""
+    limit = _device_limit(devices)
+    return [list(devices[i : i + limit]) for i in range(0, len(devices), limit)]
+
+
+def _published(device: Json, settings: NodeSettings) -> bool:
+    """False for a MIG placement of a profile the settings leave out (an administrator's instance stays)."""
+    attributes = device.get("attributes") or {}
+    if attributes.get(qualified(Attr.TYPE)) != {"string": Family.MIG.value}:
+        return True
+    if qualified(Attr.MIG_STATIC) in attributes:
+        return True
+    return settings.publishes_profile(str(attributes[qualified(Attr.PROFILE)]["string"]))
+
+
+def _counter_sets_used(groups: Sequence[GpuDevices], devices: Sequence[Json]) -> list[Json]:
+    used = {c["counterSet"] for d in devices for c in d.get("consumesCounters") or ()}
+    return [g.counter_set for g in groups if g.counter_set is not None and g.counter_set["name"] in used]
 
 
 def _slice(node_name: str, k: int, generation: int, count: int, body: Json) -> Json:
@@ -105,12 +109,14 @@ def build_slices(
     ]
     for group in groups:
         _check(group)
-    counter_sets = [g.counter_set for g in groups if g.counter_set is not None]
+    built = [d for g in groups for d in g.devices if _published(d, settings)]
+    devices = order_devices(built, settings.device_order)
+    counter_sets = _counter_sets_used(groups, devices)
     bodies: list[Json] = [
         {"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS]}
         for i in range(0, len(counter_sets), MAX_COUNTER_SETS)
     ]
-    bodies.extend({"devices": chunk} for chunk in pack_devices([list(g.devices) for g in groups]))
+    bodies.extend({"devices": chunk} for chunk in pack_devices(devices))
     node = settings.node_name
     return [_slice(node, k, generation, len(bodies), body) for k, body in enumerate(bodies)]
 

@@ -12,6 +12,7 @@ from slice_checks import check_slices, counter_sets, devices, quantity
 
 from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
 from dra_driver.backends.simulated import SimulatedBackend
+from dra_driver.device_order import DeviceOrder
 from dra_driver.devices import PlacementRef, pci_bus_id, semver
 from dra_driver.errors import MigError
 from dra_driver.model import Gpu, Inventory
@@ -152,6 +153,32 @@ def test_family_settings() -> None:
     assert build_slices(inv, NodeSettings(node_name=NODE, families=frozenset())) == []
 
 
+def test_mig_profiles_thin_the_published_placements() -> None:
+    inv = make_inventory(*(make_gpu(i, "H100-80GB-SXM") for i in range(8)))
+    fewer = NodeSettings(node_name=NODE, mig_profiles=frozenset({"1g.10gb", "3g.40gb", "7g.80gb", "1g.5gb"}))
+    slices = build_slices(inv, fewer)
+    check_slices(slices, NODE)
+    names = device_names(slices)
+    assert len(slices) == 3 and len(names) == 8 * (2 + 7 + 2 + 1)
+    assert {parse_device_name(n).profile for n in names} == {None, "1g.10gb", "3g.40gb", "7g.80gb"}
+    assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
+
+
+def test_mig_profiles_keep_an_administrators_instances_and_drop_unused_counter_sets() -> None:
+    inv = make_inventory(
+        make_gpu(0, "H100-80GB-SXM", mig_enabled=True, instances=(("2g.20gb", 0),)),
+        make_gpu(1, "H100-80GB-SXM"),
+    )
+    mig_only = NodeSettings(
+        node_name=NODE, families=frozenset({Family.MIG}), mig_profiles=frozenset({"7g.80gb"})
+    )
+    slices = build_slices(inv, mig_only)
+    check_slices(slices, NODE)
+    # GPU 0: its 7g cannot be placed beside the admin's 2g, and the 2g (static) stays published
+    assert sorted(device_names(slices)) == ["gpu-0-mig-2g20gb-0", "gpu-1-mig-7g80gb-0"]
+    assert sorted(counter_sets(slices)) == [counter_set_name(1)]
+
+
 def test_degraded_mode_is_whole_gpus_without_counters() -> None:
     inv = make_inventory(
         make_gpu(0, "H100-80GB-SXM"),
@@ -160,13 +187,13 @@ def test_degraded_mode_is_whole_gpus_without_counters() -> None:
     slices = build_slices(inv, ALL, degraded=True)
     check_slices(slices, NODE)
     assert len(slices) == 1 and "sharedCounters" not in slices[0]["spec"]
-    assert device_names(slices) == ["gpu-0", "gpu-1-mig-7g80gb-0"]
+    assert sorted(device_names(slices)) == ["gpu-0", "gpu-1-mig-7g80gb-0"]
     assert all("consumesCounters" not in d and "allowMultipleAllocations" not in d for d in devices(slices))
 
 
 def test_unhealthy_gpus_are_left_out() -> None:
     inv = make_inventory(make_gpu(0, "L4"), make_gpu(1, "L4", healthy=False))
-    assert device_names(build_slices(inv, ALL)) == ["gpu-0", "gpu-0-vgpu"]
+    assert sorted(device_names(build_slices(inv, ALL))) == ["gpu-0", "gpu-0-vgpu"]
 
 
 def test_many_gpus_need_several_counter_slices() -> None:
@@ -178,11 +205,13 @@ def test_many_gpus_need_several_counter_slices() -> None:
     assert {s["spec"]["pool"]["generation"] for s in slices} == {7}
 
 
-def test_pack_devices_keeps_gpus_together_and_splits_big_groups() -> None:
-    dev: dict[str, Any] = {"consumesCounters": []}
-    groups = [[dev] * 27, [dev] * 27, [dev] * 27, [dev] * 100]
-    assert [len(c) for c in pack_devices(groups)] == [54, 27, 64, 36]
-    assert [len(c) for c in pack_devices([[{}] * 100, [{}] * 100])] == [100, 100]
+def test_pack_devices_cuts_in_order_at_the_api_limit() -> None:
+    counted = [{"name": f"d{k}", "consumesCounters": []} for k in range(181)]
+    packed = pack_devices(counted)
+    assert [len(c) for c in packed] == [64, 64, 53]
+    assert [d for chunk in packed for d in chunk] == counted
+    assert [len(c) for c in pack_devices([{}] * 200)] == [128, 72]
+    assert pack_devices([]) == []
 
 
 def test_value_normalisation() -> None:
@@ -225,7 +254,15 @@ def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[Placement
     inv = make_inventory(*(draw(gpus(i)) for i in range(n)))
     families = frozenset(draw(st.sets(st.sampled_from(list(Family)))))
     node = draw(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True))
-    settings_ = NodeSettings(node_name=node, families=families, vgpu_shares=draw(st.integers(1, 128)))
+    names = sorted({p.name for prod in PRODUCTS for p in prod.mig_profiles})
+    profiles = draw(st.none() | st.frozensets(st.sampled_from(names), min_size=1))
+    settings_ = NodeSettings(
+        node_name=node,
+        families=families,
+        vgpu_shares=draw(st.integers(1, 128)),
+        mig_profiles=profiles,
+        device_order=draw(st.sampled_from(list(DeviceOrder))),
+    )
     live = [PlacementRef(g.uuid, m.profile_id, m.start) for g in inv.gpus for m in g.mig_instances]
     owned = frozenset(draw(st.lists(st.sampled_from(live), max_size=3))) if live else frozenset()
     return inv, settings_, owned, draw(st.booleans())
@@ -243,6 +280,8 @@ def test_random_inventories_respect_every_limit(
     for d in devices(slices):
         parsed = parse_device_name(str(d["name"]))
         assert parsed.family in settings_.families
+        static = "gpu.tessera.dev/migStatic" in d["attributes"]
+        assert parsed.profile is None or static or settings_.publishes_profile(parsed.profile)
         if parsed.family in (Family.GPU, Family.VGPU) and not degraded:
             (use,) = d["consumesCounters"]
             assert {k: quantity(v["value"]) for k, v in use["counters"].items()} == sets[use["counterSet"]]
