@@ -79,6 +79,11 @@ def mib_quantity(n_bytes: int) -> str:
     return f"{n_bytes // MIB}Mi" if n_bytes % MIB == 0 else str(n_bytes)
 
 
+def parse_mib_quantity(text: str) -> int:
+    """The parser of `mib_quantity` (and of the plain integers counters use): "9984Mi" → bytes, "7" → 7."""
+    return int(text[:-2]) * MIB if text.endswith("Mi") else int(text)
+
+
 def _string(value: str) -> Json:
     return {"string": value[:64]}
 

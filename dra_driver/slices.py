@@ -3,8 +3,9 @@
 Pure. Packing respects every API limit: counter sets and devices in separate slices (Kubernetes ≥ 1.35),
 ≤ 8 counter sets per slice, ≤ 32 counters per set, ≤ 64 devices per slice when any device consumes
 counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters.
-The node's devices are filtered by the settings' `migProfiles` and put in the settings' `deviceOrder`
-(dra_driver.device_order) here, in one place, then cut into slices in that order: kube-scheduler visits a
+The node's devices are filtered by the settings' `migProfiles`, lose the counter sets that can never bind
+and are put in the settings' `deviceOrder` (dra_driver.device_order) here, in one place, then cut into
+slices in that order: kube-scheduler visits a
 pool's slices by name and allocates first-fit, so this order is the placement policy inside a node. Any
 change rewrites every slice of the pool anyway (a new pool generation), so nothing is gained by keeping a
 GPU's devices in one slice. The publisher owns `pool.generation`; `build_slices` writes the generation it
@@ -13,10 +14,11 @@ is given.
 
 from __future__ import annotations
 
+from collections import Counter as Count
 from collections.abc import Sequence
 
 from dra_driver.device_order import order_devices
-from dra_driver.devices import GpuDevices, Json, PlacementRef, gpu_devices
+from dra_driver.devices import GpuDevices, Json, PlacementRef, gpu_devices, parse_mib_quantity
 from dra_driver.errors import InventoryError
 from dra_driver.model import Inventory
 from dra_driver.names import DRIVER_NAME, Attr, Family, qualified, resource_slice_name
@@ -70,9 +72,40 @@ def _published(device: Json, settings: NodeSettings) -> bool:
     return settings.publishes_profile(str(attributes[qualified(Attr.PROFILE)]["string"]))
 
 
-def _counter_sets_used(groups: Sequence[GpuDevices], devices: Sequence[Json]) -> list[Json]:
-    used = {c["counterSet"] for d in devices for c in d.get("consumesCounters") or ()}
-    return [g.counter_set for g in groups if g.counter_set is not None and g.counter_set["name"] in used]
+def _binding(devices: Sequence[Json], counter_sets: Sequence[Json]) -> set[str]:
+    """Names of the counter sets that can ever stop an allocation: those whose devices, all allocated at
+    once, would consume more than the set holds. A set that cannot bind (one device alone on its GPU, or
+    MIG placements that never overlap) changes no allocation, so it is left out: kube-scheduler 1.36 reads
+    every node's counter slices when it filters any node (fixed upstream in 1.37, kubernetes#138917), so a
+    pool without counters keeps scheduling cost linear in the number of nodes."""
+    demand: dict[str, Count[str]] = {}
+    for d in devices:
+        for use in d.get("consumesCounters") or ():
+            wanted = demand.setdefault(use["counterSet"], Count())
+            for name, amount in use["counters"].items():
+                wanted[name] += parse_mib_quantity(amount["value"])
+    return {
+        cs["name"]
+        for cs in counter_sets
+        if any(
+            total > parse_mib_quantity(cs["counters"][name]["value"])
+            for name, total in demand.get(cs["name"], Count()).items()
+        )
+    }
+
+
+def _without_idle_counters(devices: Sequence[Json], keep: set[str]) -> list[Json]:
+    out = []
+    for d in devices:
+        uses = d.get("consumesCounters")
+        if uses is None or all(u["counterSet"] in keep for u in uses):
+            out.append(d)
+            continue
+        lighter = {k: v for k, v in d.items() if k != "consumesCounters"}
+        if kept := [u for u in uses if u["counterSet"] in keep]:
+            lighter["consumesCounters"] = kept
+        out.append(lighter)
+    return out
 
 
 def _slice(node_name: str, k: int, generation: int, count: int, body: Json) -> Json:
@@ -110,8 +143,10 @@ def build_slices(
     for group in groups:
         _check(group)
     built = [d for g in groups for d in g.devices if _published(d, settings)]
-    devices = order_devices(built, settings.device_order)
-    counter_sets = _counter_sets_used(groups, devices)
+    sets = [g.counter_set for g in groups if g.counter_set is not None]
+    keep = _binding(built, sets)
+    devices = order_devices(_without_idle_counters(built, keep), settings.device_order)
+    counter_sets = [cs for cs in sets if cs["name"] in keep]
     bodies: list[Json] = [
         {"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS]}
         for i in range(0, len(counter_sets), MAX_COUNTER_SETS)

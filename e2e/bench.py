@@ -45,6 +45,7 @@ class Tracker:
 
     api: k8s.ApiClient
     namespace: str
+    watch_s: int = 30  # each watch call's length; a new one lists the namespace again
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
@@ -61,7 +62,7 @@ class Tracker:
         core = k8s.CoreV1Api(self.api)
         while not self._stop.is_set():
             response: Any = core.list_namespaced_pod(
-                self.namespace, watch=True, timeout_seconds=30, _preload_content=False
+                self.namespace, watch=True, timeout_seconds=self.watch_s, _preload_content=False
             )
             self._ready.set()
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
@@ -93,18 +94,23 @@ def template(name: str, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def pod(name: str, claim_template: str | None = None, *, claim: str | None = None) -> dict[str, Any]:
+def pod(
+    name: str,
+    claim_template: str | None = None,
+    *,
+    claim: str | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pause pod whose one container uses the claim `claim` (or one made from `claim_template`)."""
     ref = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": claim_template}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "resourceClaims": [{"name": "gpu", **ref}],
-            "containers": [{"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
-        },
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "resourceClaims": [{"name": "gpu", **ref}],
+        "containers": [{"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
     }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 TEMPLATES = {

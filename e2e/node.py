@@ -134,6 +134,7 @@ class SimNode:
         labels: dict[str, str] | None = None,
         die_with_parent: bool = True,
         backend: BackendKind = BackendKind.SIMULATED,
+        settings_file: Path | None = None,
     ) -> None:
         self.api = api
         self.node_file = node_file.resolve()
@@ -144,6 +145,7 @@ class SimNode:
         self.labels = labels or {}
         self.die_with_parent = die_with_parent
         self.backend = backend
+        self.settings_file = settings_file  # the daemon's --settings (NodeSettings); a restart rereads it
         self.plugin: ComponentRecord | None = None
         self.standin: ComponentRecord | None = None
         self.credentials: PluginCredentials | None = None
@@ -251,6 +253,7 @@ class SimNode:
         credentials = self.issue_identity()
         nvml = self.backend is BackendKind.NVML
         gpus = [] if nvml else [f"--simulate={self.node_file}", f"--sim-state={self.sim_state_file}"]
+        settings = [f"--settings={self.settings_file}"] if self.settings_file is not None else []
         self.plugin = spawn_python(
             name="plugin",
             args=[
@@ -259,6 +262,7 @@ class SimNode:
                 f"--node-name={self.name}",
                 f"--root={self.root}",
                 *gpus,
+                *settings,
                 f"--kubeconfig={credentials.kubeconfig}",
                 f"--library-path={self.library_path}",
                 "--log-format=json",

@@ -164,7 +164,7 @@ def test_mig_profiles_thin_the_published_placements() -> None:
     assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
 
 
-def test_mig_profiles_keep_an_administrators_instances_and_drop_unused_counter_sets() -> None:
+def test_mig_profiles_keep_an_administrators_instances() -> None:
     inv = make_inventory(
         make_gpu(0, "H100-80GB-SXM", mig_enabled=True, instances=(("2g.20gb", 0),)),
         make_gpu(1, "H100-80GB-SXM"),
@@ -176,7 +176,29 @@ def test_mig_profiles_keep_an_administrators_instances_and_drop_unused_counter_s
     check_slices(slices, NODE)
     # GPU 0: its 7g cannot be placed beside the admin's 2g, and the 2g (static) stays published
     assert sorted(device_names(slices)) == ["gpu-0-mig-2g20gb-0", "gpu-1-mig-7g80gb-0"]
-    assert sorted(counter_sets(slices)) == [counter_set_name(1)]
+
+
+def test_counter_sets_that_cannot_bind_are_left_out() -> None:
+    inv = make_inventory(*(make_gpu(i, "H100-80GB-SXM") for i in range(8)))
+    vgpu_only = build_slices(inv, NodeSettings(node_name=NODE, families=frozenset({Family.VGPU})))
+    check_slices(vgpu_only, NODE)
+    assert counter_sets(vgpu_only) == {} and len(vgpu_only) == 1
+    assert all("consumesCounters" not in d for d in devices(vgpu_only))
+    # seven 1g.10gb placements never overlap and fit the GPU's engines and SMs together: nothing to count
+    one_g = NodeSettings(
+        node_name=NODE, families=frozenset({Family.MIG}), mig_profiles=frozenset({"1g.10gb"})
+    )
+    assert counter_sets(build_slices(inv, one_g)) == {}
+    # 1g.10gb and 3g.40gb overlap: the counters stay, on every device of the GPU
+    overlapping = NodeSettings(
+        node_name=NODE, families=frozenset({Family.MIG}), mig_profiles=frozenset({"1g.10gb", "3g.40gb"})
+    )
+    slices = build_slices(inv, overlapping)
+    assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
+    assert all(len(d["consumesCounters"]) == 1 for d in devices(slices))
+    # whole GPU and vgpu exclude each other through the counters
+    whole_and_vgpu = NodeSettings(node_name=NODE, families=frozenset({Family.GPU, Family.VGPU}))
+    assert len(counter_sets(build_slices(inv, whole_and_vgpu))) == 8
 
 
 def test_degraded_mode_is_whole_gpus_without_counters() -> None:
@@ -282,9 +304,24 @@ def test_random_inventories_respect_every_limit(
         assert parsed.family in settings_.families
         static = "gpu.tessera.dev/migStatic" in d["attributes"]
         assert parsed.profile is None or static or settings_.publishes_profile(parsed.profile)
-        if parsed.family in (Family.GPU, Family.VGPU) and not degraded:
+        if parsed.family in (Family.GPU, Family.VGPU) and "consumesCounters" in d:
             (use,) = d["consumesCounters"]
             assert {k: quantity(v["value"]) for k, v in use["counters"].items()} == sets[use["counterSet"]]
+    # every published set can bind: its devices together want more than it holds
+    demand: dict[str, Count[str]] = {}
+    for d in devices(slices):
+        for use in d.get("consumesCounters") or ():
+            demand.setdefault(use["counterSet"], Count()).update(
+                {k: quantity(v["value"]) for k, v in use["counters"].items()}
+            )
+    for name, totals in sets.items():
+        assert any(demand[name][k] > totals[k] for k in demand[name]), name
+    # and a whole GPU offered beside anything else on its GPU still consumes the counters
+    for d in devices(slices):
+        parsed = parse_device_name(str(d["name"]))
+        siblings = [e for e in devices(slices) if parse_device_name(str(e["name"])).index == parsed.index]
+        if parsed.family is Family.GPU and not degraded and len(siblings) > 1:
+            assert "consumesCounters" in d, d["name"]
     if degraded:
         assert sets == {}
 
