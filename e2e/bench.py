@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -32,6 +33,7 @@ from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.controlplane.settings import CLIENT_RATES, ClientRates, client_rates
 from e2e.kube import WaitTimeoutError, delete_namespace_contents, is_running, wait_for
+from e2e.meters import total_use
 from e2e.testbed import H100_NODE, make_testbed, running_nodes
 
 NODES = 4
@@ -149,6 +151,15 @@ class Run:
     throughput: float
     latencies: tuple[float, ...]
     precreated: bool
+    wall_s: float = 0.0  # first create to last pod running
+    cpu_s: tuple[tuple[str, float], ...] = ()  # who spent how many CPU seconds meanwhile
+
+
+Processes = Callable[[], dict[str, list[int]]]  # group name → pids, read when a run starts and ends
+
+
+def _cpu(processes: Processes) -> dict[str, float]:
+    return {name: total_use(pids).cpu_s for name, pids in processes().items()}
 
 
 def claim_from(kind: str, name: str) -> dict[str, Any]:
@@ -168,6 +179,7 @@ def run_batch(
     *,
     apply: Callable[[list[dict[str, Any]]], None],
     precreated: bool,
+    processes: Processes = dict,
 ) -> Run:
     """All pods at once. With `precreated` each pod names a ResourceClaim made beforehand, so only the
     scheduler (and the nodes) are timed; otherwise the resourceclaim-controller makes claims from a
@@ -181,6 +193,7 @@ def run_batch(
     else:
         apply([TEMPLATES[kind]])
         bodies = [pod(n, TEMPLATES[kind]["metadata"]["name"]) for n in names]
+    cpu_before = _cpu(processes)
     create_all(api, namespace, bodies, tracker)
     wait_for(
         f"{count} {kind} pods to run",
@@ -188,6 +201,7 @@ def run_batch(
         timeout_s=60 + count * 1.5,
         interval_s=0.2,
     )
+    cpu_after = _cpu(processes)
     tracker.stop()
     first = min(tracker.created[n] for n in names)
     last_bound = max(tracker.bound[n] for n in names)
@@ -198,6 +212,8 @@ def run_batch(
         throughput=count / (last_bound - first),
         latencies=latencies,
         precreated=precreated,
+        wall_s=max(tracker.running[n] for n in names) - first,
+        cpu_s=tuple((k, cpu_after[k] - cpu_before.get(k, 0.0)) for k in cpu_after),
     )
 
 
@@ -259,6 +275,14 @@ def measure(rates: ClientRates, args: argparse.Namespace, binaries: Binaries) ->
                 def apply(docs: list[dict[str, Any]]) -> None:
                     bed.kubectl.apply(docs, namespace=namespace)
 
+                def processes() -> dict[str, list[int]]:
+                    groups = {c.name: [c.process.pid] for c in plane.components}
+                    groups["nodes"] = [
+                        r.pid for n in bed.nodes.values() for r in (n.plugin, n.standin) if r is not None
+                    ]
+                    groups["benchmark"] = [os.getpid()]
+                    return groups
+
                 print(f"[{rates.name}] vgpu: {args.single_pods} pods one at a time...", flush=True)
                 single = run_sequential(api, namespace, args.single_pods, apply=apply)
                 delete_namespace_contents(api, namespace, timeout_s=300)
@@ -272,12 +296,28 @@ def measure(rates: ClientRates, args: argparse.Namespace, binaries: Binaries) ->
                         how = "pre-created claims" if precreated else "claim templates"
                         print(f"[{rates.name}] {kind}: creating {count} pods at once ({how})...", flush=True)
                         runs.append(
-                            run_batch(api, namespace, kind, count, apply=apply, precreated=precreated)
+                            run_batch(
+                                api,
+                                namespace,
+                                kind,
+                                count,
+                                apply=apply,
+                                precreated=precreated,
+                                processes=processes,
+                            )
                         )
                         delete_namespace_contents(api, namespace, timeout_s=300)
         finally:
             plane.stop()
     return Measured(rates=rates, single=single, runs=tuple(runs))
+
+
+_SHORT = {
+    "kube-apiserver": "api",
+    "kube-controller-manager": "kcm",
+    "kube-scheduler": "sched",
+    "benchmark": "bench",
+}
 
 
 def _ms(values: Sequence[float], q: float) -> str:
@@ -291,7 +331,7 @@ def _rates(r: ClientRates) -> str:
 
 def report(measured: Sequence[Measured]) -> str:
     """The figures of each client-rate setting side by side, one column per setting."""
-    width = 40
+    width = 44
     rows = [("client QPS/burst", [_rates(m.rates) for m in measured])]
     first = measured[0].runs[0]
     rows.append(
@@ -299,6 +339,17 @@ def report(measured: Sequence[Measured]) -> str:
             f"{first.pods} vGPU pods at once: create -> Running",
             [
                 f"p50 {_ms(m.runs[0].latencies, 0.5)} ms  p99 {_ms(m.runs[0].latencies, 0.99)} ms"
+                for m in measured
+            ],
+        )
+    )
+    rows.append(
+        (
+            "  CPU meanwhile (core-seconds)",
+            [
+                f"{sum(c for _, c in m.runs[0].cpu_s):.1f} in {m.runs[0].wall_s:.1f} s ("
+                + " ".join(f"{_SHORT.get(name, name)} {c:.1f}" for name, c in m.runs[0].cpu_s)
+                + ")"
                 for m in measured
             ],
         )
@@ -322,7 +373,7 @@ def report(measured: Sequence[Measured]) -> str:
             )
         )
     lines = [f"end to end on {NODES} nodes x 8 H100 (throughput: pods bound / first create to last bind)"]
-    lines.extend(f"  {label:<{width}}" + "".join(f"{c:<48}" for c in cells) for label, cells in rows)
+    lines.extend(f"  {label:<{width}}" + "".join(f"{c:<64}" for c in cells) for label, cells in rows)
     return "\n".join(line.rstrip() for line in lines)
 
 

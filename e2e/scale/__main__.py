@@ -25,9 +25,9 @@ from kubernetes import client as k8s
 from dra_driver.logs import configure
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.pytest_fixture import wait_for_service_account
+from e2e.meters import etcd_slice_bytes, json_slice_bytes, total_use
 from e2e.scale.cluster import LAYOUTS, Layout, ScaleCluster, layout_shape, scale_cluster
 from e2e.scale.family_run import NAMESPACE, FamilyRun, run_family
-from e2e.scale.meters import etcd_slice_bytes, json_slice_bytes, total_use
 from e2e.scale.workloads import FAMILIES, PER_NODE, family_wants
 
 MIB = 1024 * 1024

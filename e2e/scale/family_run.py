@@ -14,8 +14,8 @@ from kubernetes import client as k8s
 
 from e2e.bench import Tracker, create_all, percentile, pod
 from e2e.kube import list_claims, list_pods, wait_for
+from e2e.meters import process_use, slice_writes, total_use
 from e2e.scale.cluster import LABEL, ScaleCluster
-from e2e.scale.meters import process_use, slice_writes, total_use
 from e2e.scale.workloads import Want
 
 NAMESPACE = "scale"
