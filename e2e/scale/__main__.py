@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=2, help="nodes with a plugin daemon and a kubelet")
     parser.add_argument("--seed", type=int, default=12, help="of the mix family's random kinds")
     parser.add_argument(
-        "--budget", type=float, default=45.0, help="seconds a run waits for its pods to be bound"
+        "--budget", type=float, default=40.0, help="seconds a run waits for its pods to be bound"
     )
     parser.add_argument(
         "--scale-pods",

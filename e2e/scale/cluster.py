@@ -9,7 +9,6 @@ layout is the node settings every node publishes with; `set_layout` republishes 
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +19,8 @@ from typing import Any
 import structlog
 import yaml
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, NODE_SETTINGS_KIND
 from dra_driver.settings import NodeSettings
@@ -31,6 +32,7 @@ from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.settings import PRODUCTION
 from e2e.controlplane.state import ComponentRecord
 from e2e.kube import WaitTimeoutError
+from e2e.meters import slice_pages
 from e2e.node import SimNode, spawn_python
 from e2e.scale.publishers import node_inventory
 from e2e.scale.workloads import FAMILIES
@@ -148,9 +150,8 @@ class ScaleCluster:
 
     def pools(self) -> dict[str, list[tuple[int, int, int]]]:
         """Pool name → (generation, resourceSliceCount, devices) of each of its slices (Tessera's driver)."""
-        response: Any = k8s.ResourceV1Api(self.api).list_resource_slice(_preload_content=False)
         pools: dict[str, list[tuple[int, int, int]]] = {}
-        for s in json.loads(response.data)["items"]:
+        for s in slice_pages(self.api):
             spec = s["spec"]
             if spec["driver"] == DRIVER_NAME:
                 pool = spec["pool"]
@@ -168,7 +169,12 @@ class ScaleCluster:
             for record in self.publishers:
                 if not is_alive(record.pid):
                     raise WaitTimeoutError(f"{record.name} exited:\n{log_tail(Path(record.log))}")
-            pools = self.pools()
+            try:
+                pools = self.pools()
+            except (ApiException, TransportError) as e:  # a busy API server may cut a long list
+                log.warning("scale.list_retry", error=str(e))
+                time.sleep(2.0)
+                continue
             done = sum(1 for name in self.names if pool_shape(pools.get(name, [])) == shape)
             if done == len(self.names):
                 return
@@ -176,7 +182,7 @@ class ScaleCluster:
                 raise WaitTimeoutError(
                     f"{done}/{len(self.names)} nodes published layout {layout.name} within {timeout_s}s"
                 )
-            time.sleep(1.0)
+            time.sleep(2.0)
 
     def stop(self) -> None:
         self._stop_publishers()

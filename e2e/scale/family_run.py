@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from kubernetes import client as k8s
 
 from e2e.bench import Tracker, create_all, percentile, pod
-from e2e.kube import list_claims, list_pods, wait_for
+from e2e.kube import list_pods, wait_for
 from e2e.meters import process_use, slice_writes, total_use
 from e2e.scale.cluster import LABEL, ScaleCluster
 from e2e.scale.workloads import Want
@@ -62,10 +62,21 @@ def _create_claims(api: k8s.ApiClient, wants: Sequence[Want], names: Sequence[st
 def clean(api: k8s.ApiClient, *, timeout_s: float = 600.0) -> None:
     """Pods go at once (grace 0: most nodes have no kubelet to finish a graceful deletion; the sample nodes'
     stand-ins unprepare what vanished), then the claims once their pods are gone."""
-    k8s.CoreV1Api(api).delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
-    wait_for("pods to go", lambda: not list_pods(api, NAMESPACE), timeout_s=timeout_s, interval_s=1.0)
-    k8s.ResourceV1Api(api).delete_collection_namespaced_resource_claim(NAMESPACE)
-    wait_for("claims to go", lambda: not list_claims(api, NAMESPACE), timeout_s=timeout_s, interval_s=1.0)
+    core, resource = k8s.CoreV1Api(api), k8s.ResourceV1Api(api)
+    core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
+    wait_for(
+        "pods to go",
+        lambda: not core.list_namespaced_pod(NAMESPACE, limit=1).items,
+        timeout_s=timeout_s,
+        interval_s=1.0,
+    )
+    resource.delete_collection_namespaced_resource_claim(NAMESPACE)
+    wait_for(
+        "claims to go",
+        lambda: not resource.list_namespaced_resource_claim(NAMESPACE, limit=1).items,
+        timeout_s=timeout_s,
+        interval_s=1.0,
+    )
 
 
 def _wait_bound(tracker: Tracker, names: Sequence[str], *, stall_s: float, timeout_s: float) -> None:
