@@ -60,8 +60,13 @@ def slice_writes(api: k8s.ApiClient) -> int:
         "GET", f"{api.configuration.host}/metrics", header_params={"Accept": "text/plain"}
     )
     response.read()
+    return count_slice_writes(response.data.decode("utf-8"))
+
+
+def count_slice_writes(metrics: str) -> int:
+    """The sum of `apiserver_request_total` samples for ResourceSlices with a mutating verb."""
     total = 0
-    for line in response.data.decode("utf-8").splitlines():
+    for line in metrics.splitlines():
         m = _SAMPLE.match(line)
         if m is None:
             continue

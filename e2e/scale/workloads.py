@@ -66,7 +66,8 @@ def random_want(rng: random.Random, weights: dict[str, int] = MIX_WEIGHTS) -> Wa
 
 
 FAMILIES = ("whole", "vgpu", "mig-1g", "mix")
-# Claims per node and family: within what 8 H100s hold (4 whole GPUs; 20 slices of 4Gi/5 %; 20 1g.10gb).
+# Claims per node and family: within what 8 H100s hold (4 whole GPUs; 20 slices of 10Gi/20 %, five per
+# GPU; 20 1g.10gb).
 PER_NODE = {"whole": 4, "vgpu": 20, "mig-1g": 20, "mix": 10}
 
 
@@ -74,7 +75,7 @@ def family_wants(family: str, count: int, *, seed: int) -> list[Want]:
     if family == "whole":
         return [whole()] * count
     if family == "vgpu":
-        return [vgpu(4, 5)] * count
+        return [vgpu(10, 20)] * count
     if family == "mig-1g":
         return [mig("1g.10gb")] * count
     if family == "mix":
