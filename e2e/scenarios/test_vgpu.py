@@ -37,7 +37,7 @@ from e2e.scenarios.probes import (
 )
 from e2e.testbed import SimCluster
 from kubelet_plugin.gpu_view import GpuView
-from kubelet_plugin.sm_schedule import Part
+from dra_driver.sm_schedule import Part
 
 pytestmark = pytest.mark.e2e
 

@@ -33,7 +33,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.explain.quantity import parse_quantity
+from dra_driver.quantity import parse_quantity
 from dra_driver.names import DRIVER_NAME, Attr
 from e2e.controlplane.launcher import ControlPlane
 from e2e.examples import DEVICECLASSES_DIR, load

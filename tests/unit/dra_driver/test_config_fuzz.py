@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from dra_driver import config as cfg
 from dra_driver.errors import ConfigError
-from dra_driver.names import CONFIG_API_VERSION, Family
+from dra_driver.families import vgpu
+from dra_driver.names import CONFIG_API_VERSION
 
 FUZZ = settings(
     max_examples=400,
@@ -73,6 +74,6 @@ def test_decode_answers_a_config_or_a_short_error_naming_the_field(params: Any, 
         return
     assert decoded.kind in cfg.KIND_FAMILY
     resolved = cfg.resolve([(entry(params, index), decoded)], request="r", family=decoded.family)
-    if decoded.family is Family.VGPU:
+    if decoded.family == vgpu.NAME:
         assert isinstance(resolved, cfg.VgpuConfig)
         assert resolved.priority in (0, 1) and 0 <= resolved.log_level <= 4
