@@ -18,8 +18,8 @@ from dra_driver.names import LIMITS_FILE_NAME, ClaimUID, DeviceName, GpuUUID
 from dra_driver.safe_tree import is_plain_file
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, MigRecord
 from kubelet_plugin.claimdir import ClaimDirs
-from kubelet_plugin.faults import FaultPoint, Faults
 from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.steps import Step, StepObserver
 
 log = structlog.get_logger(__name__)
 
@@ -71,13 +71,13 @@ def intended_mig(plan: ClaimPlan) -> tuple[MigRecord, ...]:
 
 
 def create_mig(
-    *, backend: GpuBackend, plan: ClaimPlan, snapshot: Inventory, faults: Faults
+    *, backend: GpuBackend, plan: ClaimPlan, snapshot: Inventory, steps: StepObserver
 ) -> dict[DeviceName, MigInstance]:
     """Switch MIG mode on where planned, then create (or, rolling forward, reuse) each Tessera instance."""
     for gpu in plan.enable_mig_mode:
         backend.set_mig_mode(gpu=gpu, enabled=True)
         log.info("mig mode enabled", gpu=gpu, claim=plan.uid)
-        faults.hit(FaultPoint.AFTER_MIG_MODE, plan.uid)
+        steps.reached(Step.AFTER_MIG_MODE, plan.uid)
     instances: dict[DeviceName, MigInstance] = {}
     for d in plan.devices:
         if d.mig is None or d.mig.action is not MigAction.CREATE:
@@ -88,7 +88,7 @@ def create_mig(
                 gpu=d.mig.key.gpu_uuid, profile_id=d.mig.key.profile_id, start=d.mig.key.start
             )
             log.info("mig instance created", device=d.device, uuid=live.uuid, gi=live.gi_id, claim=plan.uid)
-            faults.hit(FaultPoint.AFTER_MIG_CREATE, plan.uid)
+            steps.reached(Step.AFTER_MIG_CREATE, plan.uid)
         instances[d.device] = live
     return instances
 
@@ -137,7 +137,7 @@ def teardown(
     backend: GpuBackend,
     paths: PluginPaths,
     dirs: ClaimDirs,
-    faults: Faults,
+    steps: StepObserver,
     removed: Removed,
 ) -> None:
     """Remove everything the entry's claim may have left: CDI spec, Tessera MIG instances, claim dir.
@@ -146,7 +146,7 @@ def teardown(
     """
     if remove_spec(paths.cdi_dir, entry.uid):
         removed.cdi_files.append(str(paths.cdi_spec_file(entry.uid)))
-    faults.hit(FaultPoint.UNPREPARE_AFTER_CDI_REMOVE, entry.uid)
+    steps.reached(Step.UNPREPARE_AFTER_CDI_REMOVE, entry.uid)
     tessera = [r for r in entry.mig if r.created_by_tessera]
     if tessera:
         inventory = backend.inventory()
@@ -156,10 +156,10 @@ def teardown(
                 backend.destroy_mig_instance(gpu=record.gpu_uuid, gi_id=live.gi_id)
                 removed.mig_instances.append(live.uuid)
                 log.info("mig instance destroyed", uuid=live.uuid, gi=live.gi_id, claim=entry.uid)
-        faults.hit(FaultPoint.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
+        steps.reached(Step.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
     if dirs.remove(entry.uid):
         removed.claim_dirs.append(str(dirs.path(entry.uid)))
-    faults.hit(FaultPoint.UNPREPARE_AFTER_CLAIMDIR_REMOVE, entry.uid)
+    steps.reached(Step.UNPREPARE_AFTER_CLAIMDIR_REMOVE, entry.uid)
 
 
 def settle_mig_mode(

@@ -28,10 +28,10 @@ from kubelet_plugin.checkpoint_store import CheckpointStore, read_boot_id
 from kubelet_plugin.claim_marker import marker_annotations
 from kubelet_plugin.claimdir import ClaimDirs, render_limits
 from kubelet_plugin.claims import ClaimSource, ClaimStatusWriter, DeviceStatus
-from kubelet_plugin.faults import FaultPoint, Faults
 from kubelet_plugin.gpu_sharing import GpuSharing, plan_shares, taken_slots
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.results import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from kubelet_plugin.steps import NO_OBSERVER, Step, StepObserver
 
 log = structlog.get_logger(__name__)
 _IO_THREADS = 8
@@ -93,7 +93,7 @@ class Preparer:
         paths: PluginPaths,
         pool_name: str,
         driver_name: str = DRIVER_NAME,
-        faults: Faults | None = None,
+        steps: StepObserver = NO_OBSERVER,
         driver_library_dirs: Sequence[str] = (),
         boot_id: str | None = None,
         vgpu_policy: VgpuPolicy | None = None,
@@ -104,7 +104,7 @@ class Preparer:
         self.paths = paths
         self.pool_name = pool_name
         self.driver_name = driver_name
-        self.faults = faults if faults is not None else Faults.none()
+        self.steps = steps
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
         self.sharing = GpuSharing(gpus_dir=paths.gpus_dir, claims_dir=paths.claims_dir)
@@ -237,7 +237,7 @@ class Preparer:
                     results[w.ref.uid] = PrepareResult(error=f"checkpoint: {e}")
                 return
         for w in work:
-            self.faults.hit(FaultPoint.AFTER_CHECKPOINT_STARTED, w.ref.uid)
+            self.steps.reached(Step.AFTER_CHECKPOINT_STARTED, w.ref.uid)
         completed: list[tuple[ClaimEntry, list[DeviceStatus]]] = []
         failed: list[ClaimUID] = []
         for w, outcome in self._materialize_all(work, snapshot):
@@ -284,12 +284,12 @@ class Preparer:
         instances: dict[DeviceName, MigInstance] = {}
         if plan.mig_placements:
             instances = artifacts.create_mig(
-                backend=self.backend, plan=plan, snapshot=snapshot, faults=self.faults
+                backend=self.backend, plan=plan, snapshot=snapshot, steps=self.steps
             )
         if plan.vgpu is not None:
             self.sharing.ensure(s.gpu_uuid for s in w.entry.sharing)
             self.dirs.write(uid, limits=render_limits(plan, w.entry.sharing))
-            self.faults.hit(FaultPoint.AFTER_CLAIMDIR, uid)
+            self.steps.reached(Step.AFTER_CLAIMDIR, uid)
         host = HostLayout(
             library_path=str(self.paths.library_path),
             claim_dir=str(self.dirs.path(uid)),
@@ -316,8 +316,8 @@ class Preparer:
             claim_spec(plan=plan, inventory=snapshot, host=host, mig_instances=instances),
             annotations=marker_annotations(entry, mig_mode_owned=owned),
         )
-        write_spec(self.paths.cdi_dir, uid, spec, fault=self.faults.cdi_write_fault(uid))
-        self.faults.hit(FaultPoint.AFTER_CDI_WRITE, uid)
+        write_spec(self.paths.cdi_dir, uid, spec, fault=self.steps.cdi_write_fault(uid))
+        self.steps.reached(Step.AFTER_CDI_WRITE, uid)
         return entry, _statuses(plan, instances)
 
     def _roll_back(self, w: _Work, cause: Exception, failed: list[ClaimUID]) -> str:
@@ -355,7 +355,7 @@ class Preparer:
         # the new claims' parts of their GPUs' frames exist before the kubelet starts their containers
         self.sharing.refresh(self.checkpoint())
         for entry, statuses in completed:
-            self.faults.hit(FaultPoint.AFTER_CHECKPOINT_COMPLETED, entry.uid)
+            self.steps.reached(Step.AFTER_CHECKPOINT_COMPLETED, entry.uid)
             results[entry.uid] = answer(entry)
             self._publish_status(entry, statuses)
 
@@ -388,7 +388,7 @@ class Preparer:
             except TesseraError as e:
                 return {c.uid: UnprepareResult(error=f"checkpoint: {e}") for c in claims}
             for entry in known:
-                self.faults.hit(FaultPoint.UNPREPARE_AFTER_CHECKPOINT_STARTED, entry.uid)
+                self.steps.reached(Step.UNPREPARE_AFTER_CHECKPOINT_STARTED, entry.uid)
             done = self._teardown_all(known, results)
             self._drop(done, results)
             for entry in known:
@@ -398,7 +398,7 @@ class Preparer:
 
     def _teardown(self, entry: ClaimEntry, removed: artifacts.Removed) -> None:
         artifacts.teardown(
-            entry, backend=self.backend, paths=self.paths, dirs=self.dirs, faults=self.faults, removed=removed
+            entry, backend=self.backend, paths=self.paths, dirs=self.dirs, steps=self.steps, removed=removed
         )
 
     def _teardown_all(
@@ -422,7 +422,7 @@ class Preparer:
                 cp, backend=self.backend, leaving=done, removed=artifacts.Removed()
             )
             for uid in done:
-                self.faults.hit(FaultPoint.UNPREPARE_AFTER_MIG_MODE, uid)
+                self.steps.reached(Step.UNPREPARE_AFTER_MIG_MODE, uid)
             self.commit(cp.without(done))
         except TesseraError as e:
             for uid in done:
@@ -430,7 +430,7 @@ class Preparer:
             return
         self.sharing.refresh(self.checkpoint())  # the claims left on those GPUs get the freed time
         for uid in done:
-            self.faults.hit(FaultPoint.UNPREPARE_AFTER_CHECKPOINT_REMOVED, uid)
+            self.steps.reached(Step.UNPREPARE_AFTER_CHECKPOINT_REMOVED, uid)
 
     def _clear_status(self, entry: ClaimEntry) -> None:
         try:

@@ -30,10 +30,10 @@ from dra_driver.names import ClaimUID, GpuUUID
 from dra_driver.safe_tree import remove_tree
 from kubelet_plugin import artifacts
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState
-from kubelet_plugin.faults import Faults
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.recovery import Recovery, adopt_marked, rebuild
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import NO_OBSERVER
 
 log = structlog.get_logger(__name__)
 
@@ -205,7 +205,7 @@ def _settle(
                     backend=preparer.backend,
                     paths=preparer.paths,
                     dirs=preparer.dirs,
-                    faults=Faults.none(),
+                    steps=NO_OBSERVER,
                     removed=removed,
                 )
                 released.append(entry.uid)

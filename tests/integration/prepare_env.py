@@ -19,11 +19,12 @@ from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.checkpoint import Checkpoint
-from kubelet_plugin.claims import DirectoryClaimSource, NullClaimStatusWriter
-from kubelet_plugin.faults import Faults
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import NO_OBSERVER
+from tests.support.claim_files import DirectoryClaimSource, NullClaimStatusWriter
+from tests.support.faults import Faults
 
 BACKENDS = ("simulated", "nvml")
 POOL = "node-a"
@@ -121,13 +122,14 @@ class Env:
         return _nvml() if self.nvml else open_backend(simulate=self.node_file, state_file=self.state_file)
 
     def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
+        """`faults`: the observer of its steps (none: a production preparer)."""
         return Preparer(
             backend=self.open_backend(),
             claims=self.claims,
             status=NullClaimStatusWriter(),
             paths=self.paths,
             pool_name=POOL,
-            faults=faults,
+            steps=faults if faults is not None else NO_OBSERVER,
             driver_library_dirs=("/usr/lib/nvidia",),
             boot_id=boot_id,
         )

@@ -22,15 +22,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kubelet_plugin.claims import DirectoryClaimSource
-from kubelet_plugin.kubelet_client import DraClient, register, wait_for_socket
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.sample_claims import claim_ref, vgpu_claim
+from tests.support.claim_files import DirectoryClaimSource
+from tests.support.kubelet_client import DraClient, register, wait_for_socket
+from tests.support.sample_claims import claim_ref, vgpu_claim
 
 NODE = "bench-node"
 GPUS = 8
-NODE_FILE = Path(__file__).resolve().parents[1] / "e2e" / "nodes" / "h100x8.yaml"
+REPO = Path(__file__).resolve().parents[2]
+NODE_FILE = REPO / "e2e" / "nodes" / "h100x8.yaml"
 TARGETS = {
     "single p50 ms": 5.0,
     "single p99 ms": 25.0,
@@ -70,11 +71,11 @@ def check(answers: Any, claims: Sequence[ClaimRef]) -> None:
 
 
 def start_daemon(root: Path, node_file: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "kubelet_plugin.daemon", "--node-name", NODE, "--root", str(root)]
+    cmd = [sys.executable, "-m", "tests.support.daemon", "--node-name", NODE, "--root", str(root)]
     cmd += ["--simulate", str(node_file), "--sim-state", str(root / "sim-state.json")]
     cmd += ["--claims-dir-source", str(root / "claims"), "--no-publish", "--log-level", "warning"]
     log = (root / "plugin.log").open("wb")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
 
 
 def measure(client: DraClient, source: DirectoryClaimSource, singles: int, batches: int) -> dict[str, float]:
