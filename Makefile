@@ -79,7 +79,7 @@ demo-down:
 	$(BIN)/python -m e2e.demo down
 
 bench-prepare: dev
-	$(BIN)/python -m kubelet_plugin.bench
+	$(BIN)/python -m tests.bench.prepare
 
 bench-interceptor: interceptor
 	$(MAKE) -C interceptor bench

@@ -257,9 +257,3 @@ def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
 # FAKE_NVML_PROC).
 DRIVER_PROC_ROOT_ENV = "TESSERA_DRIVER_PROC_ROOT"
 DEFAULT_DRIVER_PROC_ROOT = "/proc"
-
-
-# ---- test-only fault injection --------------------------------------------------------------------
-
-FAULT_ENV = "TESSERA_FAULT"  # comma-separated fault point names (kubelet_plugin.faults.FaultPoint)
-FAULT_CLAIM_ENV = "TESSERA_FAULT_CLAIM"  # optional: fire only for this claim UID

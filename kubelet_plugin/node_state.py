@@ -26,10 +26,10 @@ from dra_driver.safe_tree import is_plain_file
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.checkpoint_store import CheckpointStore, read_boot_id
 from kubelet_plugin.claimdir import ClaimDirs
-from kubelet_plugin.faults import FaultPoint, Faults
 from kubelet_plugin.hosts import Hosts
 from kubelet_plugin.hosts.base import HostContext, Removed
 from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.steps import NO_OBSERVER, Step, StepObserver
 
 log = structlog.get_logger(__name__)
 
@@ -48,15 +48,15 @@ class NodeState:
         *,
         backend: GpuBackend,
         paths: PluginPaths,
-        faults: Faults | None = None,
+        steps: StepObserver = NO_OBSERVER,
         boot_id: str | None = None,
     ) -> None:
         self.backend = backend
         self.paths = paths
-        self.faults = faults if faults is not None else Faults.none()
+        self.steps = steps  # told as a claim passes each step (a test harness may stop the process there)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
-        self.hosts = Hosts(HostContext(backend=backend, paths=paths, faults=self.faults))
+        self.hosts = Hosts(HostContext(backend=backend, paths=paths, steps=steps))
         self.lock = threading.RLock()
         self.store = CheckpointStore(path=paths.checkpoint_file)
         self._cp: Checkpoint | None = None
@@ -136,12 +136,12 @@ class NodeState:
         removed = Removed()
         if remove_spec(self.paths.cdi_dir, entry.uid):
             removed.cdi_files.append(str(self.paths.cdi_spec_file(entry.uid)))
-        self.faults.hit(FaultPoint.UNPREPARE_AFTER_CDI_REMOVE, entry.uid)
+        self.steps.reached(Step.UNPREPARE_AFTER_CDI_REMOVE, entry.uid)
         for host in self.hosts:
             host.teardown(entry, removed=removed)
         if self.dirs.remove(entry.uid):
             removed.claim_dirs.append(str(self.dirs.path(entry.uid)))
-        self.faults.hit(FaultPoint.UNPREPARE_AFTER_CLAIMDIR_REMOVE, entry.uid)
+        self.steps.reached(Step.UNPREPARE_AFTER_CLAIMDIR_REMOVE, entry.uid)
         return removed
 
     def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:

@@ -27,7 +27,6 @@ from dra_driver.names import DRIVER_NAME, ClaimUID, DeviceName, Family
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.claim_marker import marker_annotations
 from kubelet_plugin.claims import ClaimSource, ClaimStatusWriter, DeviceStatus
-from kubelet_plugin.faults import FaultPoint
 from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.results import (
     ClaimRef,
@@ -37,6 +36,7 @@ from kubelet_plugin.results import (
     describe_failure,
     unique_claims,
 )
+from kubelet_plugin.steps import Step
 
 log = structlog.get_logger(__name__)
 _IO_THREADS = 8
@@ -186,7 +186,7 @@ class Preparer:
         except TesseraError as e:
             return {w.ref.uid: PrepareResult(error=f"checkpoint: {e}") for w in work}
         for w in work:
-            self.state.faults.hit(FaultPoint.AFTER_CHECKPOINT_STARTED, w.ref.uid)
+            self.state.steps.reached(Step.AFTER_CHECKPOINT_STARTED, w.ref.uid)
         answers: dict[ClaimUID, PrepareResult] = {}
         done: list[_Done] = []
         rolled_back: list[ClaimUID] = []
@@ -253,7 +253,7 @@ class Preparer:
                 )
             )
             state.dirs.write(uid, limits=text)
-            state.faults.hit(FaultPoint.AFTER_CLAIMDIR, uid)
+            state.steps.reached(Step.AFTER_CLAIMDIR, uid)
         entry = replace(
             w.entry,
             state=ClaimState.PREPARE_COMPLETED,
@@ -279,8 +279,8 @@ class Preparer:
             claim_spec(plan=plan, inventory=snapshot, host=host, made=made),
             annotations=marker_annotations(entry, owned=state.checkpoint().owned),
         )
-        write_spec(state.paths.cdi_dir, uid, spec, fault=state.faults.cdi_write_fault(uid))
-        state.faults.hit(FaultPoint.AFTER_CDI_WRITE, uid)
+        write_spec(state.paths.cdi_dir, uid, spec, fault=state.steps.cdi_write_fault(uid))
+        state.steps.reached(Step.AFTER_CDI_WRITE, uid)
         statuses = tuple(
             DeviceStatus(
                 device=d.device,
@@ -319,7 +319,7 @@ class Preparer:
             # The artifacts exist and the entries stay PrepareStarted: a retry rolls forward.
             return {d.entry.uid: PrepareResult(error=f"checkpoint: {e}") for d in done}
         for d in done:
-            state.faults.hit(FaultPoint.AFTER_CHECKPOINT_COMPLETED, d.entry.uid)
+            state.steps.reached(Step.AFTER_CHECKPOINT_COMPLETED, d.entry.uid)
             self._publish_status(d)
         return {d.entry.uid: answer(d.entry) for d in done}
 
@@ -348,7 +348,7 @@ class Preparer:
             except TesseraError as e:
                 return {c.uid: UnprepareResult(error=f"checkpoint: {e}") for c in claims}
             for entry in known:
-                state.faults.hit(FaultPoint.UNPREPARE_AFTER_CHECKPOINT_STARTED, entry.uid)
+                state.steps.reached(Step.UNPREPARE_AFTER_CHECKPOINT_STARTED, entry.uid)
             gone: list[ClaimEntry] = []
             for entry in known:
                 try:
@@ -368,12 +368,12 @@ class Preparer:
         try:
             cp, _ = state.settle(state.checkpoint(), leaving=uids)
             for uid in uids:
-                state.faults.hit(FaultPoint.UNPREPARE_AFTER_MIG_MODE, uid)
+                state.steps.reached(Step.UNPREPARE_AFTER_MIG_MODE, uid)
             state.commit(cp.without(uids))  # the claims left on those GPUs get the freed time
         except TesseraError as e:
             return {uid: UnprepareResult(error=f"checkpoint: {e}") for uid in uids}
         for uid in uids:
-            state.faults.hit(FaultPoint.UNPREPARE_AFTER_CHECKPOINT_REMOVED, uid)
+            state.steps.reached(Step.UNPREPARE_AFTER_CHECKPOINT_REMOVED, uid)
         return {}
 
     def _clear_status(self, entry: ClaimEntry) -> None:

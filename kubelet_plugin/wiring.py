@@ -11,7 +11,7 @@ calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint,
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,16 +26,8 @@ from dra_driver.families import vgpu
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 from kubelet_plugin import priority_relay
-from kubelet_plugin.claims import (
-    ApiClaimSource,
-    ApiClaimStatusWriter,
-    ClaimSource,
-    ClaimStatusWriter,
-    DirectoryClaimSource,
-    NullClaimStatusWriter,
-)
+from kubelet_plugin.claims import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
-from kubelet_plugin.faults import Faults
 from kubelet_plugin.file_modes import (
     CDI_DIR_MODE,
     CLAIMS_ROOT_MODE,
@@ -53,14 +45,15 @@ from kubelet_plugin.health import (
 from kubelet_plugin.hosts.vgpu import GpuSharing
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
 from kubelet_plugin.node_state import NodeState
+from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.reconcile import ReconcileReport, reconcile
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.server import PluginServer, Services
 from kubelet_plugin.sockets import PluginLock
+from kubelet_plugin.steps import NO_OBSERVER, StepObserver
 
 if TYPE_CHECKING:
-    from kubelet_plugin.daemon import DaemonOptions
     from kubelet_plugin.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
@@ -104,11 +97,12 @@ class ClaimAccess:
     api: Any | None  # kubernetes.client.ApiClient, when an API server is configured
 
 
+# Where a daemon reads claims and writes their status; a test harness may give its own.
+ClaimsFrom = Callable[[DaemonOptions], ClaimAccess]
+
+
 def claim_access(options: DaemonOptions) -> ClaimAccess:
-    # the directory adapter replaces the API for claims; a kubeconfig given as well still serves publishing
-    if options.claims_dir_source is not None:
-        api = api_client(options.kubeconfig) if options.kubeconfig is not None else None
-        return ClaimAccess(DirectoryClaimSource(root=options.claims_dir_source), NullClaimStatusWriter(), api)
+    """The API server's: claims read and their status written through it."""
     from kubernetes import client as k8s  # noqa: PLC0415
 
     api = api_client(options.kubeconfig)
@@ -116,18 +110,15 @@ def claim_access(options: DaemonOptions) -> ClaimAccess:
     return ClaimAccess(ApiClaimSource(api=resource), ApiClaimStatusWriter(api=resource), api)
 
 
-def _faults() -> Faults:
-    try:
-        return Faults.from_env()
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
-
-
 class Node:
     """One running plugin instance."""
 
-    def __init__(self, options: DaemonOptions) -> None:
+    def __init__(
+        self, options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom = claim_access
+    ) -> None:
         self.options = options
+        self.steps = steps
+        self.claims = claims
         self.paths = options.paths()
         self.stop_event = threading.Event()
         self.backend: GpuBackend | None = None
@@ -140,8 +131,10 @@ class Node:
         self._relay_thread: threading.Thread | None = None
 
     @classmethod
-    def start(cls, options: DaemonOptions) -> Node:
-        node = cls(options)
+    def start(
+        cls, options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom = claim_access
+    ) -> Node:
+        node = cls(options, steps=steps, claims=claims)
         try:
             node._start()
         except BaseException:
@@ -158,9 +151,9 @@ class Node:
         make_dir(paths.claims_dir, CLAIMS_ROOT_MODE)
         lock = PluginLock(paths.lock_file)
         self.backend = backend = open_backend(simulate=o.simulate, state_file=o.sim_state)
-        access = claim_access(o)
+        access = self.claims(o)
         events = self._events(access.api)
-        self.state = state = NodeState(backend=backend, paths=paths, faults=_faults())
+        self.state = state = NodeState(backend=backend, paths=paths, steps=self.steps)
         preparer = Preparer(
             state=state,
             claims=access.source,

@@ -16,8 +16,8 @@ from dra_driver.families.base import PlannedDevice
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.faults import Faults
 from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.steps import StepObserver
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class HostContext:
 
     backend: GpuBackend
     paths: PluginPaths
-    faults: Faults
+    steps: StepObserver
 
 
 @dataclass(frozen=True, slots=True)

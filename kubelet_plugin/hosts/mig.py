@@ -18,8 +18,8 @@ from dra_driver.families.mig import NAME, MigAction, MigRecord, mig_plan
 from dra_driver.model import Inventory, MigInstance
 from dra_driver.names import ClaimUID, DeviceName, GpuUUID
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.faults import FaultPoint
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed
+from kubelet_plugin.steps import Step
 
 log = structlog.get_logger(__name__)
 
@@ -49,11 +49,11 @@ class MigHost(FamilyHost):
     ) -> Created:
         """Switch MIG mode on where planned, then create (or, rolling forward, reuse) each Tessera
         instance."""
-        backend, faults = self._ctx.backend, self._ctx.faults
+        backend, steps = self._ctx.backend, self._ctx.steps
         for gpu in dict.fromkeys(d.gpu_uuid for d in devices if mig_plan(d).enable_mig_mode):
             backend.set_mig_mode(gpu=gpu, enabled=True)
             log.info("mig mode enabled", gpu=gpu, claim=plan.uid)
-            faults.hit(FaultPoint.AFTER_MIG_MODE, plan.uid)
+            steps.reached(Step.AFTER_MIG_MODE, plan.uid)
         made: dict[DeviceName, object] = {}
         for d in devices:
             p = mig_plan(d)
@@ -67,7 +67,7 @@ class MigHost(FamilyHost):
                     log.info(
                         "mig instance created", device=d.device, uuid=live.uuid, gi=live.gi_id, claim=plan.uid
                     )
-                    faults.hit(FaultPoint.AFTER_MIG_CREATE, plan.uid)
+                    steps.reached(Step.AFTER_MIG_CREATE, plan.uid)
             if live is not None:
                 made[d.device] = live
         done: list[object] = []
@@ -89,7 +89,7 @@ class MigHost(FamilyHost):
                 self._ctx.backend.destroy_mig_instance(gpu=record.placement.gpu_uuid, gi_id=live.gi_id)
                 removed.mig_instances.append(live.uuid)
                 log.info("mig instance destroyed", uuid=live.uuid, gi=live.gi_id, claim=entry.uid)
-        self._ctx.faults.hit(FaultPoint.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
+        self._ctx.steps.reached(Step.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
 
     def damage(self, entry: ClaimEntry, *, inventory: Inventory | None) -> str | None:
         for record in _records(entry):

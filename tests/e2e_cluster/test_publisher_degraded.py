@@ -30,10 +30,11 @@ from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
-from kubelet_plugin.daemon import DaemonOptions
 from kubelet_plugin.node_events import EVENT_NAMESPACE
+from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.publisher import DEGRADED_REASON, SlicePublisher
 from kubelet_plugin.wiring import Node
+from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e
 NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"
@@ -183,12 +184,11 @@ def test_daemon_publishes_whole_gpus_only(
         simulate=NODE_FILE,
         sim_state=root / "sim-state.json",
         kubeconfig=gates_off_plane.kubeconfig,
-        claims_dir_source=root / "claims",
         health_interval=60.0,
         publish=True,
         log_level="warning",
     )
-    plugin = Node.start(options)
+    plugin = Node.start(options, claims=directory_claims(root / "claims"))
     try:
         assert plugin.publisher is not None
         wait_for(

@@ -21,12 +21,13 @@ from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.claims import DirectoryClaimSource, NullClaimStatusWriter
-from kubelet_plugin.faults import Faults
 from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import NO_OBSERVER
+from tests.support.claim_files import DirectoryClaimSource, NullClaimStatusWriter
+from tests.support.faults import Faults
 
 BACKENDS = ("simulated", "nvml")
 POOL = "node-a"
@@ -124,7 +125,9 @@ class Env:
         return _nvml() if self.nvml else open_backend(simulate=self.node_file, state_file=self.state_file)
 
     def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
-        state = NodeState(backend=self.open_backend(), paths=self.paths, faults=faults, boot_id=boot_id)
+        """`faults`: the observer of its steps (none: a production preparer)."""
+        steps = faults if faults is not None else NO_OBSERVER
+        state = NodeState(backend=self.open_backend(), paths=self.paths, steps=steps, boot_id=boot_id)
         return Preparer(
             state=state,
             claims=self.claims,

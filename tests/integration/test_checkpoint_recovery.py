@@ -23,9 +23,9 @@ from dra_driver.backends import open_backend
 from dra_driver.families import mig as mig_family
 from kubelet_plugin.checkpoint import ClaimState
 from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.kubelet_client import DraClient
 from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.kubelet_client import DraClient
+from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -15,9 +15,9 @@ from plugin_process import NODE, PluginProcess, cleanup, node_backend, short_roo
 from dra_driver.families import mig as mig_family
 from dra_driver.names import cdi_device_name, cdi_qualified_name
 from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.kubelet_client import DraClient, register
 from kubelet_plugin.proto.gen import health_v1_pb2
-from kubelet_plugin.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.kubelet_client import DraClient, register
+from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(120)
 

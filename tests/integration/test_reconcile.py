@@ -15,9 +15,10 @@ from prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, 
 from dra_driver.families import mig as mig_family
 from dra_driver.names import ClaimUID, cdi_spec_file_name
 from kubelet_plugin.checkpoint import ClaimState
-from kubelet_plugin.faults import KILL_POINTS, FaultPoint, Faults
 from kubelet_plugin.reconcile import reconcile
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import Step
+from tests.support.faults import Faults
 
 
 class Crash(BaseException):
@@ -55,11 +56,11 @@ def assert_prepared(env: Env, uid: str) -> None:
     assert env.mig() == [(1, "3g.40gb", 4)]
 
 
-@pytest.mark.parametrize("point", [p for p in KILL_POINTS if not p.value.startswith("unprepare-")], ids=str)
-def test_crash_during_prepare_converges(env: Env, point: FaultPoint) -> None:
+@pytest.mark.parametrize("point", [s for s in Step if not s.value.startswith("unprepare-")], ids=str)
+def test_crash_during_prepare_converges(env: Env, point: Step) -> None:
     r = mixed(env)
     with pytest.raises(Crash):
-        env.preparer(faults=Faults(points=frozenset({point}), die=crash)).prepare([r])
+        env.preparer(faults=Faults(kill_at=frozenset({point}), die=crash)).prepare([r])
     restarted = env.preparer()
     report = reconcile(restarted, roll_forward=False)
     assert report.problems == ()
@@ -71,12 +72,12 @@ def test_crash_during_prepare_converges(env: Env, point: FaultPoint) -> None:
     assert_clean(env)
 
 
-@pytest.mark.parametrize("point", [p for p in KILL_POINTS if p.value.startswith("unprepare-")], ids=str)
-def test_crash_during_unprepare_converges(env: Env, point: FaultPoint) -> None:
+@pytest.mark.parametrize("point", [s for s in Step if s.value.startswith("unprepare-")], ids=str)
+def test_crash_during_unprepare_converges(env: Env, point: Step) -> None:
     r = mixed(env)
     assert env.preparer().prepare([r])[r.uid].error is None
     with pytest.raises(Crash):
-        env.preparer(faults=Faults(points=frozenset({point}), die=crash)).unprepare([r])
+        env.preparer(faults=Faults(kill_at=frozenset({point}), die=crash)).unprepare([r])
     restarted = env.preparer()
     reconcile(restarted)
     assert restarted.unprepare([r])[r.uid].error is None  # the kubelet retries
@@ -86,7 +87,7 @@ def test_crash_during_unprepare_converges(env: Env, point: FaultPoint) -> None:
 def test_crash_then_reconcile_rolls_a_live_claim_forward(env: Env) -> None:
     r = mixed(env)
     with pytest.raises(Crash):
-        env.preparer(faults=Faults(points=frozenset({FaultPoint.AFTER_MIG_CREATE}), die=crash)).prepare([r])
+        env.preparer(faults=Faults(kill_at=frozenset({Step.AFTER_MIG_CREATE}), die=crash)).prepare([r])
     report = reconcile(env.preparer())
     assert report.rolled_forward == (r.uid,) and report.problems == ()
     assert_prepared(env, r.uid)

@@ -1,4 +1,4 @@
-"""Planning claims the way the node does (plan_claim over the real `kubernetes` models), for the family tests."""
+"""Planning claims as the node does (plan_claim over the real `kubernetes` models), for the family tests."""
 
 from __future__ import annotations
 

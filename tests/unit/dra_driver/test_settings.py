@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.errors import ConfigError
 from dra_driver import families
+from dra_driver.errors import ConfigError
 from dra_driver.families import gpu as whole
 from dra_driver.families import mig
 from dra_driver.settings import NodeSettings

@@ -10,14 +10,14 @@ from hypothesis import strategies as st
 from inventories import make_gpu, make_inventory
 from slice_checks import check_slices, counter_sets, devices, quantity
 
+from dra_driver import families as registry
 from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver import families as registry
+from dra_driver.errors import MigError
 from dra_driver.families import gpu as whole
 from dra_driver.families import mig, parse_device_name, vgpu
 from dra_driver.families.mig import MigName
 from dra_driver.families.published import attribute_version, pci_bus_id
-from dra_driver.errors import MigError
 from dra_driver.model import Gpu, Inventory, Placement
 from dra_driver.names import Family, GpuUUID, counter_set_name, resource_slice_name
 from dra_driver.profiles import PRODUCTS, product

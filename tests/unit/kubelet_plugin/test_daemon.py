@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli import build_parser
-from kubelet_plugin.daemon import DaemonOptions, add_arguments, options_from
+from kubelet_plugin.daemon import add_arguments, options_from
+from kubelet_plugin.options import DaemonOptions
 
 
 def parse(*argv: str) -> DaemonOptions:
@@ -64,3 +65,10 @@ def test_tessera_plugin_subcommand_is_wired() -> None:
     assert args.command == "plugin"
     assert options_from(args).publish is False
     assert callable(args.handler)
+
+
+def test_test_only_flags_are_not_the_daemons(capsys: pytest.CaptureFixture[str]) -> None:
+    # claims from a directory are for tests: `python -m tests.support.daemon` adds that flag
+    with pytest.raises(SystemExit):
+        parse("--node-name", "n", "--claims-dir-source", "/tmp/claims")
+    assert "unrecognized arguments: --claims-dir-source" in capsys.readouterr().err
