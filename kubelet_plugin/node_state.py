@@ -133,24 +133,24 @@ class NodeState:
 
         Idempotent: a thing already gone is skipped. The checkpoint entry itself is the caller's to drop.
         """
-        removed = Removed()
+        files = Removed()
         if remove_spec(self.paths.cdi_dir, entry.uid):
-            removed.cdi_files.append(str(self.paths.cdi_spec_file(entry.uid)))
+            files.cdi_files.append(str(self.paths.cdi_spec_file(entry.uid)))
         self.steps.reached(Step.UNPREPARE_AFTER_CDI_REMOVE, entry.uid)
-        for host in self.hosts:
-            host.teardown(entry, removed=removed)
+        parts = [files, *(host.teardown(entry) for host in self.hosts)]
         if self.dirs.remove(entry.uid):
-            removed.claim_dirs.append(str(self.dirs.path(entry.uid)))
+            parts.append(Removed(claim_dirs=[str(self.dirs.path(entry.uid))]))
         self.steps.reached(Step.UNPREPARE_AFTER_CLAIMDIR_REMOVE, entry.uid)
-        return removed
+        return merged(parts)
 
     def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
         """Undo node-wide state (MIG mode, ...) no claim but `leaving` needs; returns the checkpoint to
         commit next."""
-        removed = Removed()
+        parts = []
         for host in self.hosts:
-            cp = host.settle(cp, leaving=leaving, removed=removed)
-        return cp, removed
+            cp, went = host.settle(cp, leaving=leaving)
+            parts.append(went)
+        return cp, merged(parts)
 
     def close(self) -> None:
         self.hosts.close()

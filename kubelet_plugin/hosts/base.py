@@ -73,8 +73,9 @@ class FamilyHost:
         """Create (or, rolling forward, find again) what the claim's devices need. Idempotent."""
         return Created(records=records)
 
-    def teardown(self, entry: ClaimEntry, *, removed: Removed) -> None:
-        """Remove what the claim's records say this family created for it. Idempotent."""
+    def teardown(self, entry: ClaimEntry) -> Removed:
+        """Remove what the claim's records say this family created for it; what went. Idempotent."""
+        return Removed()
 
     def damage(self, entry: ClaimEntry, *, inventory: Inventory | None) -> str | None:
         """Why a prepared claim's host artifacts are not as recorded (None: they are, or cannot be told)."""
@@ -85,9 +86,10 @@ class FamilyHost:
         things (MIG instances) it no longer accounts for."""
         return entry, frozenset()
 
-    def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID], removed: Removed) -> Checkpoint:
-        """After claims leave (and at start-up): undo node-wide state no remaining claim needs."""
-        return cp
+    def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
+        """After claims leave (and at start-up): undo node-wide state no remaining claim needs; the checkpoint
+        to commit next, and what went."""
+        return cp, Removed()
 
     def refresh(self, cp: Checkpoint) -> None:
         """After every change of the checkpoint: rewrite what is derived from it (views)."""

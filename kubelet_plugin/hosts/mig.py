@@ -78,10 +78,11 @@ class MigHost(FamilyHost):
             )
         return Created(records=tuple(done), made=made)
 
-    def teardown(self, entry: ClaimEntry, *, removed: Removed) -> None:
+    def teardown(self, entry: ClaimEntry) -> Removed:
+        removed = Removed()
         tessera = [r for r in _records(entry) if r.created_by_tessera]
         if not tessera:
-            return
+            return removed
         inventory = self._ctx.backend.inventory()
         for record in tessera:
             live = inventory.instance_at(record.placement)
@@ -90,6 +91,7 @@ class MigHost(FamilyHost):
                 removed.mig_instances.append(live.uuid)
                 log.info("mig instance destroyed", uuid=live.uuid, gi=live.gi_id, claim=entry.uid)
         self._ctx.steps.reached(Step.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
+        return removed
 
     def damage(self, entry: ClaimEntry, *, inventory: Inventory | None) -> str | None:
         for record in _records(entry):
@@ -111,12 +113,13 @@ class MigHost(FamilyHost):
             records.append(r)
         return entry.with_records(NAME, records), frozenset(lost)
 
-    def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID], removed: Removed) -> Checkpoint:
+    def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
         """Switch MIG mode off on GPUs Tessera switched on once no instance and no remaining claim uses
         them."""
+        removed = Removed()
         owned = cp.owned_by(NAME)
         if not owned:
-            return cp
+            return cp, removed
         in_use = {
             r.placement.gpu_uuid for e in cp.claims.values() if e.uid not in leaving for r in _records(e)
         }
@@ -131,7 +134,7 @@ class MigHost(FamilyHost):
                 removed.mig_mode_disabled.append(uuid)
                 log.info("mig mode disabled after the last Tessera instance", gpu=uuid)
             keep.discard(uuid)
-        return cp.with_owned(NAME, keep)
+        return cp.with_owned(NAME, keep), removed
 
 
 def make(ctx: HostContext) -> FamilyHost:
