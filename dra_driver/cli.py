@@ -14,16 +14,18 @@ import json
 import os
 import socket
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
 
+from dra_driver import families
 from dra_driver.backends import open_backend
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.devices import Json
 from dra_driver.errors import ConfigError, TesseraError
 from dra_driver.explain.cli import add_cli as add_explain_command
+from dra_driver.families.base import Json
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 
@@ -60,15 +62,13 @@ def summary(slices: Sequence[Json]) -> str:
             continue
         devices = spec["devices"]
         lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(devices)} devices")
-        per_gpu: dict[str, list[str]] = {}
+        per_gpu: dict[int, Counter[str]] = {}
         for d in devices:
-            gpu = "-".join(str(d["name"]).split("-")[:2])
-            per_gpu.setdefault(gpu, []).append(str(d["name"]))
-        for gpu, names in per_gpu.items():
-            whole = sum(1 for n in names if n == gpu)
-            vgpu = sum(1 for n in names if n.endswith("-vgpu"))
-            mig = sum(1 for n in names if "-mig-" in n)
-            lines.append(f"  {gpu}: whole {whole}, vgpu {vgpu}, mig {mig}")
+            parsed = families.parse_device_name(str(d["name"]))
+            per_gpu.setdefault(parsed.index, Counter())[parsed.family.name] += 1
+        for index, counts in per_gpu.items():
+            shown = ", ".join(f"{name} {counts[name]}" for name in families.names())
+            lines.append(f"  gpu-{index}: {shown}")
     total = sum(len(s["spec"].get("devices", [])) for s in slices)
     lines.append(f"{len(slices)} slices, {total} devices")
     return "\n".join(lines)

@@ -58,6 +58,17 @@ class MigProfile:
     placement_starts: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Placement:
+    """Where a MIG instance sits: the one type for a placement, whether offered, planned, live or recorded.
+
+    Tessera owns a live instance exactly when a checkpoint record holds its placement."""
+
+    gpu_uuid: GpuUUID
+    profile_id: int
+    start: int
+
+
 @dataclass(frozen=True, slots=True)
 class MigInstance:
     """A live GPU instance with its single compute instance."""
@@ -71,6 +82,10 @@ class MigInstance:
     ci_id: int
     uuid: str  # "MIG-..."
     device_nodes: tuple[DeviceNode, ...] = ()  # /dev/nvidia-caps/nvidia-cap<N> for the GI and the CI
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.parent_uuid, self.profile_id, self.start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +131,10 @@ class Inventory:
 
     def gpu_by_uuid(self, uuid: str) -> Gpu | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
+
+    def instance_at(self, placement: Placement) -> MigInstance | None:
+        """The live MIG instance at a placement, if any."""
+        gpu = self.gpu_by_uuid(placement.gpu_uuid)
+        if gpu is None:
+            return None
+        return next((i for i in gpu.mig_instances if i.placement == placement), None)

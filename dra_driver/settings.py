@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dra_driver import families as registry
 from dra_driver.errors import ConfigError
 from dra_driver.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
@@ -35,7 +36,7 @@ def check_node_name(name: str, where: str = "nodeName") -> str:
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
     node_name: str
-    families: frozenset[Family] = field(default_factory=lambda: frozenset(Family))
+    families: frozenset[Family] = field(default_factory=lambda: frozenset(registry.names()))
     vgpu_shares: int = DEFAULT_VGPU_SHARES
 
     def __post_init__(self) -> None:
@@ -44,9 +45,9 @@ class NodeSettings:
             raise ConfigError(f"vgpuShares: expected an integer, got {self.vgpu_shares!r}")
         if not 1 <= self.vgpu_shares <= MAX_VGPU_SHARES:
             raise ConfigError(f"vgpuShares: {self.vgpu_shares} is out of range; use 1..{MAX_VGPU_SHARES}")
-        bad = [f for f in self.families if not isinstance(f, Family)]
+        bad = sorted(f for f in self.families if registry.find(f) is None)
         if bad:
-            raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(f.value for f in Family)}")
+            raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(registry.names())}")
 
     def offers(self, family: Family) -> bool:
         return family in self.families
@@ -64,21 +65,17 @@ class NodeSettings:
                 f"apiVersion/kind: expected {CONFIG_API_VERSION}/{NODE_SETTINGS_KIND}, "
                 f"got {data.get('apiVersion')!r}/{data.get('kind')!r}"
             )
-        families = set(Family)
+        families = set(registry.names())
         raw_families = data.get("families", {})
         if not isinstance(raw_families, Mapping):
             raise ConfigError("families: expected a mapping like {gpu: true, vgpu: false, mig: true}")
         for key, enabled in raw_families.items():
-            try:
-                family = Family(key)
-            except ValueError as e:
-                raise ConfigError(
-                    f"families.{key}: unknown family; use {', '.join(f.value for f in Family)}"
-                ) from e
+            if not isinstance(key, str) or registry.find(key) is None:
+                raise ConfigError(f"families.{key}: unknown family; use {', '.join(registry.names())}")
             if not isinstance(enabled, bool):
                 raise ConfigError(f"families.{key}: expected true or false, got {enabled!r}")
             if not enabled:
-                families.discard(family)
+                families.discard(Family(key))
         shares = data.get("vgpuShares", DEFAULT_VGPU_SHARES)
         if not isinstance(shares, int) or isinstance(shares, bool):
             raise ConfigError(f"vgpuShares: expected an integer, got {shares!r}")

@@ -9,11 +9,12 @@ The publisher owns `pool.generation`; `build_slices` writes the generation it is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from dra_driver.devices import GpuDevices, Json, PlacementRef, gpu_devices
+from dra_driver.devices import GpuDevices, gpu_devices
 from dra_driver.errors import InventoryError
-from dra_driver.model import Inventory
+from dra_driver.families.base import Json
+from dra_driver.model import Inventory, Placement
 from dra_driver.names import DRIVER_NAME, resource_slice_name
 from dra_driver.settings import NodeSettings
 
@@ -89,7 +90,7 @@ def build_slices(
     inventory: Inventory,
     settings: NodeSettings,
     *,
-    owned_placements: frozenset[PlacementRef] = frozenset(),
+    owned_placements: Collection[Placement] = frozenset(),
     degraded: bool = False,
     generation: int = 1,
 ) -> list[Json]:

@@ -1,4 +1,5 @@
-"""Loading and saving the checkpoint file: atomic, fsync'd, verified on read, kept aside when unreadable."""
+"""Loading and saving the checkpoint file: atomic (durable when asked), verified on read, kept aside when
+unreadable."""
 
 from __future__ import annotations
 
@@ -47,8 +48,8 @@ class CheckpointStore:
             raise StorageError(f"checkpoint: {e}") from e
         return decode(data, source=f"checkpoint {self._path}")
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE)
+    def save(self, checkpoint: Checkpoint, *, durable: bool = True) -> None:
+        atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE, durable=durable)
 
     def set_aside(self) -> Path:
         """Keep an unreadable checkpoint for a human, under a timestamped name next to it.

@@ -17,14 +17,21 @@ from typing import Protocol, TypeVar
 import grpc
 import structlog
 
-from dra_driver.errors import InvalidNameError, TesseraError
+from dra_driver.errors import InvalidNameError
 from dra_driver.excerpt import MESSAGE_CHARS, clip, excerpt
 from dra_driver.names import ClaimUID
 from kubelet_plugin.proto.gen import dra_v1_pb2 as v1
 from kubelet_plugin.proto.gen import dra_v1_pb2_grpc as v1_grpc
 from kubelet_plugin.proto.gen import dra_v1beta1_pb2 as v1beta1
 from kubelet_plugin.proto.gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from kubelet_plugin.results import ClaimPreparer, ClaimRef, PrepareResult, UnprepareResult
+from kubelet_plugin.results import (
+    ClaimPreparer,
+    ClaimRef,
+    PrepareResult,
+    UnprepareResult,
+    describe_failure,
+    unique_claims,
+)
 from kubelet_plugin.sockets import PluginLock
 
 log = structlog.get_logger(__name__)
@@ -43,12 +50,6 @@ class KubeletClaim(Protocol):
 
     @property
     def uid(self) -> str: ...
-
-
-def describe_failure(e: BaseException) -> str:
-    if isinstance(e, TesseraError):
-        return clip(str(e))
-    return clip(f"internal error in the node plugin ({type(e).__name__}: {e}); see the plugin log")
 
 
 class ClaimCalls:
@@ -93,15 +94,14 @@ class ClaimCalls:
         failed: Callable[[str], R],
     ) -> dict[str, R]:
         answers: dict[str, R] = {}
-        valid: list[ClaimRef] = []
-        seen: set[ClaimUID] = set()
+        checked: list[ClaimRef] = []
         for claim in claims:
             ref = _validated(claim)
             if isinstance(ref, str):
                 answers[claim.uid] = failed(ref)
-            elif ref.uid not in seen:  # the kubelet may repeat a claim; it gets one answer
-                seen.add(ref.uid)
-                valid.append(ref)
+            else:
+                checked.append(ref)
+        valid = unique_claims(checked)
         if valid:
             try:
                 with self._deferred(), self._lock.held():

@@ -20,9 +20,10 @@ from enum import IntEnum
 import grpc
 import structlog
 
+from dra_driver import families
 from dra_driver.errors import TesseraError
 from dra_driver.model import Inventory
-from dra_driver.names import DeviceName, gpu_device_name, mig_device_name, vgpu_device_name
+from dra_driver.names import DeviceName
 from kubelet_plugin.proto.gen import health_v1_pb2 as v1
 from kubelet_plugin.proto.gen import health_v1_pb2_grpc as v1_grpc
 from kubelet_plugin.proto.gen import health_v1alpha1_pb2 as v1alpha1
@@ -82,18 +83,12 @@ class HealthReport:
 
 
 def health_of(inventory: Inventory) -> tuple[DeviceHealthState, ...]:
-    """Every device the node can publish; a GPU's vgpu and MIG devices share its health."""
+    """Every device the node can publish; every device of a GPU (whole, slices, MIG) shares its health."""
     states: list[DeviceHealthState] = []
     for gpu in inventory.gpus:
         health = Health.HEALTHY if gpu.healthy else Health.UNHEALTHY
         message = "" if gpu.healthy else f"GPU {gpu.uuid} reports a fault"
-        names = [gpu_device_name(gpu.index), vgpu_device_name(gpu.index)]
-        if gpu.mig_capable:
-            names += [
-                mig_device_name(gpu.index, p.name, start)
-                for p in gpu.mig_profiles
-                for start in p.placement_starts
-            ]
+        names = [n for f in families.FAMILIES for n in f.possible_devices(gpu)]
         states += [DeviceHealthState(device=n, health=health, message=message) for n in names]
     return tuple(states)
 

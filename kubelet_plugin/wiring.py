@@ -21,12 +21,11 @@ import yaml
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
-from dra_driver.devices import PlacementRef
 from dra_driver.errors import ConfigError, TesseraError, UnsupportedVersionError
+from dra_driver.families import vgpu
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from kubelet_plugin import artifacts, priority_relay
-from kubelet_plugin.checkpoint_store import CheckpointStore
+from kubelet_plugin import priority_relay
 from kubelet_plugin.claims import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
 from kubelet_plugin.file_modes import (
@@ -36,7 +35,6 @@ from kubelet_plugin.file_modes import (
     REGISTRY_DIR_MODE,
     make_dir,
 )
-from kubelet_plugin.gpu_sharing import GpuSharing
 from kubelet_plugin.health import (
     HealthBoard,
     HealthV1alpha1Servicer,
@@ -44,7 +42,9 @@ from kubelet_plugin.health import (
     InventoryHealthPoller,
     StreamSlots,
 )
+from kubelet_plugin.hosts.vgpu import GpuSharing
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
+from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.reconcile import ReconcileReport, reconcile
@@ -127,7 +127,7 @@ class Node:
         self.server: PluginServer | None = None
         self.publisher: SlicePublisher | None = None
         self._publisher_thread: threading.Thread | None = None
-        self.sharing: GpuSharing | None = None
+        self.state: NodeState | None = None
         self._relay_thread: threading.Thread | None = None
 
     @classmethod
@@ -153,30 +153,29 @@ class Node:
         self.backend = backend = open_backend(simulate=o.simulate, state_file=o.sim_state)
         access = self.claims(o)
         events = self._events(access.api)
+        self.state = state = NodeState(backend=backend, paths=paths, steps=self.steps)
         preparer = Preparer(
-            backend=backend,
+            state=state,
             claims=access.source,
             status=access.status,
-            paths=paths,
             pool_name=o.node_name,
-            steps=self.steps,
             driver_library_dirs=tuple(str(d) for d in o.driver_library_dirs),
         )
-        with preparer.dirs.removals_deferred(), lock.held():
-            self._reconcile(preparer, events)
-            preparer.sharing.refresh(preparer.checkpoint())  # views are derived: rewritten at every start
-            preparer.forget_checkpoint()
-        self.sharing = preparer.sharing
+        with state.dirs.removals_deferred(), lock.held():
+            self._reconcile(preparer, events)  # its commit rewrites what derives from the checkpoint (views)
+            state.forget()
+        sharing = state.hosts[vgpu.NAME]
+        assert isinstance(sharing, GpuSharing)
         self._relay_thread = threading.Thread(
             target=priority_relay.run,
-            args=(self.stop_event, preparer.sharing.relayed),
+            args=(self.stop_event, sharing.relayed),
             name="priority-relay",
             daemon=True,
         )
         self._relay_thread.start()
 
         if access.api is not None and o.publish:
-            self._start_publisher(access.api, backend, settings)
+            self._start_publisher(access.api, state, settings)
         resync = self.publisher.request_resync if self.publisher is not None else None
 
         self.board = board = HealthBoard(pool=o.node_name)
@@ -190,9 +189,9 @@ class Node:
             preparer=preparer,
             lock=lock,
             shared_state=paths.checkpoint_file,
-            reload=preparer.forget_checkpoint,
+            reload=state.forget,
             after=resync,
-            deferred=preparer.dirs.removals_deferred,
+            deferred=state.dirs.removals_deferred,
         )
         streams = StreamSlots()  # one capacity for both API versions' health streams
         self.server = PluginServer(
@@ -227,23 +226,15 @@ class Node:
             events.warn(reason=CHECKPOINT_REBUILT_REASON, message=report.recovery.summary())
         return report
 
-    def _start_publisher(self, api: Any, backend: GpuBackend, settings: NodeSettings) -> None:
+    def _start_publisher(self, api: Any, state: NodeState, settings: NodeSettings) -> None:
         from kubernetes import client as k8s  # noqa: PLC0415
 
         from kubelet_plugin.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
 
-        store = CheckpointStore(path=self.paths.checkpoint_file)
-
-        def owned() -> frozenset[PlacementRef]:
-            # read from disk each time: prepare and another instance change it under us
-            cp = store.load(boot_id="")
-            return frozenset(
-                PlacementRef(gpu_uuid=k.gpu_uuid, profile_id=k.profile_id, start=k.start)
-                for k in artifacts.tessera_placements(cp)
-            )
-
         def desired(degraded: bool) -> Sequence[dict[str, object]]:
-            return build_slices(backend.inventory(), settings, owned_placements=owned(), degraded=degraded)
+            return build_slices(
+                state.backend.inventory(), settings, owned_placements=state.placements(), degraded=degraded
+            )
 
         self.publisher = publisher = SlicePublisher(
             api=k8s.ResourceV1Api(api), node_name=self.options.node_name, core_api=k8s.CoreV1Api(api)
@@ -268,8 +259,8 @@ class Node:
             self._publisher_thread.join(timeout=grace + 15)  # a watch ends within its timeout
         if self._relay_thread is not None:
             self._relay_thread.join(timeout=5)
-        if self.sharing is not None:
-            self.sharing.close()
+        if self.state is not None:
+            self.state.close()
         if self.backend is not None:
             try:
                 self.backend.close()

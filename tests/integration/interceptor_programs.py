@@ -12,6 +12,7 @@ BUILD = REPO / "interceptor" / "build"
 LIBRARY = BUILD / "libtessera.so"
 TCUDA = BUILD / "tests" / "tcuda"
 TSHARE = BUILD / "tests" / "tshare"
+TLIMITS = BUILD / "tests" / "tlimits"
 # the fake driver's first GPU, as its UUID reads
 FAKE_GPU0 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000000"
 

@@ -15,10 +15,13 @@ from typing import Any
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
+from dra_driver.families import mig
+from dra_driver.families.mig import MigRecord
 from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
-from kubelet_plugin.checkpoint import Checkpoint
+from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.results import ClaimRef
@@ -123,15 +126,14 @@ class Env:
 
     def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
         """`faults`: the observer of its steps (none: a production preparer)."""
+        steps = faults if faults is not None else NO_OBSERVER
+        state = NodeState(backend=self.open_backend(), paths=self.paths, steps=steps, boot_id=boot_id)
         return Preparer(
-            backend=self.open_backend(),
+            state=state,
             claims=self.claims,
             status=NullClaimStatusWriter(),
-            paths=self.paths,
             pool_name=POOL,
-            steps=faults if faults is not None else NO_OBSERVER,
             driver_library_dirs=("/usr/lib/nvidia",),
-            boot_id=boot_id,
         )
 
     def put(self, *claims: Mapping[str, Any]) -> list[ClaimRef]:
@@ -169,6 +171,10 @@ class Env:
         if uid in self.checkpoint().claims:
             found.append("checkpoint entry")
         return found
+
+
+def mig_records(entry: ClaimEntry) -> tuple[MigRecord, ...]:
+    return tuple(r for r in entry.of(mig.NAME) if isinstance(r, MigRecord))
 
 
 def _nvml() -> GpuBackend:

@@ -28,8 +28,8 @@ from dra_driver.backends.sim_node import (
     NODE_OPTIONAL,
     NODE_REQUIRED,
 )
-from dra_driver.devices import Json
 from dra_driver.errors import MigError, PlacementTakenError
+from dra_driver.families.base import Json
 from dra_driver.model import Gpu, Inventory, MigInstance
 from dra_driver.names import PCI_BUS_ID_ATTRIBUTE, GpuUUID, qualified
 from dra_driver.profiles import PRODUCTS, product

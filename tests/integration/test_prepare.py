@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prepare_env import BACKENDS, POOL, Env, backend_env, claim, opaque, result, vgpu
+from prepare_env import BACKENDS, POOL, Env, backend_env, claim, mig_records, opaque, result, vgpu
 
+from dra_driver.families import mig as mig_family
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID
 from kubelet_plugin.checkpoint import ClaimState
 from kubelet_plugin.gpu_view import GpuView
@@ -76,7 +77,7 @@ def test_all_three_families_in_one_call(env: Env) -> None:
 
     cp = env.checkpoint()
     assert {u: e.state for u, e in cp.claims.items()} == {r.uid: ClaimState.PREPARE_COMPLETED for r in refs}
-    assert cp.claims[refs[2].uid].mig[0].uuid == inst.uuid and cp.boot_id == "boot-1"
+    assert mig_records(cp.claims[refs[2].uid])[0].uuid == inst.uuid and cp.boot_id == "boot-1"
 
 
 def test_prepare_is_idempotent_and_touches_nothing(env: Env) -> None:
@@ -122,11 +123,11 @@ def test_mig_mode_stays_on_until_the_last_tessera_instance(env: Env) -> None:
     preparer = env.preparer()
     assert preparer.prepare([a])[a.uid].error is None
     assert preparer.prepare([b])[b.uid].error is None
-    assert env.checkpoint().mig_mode_owned == {env.inventory().gpus[0].uuid}
+    assert env.checkpoint().owned_by(mig_family.NAME) == {env.inventory().gpus[0].uuid}
     preparer.unprepare([a])
     assert env.mig_modes()[0] and env.mig() == [(0, "1g.10gb", 1)]
     preparer.unprepare([b])
-    assert not env.mig_modes()[0] and env.checkpoint().mig_mode_owned == frozenset()
+    assert not env.mig_modes()[0] and env.checkpoint().owned_by(mig_family.NAME) == frozenset()
 
 
 def test_many_claims_in_one_call(env: Env) -> None:
@@ -241,7 +242,7 @@ def test_roll_forward_reuses_the_instance_already_created(env: Env) -> None:
     assert env.preparer().prepare([r])[r.uid].error is None
     (after,) = env.inventory().gpus[1].mig_instances
     assert after.uuid == before.uuid
-    assert env.checkpoint().claims[r.uid].mig[0].uuid == before.uuid
+    assert mig_records(env.checkpoint().claims[r.uid])[0].uuid == before.uuid
 
 
 def test_unreadable_checkpoint_fails_every_claim_but_touches_nothing(env: Env) -> None:

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prepare_env import BACKENDS, Env, backend_env, claim, result, vgpu
+from prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, vgpu
 
+from dra_driver.families import mig as mig_family
 from dra_driver.names import ClaimUID, cdi_spec_file_name
 from kubelet_plugin.checkpoint import ClaimState
 from kubelet_plugin.reconcile import reconcile
@@ -45,7 +46,7 @@ def mixed(env: Env, name: str = "mixed"):  # type: ignore[no-untyped-def]
 def assert_clean(env: Env) -> None:
     assert (env.cdi_files(), env.claim_dirs(), dict(env.checkpoint().claims), env.mig()) == ([], [], {}, [])
     assert env.mig_modes() == [False, False, True]
-    assert env.checkpoint().mig_mode_owned == frozenset()
+    assert env.checkpoint().owned_by(mig_family.NAME) == frozenset()
 
 
 def assert_prepared(env: Env, uid: str) -> None:
@@ -218,6 +219,6 @@ def test_a_lost_checkpoint_entry_is_adopted_from_the_spec(env: Env) -> None:
     assert sorted(report.adopted_claims) == sorted([kept.uid, gone.uid]) and report.recovery is None
     assert report.released_claims == (gone.uid,) and report.kept_claims == (kept.uid,)
     assert_prepared(env, kept.uid)
-    assert env.checkpoint().claims[kept.uid].mig[0].created_by_tessera
+    assert mig_records(env.checkpoint().claims[kept.uid])[0].created_by_tessera
     assert env.preparer().unprepare([kept])[kept.uid].error is None
     assert_clean(env)

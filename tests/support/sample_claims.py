@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from dra_driver.families import vgpu
 from dra_driver.names import DRIVER_NAME, ClaimUID, Family, device_class_name
 from kubelet_plugin.results import ClaimRef
 
@@ -27,7 +28,7 @@ def allocated_claim(
     uid: str | None = None,
 ) -> dict[str, Any]:
     result: dict[str, Any] = {"request": REQUEST, "driver": driver, "pool": pool, "device": device}
-    if family is Family.VGPU:
+    if family == vgpu.NAME:
         result["shareID"] = str(uuid.uuid4())
     if consumed:
         result["consumedCapacity"] = dict(consumed)
@@ -50,7 +51,7 @@ def vgpu_claim(
         name,
         namespace=namespace,
         device=f"gpu-{gpu}-vgpu",
-        family=Family.VGPU,
+        family=vgpu.NAME,
         pool=pool,
         consumed={"memory": memory, "cores": cores},
     )

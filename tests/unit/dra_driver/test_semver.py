@@ -1,7 +1,7 @@
 import pytest
 
 from dra_driver.errors import ConfigError
-from dra_driver.explain.semver import is_semver, parse_semver
+from dra_driver.semver import is_semver, parse_semver
 
 
 @pytest.mark.parametrize(

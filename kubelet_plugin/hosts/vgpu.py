@@ -1,66 +1,42 @@
-"""The node's side of GPU sharing: each vgpu claim's slot on its GPUs, each shared GPU's view, and which
-GPUs the priority relay watches.
+"""The vgpu family's host part: each shared GPU's view, and which GPUs the priority relay watches.
 
-Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuShare`), so the schedule is a
-function of the checkpoint: after every prepare, unprepare and start-up the views are written again from it
-(sm_schedule.py decides the parts). The views live in one directory per GPU (`PluginPaths.gpus_dir`), which
-every vgpu container on that GPU mounts read-only; only this daemon writes them.
+Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuShare`, dra_driver/families/
+vgpu.py), so the schedule is a function of the checkpoint: after every prepare, unprepare and start-up the
+views are written again from it (dra_driver/sm_schedule.py decides the parts). The views live in one directory
+per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this daemon
+writes them.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import structlog
 
 from dra_driver.allocation import ClaimPlan
-from dra_driver.config import SmLimitPolicy
 from dra_driver.errors import StorageError
-from dra_driver.names import VIEW_FILE_NAME, Family, GpuUUID
-from kubelet_plugin.checkpoint import Checkpoint, GpuShare
+from dra_driver.families.base import PlannedDevice
+from dra_driver.families.vgpu import NAME, GpuShare
+from dra_driver.model import Inventory
+from dra_driver.names import VIEW_FILE_NAME, GpuUUID
+from dra_driver.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
+from kubelet_plugin.checkpoint import Checkpoint
 from kubelet_plugin.file_modes import GPU_VIEW_DIR_MODE, GPUS_ROOT_MODE, make_dir
 from kubelet_plugin.gpu_view import GpuView
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext
 from kubelet_plugin.priority_relay import RelayedGpu
-from kubelet_plugin.sm_schedule import DEFAULT_FRAME_US, SharingClaim, free_slot, schedule
 
 log = structlog.get_logger(__name__)
 
 
-def plan_shares(plan: ClaimPlan, taken: Mapping[GpuUUID, set[int]]) -> tuple[GpuShare, ...]:
-    """A slot on each GPU the claim's vgpu devices share: the lowest one free there (pure)."""
-    if plan.vgpu is None:
-        return ()
-    arbitrated = plan.vgpu.sm_limit_policy is not SmLimitPolicy.DISABLE
-    shares = []
-    for d in plan.devices:
-        if d.family is not Family.VGPU or d.limits is None:
-            continue
-        slot = free_slot(taken.get(d.gpu_uuid, set()))
-        shares.append(
-            GpuShare(
-                gpu_uuid=d.gpu_uuid,
-                slot=slot,
-                cores=d.limits.cores if arbitrated else 0,
-                high_priority=arbitrated and plan.vgpu.priority == 0,
-            )
-        )
-    return tuple(shares)
-
-
-def taken_slots(shares: Iterable[GpuShare]) -> dict[GpuUUID, set[int]]:
-    taken: dict[GpuUUID, set[int]] = defaultdict(set)
-    for s in shares:
-        taken[s.gpu_uuid].add(s.slot)
-    return taken
-
-
-class GpuSharing:
+class GpuSharing(FamilyHost):
     """The views of the node's shared GPUs (thread-safe: prepare, unprepare and the relay all use it)."""
 
     def __init__(self, *, gpus_dir: Path, claims_dir: Path, frame_us: int = DEFAULT_FRAME_US) -> None:
+        super().__init__(NAME)
         self._root = gpus_dir
         self._claims_dir = claims_dir
         self._frame_us = frame_us
@@ -85,13 +61,25 @@ class GpuSharing:
             for gpu in gpus:
                 self._view(gpu)
 
+    def create(
+        self,
+        *,
+        plan: ClaimPlan,
+        devices: Sequence[PlannedDevice],
+        records: tuple[object, ...],
+        snapshot: Inventory,
+    ) -> Created:
+        self.ensure(r.gpu_uuid for r in records if isinstance(r, GpuShare))
+        return Created(records=records)
+
     def refresh(self, cp: Checkpoint) -> None:
         """Write every shared GPU's schedule from the checkpoint (a GPU whose last claim left keeps an empty
         one). A view that cannot be written is logged: the claims on that GPU then run on their buckets."""
         by_gpu: dict[GpuUUID, list[tuple[str, GpuShare]]] = defaultdict(list)
         for entry in cp.claims.values():
-            for share in entry.sharing:
-                by_gpu[share.gpu_uuid].append((entry.uid, share))
+            for share in entry.of(NAME):
+                if isinstance(share, GpuShare):
+                    by_gpu[share.gpu_uuid].append((entry.uid, share))
         relayed = []
         with self._lock:
             for gpu in sorted(set(by_gpu) | set(self._views)):
@@ -119,3 +107,7 @@ class GpuSharing:
                 view.close()
             self._views.clear()
             self._relayed = ()
+
+
+def make(ctx: HostContext) -> FamilyHost:
+    return GpuSharing(gpus_dir=ctx.paths.gpus_dir, claims_dir=ctx.paths.claims_dir)

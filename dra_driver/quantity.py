@@ -8,6 +8,7 @@ from fractions import Fraction
 from functools import total_ordering
 
 from dra_driver.errors import ConfigError
+from dra_driver.excerpt import excerpt
 
 _QUANTITY_RE = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
@@ -53,10 +54,14 @@ def is_quantity(text: str) -> bool:
     return _QUANTITY_RE.match(text.strip()) is not None and text == text.strip()
 
 
-def parse_quantity(text: str | int) -> Quantity:
-    """Parse like resource.ParseQuantity; a bad spelling is a ConfigError that shows the accepted forms."""
-    if isinstance(text, int):
+def parse_quantity(text: object) -> Quantity:
+    """Parse like resource.ParseQuantity; a bad spelling is a ConfigError that shows the accepted forms.
+
+    The one quantity parser: slices, allocations (consumedCapacity) and `tessera explain` all read with it."""
+    if isinstance(text, int) and not isinstance(text, bool):
         return Quantity(Fraction(text), str(text))
+    if not isinstance(text, str):
+        raise ConfigError(f"{excerpt(text)} is not a quantity: give a string such as 20Gi or 50")
     m = _QUANTITY_RE.match(text)
     if m is None:
         raise ConfigError(
