@@ -21,6 +21,7 @@ import structlog
 from dra_driver.errors import TesseraError
 from dra_driver.logs import configure
 from kubelet_plugin.file_modes import UMASK, set_umask
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.probe import add_probe_command
 
@@ -45,6 +46,7 @@ class DaemonOptions:
     kubeconfig: Path | None = None
     claims_dir_source: Path | None = None
     library_path: Path | None = None
+    mps_control: str = MPS_CONTROL_TOOL
     driver_library_dirs: tuple[Path, ...] = ()
     settings: Path | None = None
     health_interval: float = HEALTH_INTERVAL_S
@@ -67,6 +69,7 @@ class DaemonOptions:
             claims_dir=base.claims_dir,
             gpus_dir=base.gpus_dir,
             library_path=self.library_path,
+            mps_dir=base.mps_dir,
             pod_uid=base.pod_uid,
         )
 
@@ -95,6 +98,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="read ResourceClaims from <DIR>/<namespace>/<name>.yaml instead of the API server (tests)",
     )
     parser.add_argument("--library-path", type=Path, help="host path of libtessera.so for vgpu containers")
+    parser.add_argument(
+        "--mps-control",
+        default=MPS_CONTROL_TOOL,
+        metavar="PATH",
+        help="the nvidia-cuda-mps-control that runs a GPU's MPS control daemon (default: found on PATH)",
+    )
     parser.add_argument(
         "--driver-library-dir",
         dest="driver_library_dirs",
@@ -131,6 +140,7 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         kubeconfig=args.kubeconfig,
         claims_dir_source=args.claims_dir_source,
         library_path=args.library_path,
+        mps_control=args.mps_control,
         driver_library_dirs=tuple(args.driver_library_dirs),
         settings=args.settings,
         health_interval=args.health_interval,
