@@ -296,6 +296,10 @@ static int ctx_has_work(int i, int dev)
 {
     if (i < 0)
         return 0;
+    if (chan_has_work(i, dev))
+        return 1;
+    if (!g_f->chan[i].mps_group)
+        return 0;
     for (int k = 0; k < FG_CHANNELS; k++)
         if (same_ctx(i, k) && chan_has_work(k, dev))
             return 1;
