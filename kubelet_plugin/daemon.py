@@ -21,6 +21,7 @@ import structlog
 from dra_driver.errors import TesseraError
 from dra_driver.logs import configure
 from kubelet_plugin.file_modes import UMASK, set_umask
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.options import HEALTH_INTERVAL_S, LOG_FORMAT, LOG_LEVEL, DaemonOptions
 from kubelet_plugin.probe import add_probe_command
 from kubelet_plugin.steps import NO_OBSERVER, StepObserver
@@ -50,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kubeconfig", type=Path, help="API server credentials (default: in-cluster)")
     parser.add_argument("--library-path", type=Path, help="host path of libtessera.so for vgpu containers")
+    parser.add_argument(
+        "--mps-control",
+        default=MPS_CONTROL_TOOL,
+        metavar="PATH",
+        help="the nvidia-cuda-mps-control that runs a GPU's MPS control daemon (default: found on PATH)",
+    )
     parser.add_argument(
         "--driver-library-dir",
         dest="driver_library_dirs",
@@ -85,6 +92,7 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         sim_state=args.sim_state,
         kubeconfig=args.kubeconfig,
         library_path=args.library_path,
+        mps_control=args.mps_control,
         driver_library_dirs=tuple(args.driver_library_dirs),
         settings=args.settings,
         health_interval=args.health_interval,

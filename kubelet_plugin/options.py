@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.paths import PluginPaths
 
 HEALTH_INTERVAL_S = 5.0
@@ -24,6 +25,7 @@ class DaemonOptions:
     sim_state: Path | None = None
     kubeconfig: Path | None = None
     library_path: Path | None = None
+    mps_control: str = MPS_CONTROL_TOOL
     driver_library_dirs: tuple[Path, ...] = ()
     settings: Path | None = None
     health_interval: float = HEALTH_INTERVAL_S
@@ -46,5 +48,6 @@ class DaemonOptions:
             claims_dir=base.claims_dir,
             gpus_dir=base.gpus_dir,
             library_path=self.library_path,
+            mps_dir=base.mps_dir,
             pod_uid=base.pod_uid,
         )

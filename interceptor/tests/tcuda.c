@@ -22,35 +22,13 @@
 #include "region.h"
 
 #include "testutil.h"
+#include "regionutil.h"
 
 static uint64_t used_view(void)
 {
     size_t f, t;
     CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS, "meminfo");
     return t - f;
-}
-
-/* The claim's bytes on GPU entry g as the library counts them: the sum of its live slots. */
-static uint64_t claim_total(const struct tr_region *r, int g)
-{
-    uint64_t sum = 0;
-    uint32_t hi = __atomic_load_n(&r->proc_high, __ATOMIC_RELAXED);
-    for (uint32_t i = 0; i < hi && i < TR_MAX_PROCS; i++)
-        if (__atomic_load_n(&r->procs[i].state, __ATOMIC_RELAXED) == 1)
-            sum += __atomic_load_n(&r->procs[i].used[g], __ATOMIC_RELAXED);
-    return sum;
-}
-
-static struct tr_region *map_region(const char *dir)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/region", dir);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0, "open %s", path);
-    void *m = mmap(NULL, sizeof(struct tr_region), PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    CHECK(m != MAP_FAILED, "mmap region");
-    return m;
 }
 
 /* ---------- memory ---------- */
@@ -751,24 +729,12 @@ static int t_nvml(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        int (*fn)(int, char **);
-    } cmds[] = {
+    static const struct test_cmd cmds[] = {
         { "limit", t_limit }, { "paths", t_paths }, { "procaddr", t_procaddr }, { "unlimited", t_unlimited },
         { "device", t_device }, { "ipc", t_ipc }, { "ipc_import", t_ipc_import }, { "stress", t_stress },
         { "stress_child", t_stress_child }, { "hold", t_hold }, { "churn", t_churn }, { "kill", t_kill },
         { "fork", t_fork }, { "nvml", t_nvml }, { "ctx", t_ctx }, { "ctxdefault", t_ctx_default },
         { "legacy", t_legacy }, { "ringexit", t_ringexit }, { "truncate", t_truncate }, { "holdlock", t_holdlock },
     };
-    if (argc < 2) {
-        fprintf(stderr, "usage: tcuda <test> [args]\n");
-        return 2;
-    }
-    g_test = argv[1];
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (!strcmp(cmds[i].name, argv[1]))
-            return cmds[i].fn(argc - 2, argv + 2);
-    fprintf(stderr, "unknown test %s\n", argv[1]);
-    return 2;
+    return run_test("tcuda", cmds, sizeof cmds / sizeof cmds[0], argc, argv);
 }

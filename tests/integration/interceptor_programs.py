@@ -13,8 +13,11 @@ LIBRARY = BUILD / "libtessera.so"
 TCUDA = BUILD / "tests" / "tcuda"
 TSHARE = BUILD / "tests" / "tshare"
 TLIMITS = BUILD / "tests" / "tlimits"
-# the fake driver's first GPU, as its UUID reads
+TMPS = BUILD / "tests" / "tmps"
+MPS_CONTROL = BUILD / "fake" / "nvidia-cuda-mps-control"
+# the fake driver's GPUs, as their UUIDs read
 FAKE_GPU0 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000000"
+FAKE_GPU1 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000001"
 
 
 def claim_dir(root: Path, name: str, *lines: str) -> Path:

@@ -88,6 +88,7 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
         "/var/lib/tessera/lib",
         "/var/lib/tessera/claims",
         "/var/lib/tessera/gpus",
+        "/var/lib/tessera/mps",
     }
     (c,) = pod["containers"]
     env = {e["name"]: e for e in c["env"]}
@@ -95,6 +96,7 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert c["livenessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe"]
     assert "--log-format=json" in c["args"]
+    assert "--mps-control=nvidia-cuda-mps-control" in c["args"]
     assert pod["initContainers"][0]["name"] == "install-library"
     settings = yaml.safe_load(by_kind(objs, "ConfigMap")[ds["metadata"]["name"]]["data"]["settings.yaml"])
     assert settings == {

@@ -21,7 +21,8 @@ def parse(*argv: str) -> DaemonOptions:
 def test_root_relocates_every_path(tmp_path: Path) -> None:
     options = parse("--node-name", "node-a", "--root", str(tmp_path), "--pod-uid", "p1")
     paths = options.paths()
-    for p in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir, paths.library_path):
+    for p in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir, paths.library_path,
+              paths.mps_dir):  # fmt: skip
         assert p.is_relative_to(tmp_path)
     assert paths.dra_socket.name == "dra-p1.sock"
     assert paths.registration_socket.name == "gpu.tessera.dev-p1-reg.sock"
@@ -48,6 +49,14 @@ def test_library_path_and_driver_dirs(tmp_path: Path) -> None:
     )  # fmt: skip
     assert options.paths().library_path == Path("/opt/t/libtessera.so")
     assert options.driver_library_dirs == (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/bin"))
+
+
+def test_mps_control_tool_defaults_to_path_lookup_and_can_be_given() -> None:
+    assert parse("--node-name", "n").mps_control == "nvidia-cuda-mps-control"
+    assert parse("--node-name", "n", "--mps-control", "/opt/nv/nvidia-cuda-mps-control").mps_control == (
+        "/opt/nv/nvidia-cuda-mps-control"
+    )
+    assert str(parse("--node-name", "n").paths().mps_dir) == "/var/lib/tessera/mps"
 
 
 def test_incomplete_command_lines_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
