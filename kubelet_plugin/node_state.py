@@ -49,6 +49,7 @@ class NodeState:
         backend: GpuBackend,
         paths: PluginPaths,
         steps: StepObserver = NO_OBSERVER,
+        tools: Mapping[str, str] | None = None,
         boot_id: str | None = None,
     ) -> None:
         self.backend = backend
@@ -56,7 +57,7 @@ class NodeState:
         self.steps = steps  # told as a claim passes each step (a test harness may stop the process there)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
-        self.hosts = Hosts(HostContext(backend=backend, paths=paths, steps=steps))
+        self.hosts = Hosts(HostContext(backend=backend, paths=paths, steps=steps, tools=dict(tools or {})))
         self.lock = threading.RLock()
         self.store = CheckpointStore(path=paths.checkpoint_file)
         self._cp: Checkpoint | None = None

@@ -50,6 +50,7 @@ class ReconcileReport:
     removed_claim_dirs: tuple[str, ...]
     destroyed_mig_instances: tuple[str, ...]
     disabled_mig_mode: tuple[GpuUUID, ...]
+    removed_other: tuple[str, ...]  # what host parts took down besides (an unused MPS control daemon, ...)
     problems: tuple[str, ...]  # what could not be settled now (left for the next start or call)
 
     @property
@@ -64,6 +65,7 @@ class ReconcileReport:
             or self.removed_claim_dirs
             or self.destroyed_mig_instances
             or self.disabled_mig_mode
+            or self.removed_other
         )
 
 
@@ -155,6 +157,7 @@ def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileRepo
         removed_claim_dirs=tuple(removed.claim_dirs),
         destroyed_mig_instances=tuple(removed.mig_instances),
         disabled_mig_mode=tuple(GpuUUID(g) for g in removed.mig_mode_disabled),
+        removed_other=tuple(removed.other),
         problems=tuple(problems),
     )
     log.info(
@@ -166,7 +169,7 @@ def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileRepo
         cdi_files=len(report.removed_cdi_files),
         claim_dirs=len(report.removed_claim_dirs),
         mig_instances=len(report.destroyed_mig_instances),
-        other=removed.other,
+        other=list(report.removed_other),
         problems=list(report.problems),
     )
     return report

@@ -43,6 +43,7 @@ from kubelet_plugin.health import (
     StreamSlots,
 )
 from kubelet_plugin.hosts.vgpu import GpuSharing
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
 from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.options import DaemonOptions
@@ -153,7 +154,9 @@ class Node:
         self.backend = backend = open_backend(simulate=o.simulate, state_file=o.sim_state)
         access = self.claims(o)
         events = self._events(access.api)
-        self.state = state = NodeState(backend=backend, paths=paths, steps=self.steps)
+        self.state = state = NodeState(
+            backend=backend, paths=paths, steps=self.steps, tools={MPS_CONTROL_TOOL: o.mps_control}
+        )
         preparer = Preparer(
             state=state,
             claims=access.source,

@@ -27,6 +27,7 @@ class HostContext:
     backend: GpuBackend
     paths: PluginPaths
     steps: StepObserver
+    tools: Mapping[str, str] = field(default_factory=dict)  # host tools by name → the path to run them by
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,10 @@ from dra_driver.families import mig
 from dra_driver.families.mig import MigRecord
 from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
+from e2e.fake_mps import FAKE_MPS_CONTROL
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_TOOL_NAME
 from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.prepare import Preparer
@@ -104,10 +106,10 @@ class Env:
     nvml: bool = False
 
     @classmethod
-    def create(cls, root: Path, *, nvml: bool = False) -> Env:
+    def create(cls, root: Path, *, nvml: bool = False, node_yaml: str = NODE_YAML) -> Env:
         """`nvml`: the NVML backend, inside `pynvml_on_fake` with `fake_nvml(root)`'s variables."""
         node_file = root / "node.yaml"
-        node_file.write_text(NODE_YAML)
+        node_file.write_text(node_yaml)
         state_file = root / "sim-state.json"
         env = cls(
             root=root,
@@ -127,7 +129,13 @@ class Env:
     def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
         """`faults`: the observer of its steps (none: a production preparer)."""
         steps = faults if faults is not None else NO_OBSERVER
-        state = NodeState(backend=self.open_backend(), paths=self.paths, steps=steps, boot_id=boot_id)
+        state = NodeState(
+            backend=self.open_backend(),
+            paths=self.paths,
+            steps=steps,
+            tools={MPS_TOOL_NAME: str(FAKE_MPS_CONTROL)},
+            boot_id=boot_id,
+        )
         return Preparer(
             state=state,
             claims=self.claims,

@@ -286,7 +286,7 @@ def test_tessera_inventory_on_the_nvml_path_prints_the_simulated_slices(tmp_path
         simulated = run_tessera(["--simulate", str(node_file), "-o", output], base)
         if output == "summary":
             assert nvml == simulated
-            assert "5 slices, 216 devices" in nvml
+            assert "5 slices, 224 devices" in nvml
         else:
             nvml_slices, sim_slices = json.loads(nvml)["items"], json.loads(simulated)["items"]
             assert without_ids(nvml_slices) == without_ids(sim_slices)

@@ -137,6 +137,7 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     assert set(by_kind(objs, "DeviceClass")) == {
         "gpu.tessera.dev",
         "vgpu.tessera.dev",
+        "mps.tessera.dev",
         "mig.tessera.dev",
         "mig-1g.10gb.gpu.tessera.dev",
         "mig-7g.80gb.gpu.tessera.dev",

@@ -75,7 +75,7 @@ def test_a_claim_cannot_raise_its_own_limit_or_hold_others_back(params: object, 
         ),
         (
             {"apiVersion": CONFIG_API_VERSION, "kind": "TpuConfig"},
-            ".kind: must be one of GpuConfig, VgpuConfig, MigConfig",
+            ".kind: must be one of GpuConfig, VgpuConfig, MpsConfig, MigConfig",
         ),
         ({"apiVersion": CONFIG_API_VERSION}, ".kind: must be one of"),
         ([1, 2], "must be an object"),

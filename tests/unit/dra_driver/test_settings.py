@@ -5,7 +5,7 @@ import pytest
 from dra_driver import families
 from dra_driver.errors import ConfigError
 from dra_driver.families import gpu as whole
-from dra_driver.families import mig
+from dra_driver.families import mig, mps
 from dra_driver.settings import NodeSettings
 
 HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
@@ -18,7 +18,7 @@ def test_defaults_offer_everything() -> None:
 
 def test_from_mapping_switches_families_off() -> None:
     s = NodeSettings.from_mapping({**HEADER, "families": {"vgpu": False}, "vgpuShares": 4}, node_name="n1")
-    assert s.families == {whole.NAME, mig.NAME} and s.vgpu_shares == 4 and s.node_name == "n1"
+    assert s.families == {whole.NAME, mps.NAME, mig.NAME} and s.vgpu_shares == 4 and s.node_name == "n1"
     s2 = NodeSettings.from_mapping({**HEADER, "nodeName": "from-file"})
     assert s2.node_name == "from-file"
 

@@ -15,7 +15,7 @@ from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.errors import MigError
 from dra_driver.families import gpu as whole
-from dra_driver.families import mig, parse_device_name, vgpu
+from dra_driver.families import mig, mps, parse_device_name, vgpu
 from dra_driver.families.mig import MigName
 from dra_driver.families.published import attribute_version, pci_bus_id
 from dra_driver.model import Gpu, Inventory, Placement
@@ -48,7 +48,7 @@ def test_eight_h100s_offer_everything_in_five_slices() -> None:
     assert len(slices) == 5 and "sharedCounters" in slices[0]["spec"]
     names = device_names(slices)
     for i in range(8):
-        assert families_of(names, i) == {whole.NAME: 1, vgpu.NAME: 1, mig.NAME: 25}
+        assert families_of(names, i) == {whole.NAME: 1, vgpu.NAME: 1, mps.NAME: 1, mig.NAME: 25}
     assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
 
 
@@ -88,7 +88,7 @@ def test_attributes_of_the_whole_gpu() -> None:
 
 def test_ampere_mig_off_offers_gpu_and_vgpu_only() -> None:
     names = device_names(build_slices(make_inventory(make_gpu(0, "A100-SXM4-40GB")), ALL))
-    assert families_of(names, 0) == {whole.NAME: 1, vgpu.NAME: 1}
+    assert families_of(names, 0) == {whole.NAME: 1, vgpu.NAME: 1, mps.NAME: 1}
 
 
 def test_ampere_mig_on_offers_mig_only() -> None:
@@ -123,7 +123,7 @@ def test_instances_tessera_owns_stay_ordinary_placements() -> None:
     owned = frozenset({Placement(gpu.uuid, gpu.mig_instances[0].profile_id, 2)})
     slices = build_slices(make_inventory(gpu), ALL, owned_placements=owned)
     devs = by_name(slices)
-    assert families_of(list(devs), 0) == {whole.NAME: 1, vgpu.NAME: 1, mig.NAME: 25}
+    assert families_of(list(devs), 0) == {whole.NAME: 1, vgpu.NAME: 1, mps.NAME: 1, mig.NAME: 25}
     assert "consumesCounters" in devs["gpu-0-mig-2g20gb-2"]
 
 
@@ -135,7 +135,7 @@ def test_whole_and_vgpu_consume_every_counter_and_placements_their_slices() -> N
         consumed = {k: quantity(v["value"]) for k, v in use["counters"].items()}
         parsed = parse_device_name(name)
         assert use["counterSet"] == counter_set_name(parsed.index)
-        if parsed.family.name in (whole.NAME, vgpu.NAME):
+        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME):
             assert consumed == sets[use["counterSet"]]
         else:
             assert isinstance(parsed.detail, MigName)
@@ -171,7 +171,7 @@ def test_degraded_mode_is_whole_gpus_without_counters() -> None:
 
 def test_unhealthy_gpus_are_left_out() -> None:
     inv = make_inventory(make_gpu(0, "L4"), make_gpu(1, "L4", healthy=False))
-    assert device_names(build_slices(inv, ALL)) == ["gpu-0", "gpu-0-vgpu"]
+    assert device_names(build_slices(inv, ALL)) == ["gpu-0", "gpu-0-vgpu", "gpu-0-mps"]
 
 
 def test_many_gpus_need_several_counter_slices() -> None:
@@ -249,7 +249,7 @@ def test_random_inventories_respect_every_limit(
     for d in devices(slices):
         parsed = parse_device_name(str(d["name"]))
         assert parsed.family.name in settings_.families
-        if parsed.family.name in (whole.NAME, vgpu.NAME) and not degraded:
+        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME) and not degraded:
             (use,) = d["consumesCounters"]
             assert {k: quantity(v["value"]) for k, v in use["counters"].items()} == sets[use["counterSet"]]
     if degraded:
