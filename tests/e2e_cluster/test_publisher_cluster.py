@@ -112,7 +112,7 @@ def test_conflicting_writer_is_survived(k8s_api: k8s.ApiClient, node: str) -> No
     assert result.conflicts == 1
     final = pool(api, node)
     assert len(final) == 2 and {s.spec.pool.generation for s in final} == {result.generation}
-    assert sum(len(s.spec.devices or []) for s in final) == 8
+    assert sum(len(s.spec.devices or []) for s in final) == 12  # 4 GPUs: whole, vgpu, mps each
 
 
 def test_run_repairs_foreign_changes(k8s_api: k8s.ApiClient, node: str) -> None:
