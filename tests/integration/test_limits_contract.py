@@ -106,3 +106,43 @@ def assert_prepared(env: Env) -> None:
     ]
     assert all(g.slot == 1 and g.view is not None for g in f.gpus)
     assert_same(f, read_by_the_library(claim_dir, [g.gpu_uuid for g in f.gpus]))
+
+
+# the pieces a hostile or broken limits file is made of: good lines, near misses and plain garbage
+_WORDS = st.sampled_from(
+    [
+        "version", "1", "2", "policy", "force", "default", "disable", "loglevel", "9", "gpu", "GPU-0000aaaa",
+        "MIG-1", "memory", "cores", "priority", "slot", "view", "/v", "context", "1g", "512m", "-1", "101",
+        "18446744073709551616", "#", "\x00", "\xff", "é", " ", "\t",
+    ]
+)  # fmt: skip
+_LINES = st.lists(_WORDS, max_size=12).map(" ".join) | st.text(max_size=80)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(lines=st.lists(_LINES, max_size=20), cut=st.integers(0, 4000))
+def test_garbage_never_crashes_or_hangs_the_library_parser(
+    tmp_path: Path, lines: list[str], cut: int
+) -> None:
+    """Seeded fuzz of interceptor/src/config.c through its test entry point: whatever the file holds, the
+    reader finishes quickly and either uses it or refuses all of it with one log line."""
+    claim_dir = Path(tempfile.mkdtemp(dir=tmp_path))
+    data = ("\n".join(lines)).encode("utf-8", "surrogateescape")
+    (claim_dir / LIMITS_FILE_NAME).write_bytes(data[: cut or None])
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "GPU_CORE", "LIBCUDA", "TESSERA"))
+    }
+    env["TESSERA_CLAIM_DIRS"] = str(claim_dir)
+    done = subprocess.run(
+        [str(TLIMITS), "GPU-0000aaaa"], env=env, capture_output=True, timeout=10, check=False
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    refused = done.stderr.count(b"ignoring this limits file")
+    assert refused <= 1
+    if refused:
+        assert b"limits 0" in done.stdout
