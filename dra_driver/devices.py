@@ -282,8 +282,6 @@ def gpu_devices(
     degraded: bool = False,
 ) -> GpuDevices:
     """The devices and the counter set of one GPU; `degraded` = whole GPUs only, without counters."""
-    if not gpu.healthy:
-        return GpuDevices(gpu.index, None, ())
     admin = tuple(m for m in gpu.mig_instances if PlacementRef(gpu.uuid, m.profile_id, m.start) not in owned)
     families = offered_families(gpu, settings, admin_instances=bool(admin))
     statics = tuple(_static(gpu, inventory, m) for m in admin) if Family.MIG in settings.families else ()
