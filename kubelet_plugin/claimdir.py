@@ -29,6 +29,7 @@ from dra_driver.names import (
     VIEW_FILE_NAME,
     ClaimUID,
     Family,
+    GpuUUID,
     container_gpu_dir,
 )
 from dra_driver.safe_tree import MAX_ENTRIES, is_plain_file, remove_tree
@@ -60,6 +61,21 @@ def render_limits(plan: ClaimPlan, shares: Sequence[GpuShare] = ()) -> str:
                 line += f" slot {slots[d.gpu_uuid]} view {container_gpu_dir(d.gpu_uuid)}/{VIEW_FILE_NAME}"
             lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def parse_limits(text: str) -> dict[GpuUUID, tuple[int, int]]:
+    """GPU UUID → (memory bytes, cores %) from a limits file `render_limits` wrote (other lines skipped)."""
+    out: dict[GpuUUID, tuple[int, int]] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 6 or words[0] != "gpu":
+            continue
+        fields = dict(zip(words[2::2], words[3::2], strict=False))
+        try:
+            out[GpuUUID(words[1])] = (int(fields["memory"]), int(fields["cores"]))
+        except (KeyError, ValueError):
+            continue
+    return out
 
 
 def _create(path: Path, data: bytes, *, mode: int, fault: WriteFault | None = None) -> None:

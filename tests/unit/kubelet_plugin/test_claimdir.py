@@ -11,7 +11,7 @@ from dra_driver.allocation import ClaimPlan, PlannedDevice, VgpuLimits
 from dra_driver.config import GpuConfig, SmLimitPolicy, VgpuConfig
 from dra_driver.errors import StorageError
 from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
-from kubelet_plugin.claimdir import ClaimDirs, render_limits
+from kubelet_plugin.claimdir import ClaimDirs, parse_limits, render_limits
 
 
 def device(i: int, family: Family, limits: VgpuLimits | None = None) -> PlannedDevice:
@@ -50,6 +50,11 @@ def test_limits_file_format() -> None:
         "gpu GPU-0 memory 1048576 cores 0 priority 0\n"
         "gpu GPU-3 memory 2147483648 cores 30 priority 0\n"
     )
+
+
+def test_limits_file_round_trip() -> None:
+    assert parse_limits(render_limits(PLAN)) == {GpuUUID("GPU-0"): (1 << 20, 0), GpuUUID("GPU-3"): (2 << 30, 30)}
+    assert parse_limits("version 1\ngpu GPU-9 memory many cores 1 priority 1\ngpu short\n") == {}
 
 
 def test_write_rewrite_remove(tmp_path: Path) -> None:
