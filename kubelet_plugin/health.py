@@ -190,17 +190,25 @@ class InventoryHealthPoller:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._conditions: dict[GpuUUID, GpuCondition] = {}
+        self._inventory: Inventory | None = None
 
     @property
     def conditions(self) -> dict[GpuUUID, GpuCondition]:
         with self._lock:
             return dict(self._conditions)
 
+    @property
+    def inventory(self) -> Inventory | None:
+        """The latest inventory read (what metrics describe between two checks)."""
+        with self._lock:
+            return self._inventory
+
     def _decide(self, inventory: Inventory) -> tuple[DeviceHealthState, ...]:
         with self._lock:
             before = self._conditions
             after = conditions(inventory, previous=before, policy=self._policy, now=int(time.time()))
             self._conditions = after
+            self._inventory = inventory
         changed = [(before.get(u), c) for u, c in after.items() if before.get(u) != c]
         for old, new in changed:
             if (old is None and new.healthy) or self._on_gpu_change is None:

@@ -11,21 +11,26 @@ calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint,
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import yaml
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.devices import PlacementRef
-from dra_driver.errors import ConfigError, TesseraError, UnsupportedVersionError
+from dra_driver.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
+from dra_driver.gpu_health import HealthPolicy
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
+from dra_driver.taints import gpu_taints
 from kubelet_plugin import artifacts, priority_relay
+from kubelet_plugin.checkpoint import Checkpoint
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.claims import (
     ApiClaimSource,
@@ -52,12 +57,19 @@ from kubelet_plugin.health import (
     InventoryHealthPoller,
     StreamSlots,
 )
+from kubelet_plugin.health_events import HealthEvents
+from kubelet_plugin.metrics import REGISTRY
+from kubelet_plugin.metrics_server import MetricsServer
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
+from kubelet_plugin.node_metrics import NodeCollector, NodeSources
 from kubelet_plugin.prepare import Preparer
+from kubelet_plugin.prepared_claims import PreparedClaim, prepared_claims
 from kubelet_plugin.reconcile import ReconcileReport, reconcile
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.server import PluginServer, Services
 from kubelet_plugin.sockets import PluginLock
+from kubelet_plugin.timed_backend import TimedBackend
+from kubelet_plugin.usage_status import ApiUsageWriter, UsageStatusLoop
 
 if TYPE_CHECKING:
     from kubelet_plugin.daemon import DaemonOptions
@@ -116,6 +128,24 @@ def claim_access(options: DaemonOptions) -> ClaimAccess:
     return ClaimAccess(ApiClaimSource(api=resource), ApiClaimStatusWriter(api=resource), api)
 
 
+class _Forward(Collector):
+    """The process-wide registry's metrics inside a node's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._registry.collect()
+
+
+def node_registry(collector: Collector) -> CollectorRegistry:
+    """What one node's /metrics serves: its scrape-time families and the daemon's counters."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    registry.register(_Forward(REGISTRY))
+    return registry
+
+
 def _faults() -> Faults:
     try:
         return Faults.from_env()
@@ -138,6 +168,9 @@ class Node:
         self._publisher_thread: threading.Thread | None = None
         self.sharing: GpuSharing | None = None
         self._relay_thread: threading.Thread | None = None
+        self.metrics: MetricsServer | None = None
+        self.usage: UsageStatusLoop | None = None
+        self._usage_thread: threading.Thread | None = None
 
     @classmethod
     def start(cls, options: DaemonOptions) -> Node:
@@ -157,7 +190,7 @@ class Node:
         make_dir(paths.cdi_dir, CDI_DIR_MODE, existing="tighten")  # shared with other vendors
         make_dir(paths.claims_dir, CLAIMS_ROOT_MODE)
         lock = PluginLock(paths.lock_file)
-        self.backend = backend = open_backend(simulate=o.simulate, state_file=o.sim_state)
+        self.backend = backend = TimedBackend(open_backend(simulate=o.simulate, state_file=o.sim_state))
         access = claim_access(o)
         events = self._events(access.api)
         preparer = Preparer(
@@ -182,16 +215,21 @@ class Node:
         )
         self._relay_thread.start()
 
-        if access.api is not None and o.publish:
-            self._start_publisher(access.api, backend, settings)
-        resync = self.publisher.request_resync if self.publisher is not None else None
-
         self.board = board = HealthBoard(pool=o.node_name)
         self.poller = InventoryHealthPoller(
-            read=backend.inventory, board=board, interval=o.health_interval, on_change=resync
+            read=backend.inventory,
+            board=board,
+            interval=o.health_interval,
+            on_change=self._resync,
+            policy=HealthPolicy(recover_fatal_xids=o.recover_fatal_xids),
+            on_gpu_change=HealthEvents(events),
         )
-        self.poller.poll_once()
+        self.poller.poll_once()  # the first slices already carry the taints of unhealthy GPUs
+        if access.api is not None and o.publish:
+            self._start_publisher(access.api, backend, settings)
+        resync = self._resync
         self.poller.start()
+        self._start_observability(access, settings)
 
         calls = ClaimCalls(
             preparer=preparer,
@@ -214,6 +252,71 @@ class Node:
         )
         self.server.start()
         log.info("node plugin running", node=o.node_name, dra_socket=str(paths.dra_socket))
+
+    def _resync(self) -> None:
+        if self.publisher is not None:
+            self.publisher.request_resync()
+
+    def _checkpoint(self) -> Checkpoint | None:
+        try:
+            return CheckpointStore(path=self.paths.checkpoint_file).load(boot_id="")
+        except StorageError as e:
+            log.warning("metrics: checkpoint unreadable", error=str(e))
+            return None
+
+    def _checkpoint_stamp(self) -> object:
+        try:
+            st = self.paths.checkpoint_file.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _prepared(self) -> tuple[PreparedClaim, ...]:
+        inventory = self.poller.inventory if self.poller is not None else None
+        cp = self._checkpoint()
+        if inventory is None or cp is None:
+            return ()
+        return prepared_claims(cp, inventory, self.paths.claims_dir)
+
+    def _start_observability(self, access: ClaimAccess, settings: NodeSettings) -> None:
+        """Usage in claim status (with an API server), and the metrics endpoint (when given an address)."""
+        o = self.options
+        if isinstance(access.status, ApiClaimStatusWriter) and o.usage_status_interval > 0:
+            from kubernetes import client as k8s  # noqa: PLC0415
+
+            self.usage = UsageStatusLoop(
+                claims=self._prepared,
+                writer=ApiUsageWriter(api=k8s.ResourceV1Api(access.api)),
+                interval=o.usage_status_interval,
+            )
+            self._usage_thread = threading.Thread(
+                target=self.usage.run, args=(self.stop_event,), name="usage-status", daemon=True
+            )
+            self._usage_thread.start()
+        if not o.metrics_address:
+            return
+        poller, board, usage = self.poller, self.board, self.usage
+        assert poller is not None and board is not None
+        sources = NodeSources(
+            inventory=lambda: poller.inventory,
+            checkpoint=self._checkpoint,
+            checkpoint_stamp=self._checkpoint_stamp,
+            claims_dir=self.paths.claims_dir,
+            health=lambda: board.current,
+            conditions=lambda: poller.conditions,
+            vgpu_shares=settings.vgpu_shares,
+            pods=usage.pods if usage is not None else (lambda _uid: ""),
+        )
+        registry = node_registry(NodeCollector(sources))
+        self.metrics = MetricsServer(address=o.metrics_address, registry=registry, healthz=self._healthz)
+        self.metrics.start()
+
+    def _healthz(self) -> str | None:
+        if self.stop_event.is_set():
+            return "stopping"
+        if self.server is None:
+            return "starting"
+        return None
 
     def _events(self, api: Any | None) -> NodeEvents | None:
         if api is None:
@@ -250,7 +353,15 @@ class Node:
             )
 
         def desired(degraded: bool) -> Sequence[dict[str, object]]:
-            return build_slices(backend.inventory(), settings, owned_placements=owned(), degraded=degraded)
+            conditions = self.poller.conditions if self.poller is not None else {}
+            return build_slices(
+                backend.inventory(),
+                settings,
+                owned_placements=owned(),
+                degraded=degraded,
+                taints=gpu_taints(conditions),
+                taints_supported=publisher.taints_supported,
+            )
 
         self.publisher = publisher = SlicePublisher(
             api=k8s.ResourceV1Api(api), node_name=self.options.node_name, core_api=k8s.CoreV1Api(api)
@@ -265,6 +376,8 @@ class Node:
 
     def stop(self, *, grace: float) -> None:
         self.stop_event.set()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.board is not None:
             self.board.close()  # ends the kubelet's health streams
         if self.server is not None:
@@ -275,6 +388,8 @@ class Node:
             self._publisher_thread.join(timeout=grace + 15)  # a watch ends within its timeout
         if self._relay_thread is not None:
             self._relay_thread.join(timeout=5)
+        if self._usage_thread is not None:
+            self._usage_thread.join(timeout=5)
         if self.sharing is not None:
             self.sharing.close()
         if self.backend is not None:
