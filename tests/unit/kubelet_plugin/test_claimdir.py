@@ -53,7 +53,10 @@ def test_limits_file_format() -> None:
 
 
 def test_limits_file_round_trip() -> None:
-    assert parse_limits(render_limits(PLAN)) == {GpuUUID("GPU-0"): (1 << 20, 0), GpuUUID("GPU-3"): (2 << 30, 30)}
+    assert parse_limits(render_limits(PLAN)) == {
+        GpuUUID("GPU-0"): (1 << 20, 0),
+        GpuUUID("GPU-3"): (2 << 30, 30),
+    }
     assert parse_limits("version 1\ngpu GPU-9 memory many cores 1 priority 1\ngpu short\n") == {}
 
 
