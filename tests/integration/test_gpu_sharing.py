@@ -7,8 +7,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 
+from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 from kubelet_plugin.gpu_view import GpuView
 from kubelet_plugin.priority_relay import RelayedGpu, run
 from kubelet_plugin.sm_schedule import SharingClaim, schedule

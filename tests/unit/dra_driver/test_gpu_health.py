@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -75,6 +76,7 @@ def test_a_reported_unhealthy_gpu_has_a_fault() -> None:
 def test_taints_are_stable_across_republishes_and_copied_onto_every_device() -> None:
     states = conditions(with_faults(INV, 1, LOST), now=1_700_000_000)
     taint = device_taint(states[UUID1])
+    assert taint is not None
     assert taint == {
         "key": "gpu.tessera.dev/unhealthy",
         "value": "lost",
@@ -85,7 +87,7 @@ def test_taints_are_stable_across_republishes_and_copied_onto_every_device() -> 
         UUID1: (taint,)
     }
     assert timestamp(0) == "1970-01-01T00:00:00Z"
-    devices = [
+    devices: list[dict[str, Any]] = [
         {"name": "gpu-1"},
         {"name": "gpu-1-vgpu", "taints": [{"key": "other", "effect": "NoSchedule"}]},
     ]

@@ -1,5 +1,5 @@
-"""The region reader on regions the C library wrote: a fake-driver program (interceptor/build/tests/tcuda) runs
-under libtessera in a claim directory, then the reader's values are compared with what the program did."""
+"""The region reader on regions the C library wrote: a fake-driver program (interceptor/build/tests/tcuda)
+runs under libtessera in a claim directory, then the reader's values are compared with what it did."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 from kubelet_plugin.region import Region, read_region
-from tests.integration.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -1,5 +1,5 @@
-"""Usage in claim status: the numbers from two region reads, and the rate limit (once per interval at most, only
-when a percentage moved by more than 5 points)."""
+"""Usage in claim status: the numbers from two region reads, and the rate limit (once per interval at most,
+only when a percentage moved by more than 5 points)."""
 
 from __future__ import annotations
 
