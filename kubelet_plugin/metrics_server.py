@@ -11,14 +11,14 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import structlog
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from prometheus_client.registry import CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from dra_driver.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 
 Healthz = Callable[[], str | None]  # None: healthy; else why not
+Render = Callable[[], bytes]  # the exposition text of one scrape
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -33,15 +33,15 @@ def parse_address(text: str) -> tuple[str, int]:
 
 
 class MetricsServer:
-    def __init__(self, *, address: str, registry: CollectorRegistry, healthz: Healthz) -> None:
+    def __init__(self, *, address: str, render: Render, healthz: Healthz) -> None:
         host, port = parse_address(address)
-        registry_, check = registry, healthz
+        make, check = render, healthz
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._reply(200, CONTENT_TYPE_LATEST, generate_latest(registry_))
+                    self._reply(200, CONTENT_TYPE_LATEST, make())
                 elif path == "/healthz":
                     why = check()
                     body = b"ok\n" if why is None else f"unhealthy: {why}\n".encode()

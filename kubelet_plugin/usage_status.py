@@ -159,12 +159,18 @@ class UsageStatusLoop:
         self._samples: dict[tuple[ClaimUID, str], Sample] = {}
         self._written: dict[ClaimUID, dict[str, Usage]] = {}
         self._pods: dict[ClaimUID, tuple[str, ...]] = {}
+        self._pods_version = 0
         self._lock = threading.Lock()
 
     def pods(self, uid: ClaimUID) -> str:
         """The claim's pods as last read from its status (for metric labels); "" when not known."""
         with self._lock:
             return ",".join(self._pods.get(uid, ()))
+
+    def pods_version(self) -> int:
+        """Moves whenever some claim's pods changed."""
+        with self._lock:
+            return self._pods_version
 
     def tick(self) -> int:
         """One round; returns how many claims' statuses were written."""
@@ -221,7 +227,9 @@ class UsageStatusLoop:
         metrics.STATUS_WRITES.labels("usage", "ok").inc()
         with self._lock:
             self._written[claim.uid] = {**self._written.get(claim.uid, {}), **usage}
-            self._pods[claim.uid] = pods
+            if self._pods.get(claim.uid) != pods:
+                self._pods[claim.uid] = pods
+                self._pods_version += 1
         return True
 
     def run(self, stop: threading.Event) -> None:

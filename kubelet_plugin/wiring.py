@@ -11,15 +11,14 @@ calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint,
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import yaml
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client import generate_latest
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
@@ -61,7 +60,7 @@ from kubelet_plugin.health_events import HealthEvents
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.metrics_server import MetricsServer
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
-from kubelet_plugin.node_metrics import NodeCollector, NodeSources
+from kubelet_plugin.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.prepared_claims import PreparedClaim, prepared_claims
 from kubelet_plugin.reconcile import ReconcileReport, reconcile
@@ -128,22 +127,9 @@ def claim_access(options: DaemonOptions) -> ClaimAccess:
     return ClaimAccess(ApiClaimSource(api=resource), ApiClaimStatusWriter(api=resource), api)
 
 
-class _Forward(Collector):
-    """The process-wide registry's metrics inside a node's registry."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-
-    def collect(self) -> Iterator[Metric]:
-        yield from self._registry.collect()
-
-
-def node_registry(collector: Collector) -> CollectorRegistry:
-    """What one node's /metrics serves: its scrape-time families and the daemon's counters."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
-    registry.register(_Forward(REGISTRY))
-    return registry
+def scrape(node: NodeMetrics) -> Callable[[], bytes]:
+    """What one node's /metrics serves: its scrape-time families, then the daemon's counters."""
+    return lambda: node.render() + generate_latest(REGISTRY)
 
 
 def _faults() -> Faults:
@@ -306,9 +292,11 @@ class Node:
             conditions=lambda: poller.conditions,
             vgpu_shares=settings.vgpu_shares,
             pods=usage.pods if usage is not None else (lambda _uid: ""),
+            pods_version=usage.pods_version if usage is not None else (lambda: 0),
         )
-        registry = node_registry(NodeCollector(sources))
-        self.metrics = MetricsServer(address=o.metrics_address, registry=registry, healthz=self._healthz)
+        self.metrics = MetricsServer(
+            address=o.metrics_address, render=scrape(NodeMetrics(sources)), healthz=self._healthz
+        )
         self.metrics.start()
 
     def _healthz(self) -> str | None:
