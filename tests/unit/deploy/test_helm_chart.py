@@ -126,7 +126,8 @@ def test_metrics_endpoint_service_and_monitors() -> None:
     (pod_monitor,) = by_kind(objs, "PodMonitor").values()
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
     args = by_kind(objs, "DaemonSet")["tessera-node-plugin-h100"]["spec"]["template"]["spec"]["containers"][0]
-    assert {"--metrics-address=:9500", "--recover-fatal-xids", "--usage-status-interval=0"} <= set(args["args"])
+    wanted = {"--metrics-address=:9500", "--recover-fatal-xids", "--usage-status-interval=0"}
+    assert wanted <= set(args["args"])
 
     off = render("--set", "metrics.enabled=false")
     (c,) = next(iter(by_kind(off, "DaemonSet").values()))["spec"]["template"]["spec"]["containers"]
