@@ -176,7 +176,9 @@ class Node:
         make_dir(paths.cdi_dir, CDI_DIR_MODE, existing="tighten")  # shared with other vendors
         make_dir(paths.claims_dir, CLAIMS_ROOT_MODE)
         lock = PluginLock(paths.lock_file)
-        self.backend = backend = TimedBackend(open_backend(simulate=o.simulate, state_file=o.sim_state))
+        self.backend = backend = TimedBackend(
+            open_backend(simulate=o.simulate, state_file=o.sim_state, watch_health=True)
+        )
         access = claim_access(o)
         events = self._events(access.api)
         preparer = Preparer(

@@ -167,15 +167,17 @@ class NvmlBackend:
         self._uvm_major = char_major("nvidia-uvm", proc_root / "devices") or 0
 
     @classmethod
-    def open(cls) -> NvmlBackend:
-        """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc)."""
+    def open(cls, *, watch_health: bool = False) -> NvmlBackend:
+        """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc); `watch_health`:
+        a thread collects XID and double-bit ECC events (the node daemon's health checks add them)."""
         proc_root = Path(os.environ.get(DRIVER_PROC_ROOT_ENV) or DEFAULT_DRIVER_PROC_ROOT)
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as e:
             raise translate(e, "initialising NVML") from e
-        watcher = NvmlHealthWatcher()
-        watcher.start()
+        watcher = NvmlHealthWatcher() if watch_health else None
+        if watcher is not None:
+            watcher.start()
         return cls(proc_root=proc_root, watcher=watcher)
 
     @contextmanager
