@@ -2,6 +2,7 @@
 
     tessera inventory [--simulate NODE.yaml] [--state-file FILE] [--settings FILE] [--node-name NAME]
                       [-o summary|yaml|json]
+    tessera sim inject --node-file NODE.yaml --state-file FILE --gpu I (--xid N | --lost | ... | --clear)
 
 prints the ResourceSlices this node would publish. The daemon's subcommand (`plugin`) is wired in
 `_add_plugin_command` below.
@@ -27,6 +28,7 @@ from dra_driver.errors import ConfigError, TesseraError
 from dra_driver.explain.cli import add_cli as add_explain_command
 from dra_driver.families.base import Json
 from dra_driver.settings import NodeSettings
+from dra_driver.sim_inject import add_cli as add_sim_command
 from dra_driver.slices import build_slices
 
 Handler = Callable[[argparse.Namespace], int]
@@ -128,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inventory_command(sub)
     _add_plugin_command(sub)
     add_explain_command(sub)
+    add_sim_command(sub)
     return parser
 
 

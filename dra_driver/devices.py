@@ -42,9 +42,8 @@ def gpu_devices(
 
     `owned`: MIG placements Tessera holds (from the checkpoint); every other live instance is an
     administrator's. `degraded`: no counters, so only what needs none (whole GPUs, static MIG devices).
+    An unhealthy GPU offers the same devices; `slices.build_slices` taints them.
     """
-    if not gpu.healthy:
-        return GpuDevices(gpu.index, None, ())
     admin = tuple(m for m in gpu.mig_instances if m.placement not in owned)
     totals = None if degraded else counter_totals(gpu, admin)
     offer = GpuOffer(gpu=gpu, inventory=inventory, settings=settings, admin=admin, counters=totals)

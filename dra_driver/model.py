@@ -88,6 +88,23 @@ class MigInstance:
         return Placement(self.parent_uuid, self.profile_id, self.start)
 
 
+class FaultKind(StrEnum):
+    """What a backend saw go wrong with a GPU (dra_driver.gpu_health classifies them)."""
+
+    XID = "xid"  # a critical XID event (NVIDIA's list, application XIDs left out)
+    ECC_DBE = "ecc-dbe"  # a double-bit ECC error event
+    LOST = "lost"  # the GPU is lost or has fallen off the bus (XID 79, NVML_ERROR_GPU_IS_LOST)
+    NVML_ERROR = "nvml-error"  # NVML fails on the device
+    REPORTED = "reported"  # the backend says so without a reason (a simulated node's `healthy: false`)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFault:
+    kind: FaultKind
+    xid: int | None = None  # the XID the fault came from, when it came from one
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Gpu:
     index: int  # NVML minor number: names and /dev/nvidia<minor>
@@ -111,6 +128,7 @@ class Gpu:
     mig_profiles: tuple[MigProfile, ...] = ()
     mig_instances: tuple[MigInstance, ...] = ()
     healthy: bool = True
+    faults: tuple[GpuFault, ...] = ()  # what the backend sees wrong now (health watcher, injected faults)
 
     def profile_by_name(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)

@@ -199,6 +199,13 @@ def dra_socket_name(pod_uid: str | None = None) -> str:
     return f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"
 
 
+# ---- device health and metrics -------------------------------------------------------------------
+
+UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"  # the device taint of every device on an unhealthy GPU
+METRICS_PREFIX = "tessera_"  # every Prometheus metric the node daemon exports (kubelet_plugin.metric_names)
+USAGE_DATA_KEY = "usage"  # status.devices[].data: the claim's recent usage, next to `limits`
+
+
 # ---- simulated backend and node settings files (versioned on-disk formats) ----------------------
 
 SIM_API_VERSION = "sim.tessera.dev/v1"

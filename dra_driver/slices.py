@@ -17,6 +17,7 @@ from dra_driver.families.base import Json
 from dra_driver.model import Inventory, Placement
 from dra_driver.names import DRIVER_NAME, resource_slice_name
 from dra_driver.settings import NodeSettings
+from dra_driver.taints import GpuTaints, inventory_taints, tainted
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceSlice"
@@ -93,17 +94,27 @@ def build_slices(
     owned_placements: Collection[Placement] = frozenset(),
     degraded: bool = False,
     generation: int = 1,
+    taints: GpuTaints | None = None,
+    taints_supported: bool = True,
 ) -> list[Json]:
     """The pool's slices: counter-set slices first, then device slices, named `<node>-gpu.tessera.dev-<k>`.
 
     `owned_placements`: MIG placements Tessera created (from the checkpoint); other live instances are an
     administrator's. `degraded`: whole GPUs only and no counters, for API servers without the
-    partitionable-devices / consumable-capacity features.
+    partitionable-devices / consumable-capacity features. `taints`: GPU UUID → the taints every device of
+    that GPU carries (default: from the faults the inventory reports, `dra_driver.taints`); where the API
+    server cannot keep taints (`taints_supported` false: DeviceTaints off), a tainted GPU offers nothing.
     """
-    groups = [
-        gpu_devices(g, inventory, settings, owned=owned_placements, degraded=degraded)
-        for g in sorted(inventory.gpus, key=lambda g: g.index)
-    ]
+    gpu_taints = inventory_taints(inventory) if taints is None else taints
+    groups = []
+    for g in sorted(inventory.gpus, key=lambda g: g.index):
+        group = gpu_devices(g, inventory, settings, owned=owned_placements, degraded=degraded)
+        marks = gpu_taints.get(g.uuid, ())
+        if marks and not taints_supported:
+            group = GpuDevices(g.index, None, ())
+        elif marks:
+            group = GpuDevices(group.index, group.counter_set, tainted(group.devices, marks))
+        groups.append(group)
     for group in groups:
         _check(group)
     counter_sets = [g.counter_set for g in groups if g.counter_set is not None]

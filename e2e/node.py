@@ -10,6 +10,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -136,6 +137,7 @@ class SimNode:
         labels: dict[str, str] | None = None,
         die_with_parent: bool = True,
         backend: BackendKind = BackendKind.SIMULATED,
+        plugin_args: tuple[str, ...] = (),
     ) -> None:
         self.api = api
         self.node_file = node_file.resolve()
@@ -146,6 +148,8 @@ class SimNode:
         self.labels = labels or {}
         self.die_with_parent = die_with_parent
         self.backend = backend
+        self.plugin_args = plugin_args  # more daemon flags (e.g. a shorter --health-interval)
+        self.metrics_port = free_port()  # the daemon's /metrics and /healthz, on loopback
         self.plugin: ComponentRecord | None = None
         self.standin: ComponentRecord | None = None
         self.credentials: PluginCredentials | None = None
@@ -180,6 +184,10 @@ class SimNode:
     @property
     def library_path(self) -> Path:
         return self.root / "var/lib/tessera/lib/libtessera.so"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
     def logs(self) -> Path:
@@ -264,7 +272,9 @@ class SimNode:
                 f"--kubeconfig={credentials.kubeconfig}",
                 f"--library-path={self.library_path}",
                 f"--mps-control={FAKE_MPS_CONTROL}",
+                f"--metrics-address=127.0.0.1:{self.metrics_port}",
                 "--log-format=json",
+                *self.plugin_args,
             ],
             log_path=self.logs / "plugin.log",
             die_with_parent=self.die_with_parent,
@@ -394,6 +404,13 @@ def cdi_specs_in(cdi_dir: Path) -> list[Path]:
 
 def entries_of(directory: Path) -> list[Path]:
     return sorted(directory.iterdir()) if directory.is_dir() else []
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def node_kubeconfig(plane: Any, name: str) -> Path:

@@ -71,6 +71,7 @@ def start_node(
     die_with_parent: bool = True,
     labels: dict[str, str] | None = None,
     backend: BackendKind = BackendKind.SIMULATED,
+    plugin_args: tuple[str, ...] = (),
 ) -> SimNode:
     """Starts one simulated node (plugin + stand-in) under `root`; its plugin runs with its own
     ServiceAccount token, bound to its plugin pod on the node, on `backend`."""
@@ -84,6 +85,7 @@ def start_node(
         labels=labels,
         die_with_parent=die_with_parent,
         backend=backend,
+        plugin_args=plugin_args,
     )
     try:
         node.start()

@@ -11,6 +11,7 @@ import structlog
 
 from dra_driver.errors import StorageError
 from dra_driver.files import atomic_write, fsync_dir, read_bounded
+from kubelet_plugin import metrics
 from kubelet_plugin.checkpoint import Checkpoint, decode, encode
 from kubelet_plugin.file_modes import CHECKPOINT_MODE
 
@@ -49,7 +50,12 @@ class CheckpointStore:
         return decode(data, source=f"checkpoint {self._path}")
 
     def save(self, checkpoint: Checkpoint, *, durable: bool = True) -> None:
-        atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE, durable=durable)
+        try:
+            atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE, durable=durable)
+        except Exception:
+            metrics.CHECKPOINT_ERRORS.inc()
+            raise
+        metrics.CHECKPOINT_WRITES.inc()
 
     def set_aside(self) -> Path:
         """Keep an unreadable checkpoint for a human, under a timestamped name next to it.

@@ -18,11 +18,18 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from dra_driver.errors import TesseraError
+from dra_driver.errors import ConfigError, TesseraError
 from dra_driver.logs import configure
 from kubelet_plugin.file_modes import UMASK, set_umask
+from kubelet_plugin.metrics_server import parse_address
 from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
-from kubelet_plugin.options import HEALTH_INTERVAL_S, LOG_FORMAT, LOG_LEVEL, DaemonOptions
+from kubelet_plugin.options import (
+    HEALTH_INTERVAL_S,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    USAGE_STATUS_INTERVAL_S,
+    DaemonOptions,
+)
 from kubelet_plugin.probe import add_probe_command
 from kubelet_plugin.steps import NO_OBSERVER, StepObserver
 
@@ -73,6 +80,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--health-interval", type=float, default=HEALTH_INTERVAL_S, help="seconds between health checks"
     )
     parser.add_argument(
+        "--recover-fatal-xids",
+        action="store_true",
+        help="untaint a GPU once its XID/ECC faults are no longer reported (default: held until restart)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="",
+        metavar="HOST:PORT",
+        help="serve /metrics and /healthz here (e.g. :9400); empty (the default) serves nothing",
+    )
+    parser.add_argument(
+        "--usage-status-interval",
+        type=float,
+        default=USAGE_STATUS_INTERVAL_S,
+        metavar="SECONDS",
+        help="write vgpu claims' usage into their status at most this often (0: never)",
+    )
+    parser.add_argument(
         "--no-publish", dest="publish", action="store_false", help="do not publish ResourceSlices"
     )
     parser.add_argument("--log-format", choices=("json", "console"), default=LOG_FORMAT)
@@ -84,6 +109,13 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         raise SystemExit("--node-name is required (or set $NODE_NAME)")
     if args.sim_state is not None and args.simulate is None:
         raise SystemExit("--sim-state needs --simulate FILE")
+    if args.metrics_address:
+        try:
+            parse_address(args.metrics_address)
+        except ConfigError as e:
+            raise SystemExit(str(e)) from e
+    if args.usage_status_interval < 0:
+        raise SystemExit("--usage-status-interval: seconds must be 0 (off) or more")
     return DaemonOptions(
         node_name=args.node_name,
         root=args.root.resolve() if args.root is not None else None,
@@ -96,6 +128,9 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         driver_library_dirs=tuple(args.driver_library_dirs),
         settings=args.settings,
         health_interval=args.health_interval,
+        recover_fatal_xids=args.recover_fatal_xids,
+        metrics_address=args.metrics_address,
+        usage_status_interval=args.usage_status_interval,
         publish=args.publish,
         log_format=args.log_format,
         log_level=args.log_level,

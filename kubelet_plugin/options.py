@@ -10,6 +10,7 @@ from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.paths import PluginPaths
 
 HEALTH_INTERVAL_S = 5.0
+USAGE_STATUS_INTERVAL_S = 60.0
 LOG_FORMAT = "json"
 LOG_LEVEL = "info"
 
@@ -29,6 +30,9 @@ class DaemonOptions:
     driver_library_dirs: tuple[Path, ...] = ()
     settings: Path | None = None
     health_interval: float = HEALTH_INTERVAL_S
+    recover_fatal_xids: bool = False
+    metrics_address: str = ""  # HOST:PORT of /metrics and /healthz; empty: no endpoint
+    usage_status_interval: float = USAGE_STATUS_INTERVAL_S  # 0: no usage in claim status
     publish: bool = True
     log_format: str = LOG_FORMAT
     log_level: str = LOG_LEVEL

@@ -101,6 +101,16 @@ class LibraryLimits:
     log_level: int | None = None  # claim-wide library log level; None: no opinion
 
 
+@dataclass(frozen=True, slots=True)
+class Allotment:
+    """What a prepared device holds of its GPU, as metrics and usage report it."""
+
+    memory_bytes: int
+    cores_ratio: float  # share of the GPU's SMs (1.0: all of them)
+    mig_profile: str | None = None
+    mig_uuid: str | None = None
+
+
 def device_node(node: HostNode) -> DeviceNode:
     """A host character device as CDI names it; major/minor let the runtime skip stat() on the host."""
     return DeviceNode(path=node.path, host_path=node.path, type="c", major=node.major, minor=node.minor)
@@ -201,6 +211,14 @@ class DeviceFamily(ABC):
         if limits is None:
             return {}
         return {"limits": {"memory": f"{limits.memory_bytes >> 20}Mi", "cores": limits.cores}}
+
+    def allotment(
+        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+    ) -> Allotment:
+        """What a prepared device holds, from the claim's records of this family and `limited`, the
+        (memory bytes, cores %) line of the claim's limits file for the GPU (None: no line). By default the
+        whole GPU."""
+        return Allotment(gpu.memory_bytes, 1.0)
 
     def visible_id(self, d: PlannedDevice, made: object) -> str | None:
         """The CUDA_VISIBLE_DEVICES entry a device needs listed; a family returning one for any device makes

@@ -23,6 +23,7 @@ from dra_driver.errors import ClaimError, InvalidNameError, MigError, PlacementT
 from dra_driver.excerpt import excerpt
 from dra_driver.families.base import (
     Allocated,
+    Allotment,
     DeviceFamily,
     GpuOffer,
     Held,
@@ -321,6 +322,16 @@ class Mig(DeviceFamily):
 
     def placements(self, records: Sequence[object]) -> tuple[Placement, ...]:
         return tuple(r.placement for r in records if isinstance(r, MigRecord) and r.created_by_tessera)
+
+    def allotment(
+        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+    ) -> Allotment:
+        record = next((r for r in records if isinstance(r, MigRecord) and r.device == device), None)
+        profile = gpu.profile_by_name(record.profile_name) if record else None
+        if record is None or profile is None:
+            return Allotment(0, 0.0)
+        ratio = profile.multiprocessors / gpu.multiprocessors if gpu.multiprocessors else 0.0
+        return Allotment(profile.memory_mib << 20, ratio, mig_profile=profile.name, mig_uuid=record.uuid)
 
     def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
         return frozenset(r.placement.gpu_uuid for r in records if isinstance(r, MigRecord))

@@ -21,6 +21,7 @@ from dra_driver.errors import ClaimError
 from dra_driver.excerpt import excerpt
 from dra_driver.families.base import (
     Allocated,
+    Allotment,
     DeviceFamily,
     GpuOffer,
     Held,
@@ -59,6 +60,7 @@ class MpsClient:
     """An MPS claim's record: the GPU whose control daemon its containers are clients of."""
 
     gpu_uuid: GpuUUID
+    cores: int = 0  # its active thread percentage (0: none set); records from before it read as 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,20 +148,33 @@ class Mps(DeviceFamily):
             )
 
     def records(self, devices: Sequence[PlannedDevice], held: Held) -> tuple[object, ...]:
-        return tuple(MpsClient(d.gpu_uuid) for d in devices)
+        return tuple(MpsClient(d.gpu_uuid, _limits(d).cores) for d in devices)
 
     def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
         return frozenset(r.gpu_uuid for r in records if isinstance(r, MpsClient))
 
     def encode_record(self, record: object) -> Json:
         assert isinstance(record, MpsClient)
-        return {"gpuUUID": record.gpu_uuid}
+        return {"gpuUUID": record.gpu_uuid, "cores": record.cores}
 
     def decode_record(self, data: Mapping[str, Any]) -> object:
         uuid = data.get("gpuUUID")
         if not isinstance(uuid, str) or not uuid:
             raise ValueError(f"an MPS record needs a string 'gpuUUID', got {excerpt(uuid)}")
-        return MpsClient(GpuUUID(uuid))
+        cores = data.get("cores", 0)
+        if not isinstance(cores, int) or isinstance(cores, bool) or not 0 <= cores <= 100:
+            raise ValueError(
+                f"field 'cores' of an MPS record must be an integer from 0 to 100, got {excerpt(cores)}"
+            )
+        return MpsClient(GpuUUID(uuid), cores)
+
+    def allotment(
+        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+    ) -> Allotment:
+        # the library holds the memory limit; MPS holds the SM share (0: the client may use every SM)
+        cores = next((r.cores for r in records if isinstance(r, MpsClient) and r.gpu_uuid == gpu.uuid), 0)
+        memory = limited[0] if limited else gpu.memory_bytes
+        return Allotment(memory, cores / 100 if cores else 1.0)
 
     def library(self, d: PlannedDevice) -> LibraryLimits | None:
         limits = _limits(d)

@@ -17,6 +17,7 @@ from dra_driver.config_schema import ClassOnly, ConfigField, ConfigKind, SmLimit
 from dra_driver.errors import ClaimError, ConfigError
 from dra_driver.families.base import (
     Allocated,
+    Allotment,
     DeviceFamily,
     GpuOffer,
     Held,
@@ -193,6 +194,12 @@ class Vgpu(DeviceFamily):
 
     def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
         return frozenset(r.gpu_uuid for r in records if isinstance(r, GpuShare))
+
+    def allotment(
+        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+    ) -> Allotment:
+        memory, cores = limited or (0, 0)
+        return Allotment(memory, cores / 100)
 
     def slots(self, records: Sequence[object]) -> Mapping[GpuUUID, int]:
         return {r.gpu_uuid: r.slot for r in records if isinstance(r, GpuShare)}

@@ -643,6 +643,34 @@ static int t_holdlock(int argc, char **argv)
     return 0;
 }
 
+/* ---------- what the node daemon reads from a claim's region (metrics, claim status) ---------- */
+
+/* usage <bytes> <launches> <kernel_us>: holds <bytes>, has one allocation refused by the limit, launches
+ * <launches> kernels of <kernel_us> (through the SM limiter when the claim has one), then prints "ready" and
+ * waits to be killed, so the claim's region shows a live process, its bytes and its counters. */
+static int t_usage(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: usage <bytes> <launches> <kernel_us>");
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    uint64_t n = strtoull(argv[0], NULL, 0);
+    int launches = atoi(argv[1]);
+    CUfunction k = fakeKernel(strtoull(argv[2], NULL, 10) * 1000ull);
+    ctx_on(0);
+    CUdeviceptr a, b;
+    CHECK(n == 0 || cuMemAlloc_v2(&a, n) == CUDA_SUCCESS, "hold alloc");
+    CHECK(cuMemAlloc_v2(&b, 1ull << 45) == CUDA_ERROR_OUT_OF_MEMORY, "32 TiB is over any limit");
+    for (int i = 0; i < launches; i++) {
+        CHECK(cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS, "launch %d", i);
+        if (i % 4 == 3)
+            CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "sync");
+    }
+    CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "ctx sync");
+    printf("ready\n");
+    fflush(stdout);
+    pause();
+    return 0;
+}
+
 /* ---------- per-thread event rings are freed at thread exit ---------- */
 
 static void *ring_thread(void *p)
@@ -735,6 +763,7 @@ int main(int argc, char **argv)
         { "stress_child", t_stress_child }, { "hold", t_hold }, { "churn", t_churn }, { "kill", t_kill },
         { "fork", t_fork }, { "nvml", t_nvml }, { "ctx", t_ctx }, { "ctxdefault", t_ctx_default },
         { "legacy", t_legacy }, { "ringexit", t_ringexit }, { "truncate", t_truncate }, { "holdlock", t_holdlock },
+        { "usage", t_usage },
     };
     return run_test("tcuda", cmds, sizeof cmds / sizeof cmds[0], argc, argv);
 }

@@ -65,6 +65,8 @@ class PluginProcess:
     via_cli: bool = False
     nvml: bool = False  # the NVML backend over the fake libnvidia-ml instead of `--simulate`
     umask: int = -1  # the umask the daemon inherits (-1: this process's)
+    node_file: Path = NODE_FILE
+    extra_args: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -91,7 +93,7 @@ class PluginProcess:
         entry = ["dra_driver.cli", "plugin"] if self.via_cli else ["tests.support.daemon"]
         cmd = [sys.executable, "-m", *entry, "--node-name", NODE, "--root", str(self.root)]
         if not self.nvml:
-            cmd += ["--simulate", str(NODE_FILE), "--sim-state", str(self.sim_state)]
+            cmd += ["--simulate", str(self.node_file), "--sim-state", str(self.sim_state)]
         if self.via_cli:
             cmd += ["--kubeconfig", str(unreachable_kubeconfig(self.root))]
         else:
@@ -99,7 +101,7 @@ class PluginProcess:
         cmd += ["--no-publish", "--log-format", "json"]
         if self.pod_uid:
             cmd += ["--pod-uid", self.pod_uid]
-        return cmd
+        return cmd + list(self.extra_args)
 
     def start(self, *, wait: bool = True, extra_env: Mapping[str, str] | None = None) -> PluginProcess:
         env = {**(self.fake_nvml.env() if self.nvml else os.environ), **self.env}

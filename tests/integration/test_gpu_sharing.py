@@ -7,9 +7,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 
 from dra_driver.sm_schedule import SharingClaim, schedule
+from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 from kubelet_plugin.gpu_view import GpuView
 from kubelet_plugin.priority_relay import RelayedGpu, run
 

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 
 from dra_driver.errors import MpsError, MpsToolError
 from dra_driver.names import GpuUUID
+from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from kubelet_plugin.mps_control import MpsControl
 from kubelet_plugin.mps_record import decode
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from prepare_env import Env, claim, result
 
 from dra_driver.families.mps import PINNED_MEMORY_ENV, PIPE_DIRECTORY_ENV, THREAD_PERCENTAGE_ENV
 from dra_driver.names import GpuUUID, cdi_spec_file_name
 from e2e.fake_mps import stop_mps_daemons
+from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from kubelet_plugin.mps_control import MpsControl
 from kubelet_plugin.reconcile import reconcile
 

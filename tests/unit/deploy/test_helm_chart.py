@@ -108,6 +108,35 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
 
 
 @needs_helm
+def test_metrics_endpoint_service_and_monitors() -> None:
+    objs = render()
+    (ds,) = by_kind(objs, "DaemonSet").values()
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-address=:9400" in c["args"] and "--usage-status-interval=60" in c["args"]
+    assert "--recover-fatal-xids" not in c["args"]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    (svc,) = by_kind(objs, "Service").values()
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert not by_kind(objs, "ServiceMonitor") and not by_kind(objs, "PodMonitor"), "off unless asked"
+
+    objs = render("-f", str(NON_DEFAULT))
+    (monitor,) = by_kind(objs, "ServiceMonitor").values()
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (pod_monitor,) = by_kind(objs, "PodMonitor").values()
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
+    args = by_kind(objs, "DaemonSet")["tessera-node-plugin-h100"]["spec"]["template"]["spec"]["containers"][0]
+    wanted = {"--metrics-address=:9500", "--recover-fatal-xids", "--usage-status-interval=0"}
+    assert wanted <= set(args["args"])
+
+    off = render("--set", "metrics.enabled=false")
+    (c,) = next(iter(by_kind(off, "DaemonSet").values()))["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-address=" in c["args"] and "ports" not in c and not by_kind(off, "Service")
+
+
+@needs_helm
 def test_rbac_is_least_privilege() -> None:
     (role,) = by_kind(render(), "ClusterRole").values()
     rules = {

@@ -169,9 +169,27 @@ def test_degraded_mode_is_whole_gpus_without_counters() -> None:
     assert all("consumesCounters" not in d and "allowMultipleAllocations" not in d for d in devices(slices))
 
 
-def test_unhealthy_gpus_are_left_out() -> None:
-    inv = make_inventory(make_gpu(0, "L4"), make_gpu(1, "L4", healthy=False))
-    assert device_names(build_slices(inv, ALL)) == ["gpu-0", "gpu-0-vgpu", "gpu-0-mps"]
+def test_every_device_of_an_unhealthy_gpu_is_tainted_and_the_rest_are_not() -> None:
+    inv = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM", healthy=False))
+    slices = build_slices(inv, ALL)
+    check_slices(slices, NODE)
+    found = by_name(slices)
+    sick = [d for name, d in found.items() if parse_device_name(name).index == 1]
+    assert len(sick) == 28  # whole, vgpu, MPS and 25 MIG placements
+    assert all(
+        d["taints"] == [{"key": "gpu.tessera.dev/unhealthy", "value": "reported", "effect": "NoSchedule"}]
+        for d in sick
+    )
+    assert not any("taints" in d for name, d in found.items() if parse_device_name(name).index == 0)
+
+
+def test_given_taints_are_used_and_withdrawn_where_the_api_cannot_keep_them() -> None:
+    inv = make_inventory(make_gpu(0, "L4"), make_gpu(1, "L4"))
+    lost = {"key": "gpu.tessera.dev/unhealthy", "value": "lost", "effect": "NoExecute", "timeAdded": "x"}
+    taints = {inv.gpus[0].uuid: (lost,)}
+    assert by_name(build_slices(inv, ALL, taints=taints))["gpu-0-vgpu"]["taints"] == [lost]
+    old_cluster = build_slices(inv, ALL, taints=taints, taints_supported=False)
+    assert device_names(old_cluster) == ["gpu-1", "gpu-1-vgpu", "gpu-1-mps"]
 
 
 def test_many_gpus_need_several_counter_slices() -> None:

@@ -1,4 +1,5 @@
-"""Running the interception library's test programs (interceptor/build, from `make dev`) from Python tests."""
+"""Running the interception library's test programs (interceptor/build, from `make dev`) from Python tests
+and tools (integration tests, the region reader's unit tests, `make bench-metrics`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "interceptor" / "build"
 LIBRARY = BUILD / "libtessera.so"
 TCUDA = BUILD / "tests" / "tcuda"
