@@ -8,7 +8,7 @@ PROTO_GEN := kubelet_plugin/proto/gen
 STAMP := $(VENV)/.installed
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-interceptor bench-e2e bench-scale bench-order bench-upgrade proto interceptor cluster realnode helm \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade proto interceptor cluster realnode helm \
         manifests clean
 
 dev: $(STAMP) proto interceptor
@@ -79,7 +79,11 @@ demo-down:
 	$(BIN)/python -m e2e.demo down
 
 bench-prepare: dev
-	$(BIN)/python -m kubelet_plugin.bench
+	$(BIN)/python -m tests.bench.prepare
+
+# a scrape of /metrics with 256 prepared vgpu claims whose regions a fake-driver program filled
+bench-metrics: dev
+	$(BIN)/python -m e2e.bench_metrics
 
 bench-interceptor: interceptor
 	$(MAKE) -C interceptor bench

@@ -1,20 +1,21 @@
 """What a container receives for a prepared claim: one CDI spec, one CDI device per allocated device (pure).
 
-Claim-wide edits (control nodes, driver libraries, the interception library, the claim directory) sit in
-the spec's own containerEdits, which a runtime applies once for any of the spec's devices; per-device edits
-carry that device's nodes and HAMi-style per-index limits.
+Each device's own edits come from its family (dra_driver/families). Claim-wide edits (control nodes, driver
+libraries, each family's claim edits, and the interception library with the claim directory when any device
+uses it) sit in the spec's own containerEdits, which a runtime applies once for any of the spec's devices.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cdi.spec import ContainerEdits, Device, DeviceNode, Mount, Spec
-from dra_driver.allocation import ClaimPlan, PlannedDevice
+from cdi.spec import ContainerEdits, Device, Mount, Spec
+from dra_driver import families
+from dra_driver.allocation import ClaimPlan
 from dra_driver.errors import MigError
-from dra_driver.model import DeviceNode as HostNode
-from dra_driver.model import Inventory, MigInstance
+from dra_driver.families.base import PlannedDevice, device_node
+from dra_driver.model import Inventory
 from dra_driver.names import (
     CDI_KIND,
     CLAIM_DIRS_ENV,
@@ -23,7 +24,6 @@ from dra_driver.names import (
     LD_PRELOAD_ENV,
     REGION_FILE_NAME,
     DeviceName,
-    Family,
     HamiEnv,
     cdi_device_name,
     cdi_qualified_name,
@@ -46,10 +46,6 @@ class HostLayout:
     gpus_dir: str = ""  # host root of the GPUs' view directories ("": none mounted)
 
 
-def _node(node: HostNode) -> DeviceNode:
-    return DeviceNode(path=node.path, host_path=node.path, type="c", major=node.major, minor=node.minor)
-
-
 def device_cdi_name(plan: ClaimPlan, device: PlannedDevice) -> str:
     return cdi_device_name(plan.uid, device.device, device.share_id)
 
@@ -58,84 +54,85 @@ def cdi_ids(plan: ClaimPlan, device: PlannedDevice) -> tuple[str, ...]:
     return (cdi_qualified_name(device_cdi_name(plan, device)),)
 
 
-def vgpu_ordinals(plan: ClaimPlan) -> dict[DeviceName, int]:
-    """HAMi keys limits by device index within the container; order the claim's vgpu devices by GPU minor."""
-    vgpus = sorted((d for d in plan.devices if d.family is Family.VGPU), key=lambda d: d.gpu_index)
-    return {d.device: i for i, d in enumerate(vgpus)}
-
-
-def _instance(device: PlannedDevice, mig_instances: Mapping[DeviceName, MigInstance]) -> MigInstance:
-    assert device.mig is not None
-    inst = device.mig.instance or mig_instances.get(device.device)
-    if inst is None:
-        raise MigError(f"device {device.device}: no MIG instance was created for it")
-    return inst
+def library_ordinals(plan: ClaimPlan) -> dict[DeviceName, int]:
+    """HAMi keys limits by device index within the container; the claim's library devices by GPU minor."""
+    using = [d for d in plan.devices if families.family(d.family).library(d) is not None]
+    return {d.device: i for i, d in enumerate(sorted(using, key=lambda d: d.gpu_index))}
 
 
 def _device_edits(
-    plan: ClaimPlan,
-    device: PlannedDevice,
-    inventory: Inventory,
-    mig_instances: Mapping[DeviceName, MigInstance],
-    ordinals: Mapping[DeviceName, int],
+    plan: ClaimPlan, d: PlannedDevice, inventory: Inventory, made: Mapping[DeviceName, object]
 ) -> ContainerEdits:
-    gpu = inventory.gpu_by_index(device.gpu_index)
+    gpu = inventory.gpu_by_index(d.gpu_index)
     if gpu is None:
-        raise MigError(f"device {device.device}: GPU {device.gpu_index} vanished from the inventory")
-    nodes = [_node(gpu.device_node)]
-    env: list[str] = []
-    if device.family is Family.MIG:
-        nodes.extend(_node(n) for n in _instance(device, mig_instances).device_nodes)
-    elif device.family is Family.VGPU:
-        assert device.limits is not None
-        i = ordinals[device.device]
-        env.append(f"{HamiEnv.MEMORY_LIMIT_PREFIX}{i}={device.limits.memory_bytes >> 20}m")
-        env.append(f"{HamiEnv.SM_LIMIT_PREFIX}{i}={device.limits.cores}")
-    return ContainerEdits(env=tuple(env), device_nodes=tuple(nodes))
+        raise MigError(f"device {d.device}: GPU {d.gpu_index} vanished from the inventory")
+    family = families.family(d.family)
+    edits = family.device_edits(d, gpu, made.get(d.device))
+    limits = family.library(d)
+    if limits is None:
+        return edits
+    i = library_ordinals(plan)[d.device]
+    hami = (
+        f"{HamiEnv.MEMORY_LIMIT_PREFIX}{i}={limits.memory_bytes >> 20}m",
+        f"{HamiEnv.SM_LIMIT_PREFIX}{i}={limits.cores}",
+    )
+    return ContainerEdits(env=edits.env + hami, device_nodes=edits.device_nodes, mounts=edits.mounts)
+
+
+def _library_edits(plan: ClaimPlan, host: HostLayout) -> ContainerEdits:
+    """The interception library, the claim directory and, for time-sliced GPUs, each GPU's read-only view."""
+    if plan.library is None:
+        return ContainerEdits()
+    claim_dir = container_claim_dir(plan.uid)
+    mounts = [
+        Mount(host_path=host.library_path, container_path=CONTAINER_LIBRARY_PATH, options=RO_BIND),
+        Mount(host_path=host.claim_dir, container_path=claim_dir, options=RW_BIND),
+    ]
+    if host.gpus_dir:
+        # the node's view of each shared GPU: its time-division schedule and priority holds
+        shared = sorted({lim.gpu_uuid for lim in plan.limits() if lim.time_sliced})
+        mounts.extend(
+            Mount(host_path=f"{host.gpus_dir}/{g}", container_path=container_gpu_dir(g), options=RO_BIND)
+            for g in shared
+        )
+    priority = min((lim.priority for lim in plan.limits()), default=1)
+    env = (
+        f"{LD_PRELOAD_ENV}={CONTAINER_LIBRARY_PATH}",
+        f"{CLAIM_DIRS_ENV}={claim_dir}",
+        f"{claim_dir_env(plan.uid)}={claim_dir}",
+        f"{HamiEnv.SHARED_CACHE}={claim_dir}/{REGION_FILE_NAME}",
+        f"{HamiEnv.CORE_POLICY}={plan.library.policy}",
+        f"{HamiEnv.TASK_PRIORITY}={priority}",
+        f"{HamiEnv.LOG_LEVEL}={plan.library.log_level}",
+    )
+    return ContainerEdits(env=env, mounts=tuple(mounts))
+
+
+def _visible_devices(plan: ClaimPlan, made: Mapping[DeviceName, object]) -> tuple[str, ...]:
+    """CUDA enumerates MIG instances only when named: when a device needs naming, list every device of the
+    claim so none is hidden."""
+    ids = [families.family(d.family).visible_id(d, made.get(d.device)) for d in plan.devices]
+    if all(i is None for i in ids):
+        return ()
+    listed = [i if i is not None else str(d.gpu_uuid) for i, d in zip(ids, plan.devices, strict=True)]
+    return (f"{CUDA_VISIBLE_DEVICES_ENV}={','.join(dict.fromkeys(listed))}",)
 
 
 def _claim_edits(
-    plan: ClaimPlan,
-    inventory: Inventory,
-    mig_instances: Mapping[DeviceName, MigInstance],
-    host: HostLayout,
+    plan: ClaimPlan, inventory: Inventory, made: Mapping[DeviceName, object], host: HostLayout
 ) -> ContainerEdits:
     env: list[str] = []
     mounts = [Mount(host_path=d, container_path=d, options=RO_BIND) for d in host.driver_library_dirs]
-    if plan.vgpu is not None:
-        claim_dir = container_claim_dir(plan.uid)
-        mounts.append(
-            Mount(host_path=host.library_path, container_path=CONTAINER_LIBRARY_PATH, options=RO_BIND)
-        )
-        mounts.append(Mount(host_path=host.claim_dir, container_path=claim_dir, options=RW_BIND))
-        if host.gpus_dir:
-            # the node's view of each shared GPU: its time-division schedule and priority holds, read-only
-            shared = sorted({d.gpu_uuid for d in plan.devices if d.family is Family.VGPU})
-            mounts.extend(
-                Mount(host_path=f"{host.gpus_dir}/{g}", container_path=container_gpu_dir(g), options=RO_BIND)
-                for g in shared
-            )
-        env += [
-            f"{LD_PRELOAD_ENV}={CONTAINER_LIBRARY_PATH}",
-            f"{CLAIM_DIRS_ENV}={claim_dir}",
-            f"{claim_dir_env(plan.uid)}={claim_dir}",
-            f"{HamiEnv.SHARED_CACHE}={claim_dir}/{REGION_FILE_NAME}",
-            f"{HamiEnv.CORE_POLICY}={plan.vgpu.sm_limit_policy.value}",
-            f"{HamiEnv.TASK_PRIORITY}={plan.vgpu.priority}",
-            f"{HamiEnv.LOG_LEVEL}={plan.vgpu.log_level}",
-        ]
-    if any(d.family is Family.MIG for d in plan.devices):
-        # CUDA enumerates MIG instances only when named; list every device of the claim so none is hidden.
-        visible = [
-            _instance(d, mig_instances).uuid if d.family is Family.MIG else str(d.gpu_uuid)
-            for d in plan.devices
-        ]
-        env.append(f"{CUDA_VISIBLE_DEVICES_ENV}={','.join(dict.fromkeys(visible))}")
-    return ContainerEdits(
-        env=tuple(env),
-        device_nodes=tuple(_node(n) for n in inventory.control_nodes),
-        mounts=tuple(mounts),
-    )
+    nodes = [device_node(n) for n in inventory.control_nodes]
+    for part in (
+        _library_edits(plan, host),
+        *(families.family(f).claim_edits(plan.of(f), made) for f in plan.families()),
+    ):
+        env.extend(part.env)
+        mounts.extend(part.mounts)
+        nodes.extend(part.device_nodes)
+    env.extend(_visible_devices(plan, made))
+    return ContainerEdits(env=tuple(env), device_nodes=tuple(nodes), mounts=tuple(mounts))
 
 
 def claim_spec(
@@ -143,20 +140,15 @@ def claim_spec(
     plan: ClaimPlan,
     inventory: Inventory,
     host: HostLayout,
-    mig_instances: Mapping[DeviceName, MigInstance] | None = None,
+    made: Mapping[DeviceName, object] | None = None,
 ) -> Spec:
-    """The claim's CDI spec. `mig_instances`: the instance created (or reused) for each Tessera MIG device."""
-    created = mig_instances or {}
-    ordinals = vgpu_ordinals(plan)
-    devices: Sequence[Device] = [
-        Device(
-            name=device_cdi_name(plan, d),
-            container_edits=_device_edits(plan, d, inventory, created, ordinals),
-        )
-        for d in plan.devices
-    ]
+    """The claim's CDI spec. `made`: what each device's host part created for it (a MIG instance, ...)."""
+    created = made or {}
     return Spec(
         kind=CDI_KIND,
-        devices=tuple(devices),
+        devices=tuple(
+            Device(name=device_cdi_name(plan, d), container_edits=_device_edits(plan, d, inventory, created))
+            for d in plan.devices
+        ),
         container_edits=_claim_edits(plan, inventory, created, host),
     )

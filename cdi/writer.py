@@ -13,7 +13,7 @@ from pathlib import Path
 
 from cdi.spec import Spec
 from dra_driver.errors import ConfigError, StorageError
-from dra_driver.files import WriteFault, atomic_write, fsync_dir, is_temp, read_bounded
+from dra_driver.files import WriteFault, atomic_write, is_temp, read_bounded
 from dra_driver.names import ClaimUID, cdi_spec_file_name, cdi_spec_temp_prefix, parse_cdi_spec_file_name
 from dra_driver.safe_tree import is_plain_file, remove_tree
 
@@ -30,7 +30,8 @@ def write_spec(cdi_dir: Path, claim_uid: ClaimUID, spec: Spec, *, fault: WriteFa
     data = json.dumps(spec.to_dict(), indent=1, sort_keys=True).encode()
     if os.path.lexists(path) and not is_plain_file(path):
         remove_tree(path)  # a directory or link under our name cannot be replaced by a rename
-    atomic_write(path, data, mode=SPEC_MODE, fault=fault)
+    # not fsync'd: after a power loss the containers are gone and start-up checks every spec again
+    atomic_write(path, data, mode=SPEC_MODE, durable=False, fault=fault)
     return path
 
 
@@ -50,10 +51,7 @@ def read_spec(path: Path) -> Spec:
 def remove_spec(cdi_dir: Path, claim_uid: ClaimUID) -> bool:
     """Remove whatever is under the claim's spec name; False if nothing was."""
     path = spec_path(cdi_dir, claim_uid)
-    if remove_tree(path) == 0:
-        return False
-    fsync_dir(cdi_dir)
-    return True
+    return remove_tree(path) > 0
 
 
 def list_specs(cdi_dir: Path) -> Iterator[tuple[ClaimUID, Path]]:

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# Renders the chart with default values into deploy/manifests/tessera.yaml for users without Helm.
+# Renders the opaque-config policy from the config kinds, then the chart with default values into
+# deploy/manifests/tessera.yaml for users without Helm.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "${here}")"
+# the opaque-config policy comes from the config kinds' field tables (dra_driver/config_policy.py)
+python="${repo}/.venv/bin/python"
+[ -x "${python}" ] || python=python3
+(cd "${repo}" && "${python}" -m dra_driver.config_policy policy) > "${repo}/deviceclasses/opaque-config-policy.yaml.tmp"
+mv -f "${repo}/deviceclasses/opaque-config-policy.yaml.tmp" "${repo}/deviceclasses/opaque-config-policy.yaml"
+cp "${repo}/deviceclasses/opaque-config-policy.yaml" "${here}/helm/tessera/files/opaque-config-policy.yaml"
 helm="$("${here}/helm/build-helm.sh" | tail -n1)"
 out="${here}/manifests/tessera.yaml"
 {

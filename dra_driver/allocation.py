@@ -1,33 +1,23 @@
 """From an allocated ResourceClaim to a plan of what to prepare on this node (pure).
 
 The claim arrives as the `kubernetes` client's v1 model; this module reads it through small protocols so it
-needs no import of the client. Limits for `vgpu` devices come only from `consumedCapacity`.
+needs no import of the client. Each allocated device is planned by its family (dra_driver/families); this
+module finds our results, decodes the configs, and checks what spans the claim.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
-from enum import StrEnum
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from dra_driver import config as cfg
-from dra_driver.errors import ClaimError, ConfigError, InvalidNameError, PlacementTakenError
+from dra_driver import families
+from dra_driver.errors import ClaimError, ConfigError, InvalidNameError
 from dra_driver.excerpt import excerpt
-from dra_driver.model import Gpu, Inventory, MigInstance, MigProfile
-from dra_driver.names import (
-    Cap,
-    ClaimUID,
-    DeviceName,
-    Family,
-    GpuUUID,
-    parse_device_name,
-    qualified,
-)
-
-MIB = 1 << 20
+from dra_driver.families.base import Allocated, Held, LibraryLimits, PlannedDevice
+from dra_driver.model import Inventory
+from dra_driver.names import ClaimUID, DeviceName, Family
 
 # ---- the parts of the kubernetes v1 model this module reads ----------------------------------------
 
@@ -102,54 +92,11 @@ class ClaimModel(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class VgpuPolicy:
-    """The request policy published for the vgpu device's capacities (see DESIGN.md)."""
+class LibrarySettings:
+    """The interception library's claim-wide settings (the limits file's head), when any device uses it."""
 
-    memory_min: int = MIB
-    memory_step: int = MIB
-    cores_max: int = 100
-
-
-@dataclass(frozen=True, slots=True)
-class VgpuLimits:
-    memory_bytes: int
-    cores: int  # 0 = no SM limit
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementKey:
-    """A MIG placement; Tessera owns an instance iff its placement is recorded in the checkpoint."""
-
-    gpu_uuid: GpuUUID
-    profile_id: int
-    start: int
-
-
-class MigAction(StrEnum):
-    CREATE = "create"  # Tessera creates (or, rolling forward, reuses) an instance at the placement
-    STATIC = "static"  # an administrator's instance already sits exactly there: use it, never destroy it
-
-
-@dataclass(frozen=True, slots=True)
-class MigPlan:
-    key: PlacementKey
-    profile_name: str
-    size: int
-    action: MigAction
-    instance: MigInstance | None = None  # the live instance for STATIC
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedDevice:
-    request: str
-    device: DeviceName
-    family: Family
-    gpu_index: int
-    gpu_uuid: GpuUUID
-    share_id: str | None
-    config: cfg.DeviceConfig
-    limits: VgpuLimits | None = None
-    mig: MigPlan | None = None
+    policy: str
+    log_level: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,153 +106,32 @@ class ClaimPlan:
     name: str
     pool: str
     devices: tuple[PlannedDevice, ...]
-    vgpu: cfg.VgpuConfig | None  # the claim-wide vgpu settings; None without vgpu devices
-    enable_mig_mode: tuple[GpuUUID, ...]  # GPUs whose MIG mode Tessera must switch on first
+    library: LibrarySettings | None = None  # None: no device of the claim uses the interception library
 
-    @property
-    def mig_placements(self) -> tuple[MigPlan, ...]:
-        return tuple(d.mig for d in self.devices if d.mig is not None)
+    def of(self, family: Family) -> tuple[PlannedDevice, ...]:
+        return tuple(d for d in self.devices if d.family == family)
 
+    def families(self) -> tuple[Family, ...]:
+        return tuple(dict.fromkeys(d.family for d in self.devices))
 
-# ---- quantities -------------------------------------------------------------------------------------
-
-_QUANTITY_RE = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE])?$")
-_SUFFIX = {
-    "Ki": Decimal(1 << 10),
-    "Mi": Decimal(1 << 20),
-    "Gi": Decimal(1 << 30),
-    "Ti": Decimal(1 << 40),
-    "Pi": Decimal(1 << 50),
-    "Ei": Decimal(1 << 60),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-}
+    def limits(self) -> tuple[LibraryLimits, ...]:
+        """What the library enforces, one entry per device that uses it, in GPU order."""
+        out = [lim for d in self.devices if (lim := families.family(d.family).library(d)) is not None]
+        return tuple(sorted(out, key=lambda lim: lim.gpu_index))
 
 
-def parse_quantity(text: object) -> Decimal:
-    """A Kubernetes resource.Quantity string ("20Gi", "1.5G", "50", "500m", "1e3") as an exact Decimal."""
-    if isinstance(text, bool) or not isinstance(text, str | int):
-        raise ValueError(f"{excerpt(text)} is not a quantity")
-    m = _QUANTITY_RE.match(str(text).strip())
-    if m is None:
-        raise ValueError(f"{excerpt(text)} is not a quantity")
-    try:
-        number = Decimal(m.group(1))
-    except InvalidOperation as e:
-        raise ValueError(f"{excerpt(text)} is not a quantity") from e
-    suffix = m.group(2)
-    if suffix is None:
-        return number
-    if suffix[0] in "eE" and len(suffix) > 1:
-        return number.scaleb(int(suffix[1:]))
-    return number * _SUFFIX[suffix]
+@dataclass(frozen=True, slots=True)
+class NodeHolds:
+    """What the node records per family, for planning: the claim's own records and everyone else's."""
+
+    claim: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
+    others: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
+
+    def of(self, family: Family) -> Held:
+        return Held(claim=tuple(self.claim.get(family, ())), others=tuple(self.others.get(family, ())))
 
 
 # ---- planning ---------------------------------------------------------------------------------------
-
-
-def _capacity(consumed: Mapping[str, str], name: str) -> object | None:
-    # Capacity names may be published bare (domain implied) or qualified with the driver's domain.
-    if name in consumed:
-        return consumed[name]
-    return consumed.get(qualified(name))
-
-
-def vgpu_limits(
-    result: ResultModel, *, device: str, gpu: Gpu, policy: VgpuPolicy = VgpuPolicy()
-) -> VgpuLimits:
-    consumed = result.consumed_capacity
-    if not consumed:
-        raise ClaimError(
-            f"vgpu device {device} (request {result.request}) has no consumedCapacity in the allocation; "
-            "the API server needs the DRAConsumableCapacity feature, and the claim must be re-allocated"
-        )
-    values: dict[str, int] = {}
-    for name in (Cap.MEMORY, Cap.CORES):
-        raw = _capacity(consumed, name)
-        if raw is None:
-            raise ClaimError(
-                f"vgpu device {device}: consumedCapacity has no {name!r} (got {excerpt(sorted(consumed))})"
-            )
-        try:
-            amount = parse_quantity(raw)
-        except ValueError as e:
-            raise ClaimError(
-                f"vgpu device {device}: consumedCapacity {name} {excerpt(raw)} is not a quantity"
-            ) from e
-        if amount != amount.to_integral_value():
-            raise ClaimError(
-                f"vgpu device {device}: consumedCapacity {name} {excerpt(raw)} is not a whole number"
-            )
-        values[name] = int(amount)
-    memory, cores = values[Cap.MEMORY], values[Cap.CORES]
-    if not policy.memory_min <= memory <= gpu.memory_bytes or memory % policy.memory_step:
-        raise ClaimError(
-            f"vgpu device {device}: consumed memory {memory} bytes is outside the device's policy "
-            f"({policy.memory_min}…{gpu.memory_bytes} in steps of {policy.memory_step})"
-        )
-    if not 0 <= cores <= policy.cores_max:
-        raise ClaimError(
-            f"vgpu device {device}: consumed cores {cores} is outside the device's policy "
-            f"(0…{policy.cores_max})"
-        )
-    return VgpuLimits(memory_bytes=memory, cores=cores)
-
-
-def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
-    return a_start < b_start + b_size and b_start < a_start + a_size
-
-
-def mig_plan(
-    *,
-    device: str,
-    gpu: Gpu,
-    profile_name: str,
-    start: int,
-    own: frozenset[PlacementKey],
-    tessera: frozenset[PlacementKey],
-) -> MigPlan:
-    """Where the instance comes from: created by Tessera, reused (rolling forward), or an admin's static one.
-
-    `own`: placements this claim's checkpoint entry already records; `tessera`: every recorded placement.
-    """
-    profile: MigProfile | None = gpu.profile_by_name(profile_name)
-    if not gpu.mig_capable or profile is None:
-        raise ClaimError(
-            f"device {device}: GPU {gpu.index} ({gpu.product_name}) has no MIG profile {profile_name}"
-        )
-    if start not in profile.placement_starts:
-        raise ClaimError(
-            f"device {device}: {profile_name} cannot start at memory slice {start} "
-            f"(possible starts: {list(profile.placement_starts)})"
-        )
-    key = PlacementKey(gpu_uuid=gpu.uuid, profile_id=profile.profile_id, start=start)
-    if key in tessera and key not in own:
-        raise PlacementTakenError(
-            f"device {device}: MIG placement {profile_name}@{start} on GPU {gpu.index} is held by "
-            "another prepared claim; unprepare it first"
-        )
-    for inst in gpu.mig_instances:
-        here = PlacementKey(inst.parent_uuid, inst.profile_id, inst.start)
-        if here == key:
-            if key in own:
-                return MigPlan(key, profile.name, profile.memory_slices, MigAction.CREATE)
-            return MigPlan(key, profile.name, profile.memory_slices, MigAction.STATIC, inst)
-        if _overlaps(start, profile.memory_slices, inst.start, inst.size):
-            owner = "another prepared claim" if here in tessera else "an administrator"
-            raise PlacementTakenError(
-                f"device {device}: MIG placement {profile_name}@{start} on GPU {gpu.index} overlaps instance "
-                f"{inst.profile_name}@{inst.start} ({inst.uuid}) created by {owner}; "
-                "destroy that instance or let the scheduler pick another placement"
-            )
-    return MigPlan(key, profile.name, profile.memory_slices, MigAction.CREATE)
 
 
 def _our_results(
@@ -338,18 +164,55 @@ def _opaque_configs(devices: DeviceAllocationModel, *, driver: str) -> tuple[cfg
     return cfg.ordered(entries)
 
 
-def _claim_vgpu_config(devices: Sequence[PlannedDevice]) -> cfg.VgpuConfig | None:
-    configs = [(d.request, d.config) for d in devices if isinstance(d.config, cfg.VgpuConfig)]
-    if not configs:
-        return None
-    first_request, first = configs[0]
-    for request, other in configs[1:]:
-        if other != first:
+def _agreed(used: Sequence[tuple[PlannedDevice, LibraryLimits]], name: str, attr: str) -> object | None:
+    """The one value the claim's library devices give a claim-wide setting (None: none has an opinion)."""
+    first: tuple[object, str] | None = None
+    for d, lim in used:
+        value = getattr(lim, attr)
+        if value is None:
+            continue
+        if first is None:
+            first = (value, d.request)
+        elif value != first[0]:
             raise ConfigError(
-                f"VgpuConfig for request {request} differs from request {first_request}: one claim's vgpu "
-                "devices share one container, so give them the same smLimitPolicy, priority and logLevel"
+                f"request {d.request} sets {name} {value}, request {first[1]} sets {first[0]}: one claim's "
+                "devices share one container and one interception library, so give them the same value"
             )
-    return first
+    return first[0] if first is not None else None
+
+
+def _library_settings(devices: Sequence[PlannedDevice]) -> LibrarySettings | None:
+    """The library's claim-wide settings, when any device of the claim uses it."""
+    used = [(d, lim) for d in devices if (lim := families.family(d.family).library(d)) is not None]
+    if not used:
+        return None
+    policy, log_level = _agreed(used, "smLimitPolicy", "policy"), _agreed(used, "logLevel", "log_level")
+    return LibrarySettings(
+        policy=str(policy) if policy is not None else "default",
+        log_level=log_level if isinstance(log_level, int) else 1,
+    )
+
+
+def _allocated(
+    r: ResultModel, inventory: Inventory, decoded: Sequence[tuple[cfg.OpaqueConfig, cfg.DecodedConfig]]
+) -> Allocated:
+    name, request = r.device or "", r.request or ""
+    try:
+        parsed = families.parse_device_name(name)
+    except InvalidNameError as e:
+        raise ClaimError(f"request {excerpt(request)}: {e}") from e
+    gpu = inventory.gpu_by_index(parsed.index)
+    if gpu is None:
+        raise ClaimError(f"device {name} (request {request}): this node has no GPU with index {parsed.index}")
+    return Allocated(
+        request=request,
+        device=DeviceName(name),
+        detail=parsed.detail,
+        gpu=gpu,
+        share_id=r.share_id or None,
+        consumed=dict(r.consumed_capacity or {}),
+        config=cfg.resolve(decoded, request=request, family=parsed.family.name),
+    )
 
 
 def plan_claim(
@@ -358,9 +221,7 @@ def plan_claim(
     driver: str,
     pool: str,
     inventory: Inventory,
-    own_placements: frozenset[PlacementKey] = frozenset(),
-    tessera_placements: frozenset[PlacementKey] = frozenset(),
-    vgpu_policy: VgpuPolicy = VgpuPolicy(),
+    holds: NodeHolds = NodeHolds(),
 ) -> ClaimPlan:
     """Everything this node must do for the claim, or the first problem found, named."""
     meta = claim.metadata
@@ -369,71 +230,19 @@ def plan_claim(
     ours, devices = _our_results(claim, driver=driver, pool=pool)
     decoded = cfg.decode_all(_opaque_configs(devices, driver=driver))
     planned: list[PlannedDevice] = []
-    seen_mig: set[PlacementKey] = set()
-    seen_vgpu: set[int] = set()
-    enable: list[GpuUUID] = []
     for r in ours:
-        name, request = r.device or "", r.request or ""
-        try:
-            parsed = parse_device_name(name)
-        except InvalidNameError as e:
-            raise ClaimError(f"request {excerpt(request)}: {e}") from e
-        gpu = inventory.gpu_by_index(parsed.index)
-        if gpu is None:
-            raise ClaimError(
-                f"device {name} (request {request}): this node has no GPU with index {parsed.index}"
-            )
-        device_config = cfg.resolve(decoded, request=request, family=parsed.family)
-        limits, mig = None, None
-        if parsed.family is Family.MIG:
-            assert parsed.profile is not None and parsed.start is not None
-            mig = mig_plan(
-                device=name,
-                gpu=gpu,
-                profile_name=parsed.profile,
-                start=parsed.start,
-                own=own_placements,
-                tessera=tessera_placements,
-            )
-            if mig.key in seen_mig:
-                raise ClaimError(f"device {name} is allocated twice in one claim")
-            seen_mig.add(mig.key)
-            if mig.action is MigAction.CREATE and not gpu.mig_enabled and gpu.uuid not in enable:
-                if not gpu.architecture.can_toggle_mig_without_reset:
-                    raise ClaimError(
-                        f"device {name}: GPU {gpu.index} ({gpu.architecture.value}) has MIG mode off and "
-                        "cannot switch it on without a reset; an administrator must enable MIG mode"
-                    )
-                enable.append(gpu.uuid)
-        elif gpu.mig_enabled:
-            raise ClaimError(
-                f"device {name}: GPU {gpu.index} is in MIG mode, so it cannot be used as a whole GPU or vGPU"
-            )
-        elif parsed.family is Family.VGPU:
-            if gpu.index in seen_vgpu:
-                # The limits file has one line per GPU; two shares of one GPU in one container would merge.
-                raise ClaimError(f"device {name} is allocated to two requests of one claim; use one request")
-            seen_vgpu.add(gpu.index)
-            limits = vgpu_limits(r, device=name, gpu=gpu, policy=vgpu_policy)
-        planned.append(
-            PlannedDevice(
-                request=request,
-                device=DeviceName(name),
-                family=parsed.family,
-                gpu_index=gpu.index,
-                gpu_uuid=gpu.uuid,
-                share_id=r.share_id or None,
-                config=device_config,
-                limits=limits,
-                mig=mig,
-            )
-        )
+        d = _allocated(r, inventory, decoded)
+        f = families.parse_device_name(d.device).family
+        planned.append(f.plan(d, holds.of(f.name)))
+    for f in families.FAMILIES:
+        mine = [d for d in planned if d.family == f.name]
+        if mine:
+            f.check_claim(mine)
     return ClaimPlan(
         uid=ClaimUID(meta.uid),
         namespace=meta.namespace or "",
         name=meta.name,
         pool=pool,
         devices=tuple(planned),
-        vgpu=_claim_vgpu_config(planned),
-        enable_mig_mode=tuple(enable),
+        library=_library_settings(planned),
     )

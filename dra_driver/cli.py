@@ -2,6 +2,7 @@
 
     tessera inventory [--simulate NODE.yaml] [--state-file FILE] [--settings FILE] [--node-name NAME]
                       [-o summary|yaml|json]
+    tessera sim inject --node-file NODE.yaml --state-file FILE --gpu I (--xid N | --lost | ... | --clear)
 
 prints the ResourceSlices this node would publish. The daemon's subcommand (`plugin`) is wired in
 `_add_plugin_command` below.
@@ -14,17 +15,20 @@ import json
 import os
 import socket
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import yaml
 
+from dra_driver import families
 from dra_driver.backends import open_backend
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.devices import Json
 from dra_driver.errors import ConfigError, TesseraError
 from dra_driver.explain.cli import add_cli as add_explain_command
+from dra_driver.families.base import Json
 from dra_driver.settings import NodeSettings
+from dra_driver.sim_inject import add_cli as add_sim_command
 from dra_driver.slices import build_slices
 
 Handler = Callable[[argparse.Namespace], int]
@@ -47,9 +51,9 @@ def _load_settings(path: Path | None, node_name: str) -> NodeSettings:
 
 def summary(slices: Sequence[Json]) -> str:
     """One line per slice (devices in the order the scheduler visits them: first and last), then per GPU
-    what is offered."""
+    what is offered, by family."""
     lines: list[str] = []
-    per_gpu: dict[str, list[str]] = {}
+    per_gpu: dict[int, Counter[str]] = {}
     for s in slices:
         spec = s["spec"]
         meta = s["metadata"]
@@ -64,15 +68,13 @@ def summary(slices: Sequence[Json]) -> str:
         span = f" ({devices[0]['name']} ... {devices[-1]['name']})" if devices else ""
         lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(devices)} devices{span}")
         for d in devices:
-            gpu = "-".join(str(d["name"]).split("-")[:2])
-            per_gpu.setdefault(gpu, []).append(str(d["name"]))
+            parsed = families.parse_device_name(str(d["name"]))
+            per_gpu.setdefault(parsed.index, Counter())[parsed.family.name] += 1
     if per_gpu:
         lines.append("per GPU:")
-    for gpu, names in sorted(per_gpu.items(), key=lambda item: int(item[0].split("-")[1])):
-        whole = sum(1 for n in names if n == gpu)
-        vgpu = sum(1 for n in names if n.endswith("-vgpu"))
-        mig = sum(1 for n in names if "-mig-" in n)
-        lines.append(f"  {gpu}: whole {whole}, vgpu {vgpu}, mig {mig}")
+    for index, counts in sorted(per_gpu.items()):
+        shown = ", ".join(f"{name} {counts[name]}" for name in families.names())
+        lines.append(f"  gpu-{index}: {shown}")
     total = sum(len(s["spec"].get("devices", [])) for s in slices)
     lines.append(f"{len(slices)} slices, {total} devices")
     return "\n".join(lines)
@@ -132,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_inventory_command(sub)
     _add_plugin_command(sub)
     add_explain_command(sub)
+    add_sim_command(sub)
     return parser
 
 

@@ -1,75 +1,30 @@
-"""The opaque configuration API `resource.tessera.dev/v1`: strict decoding and merging.
+"""The opaque configuration API `resource.tessera.dev/v1`: strict decoding and merging (pure).
 
-Users put these objects in `spec.devices.config[].opaque.parameters` of a claim or a DeviceClass. Decoding
-is strict (unknown fields, wrong types and bad values are errors that name the field and the fix), and
-merging is field by field: class configs first, then claim configs, later wins. Limits never come from
-here: memory and SM share are taken from the allocation's consumed capacity only.
+Users put these objects in `spec.devices.config[].opaque.parameters` of a claim or a DeviceClass. Each kind
+belongs to one family and is described by its field table (dra_driver/config_schema.py); decoding follows the
+table strictly (unknown fields, wrong types and bad values are errors that name the field and the fix), and
+merging is field by field: class configs first, then claim configs, later wins. Limits never come from here:
+memory and SM share are taken from the allocation's consumed capacity only.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from dra_driver import families
+from dra_driver.config_schema import ConfigField, ConfigKind
 from dra_driver.errors import ConfigError
 from dra_driver.excerpt import clip, excerpt
 from dra_driver.names import CONFIG_API_VERSION, Family
 
 
-class SmLimitPolicy(StrEnum):
-    """HAMi's GPU_CORE_UTILIZATION_POLICY: honour the SM limit, enforce it even when alone, or ignore it."""
-
-    DEFAULT = "default"
-    FORCE = "force"
-    DISABLE = "disable"
-
-
 class ConfigSource(StrEnum):
     FROM_CLASS = "FromClass"
     FROM_CLAIM = "FromClaim"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuConfig:
-    """A whole GPU has nothing to tune yet; the kind exists so configs can name it explicitly."""
-
-
-@dataclass(frozen=True, slots=True)
-class MigConfig:
-    """A MIG instance has nothing to tune yet; the kind exists so configs can name it explicitly."""
-
-
-@dataclass(frozen=True, slots=True)
-class VgpuConfig:
-    sm_limit_policy: SmLimitPolicy = SmLimitPolicy.DEFAULT
-    # HAMi CUDA_TASK_PRIORITY: 0 = high priority (not throttled by low-priority peers), 1 = normal.
-    priority: int = 1
-    log_level: int = 1  # 0 errors only … 4 trace
-
-
-DeviceConfig = GpuConfig | VgpuConfig | MigConfig
-
-KIND_FAMILY: Mapping[str, Family] = {
-    "GpuConfig": Family.GPU,
-    "VgpuConfig": Family.VGPU,
-    "MigConfig": Family.MIG,
-}
-_KIND_CLASS: Mapping[str, type[DeviceConfig]] = {
-    "GpuConfig": GpuConfig,
-    "VgpuConfig": VgpuConfig,
-    "MigConfig": MigConfig,
-}
-_FAMILY_CLASS: Mapping[Family, type[DeviceConfig]] = {
-    Family.GPU: GpuConfig,
-    Family.VGPU: VgpuConfig,
-    Family.MIG: MigConfig,
-}
-
-# JSON field name → (dataclass field, decoder)
-_VGPU_FIELDS = ("smLimitPolicy", "priority", "logLevel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,44 +47,42 @@ class DecodedConfig:
 
     kind: str
     family: Family
-    values: Mapping[str, object]
+    values: Mapping[str, object]  # dataclass attribute → value
 
 
 def _where(entry: OpaqueConfig) -> str:
     return f"config[{entry.index}] ({entry.source.value}) opaque.parameters"
 
 
-def _int_field(value: object, *, path: str, low: int, high: int, meaning: str) -> int:
-    # bool is an int in Python but never in JSON.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{path}: must be an integer {low}-{high} ({meaning}), got {excerpt(value)}")
-    if not low <= value <= high:
-        raise ConfigError(f"{path}: {value} is out of range; use an integer {low}-{high} ({meaning})")
-    return value
-
-
-def _decode_vgpu(params: Mapping[str, Any], where: str) -> dict[str, object]:
-    values: dict[str, object] = {}
-    if "smLimitPolicy" in params:
-        raw = params["smLimitPolicy"]
-        allowed = ", ".join(p.value for p in SmLimitPolicy)
+def _value(f: ConfigField, raw: object, path: str) -> object:
+    """One field's value, checked against its table row."""
+    if f.choices is not None:
+        allowed = f.values_text()
         if not isinstance(raw, str):
-            raise ConfigError(
-                f"{where}.smLimitPolicy: must be a string, one of {allowed}; got {excerpt(raw)}"
-            )
+            raise ConfigError(f"{path}: must be a string, one of {allowed}; got {excerpt(raw)}")
         try:
-            values["sm_limit_policy"] = SmLimitPolicy(raw)
+            return f.choices(raw)
         except ValueError as e:
-            raise ConfigError(f"{where}.smLimitPolicy: {excerpt(raw)} is not one of {allowed}") from e
-    if "priority" in params:
-        values["priority"] = _int_field(
-            params["priority"], path=f"{where}.priority", low=0, high=1, meaning="0 high, 1 normal"
-        )
-    if "logLevel" in params:
-        values["log_level"] = _int_field(
-            params["logLevel"], path=f"{where}.logLevel", low=0, high=4, meaning="0 errors only … 4 trace"
-        )
-    return values
+            raise ConfigError(f"{path}: {excerpt(raw)} is not one of {allowed}") from e
+    low, high = f.minimum, f.maximum
+    # bool is an int in Python but never in JSON.
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise ConfigError(f"{path}: must be an integer {low}-{high} ({f.meaning}), got {excerpt(raw)}")
+    if (low is not None and raw < low) or (high is not None and raw > high):
+        raise ConfigError(f"{path}: {raw} is out of range; use an integer {low}-{high} ({f.meaning})")
+    return raw
+
+
+def _claim_may_set(kind: ConfigKind, params: Mapping[str, Any], where: str) -> None:
+    """A claim cannot raise its own limit or hold others back: some values are an administrator's to set, in
+    a DeviceClass's config (the table's `class_only`)."""
+    for f in kind.fields:
+        for rule in f.class_only:
+            if f.name in params and params[f.name] == rule.value and type(params[f.name]) is type(rule.value):
+                raise ConfigError(
+                    f"{where}.{f.name}: {rule.value} {rule.why}, so only a DeviceClass's config may set it; "
+                    f"{rule.instead}"
+                )
 
 
 def _parameters_object(entry: OpaqueConfig) -> Mapping[str, Any]:
@@ -154,35 +107,25 @@ def decode(entry: OpaqueConfig) -> DecodedConfig:
     api_version = params.get("apiVersion")
     if api_version != CONFIG_API_VERSION:
         raise ConfigError(f"{where}.apiVersion: must be {CONFIG_API_VERSION!r}, got {excerpt(api_version)}")
-    kind = params.get("kind")
-    if not isinstance(kind, str) or kind not in _KIND_CLASS:
-        raise ConfigError(f"{where}.kind: must be one of {', '.join(_KIND_CLASS)}, got {excerpt(kind)}")
-    known = {"apiVersion", "kind", *(_VGPU_FIELDS if kind == "VgpuConfig" else ())}
-    unknown = sorted(k for k in params if k not in known)
+    raw_kind = params.get("kind")
+    owner = families.by_config_kind(raw_kind) if isinstance(raw_kind, str) else None
+    if owner is None:
+        kinds = ", ".join(k.kind for k in families.config_kinds())
+        raise ConfigError(f"{where}.kind: must be one of {kinds}, got {excerpt(raw_kind)}")
+    kind = owner.config
+    unknown = sorted(k for k in params if k not in ("apiVersion", "kind") and kind.field(str(k)) is None)
     if unknown:
-        valid = ", ".join(sorted(known - {"apiVersion", "kind"})) or "none"
+        valid = ", ".join(f.name for f in kind.fields) or "none"
         raise ConfigError(
-            f"{where}.{excerpt(unknown[0], bare=True)}: unknown field in {kind}; valid fields: {valid}"
+            f"{where}.{excerpt(unknown[0], bare=True)}: unknown field in {kind.kind}; valid fields: {valid}"
         )
-    values = _decode_vgpu(params, where) if kind == "VgpuConfig" else {}
+    values: dict[str, object] = {}
+    for f in kind.fields:
+        if f.name in params:
+            values[f.attr] = _value(f, params[f.name], f"{where}.{f.name}")
     if entry.source is ConfigSource.FROM_CLAIM:
-        _claim_may_set(values, where)
-    return DecodedConfig(kind=kind, family=KIND_FAMILY[kind], values=values)
-
-
-def _claim_may_set(values: Mapping[str, object], where: str) -> None:
-    """A claim cannot raise its own limit or hold others back: only an administrator's DeviceClass config
-    may switch the SM limit off or give a claim high priority (which makes the GPU's other claims wait)."""
-    if values.get("priority") == 0:
-        raise ConfigError(
-            f"{where}.priority: 0 (high priority) holds the GPU's other claims back, so only a DeviceClass's "
-            "config may set it; use a DeviceClass your administrator made for high-priority work"
-        )
-    if values.get("sm_limit_policy") is SmLimitPolicy.DISABLE:
-        raise ConfigError(
-            f"{where}.smLimitPolicy: disable switches the claim's SM limit off, so only a DeviceClass's "
-            "config may set it; request fewer or more cores instead"
-        )
+        _claim_may_set(kind, params, where)
+    return DecodedConfig(kind=kind.kind, family=kind.family, values=values)
 
 
 def decode_all(entries: Sequence[OpaqueConfig]) -> tuple[tuple[OpaqueConfig, DecodedConfig], ...]:
@@ -195,18 +138,14 @@ def ordered(entries: Sequence[OpaqueConfig]) -> tuple[OpaqueConfig, ...]:
     return tuple(sorted(entries, key=lambda e: (0 if e.source is ConfigSource.FROM_CLASS else 1, e.index)))
 
 
-def resolve(
-    decoded: Sequence[tuple[OpaqueConfig, DecodedConfig]], *, request: str, family: Family
-) -> DeviceConfig:
+def resolve(decoded: Sequence[tuple[OpaqueConfig, DecodedConfig]], *, request: str, family: Family) -> Any:
     """The effective config of one allocated device: matching entries merged field by field, later wins.
 
     Configs of another family's kind are skipped: a config without `requests` applies to every request,
     and a claim may mix families.
     """
-    merged: dict[str, Any] = {}  # values were type-checked by decode()
+    merged: dict[str, object] = {}  # values were type-checked by decode()
     for entry, config in decoded:
-        if config.family is family and entry.applies_to(request):
+        if config.family == family and entry.applies_to(request):
             merged.update(config.values)
-    cls = _FAMILY_CLASS[family]
-    valid = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in merged.items() if k in valid})
+    return families.family(family).config.build(merged)

@@ -43,5 +43,13 @@ class UnsupportedVersionError(StorageError):
     """A file of ours was written by another (newer) version of Tessera; it is left as it is."""
 
 
+class MpsError(TesseraError):
+    """A GPU's MPS control daemon cannot be started, reached or stopped; the message says where its log is."""
+
+
+class MpsToolError(MpsError):
+    """The MPS control tool itself cannot be run (not installed, not executable)."""
+
+
 class PublishError(TesseraError):
     """Publishing ResourceSlices failed."""

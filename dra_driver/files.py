@@ -1,8 +1,11 @@
-"""Durable file writes shared by every on-disk format Tessera keeps: temp → fsync → rename → fsync(dir),
-and the bounded read that goes with them.
+"""File writes shared by every on-disk format Tessera keeps, and the bounded read that goes with them.
 
-A failed write leaves nothing behind: the temp file is removed, and the target is either the old content or
-the new, never a mix. Modes are set explicitly, whatever the process umask.
+Every write is atomic: temp → rename, so a reader (or a restart after a crash of this process) sees the old
+content or the new, never a mix, and a failed write leaves nothing behind. A *durable* write also fsyncs the
+file before and the directory after the rename, so it survives the machine losing power; that costs a few
+milliseconds and is asked for only where a power loss could otherwise leave the node wrong (docs/
+architecture.md, "Durability"). `fsync_count` counts them for the benchmarks. Modes are set explicitly,
+whatever the process umask.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import errno
 import os
 import secrets
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,10 +25,26 @@ TEMP_MARK = ".tmp-"
 WriteFault = Callable[[], None]
 
 
+_fsyncs = 0
+_fsyncs_lock = threading.Lock()
+
+
+def fsync(fd: int) -> None:
+    global _fsyncs  # noqa: PLW0603 - a process-wide count, like the kernel's
+    with _fsyncs_lock:
+        _fsyncs += 1
+    os.fsync(fd)
+
+
+def fsync_count() -> int:
+    """fsync calls made by this process so far through this module (a benchmark reads the difference)."""
+    return _fsyncs
+
+
 def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
+        fsync(fd)
     finally:
         os.close(fd)
 
@@ -37,8 +57,11 @@ def is_temp(name: str) -> bool:
     return name.startswith(".") and TEMP_MARK in name
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, fault: WriteFault | None = None) -> None:
-    """Replace `path` with `data` durably; raises StorageError and leaves no temp file on failure."""
+def atomic_write(
+    path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True, fault: WriteFault | None = None
+) -> None:
+    """Replace `path` with `data` (durably: fsync'd before and after the rename); raises StorageError and
+    leaves no temp file on failure."""
     tmp = temp_name(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -52,11 +75,13 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, fault: WriteFaul
             view = memoryview(data)[half:]
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if durable:
+                fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise StorageError(f"writing {path}: {e.strerror or e}") from e

@@ -58,6 +58,17 @@ class MigProfile:
     placement_starts: tuple[int, ...]
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class Placement:
+    """Where a MIG instance sits: the one type for a placement, whether offered, planned, live or recorded.
+
+    Tessera owns a live instance exactly when a checkpoint record holds its placement."""
+
+    gpu_uuid: GpuUUID
+    profile_id: int
+    start: int
+
+
 @dataclass(frozen=True, slots=True)
 class MigInstance:
     """A live GPU instance with its single compute instance."""
@@ -71,6 +82,27 @@ class MigInstance:
     ci_id: int
     uuid: str  # "MIG-..."
     device_nodes: tuple[DeviceNode, ...] = ()  # /dev/nvidia-caps/nvidia-cap<N> for the GI and the CI
+
+    @property
+    def placement(self) -> Placement:
+        return Placement(self.parent_uuid, self.profile_id, self.start)
+
+
+class FaultKind(StrEnum):
+    """What a backend saw go wrong with a GPU (dra_driver.gpu_health classifies them)."""
+
+    XID = "xid"  # a critical XID event (NVIDIA's list, application XIDs left out)
+    ECC_DBE = "ecc-dbe"  # a double-bit ECC error event
+    LOST = "lost"  # the GPU is lost or has fallen off the bus (XID 79, NVML_ERROR_GPU_IS_LOST)
+    NVML_ERROR = "nvml-error"  # NVML fails on the device
+    REPORTED = "reported"  # the backend says so without a reason (a simulated node's `healthy: false`)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFault:
+    kind: FaultKind
+    xid: int | None = None  # the XID the fault came from, when it came from one
+    detail: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +128,7 @@ class Gpu:
     mig_profiles: tuple[MigProfile, ...] = ()
     mig_instances: tuple[MigInstance, ...] = ()
     healthy: bool = True
+    faults: tuple[GpuFault, ...] = ()  # what the backend sees wrong now (health watcher, injected faults)
 
     def profile_by_name(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)
@@ -116,3 +149,10 @@ class Inventory:
 
     def gpu_by_uuid(self, uuid: str) -> Gpu | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
+
+    def instance_at(self, placement: Placement) -> MigInstance | None:
+        """The live MIG instance at a placement, if any."""
+        gpu = self.gpu_by_uuid(placement.gpu_uuid)
+        if gpu is None:
+            return None
+        return next((i for i in gpu.mig_instances if i.placement == placement), None)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import NewType
 
 from dra_driver.errors import InvalidNameError
@@ -66,25 +64,17 @@ VIEW_FILE_NAME = "view"
 CLAIM_DIRS_ENV = "TESSERA_CLAIM_DIRS"
 
 
-class Family(StrEnum):
-    """How a GPU is offered; also the value of the `type` attribute."""
-
-    GPU = "gpu"
-    VGPU = "vgpu"
-    MIG = "mig"
+# A device family's name (`gpu`, `vgpu`, `mig`, ...): the value of the `type` attribute and the first label of
+# its DeviceClass. Families are defined in dra_driver/families/, one module each.
+Family = NewType("Family", str)
 
 
 CLASS_DOMAIN = "tessera.dev"
 
 
 def device_class_name(family: Family) -> str:
-    """`gpu.tessera.dev`, `vgpu.tessera.dev`, `mig.tessera.dev`."""
-    return f"{family.value}.{CLASS_DOMAIN}"
-
-
-def mig_device_class_name(profile: str) -> str:
-    """`1g.10gb+me` → `mig-1g.10gb-me.gpu.tessera.dev`: one class per profile for extended resources."""
-    return f"mig-{profile.replace('+', '-')}.{DRIVER_NAME}"
+    """`gpu.tessera.dev`, `vgpu.tessera.dev`, `mig.tessera.dev`, ..."""
+    return f"{family}.{CLASS_DOMAIN}"
 
 
 # Attribute and capacity names (unqualified; qualified with ATTRIBUTE_DOMAIN when published).
@@ -115,88 +105,24 @@ def qualified(name: str) -> str:
     return f"{ATTRIBUTE_DOMAIN}/{name}"
 
 
-# ---- device names -------------------------------------------------------------------------------
+# ---- device names ----------------------------------------------------------------------------------
+# Every device is `gpu-<index>` followed by what its family adds (`-vgpu`, `-mig-1g10gb-0`, nothing for a
+# whole GPU); each family formats and parses its own part (dra_driver/families).
+
+_DEVICE_RE = re.compile(r"^gpu-(0|[1-9]\d{0,3})(?:-([a-z0-9][a-z0-9-]*))?$")
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedDeviceName:
-    family: Family
-    index: int
-    profile: str | None = None  # canonical profile, e.g. "1g.10gb+me"
-    start: int | None = None
+def gpu_device_name(index: int, *parts: str) -> DeviceName:
+    """`gpu-<index>`, and `-`-joined parts a family adds: gpu_device_name(3, "vgpu") → `gpu-3-vgpu`."""
+    return DeviceName("-".join(("gpu", str(index), *parts)))
 
 
-_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
-_PROFILE_LABEL_RE = re.compile(r"^(\d+)g(\d+)gb(-me)?$")
-_DEVICE_RE = re.compile(r"^gpu-(\d+)(?:-(vgpu)|-mig-(\d+g\d+gb(?:-me)?)-(\d+))?$")
-
-
-def profile_label(profile: str) -> str:
-    """`1g.10gb` → `1g10gb`, `1g.10gb+me` → `1g10gb-me` (a DNS-label-safe spelling)."""
-    m = _PROFILE_RE.match(profile)
+def split_device_name(name: str) -> tuple[int, str]:
+    """`gpu-3-vgpu` → (3, "vgpu"); `gpu-0` → (0, "")."""
+    m = _DEVICE_RE.match(name) if isinstance(name, str) else None
     if m is None:
-        raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
-    return f"{m.group(1)}g{m.group(2)}gb{'-me' if m.group(3) else ''}"
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileSize:
-    """What a profile name says about its size: `3g.40gb` → 3 compute slices, 40 GB, no media engines."""
-
-    compute_slices: int
-    memory_gb: int
-    media_extension: bool
-
-
-def parse_profile(profile: str) -> ProfileSize:
-    """The parser of the canonical profile spelling (`<N>g.<M>gb[+me]`), which `profile_label` reformats."""
-    m = _PROFILE_RE.match(profile)
-    if m is None:
-        raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
-    return ProfileSize(int(m.group(1)), int(m.group(2)), m.group(3) is not None)
-
-
-def parse_profile_label(label: str) -> str:
-    m = _PROFILE_LABEL_RE.match(label)
-    if m is None:
-        raise InvalidNameError(f"MIG profile label {excerpt(label)} is not of the form <N>g<M>gb[-me]")
-    return f"{m.group(1)}g.{m.group(2)}gb{'+me' if m.group(3) else ''}"
-
-
-def gpu_device_name(index: int) -> DeviceName:
-    return DeviceName(f"gpu-{index}")
-
-
-def vgpu_device_name(index: int) -> DeviceName:
-    return DeviceName(f"gpu-{index}-vgpu")
-
-
-def mig_device_name(index: int, profile: str, start: int) -> DeviceName:
-    return DeviceName(f"gpu-{index}-mig-{profile_label(profile)}-{start}")
-
-
-def format_device_name(parsed: ParsedDeviceName) -> DeviceName:
-    if parsed.family is Family.GPU:
-        return gpu_device_name(parsed.index)
-    if parsed.family is Family.VGPU:
-        return vgpu_device_name(parsed.index)
-    if parsed.profile is None or parsed.start is None:
-        raise InvalidNameError("a MIG device name needs a profile and a placement start")
-    return mig_device_name(parsed.index, parsed.profile, parsed.start)
-
-
-def parse_device_name(name: str) -> ParsedDeviceName:
-    m = _DEVICE_RE.match(name)
-    if m is None:
-        raise InvalidNameError(
-            f"device name {excerpt(name)} is not one of gpu-<i>, gpu-<i>-vgpu, gpu-<i>-mig-<profile>-<start>"
-        )
-    index = int(m.group(1))
-    if m.group(2):
-        return ParsedDeviceName(Family.VGPU, index)
-    if m.group(3):
-        return ParsedDeviceName(Family.MIG, index, parse_profile_label(m.group(3)), int(m.group(4)))
-    return ParsedDeviceName(Family.GPU, index)
+        raise InvalidNameError(f"device name {excerpt(name)} is not of the form gpu-<index>[-<family part>]")
+    return int(m.group(1)), m.group(2) or ""
 
 
 # ---- counters -----------------------------------------------------------------------------------
@@ -273,6 +199,13 @@ def dra_socket_name(pod_uid: str | None = None) -> str:
     return f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"
 
 
+# ---- device health and metrics -------------------------------------------------------------------
+
+UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"  # the device taint of every device on an unhealthy GPU
+METRICS_PREFIX = "tessera_"  # every Prometheus metric the node daemon exports (kubelet_plugin.metric_names)
+USAGE_DATA_KEY = "usage"  # status.devices[].data: the claim's recent usage, next to `limits`
+
+
 # ---- simulated backend and node settings files (versioned on-disk formats) ----------------------
 
 SIM_API_VERSION = "sim.tessera.dev/v1"
@@ -331,9 +264,3 @@ def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
 # FAKE_NVML_PROC).
 DRIVER_PROC_ROOT_ENV = "TESSERA_DRIVER_PROC_ROOT"
 DEFAULT_DRIVER_PROC_ROOT = "/proc"
-
-
-# ---- test-only fault injection --------------------------------------------------------------------
-
-FAULT_ENV = "TESSERA_FAULT"  # comma-separated fault point names (kubelet_plugin.faults.FaultPoint)
-FAULT_CLAIM_ENV = "TESSERA_FAULT_CLAIM"  # optional: fire only for this claim UID

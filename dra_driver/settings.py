@@ -22,9 +22,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from dra_driver import families as registry
 from dra_driver.device_order import DeviceOrder
 from dra_driver.errors import ConfigError, InvalidNameError
-from dra_driver.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family, parse_profile
+from dra_driver.families.mig import profile_size
+from dra_driver.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
 DEFAULT_VGPU_SHARES = 10  # HAMi's default split count
 MAX_VGPU_SHARES = 128
@@ -44,7 +46,7 @@ def check_node_name(name: str, where: str = "nodeName") -> str:
 @dataclass(frozen=True, slots=True)
 class NodeSettings:
     node_name: str
-    families: frozenset[Family] = field(default_factory=lambda: frozenset(Family))
+    families: frozenset[Family] = field(default_factory=lambda: frozenset(registry.names()))
     vgpu_shares: int = DEFAULT_VGPU_SHARES
     mig_profiles: frozenset[str] | None = None  # None: every profile
     device_order: DeviceOrder = DeviceOrder.FRAGMENTATION_AWARE
@@ -55,9 +57,9 @@ class NodeSettings:
             raise ConfigError(f"vgpuShares: expected an integer, got {self.vgpu_shares!r}")
         if not 1 <= self.vgpu_shares <= MAX_VGPU_SHARES:
             raise ConfigError(f"vgpuShares: {self.vgpu_shares} is out of range; use 1..{MAX_VGPU_SHARES}")
-        bad = [f for f in self.families if not isinstance(f, Family)]
+        bad = sorted(f for f in self.families if registry.find(f) is None)
         if bad:
-            raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(f.value for f in Family)}")
+            raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(registry.names())}")
         if not isinstance(self.device_order, DeviceOrder):
             raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_orders()}")
         if self.mig_profiles is not None:
@@ -80,21 +82,17 @@ class NodeSettings:
                 f"apiVersion/kind: expected {CONFIG_API_VERSION}/{NODE_SETTINGS_KIND}, "
                 f"got {data.get('apiVersion')!r}/{data.get('kind')!r}"
             )
-        families = set(Family)
+        families = set(registry.names())
         raw_families = data.get("families", {})
         if not isinstance(raw_families, Mapping):
             raise ConfigError("families: expected a mapping like {gpu: true, vgpu: false, mig: true}")
         for key, enabled in raw_families.items():
-            try:
-                family = Family(key)
-            except ValueError as e:
-                raise ConfigError(
-                    f"families.{key}: unknown family; use {', '.join(f.value for f in Family)}"
-                ) from e
+            if not isinstance(key, str) or registry.find(key) is None:
+                raise ConfigError(f"families.{key}: unknown family; use {', '.join(registry.names())}")
             if not isinstance(enabled, bool):
                 raise ConfigError(f"families.{key}: expected true or false, got {enabled!r}")
             if not enabled:
-                families.discard(family)
+                families.discard(Family(key))
         shares = data.get("vgpuShares", DEFAULT_VGPU_SHARES)
         if not isinstance(shares, int) or isinstance(shares, bool):
             raise ConfigError(f"vgpuShares: expected an integer, got {shares!r}")
@@ -131,7 +129,7 @@ def _check_profiles(profiles: list[object]) -> None:
         if not isinstance(p, str):
             raise ConfigError(f"migProfiles[{k}]: expected a profile name like 1g.10gb, got {p!r}")
         try:
-            parse_profile(p)
+            profile_size(p)
         except InvalidNameError as e:
             raise ConfigError(f"migProfiles[{k}]: {e} (spelled as nvidia-smi mig -lgip does: 1g.10gb)") from e
 

@@ -3,10 +3,10 @@
 Pure. Packing respects every API limit: counter sets and devices in separate slices (Kubernetes ≥ 1.35),
 ≤ 8 counter sets per slice, ≤ 32 counters per set, ≤ 64 devices per slice when any device consumes
 counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters.
-The node's devices are filtered by the settings' `migProfiles`, lose the counter sets that can never bind
-and are put in the settings' `deviceOrder` (dra_driver.device_order) here, in one place, then cut into
-slices in that order: kube-scheduler visits a
-pool's slices by name and allocates first-fit, so this order is the placement policy inside a node. Any
+The families offer each GPU's devices (the MIG family only the settings' `migProfiles`); here they lose
+the counter sets that can never bind and are put in the settings' `deviceOrder` (dra_driver.device_order),
+in one place, then cut into slices in that order: kube-scheduler visits a pool's slices by name and
+allocates first-fit, so this order is the placement policy inside a node. Any
 change rewrites every slice of the pool anyway (a new pool generation), so nothing is gained by keeping a
 GPU's devices in one slice. The publisher owns `pool.generation`; `build_slices` writes the generation it
 is given.
@@ -14,15 +14,18 @@ is given.
 
 from __future__ import annotations
 
-from collections import Counter as Count
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from fractions import Fraction
 
 from dra_driver.device_order import order_devices
-from dra_driver.devices import GpuDevices, Json, PlacementRef, gpu_devices, parse_mib_quantity
+from dra_driver.devices import GpuDevices, gpu_devices
 from dra_driver.errors import InventoryError
-from dra_driver.model import Inventory
-from dra_driver.names import DRIVER_NAME, Attr, Family, qualified, resource_slice_name
+from dra_driver.families.base import Json
+from dra_driver.model import Inventory, Placement
+from dra_driver.names import DRIVER_NAME, resource_slice_name
+from dra_driver.quantity import parse_quantity
 from dra_driver.settings import NodeSettings
+from dra_driver.taints import GpuTaints, inventory_taints, tainted
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceSlice"
@@ -62,34 +65,24 @@ def pack_devices(devices: Sequence[Json]) -> list[list[Json]]:
     return [list(devices[i : i + limit]) for i in range(0, len(devices), limit)]
 
 
-def _published(device: Json, settings: NodeSettings) -> bool:
-    """False for a MIG placement of a profile the settings leave out (an administrator's instance stays)."""
-    attributes = device.get("attributes") or {}
-    if attributes.get(qualified(Attr.TYPE)) != {"string": Family.MIG.value}:
-        return True
-    if qualified(Attr.MIG_STATIC) in attributes:
-        return True
-    return settings.publishes_profile(str(attributes[qualified(Attr.PROFILE)]["string"]))
-
-
 def _binding(devices: Sequence[Json], counter_sets: Sequence[Json]) -> set[str]:
     """Names of the counter sets that can ever stop an allocation: those whose devices, all allocated at
     once, would consume more than the set holds. A set that cannot bind (one device alone on its GPU, or
     MIG placements that never overlap) changes no allocation, so it is left out: kube-scheduler 1.36 reads
     every node's counter slices when it filters any node (fixed upstream in 1.37, kubernetes#138917), so a
     pool without counters keeps scheduling cost linear in the number of nodes."""
-    demand: dict[str, Count[str]] = {}
+    demand: dict[str, dict[str, Fraction]] = {}
     for d in devices:
         for use in d.get("consumesCounters") or ():
-            wanted = demand.setdefault(use["counterSet"], Count())
+            wanted = demand.setdefault(use["counterSet"], {})
             for name, amount in use["counters"].items():
-                wanted[name] += parse_mib_quantity(amount["value"])
+                wanted[name] = wanted.get(name, Fraction(0)) + parse_quantity(amount["value"]).value
     return {
         cs["name"]
         for cs in counter_sets
         if any(
-            total > parse_mib_quantity(cs["counters"][name]["value"])
-            for name, total in demand.get(cs["name"], Count()).items()
+            total > parse_quantity(cs["counters"][name]["value"]).value
+            for name, total in demand.get(cs["name"], {}).items()
         )
     }
 
@@ -126,23 +119,33 @@ def build_slices(
     inventory: Inventory,
     settings: NodeSettings,
     *,
-    owned_placements: frozenset[PlacementRef] = frozenset(),
+    owned_placements: Collection[Placement] = frozenset(),
     degraded: bool = False,
     generation: int = 1,
+    taints: GpuTaints | None = None,
+    taints_supported: bool = True,
 ) -> list[Json]:
     """The pool's slices: counter-set slices first, then device slices, named `<node>-gpu.tessera.dev-<k>`.
 
     `owned_placements`: MIG placements Tessera created (from the checkpoint); other live instances are an
     administrator's. `degraded`: whole GPUs only and no counters, for API servers without the
-    partitionable-devices / consumable-capacity features.
+    partitionable-devices / consumable-capacity features. `taints`: GPU UUID → the taints every device of
+    that GPU carries (default: from the faults the inventory reports, `dra_driver.taints`); where the API
+    server cannot keep taints (`taints_supported` false: DeviceTaints off), a tainted GPU offers nothing.
     """
-    groups = [
-        gpu_devices(g, inventory, settings, owned=owned_placements, degraded=degraded)
-        for g in sorted(inventory.gpus, key=lambda g: g.index)
-    ]
+    gpu_taints = inventory_taints(inventory) if taints is None else taints
+    groups = []
+    for g in sorted(inventory.gpus, key=lambda g: g.index):
+        group = gpu_devices(g, inventory, settings, owned=owned_placements, degraded=degraded)
+        marks = gpu_taints.get(g.uuid, ())
+        if marks and not taints_supported:
+            group = GpuDevices(g.index, None, ())
+        elif marks:
+            group = GpuDevices(group.index, group.counter_set, tainted(group.devices, marks))
+        groups.append(group)
     for group in groups:
         _check(group)
-    built = [d for g in groups for d in g.devices if _published(d, settings)]
+    built = [d for g in groups for d in g.devices]
     sets = [g.counter_set for g in groups if g.counter_set is not None]
     keep = _binding(built, sets)
     devices = order_devices(_without_idle_counters(built, keep), settings.device_order)

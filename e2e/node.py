@@ -10,6 +10,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -28,10 +29,12 @@ from dra_driver.names import DRIVER_NAME
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord
+from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
 from e2e.fake_nvml import FakeNvmlNode
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
 from e2e.plugin_identity import PluginCredentials, issue, report_running, revoke
+from kubelet_plugin.paths import PluginPaths
 
 log = structlog.get_logger(__name__)
 
@@ -135,6 +138,7 @@ class SimNode:
         die_with_parent: bool = True,
         backend: BackendKind = BackendKind.SIMULATED,
         settings_file: Path | None = None,
+        plugin_args: tuple[str, ...] = (),
     ) -> None:
         self.api = api
         self.node_file = node_file.resolve()
@@ -146,6 +150,8 @@ class SimNode:
         self.die_with_parent = die_with_parent
         self.backend = backend
         self.settings_file = settings_file  # the daemon's --settings (NodeSettings); a restart rereads it
+        self.plugin_args = plugin_args  # more daemon flags (e.g. a shorter --health-interval)
+        self.metrics_port = free_port()  # the daemon's /metrics and /healthz, on loopback
         self.plugin: ComponentRecord | None = None
         self.standin: ComponentRecord | None = None
         self.credentials: PluginCredentials | None = None
@@ -180,6 +186,10 @@ class SimNode:
     @property
     def library_path(self) -> Path:
         return self.root / "var/lib/tessera/lib/libtessera.so"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
     def logs(self) -> Path:
@@ -265,7 +275,10 @@ class SimNode:
                 *settings,
                 f"--kubeconfig={credentials.kubeconfig}",
                 f"--library-path={self.library_path}",
+                f"--mps-control={FAKE_MPS_CONTROL}",
+                f"--metrics-address=127.0.0.1:{self.metrics_port}",
                 "--log-format=json",
+                *self.plugin_args,
             ],
             log_path=self.logs / "plugin.log",
             die_with_parent=self.die_with_parent,
@@ -285,6 +298,7 @@ class SimNode:
 
     def stop(self, *, delete_node_object: bool = True) -> None:
         self.stop_plugin()
+        stop_mps_daemons(PluginPaths.under(self.root).mps_dir)  # they outlive the plugin, by design
         if self.standin is not None:
             stop_record(self.standin, grace_s=15.0)
             self.standin = None
@@ -355,6 +369,10 @@ class SimNode:
     def claim_dirs(self) -> list[Path]:
         return entries_of(self.claims_dir)
 
+    def mps_dirs(self) -> list[Path]:
+        """One per GPU whose MPS control daemon runs (or whose leftovers were not cleaned)."""
+        return entries_of(PluginPaths.under(self.root).mps_dir)
+
 
 # ---- what a node's plugin left in the API and on the host (shared with e2e.realnode) ---------------------
 
@@ -390,6 +408,13 @@ def cdi_specs_in(cdi_dir: Path) -> list[Path]:
 
 def entries_of(directory: Path) -> list[Path]:
     return sorted(directory.iterdir()) if directory.is_dir() else []
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def node_kubeconfig(plane: Any, name: str) -> Path:

@@ -72,6 +72,7 @@ def start_node(
     labels: dict[str, str] | None = None,
     backend: BackendKind = BackendKind.SIMULATED,
     settings_file: Path | None = None,
+    plugin_args: tuple[str, ...] = (),
 ) -> SimNode:
     """Starts one simulated node (plugin + stand-in) under `root`; its plugin runs with its own
     ServiceAccount token, bound to its plugin pod on the node, on `backend`."""
@@ -86,6 +87,7 @@ def start_node(
         die_with_parent=die_with_parent,
         backend=backend,
         settings_file=settings_file,
+        plugin_args=plugin_args,
     )
     try:
         node.start()

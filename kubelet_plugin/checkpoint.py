@@ -1,7 +1,8 @@
 """The prepare/unprepare checkpoint as plain values, with a checksummed, versioned JSON form (pure).
 
-An entry is written `PrepareStarted` (with the MIG placements it intends to create) before anything is
-created, so after a crash every Tessera MIG instance can be told from an administrator's by its placement.
+An entry is written `PrepareStarted` (with what each family intends: the MIG placements it will create, ...)
+before anything is created, so after a crash every Tessera MIG instance can be told from an administrator's by
+its placement. Each family encodes its own records (dra_driver/families) under its own key.
 
 Decoding trusts nothing: every field is type-checked and a file that is not exactly what `encode` writes
 raises StorageError naming what is wrong (bounded, see `dra_driver.excerpt`). Another apiVersion of ours
@@ -18,9 +19,12 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from dra_driver import families
 from dra_driver.errors import InvalidNameError, StorageError, UnsupportedVersionError
 from dra_driver.excerpt import clip, excerpt
-from dra_driver.names import ClaimUID, GpuUUID
+from dra_driver.model import Placement
+from dra_driver.names import ClaimUID, Family, GpuUUID
+from kubelet_plugin.results import PreparedDevice
 
 API_GROUP = "checkpoint.tessera.dev"
 API_VERSION = f"{API_GROUP}/v1"
@@ -67,106 +71,31 @@ class ClaimState(StrEnum):
     UNPREPARE_STARTED = "UnprepareStarted"
 
 
-@dataclass(frozen=True, slots=True)
-class MigRecord:
-    """A MIG instance a claim uses: intended (ids unset) until created, or an admin's static one."""
-
-    device: str
-    gpu_uuid: GpuUUID
-    profile_id: int
-    profile_name: str
-    start: int
-    created_by_tessera: bool = True
-    gi_id: int | None = None
-    ci_id: int | None = None
-    uuid: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "gpuUUID": self.gpu_uuid,
-            "profileID": self.profile_id,
-            "profileName": self.profile_name,
-            "start": self.start,
-            "createdByTessera": self.created_by_tessera,
-            "giID": self.gi_id,
-            "ciID": self.ci_id,
-            "uuid": self.uuid,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> MigRecord:
-        return cls(
-            device=_field(d, "device", str),
-            gpu_uuid=GpuUUID(_field(d, "gpuUUID", str)),
-            profile_id=_field(d, "profileID", int),
-            profile_name=_field(d, "profileName", str),
-            start=_field(d, "start", int),
-            created_by_tessera=_field(d, "createdByTessera", bool),
-            gi_id=_field(d, "giID", int, optional=True),
-            ci_id=_field(d, "ciID", int, optional=True),
-            uuid=_field(d, "uuid", str, optional=True),
-        )
+def _device_to_dict(d: PreparedDevice) -> dict[str, Any]:
+    return {
+        "requestNames": list(d.request_names),
+        "poolName": d.pool_name,
+        "deviceName": d.device_name,
+        "cdiDeviceIDs": list(d.cdi_device_ids),
+        "shareID": d.share_id,
+    }
 
 
-@dataclass(frozen=True, slots=True)
-class GpuShare:
-    """A vgpu claim's place on a shared GPU: its slot in the GPU's time-division schedule (gpu_sharing.py)."""
-
-    gpu_uuid: GpuUUID
-    slot: int
-    cores: int  # the share its part of the frame is sized by; 0 = none reserved
-    high_priority: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpuUUID": self.gpu_uuid,
-            "slot": self.slot,
-            "cores": self.cores,
-            "highPriority": self.high_priority,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> GpuShare:
-        slot, cores = _field(d, "slot", int), _field(d, "cores", int)
-        if not 1 <= slot <= 65535 or not 0 <= cores <= 100:
-            raise _MalformedError(f"share slot {slot} (1-65535) or cores {cores} (0-100) out of range")
-        return cls(
-            gpu_uuid=GpuUUID(_field(d, "gpuUUID", str)),
-            slot=slot,
-            cores=cores,
-            high_priority=_field(d, "highPriority", bool),
-        )
+def _device_from_dict(d: Mapping[str, Any]) -> PreparedDevice:
+    return PreparedDevice(
+        request_names=_strings(d, "requestNames"),
+        pool_name=_field(d, "poolName", str),
+        device_name=_field(d, "deviceName", str),
+        cdi_device_ids=_strings(d, "cdiDeviceIDs"),
+        share_id=_field(d, "shareID", str, optional=True),
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceRecord:
-    """One device of the answer given to the kubelet, replayed on an idempotent prepare."""
+Records = tuple[tuple[Family, tuple[object, ...]], ...]  # per family, sorted by name; hashable
 
-    request_names: tuple[str, ...]
-    pool_name: str
-    device_name: str
-    cdi_device_ids: tuple[str, ...]
-    share_id: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "requestNames": list(self.request_names),
-            "poolName": self.pool_name,
-            "deviceName": self.device_name,
-            "cdiDeviceIDs": list(self.cdi_device_ids),
-            "shareID": self.share_id,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> DeviceRecord:
-        return cls(
-            request_names=_strings(d, "requestNames"),
-            pool_name=_field(d, "poolName", str),
-            device_name=_field(d, "deviceName", str),
-            cdi_device_ids=_strings(d, "cdiDeviceIDs"),
-            share_id=_field(d, "shareID", str, optional=True),
-        )
+def records_of(by_family: Mapping[Family, Iterable[object]]) -> Records:
+    return tuple(sorted((f, tuple(r)) for f, r in by_family.items() if r))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,25 +104,35 @@ class ClaimEntry:
     namespace: str
     name: str
     state: ClaimState
-    devices: tuple[DeviceRecord, ...] = ()
-    mig: tuple[MigRecord, ...] = ()
-    has_claim_dir: bool = False
-    sharing: tuple[GpuShare, ...] = ()  # vgpu devices: their slots on shared GPUs
+    devices: tuple[PreparedDevice, ...] = ()  # the answer given to the kubelet, replayed on a repeat
+    records: Records = ()  # what each family holds for the claim (MIG placements, slots, ...)
+    has_claim_dir: bool = False  # a device uses the interception library: the claim has a directory
+
+    def of(self, family: Family) -> tuple[object, ...]:
+        return next((r for f, r in self.records if f == family), ())
 
     def with_state(self, state: ClaimState) -> ClaimEntry:
         return replace(self, state=state)
 
+    def with_records(self, family: Family, records: Iterable[object]) -> ClaimEntry:
+        mine = {f: r for f, r in self.records}
+        mine[family] = tuple(records)
+        return replace(self, records=records_of(mine))
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "uid": self.uid,
             "namespace": self.namespace,
             "name": self.name,
             "state": self.state.value,
-            "devices": [d.to_dict() for d in self.devices],
-            "mig": [m.to_dict() for m in self.mig],
+            "devices": [_device_to_dict(d) for d in self.devices],
             "claimDir": self.has_claim_dir,
-            "sharing": [s.to_dict() for s in self.sharing],
         }
+        # every family's key is written, empty or not, so the previous version can read the file
+        for f in families.with_records():
+            assert f.record_key is not None
+            out[f.record_key] = [f.encode_record(r) for r in self.of(f.name)]
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ClaimEntry:
@@ -203,15 +142,19 @@ class ClaimEntry:
             raise _MalformedError(
                 f"field 'state' must be one of {[s.value for s in ClaimState]}, got {excerpt(state)}"
             )
+        by_family: dict[Family, list[object]] = {}
+        for f in families.with_records():
+            assert f.record_key is not None
+            if f.record_key in d:
+                by_family[f.name] = [f.decode_record(x) for x in _objects(d, f.record_key)]
         return cls(
             uid=ClaimUID(_field(d, "uid", str)),
             namespace=_field(d, "namespace", str),
             name=_field(d, "name", str),
             state=ClaimState(state),
-            devices=tuple(DeviceRecord.from_dict(x) for x in _objects(d, "devices")),
-            mig=tuple(MigRecord.from_dict(x) for x in _objects(d, "mig")),
+            devices=tuple(_device_from_dict(x) for x in _objects(d, "devices")),
+            records=records_of(by_family),
             has_claim_dir=bool(_field(d, "claimDir", bool, optional=True)),
-            sharing=tuple(GpuShare.from_dict(x) for x in (_objects(d, "sharing") if "sharing" in d else [])),
         )
 
 
@@ -219,8 +162,8 @@ class ClaimEntry:
 class Checkpoint:
     boot_id: str
     claims: Mapping[ClaimUID, ClaimEntry] = field(default_factory=dict)
-    # GPUs whose MIG mode Tessera switched on; it switches them off again after its last instance.
-    mig_mode_owned: frozenset[GpuUUID] = frozenset()
+    # Per family, the GPUs whose node-wide state it changed (MIG mode switched on) and must restore.
+    owned: Mapping[Family, frozenset[GpuUUID]] = field(default_factory=dict)
 
     def entry(self, uid: ClaimUID) -> ClaimEntry | None:
         return self.claims.get(uid)
@@ -234,20 +177,21 @@ class Checkpoint:
         drop = set(uids)
         return replace(self, claims={u: e for u, e in self.claims.items() if u not in drop})
 
-    def with_mig_mode_owned(self, gpus: frozenset[GpuUUID]) -> Checkpoint:
-        return replace(self, mig_mode_owned=gpus)
+    def owned_by(self, family: Family) -> frozenset[GpuUUID]:
+        return self.owned.get(family, frozenset())
 
-    def shares(self) -> Iterable[GpuShare]:
-        """Every vgpu claim's place on a shared GPU."""
-        for entry in self.claims.values():
-            yield from entry.sharing
+    def with_owned(self, family: Family, gpus: Iterable[GpuUUID]) -> Checkpoint:
+        owned = {f: g for f, g in self.owned.items() if f != family}
+        mine = frozenset(gpus)
+        return replace(self, owned={**owned, family: mine} if mine else owned)
 
-    def tessera_mig(self) -> Iterable[tuple[ClaimEntry, MigRecord]]:
-        """Every MIG record Tessera created or intends to create, across all claims."""
-        for entry in self.claims.values():
-            for record in entry.mig:
-                if record.created_by_tessera:
-                    yield entry, record
+    def records(self, family: Family, *, excluding: ClaimUID | None = None) -> tuple[object, ...]:
+        """Every claim's records of one family (but `excluding`'s)."""
+        return tuple(r for e in self.claims.values() if e.uid != excluding for r in e.of(family))
+
+    def placements(self) -> frozenset[Placement]:
+        """Every MIG placement a claim holds: the live instances there are Tessera's."""
+        return frozenset(p for f in families.FAMILIES for p in f.placements(self.records(f.name)))
 
 
 def _canonical(obj: object) -> str:
@@ -260,12 +204,17 @@ def _entry_json(entry: ClaimEntry) -> str:
     return _canonical(entry.to_dict())
 
 
+def _owned_keys() -> list[tuple[str, Family]]:
+    return sorted((f.owned_key, f.name) for f in families.FAMILIES if f.owned_key is not None)
+
+
 def _body_json(cp: Checkpoint) -> str:
     """The canonical body (sorted keys, no spaces), built from cached entry fragments."""
     claims = ",".join(_entry_json(cp.claims[uid]) for uid in sorted(cp.claims))
-    boot = json.dumps(cp.boot_id)
-    owned = json.dumps(sorted(cp.mig_mode_owned), separators=(",", ":"))
-    return f'{{"bootID":{boot},"claims":[{claims}],"migModeOwned":{owned}}}'
+    fields = {"bootID": json.dumps(cp.boot_id), "claims": f"[{claims}]"}
+    for key, family in _owned_keys():
+        fields[key] = json.dumps(sorted(cp.owned_by(family)), separators=(",", ":"))
+    return "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in sorted(fields.items())) + "}"
 
 
 def _digest(canonical: str) -> str:
@@ -316,11 +265,11 @@ def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
         raise StorageError(f"{source}: checksum mismatch; the file is corrupt or was edited by hand")
     try:
         entries = [ClaimEntry.from_dict(e) for e in _objects(body, "claims")]
-        owned = _strings(body, "migModeOwned")
+        owned = {f: frozenset(GpuUUID(g) for g in _strings(body, key)) for key, f in _owned_keys()}
         boot_id = _field(body, "bootID", str)
     except (ValueError, InvalidNameError) as e:
         raise StorageError(f"{source}: malformed content ({e}); the file is corrupt") from e
     claims = {e.uid: e for e in entries}
     if len(claims) != len(entries):
         raise StorageError(f"{source}: a claim is listed twice; the file is corrupt")
-    return Checkpoint(boot_id=boot_id, claims=claims, mig_mode_owned=frozenset(GpuUUID(g) for g in owned))
+    return Checkpoint(boot_id=boot_id, claims=claims, owned={f: g for f, g in owned.items() if g})

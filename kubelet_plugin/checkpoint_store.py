@@ -1,4 +1,5 @@
-"""Loading and saving the checkpoint file: atomic, fsync'd, verified on read, kept aside when unreadable."""
+"""Loading and saving the checkpoint file: atomic (durable when asked), verified on read, kept aside when
+unreadable."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import structlog
 
 from dra_driver.errors import StorageError
 from dra_driver.files import atomic_write, fsync_dir, read_bounded
+from kubelet_plugin import metrics
 from kubelet_plugin.checkpoint import Checkpoint, decode, encode
 from kubelet_plugin.file_modes import CHECKPOINT_MODE
 
@@ -47,8 +49,13 @@ class CheckpointStore:
             raise StorageError(f"checkpoint: {e}") from e
         return decode(data, source=f"checkpoint {self._path}")
 
-    def save(self, checkpoint: Checkpoint) -> None:
-        atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE)
+    def save(self, checkpoint: Checkpoint, *, durable: bool = True) -> None:
+        try:
+            atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE, durable=durable)
+        except Exception:
+            metrics.CHECKPOINT_ERRORS.inc()
+            raise
+        metrics.CHECKPOINT_WRITES.inc()
 
     def set_aside(self) -> Path:
         """Keep an unreadable checkpoint for a human, under a timestamped name next to it.

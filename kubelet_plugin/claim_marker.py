@@ -1,40 +1,52 @@
 """Tessera's marker in a claim's CDI spec: its checkpoint entry, kept where the claim's files are (pure).
 
 The checkpoint is the one record of what Tessera prepared. If it is ever unreadable, each prepared claim's
-spec still says which claim it belongs to (namespace, name, UID), what was answered, which MIG instances
-Tessera created for it, and on which GPUs Tessera had switched MIG mode on, so the node's state can be rebuilt
-from the node itself (`kubelet_plugin.recovery`). Container runtimes ignore spec annotations.
+spec still says which claim it belongs to (namespace, name, UID), what was answered, what its families hold
+(the MIG instances Tessera created for it, ...), and on which GPUs Tessera had changed node-wide state
+(switched MIG mode on), so the node's state can be rebuilt from the node itself (`kubelet_plugin.recovery`).
+Container runtimes ignore spec annotations.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dra_driver import families
 from dra_driver.errors import InvalidNameError, StorageError
 from dra_driver.excerpt import clip
-from dra_driver.names import DRIVER_NAME, ClaimUID, GpuUUID
+from dra_driver.names import DRIVER_NAME, ClaimUID, Family, GpuUUID
 from kubelet_plugin.checkpoint import ClaimEntry, ClaimState
 
 ENTRY_ANNOTATION = f"{DRIVER_NAME}/checkpoint-entry"
-MIG_MODE_ANNOTATION = f"{DRIVER_NAME}/mig-mode-owned"
+
+
+def owned_annotation(owned_key: str) -> str:
+    """`migModeOwned` → `gpu.tessera.dev/mig-mode-owned`: where a family's node-wide ownership is marked."""
+    return f"{DRIVER_NAME}/" + re.sub(r"(?<!^)([A-Z])", r"-\1", owned_key).lower()
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimMarker:
     entry: ClaimEntry  # as it is once the claim is prepared
-    mig_mode_owned: frozenset[GpuUUID]  # GPUs this claim uses whose MIG mode Tessera switched on
+    owned: Mapping[Family, frozenset[GpuUUID]]  # per family, GPUs this claim uses whose state Tessera changed
 
 
-def marker_annotations(entry: ClaimEntry, *, mig_mode_owned: Iterable[GpuUUID]) -> dict[str, str]:
-    """The annotations for the spec of a claim being prepared; only its own GPUs' MIG mode is named."""
+def _owning() -> list[tuple[Family, str]]:
+    return [(f.name, owned_annotation(f.owned_key)) for f in families.FAMILIES if f.owned_key is not None]
+
+
+def marker_annotations(entry: ClaimEntry, *, owned: Mapping[Family, frozenset[GpuUUID]]) -> dict[str, str]:
+    """The annotations for the spec of a claim being prepared; only its own GPUs' node-wide state is named."""
     completed = entry.with_state(ClaimState.PREPARE_COMPLETED)
-    used = {r.gpu_uuid for r in entry.mig}
     out = {ENTRY_ANNOTATION: json.dumps(completed.to_dict(), sort_keys=True, separators=(",", ":"))}
-    owned = sorted(g for g in mig_mode_owned if g in used)
-    if owned:
-        out[MIG_MODE_ANNOTATION] = ",".join(owned)
+    for family, annotation in _owning():
+        used = families.family(family).record_gpus(entry.of(family))
+        mine = sorted(g for g in owned.get(family, frozenset()) if g in used)
+        if mine:
+            out[annotation] = ",".join(mine)
     return out
 
 
@@ -52,8 +64,10 @@ def parse_marker(annotations: Mapping[str, str], *, uid: ClaimUID) -> ClaimMarke
         raise StorageError(f"annotation {ENTRY_ANNOTATION} is malformed ({clip(str(e), 200)})") from e
     if entry.uid != uid:
         raise StorageError(f"annotation {ENTRY_ANNOTATION} names claim {entry.uid}, the file claim {uid}")
-    owned = annotations.get(MIG_MODE_ANNOTATION, "")
+    owned = {
+        family: frozenset(GpuUUID(g) for g in annotations.get(annotation, "").split(",") if g)
+        for family, annotation in _owning()
+    }
     return ClaimMarker(
-        entry=entry.with_state(ClaimState.PREPARE_COMPLETED),
-        mig_mode_owned=frozenset(GpuUUID(g) for g in owned.split(",") if g),
+        entry=entry.with_state(ClaimState.PREPARE_COMPLETED), owned={f: g for f, g in owned.items() if g}
     )

@@ -1,12 +1,15 @@
-"""Per-claim host directories for vgpu claims: the limits file the interception library reads and the
-accounting region it maps. Modes and why: `kubelet_plugin.file_modes`, docs/security.md.
+"""Per-claim host directories for claims whose devices use the interception library: the limits file the
+library reads and the accounting region it shares. Modes and why: `kubelet_plugin.file_modes`,
+docs/security.md.
 
 The directory appears atomically (built under a temp name, then renamed), so the library never sees a
-directory without its limits file. The daemon creates both files the library needs (`limits`, and `region`
-empty, which the library formats on first use), so the directory itself needs no write access for the
-container's users. A container can still fill it (a root process ignores modes): removal therefore renames
-the directory aside (cheap, under the node lock) and removes the tree later, outside the lock, with the
-bounded, link-safe `dra_driver.safe_tree.remove_tree` (`removals_deferred`).
+directory without its limits file. Nothing here is fsync'd: after a power loss the claim's containers are
+gone and start-up reconciliation rewrites or removes the directory (docs/architecture.md, "Durability").
+The daemon creates both files the library needs (`limits`, and `region` empty, which the library formats on
+first use), so the directory itself needs no write access for the container's users. A container can still
+fill it (a root process ignores modes): removal therefore renames the directory aside (cheap, under the node
+lock) and removes the tree later, outside the lock, with the bounded, link-safe
+`dra_driver.safe_tree.remove_tree` (`removals_deferred`).
 """
 
 from __future__ import annotations
@@ -15,51 +18,18 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
 
-from dra_driver.allocation import ClaimPlan
 from dra_driver.errors import InvalidNameError, StorageError
-from dra_driver.files import WriteFault, atomic_write, fsync_dir, is_temp, temp_name
-from dra_driver.names import (
-    LIMITS_FILE_NAME,
-    REGION_FILE_NAME,
-    VIEW_FILE_NAME,
-    ClaimUID,
-    Family,
-    container_gpu_dir,
-)
+from dra_driver.files import WriteFault, atomic_write, is_temp, temp_name
+from dra_driver.names import LIMITS_FILE_NAME, REGION_FILE_NAME, ClaimUID
 from dra_driver.safe_tree import MAX_ENTRIES, is_plain_file, remove_tree
-from kubelet_plugin.checkpoint import GpuShare
 from kubelet_plugin.file_modes import CLAIM_DIR_MODE, CLAIMS_ROOT_MODE, LIMITS_MODE, REGION_MODE, make_dir
 
-LIMITS_VERSION = 1
 log = structlog.get_logger(__name__)
-
-
-def render_limits(plan: ClaimPlan, shares: Sequence[GpuShare] = ()) -> str:
-    """The limits file: one line per vgpu device keyed by GPU UUID (robust to device reordering), naming the
-    GPU's view and the claim's slot in its schedule where the claim has one (interceptor/README.md)."""
-    if plan.vgpu is None:
-        raise ValueError("only claims with vgpu devices have a limits file")
-    slots = {s.gpu_uuid: s.slot for s in shares}
-    lines = [
-        f"version {LIMITS_VERSION}",
-        f"policy {plan.vgpu.sm_limit_policy.value}",
-        f"loglevel {plan.vgpu.log_level}",
-    ]
-    for d in sorted(plan.devices, key=lambda d: d.gpu_index):
-        if d.family is Family.VGPU and d.limits is not None:
-            line = (
-                f"gpu {d.gpu_uuid} memory {d.limits.memory_bytes} cores {d.limits.cores} "
-                f"priority {plan.vgpu.priority}"
-            )
-            if d.gpu_uuid in slots:
-                line += f" slot {slots[d.gpu_uuid]} view {container_gpu_dir(d.gpu_uuid)}/{VIEW_FILE_NAME}"
-            lines.append(line)
-    return "\n".join(lines) + "\n"
 
 
 def _create(path: Path, data: bytes, *, mode: int, fault: WriteFault | None = None) -> None:
@@ -71,7 +41,6 @@ def _create(path: Path, data: bytes, *, mode: int, fault: WriteFault | None = No
             fault()
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -106,7 +75,7 @@ class ClaimDirs:
                     _create(final / REGION_FILE_NAME, b"", mode=REGION_MODE)
             except OSError as e:
                 raise StorageError(f"claim directory {final}: {e.strerror or e}") from e
-            atomic_write(final / LIMITS_FILE_NAME, data, mode=LIMITS_MODE, fault=fault)
+            atomic_write(final / LIMITS_FILE_NAME, data, mode=LIMITS_MODE, durable=False, fault=fault)
             return final
         if os.path.lexists(final):
             remove_tree(final)  # not a directory: nothing a container can have used
@@ -118,9 +87,7 @@ class ClaimDirs:
             # The staging dir is the atomic unit: its files need no temp names of their own.
             _create(staging / LIMITS_FILE_NAME, data, mode=LIMITS_MODE, fault=fault)
             _create(staging / REGION_FILE_NAME, b"", mode=REGION_MODE)
-            fsync_dir(staging)
             staging.rename(final)
-            fsync_dir(self._root)
         except (OSError, StorageError) as e:
             remove_tree(staging)
             if isinstance(e, StorageError):
@@ -147,7 +114,6 @@ class ClaimDirs:
         doomed = temp_name(final)
         try:
             final.rename(doomed)
-            fsync_dir(self._root)
         except FileNotFoundError:
             return False
         except OSError as e:

@@ -1,7 +1,7 @@
-"""Where claims are read from and where their device status is written: the API server, or a directory.
+"""Where claims are read from and where their device status is written: the API server.
 
-Prepare reads each claim through a `ClaimSource`; the API-server adapter is the real one, the directory
-adapter serves integration tests and the benchmark with the same `kubernetes` v1 model objects.
+Prepare reads each claim through a `ClaimSource` and writes status through a `ClaimStatusWriter`; test
+harnesses give their own (tests/support/claim_files.py) with the same `kubernetes` v1 model objects.
 """
 
 from __future__ import annotations
@@ -11,16 +11,13 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.errors import ClaimError, ClaimNotFoundError, StorageError
-from dra_driver.files import atomic_write, remove_durably
 
 log = structlog.get_logger(__name__)
 CLAIM_MODEL = "ResourceV1ResourceClaim"
@@ -61,46 +58,9 @@ def to_api_dict(obj: object) -> Any:
 
 
 def claim_from_dict(data: Mapping[str, Any]) -> Any:
-    """A claim object (as `kubectl get -o json` prints it) decoded into the client's v1 model."""
+    """A claim object (as `kubectl get -o json` prints it) decoded into the client's v1 model: the inverse of
+    `to_api_dict`."""
     return _codec().deserialize(json.dumps(data, default=str), CLAIM_MODEL, "application/json")
-
-
-class DirectoryClaimSource:
-    """Claims stored as `<root>/<namespace>/<name>.yaml` (or `.json`)."""
-
-    def __init__(self, *, root: Path) -> None:
-        self._root = root
-
-    def _files(self, namespace: str, name: str) -> tuple[Path, ...]:
-        base = self._root / namespace
-        return tuple(base / f"{name}{ext}" for ext in (".json", ".yaml", ".yml"))
-
-    def get(self, *, namespace: str, name: str) -> Any:
-        for path in self._files(namespace, name):
-            try:
-                text = path.read_text()
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                raise ClaimError(f"reading claim file {path}: {e.strerror or e}") from e
-            try:
-                # JSON first: the C-accelerated parser is ~100x faster than YAML's pure-Python one
-                data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-                return claim_from_dict(data)
-            except (yaml.YAMLError, ValueError, TypeError) as e:
-                raise ClaimError(f"claim file {path} is not a ResourceClaim object: {e}") from e
-        raise ClaimNotFoundError(f"ResourceClaim {namespace}/{name} not found in {self._root}")
-
-    def put(self, claim: Mapping[str, Any] | Any) -> Path:
-        """Store a claim (a dict or a v1 model object) atomically; returns its file."""
-        data = claim if isinstance(claim, Mapping) else to_api_dict(claim)
-        meta = data["metadata"]
-        path = self._files(meta["namespace"], meta["name"])[0]
-        atomic_write(path, json.dumps(data, default=str).encode())
-        return path
-
-    def delete(self, *, namespace: str, name: str) -> bool:
-        return any([remove_durably(p) for p in self._files(namespace, name)])
 
 
 # ---- status.devices -------------------------------------------------------------------------------
@@ -122,18 +82,6 @@ class ClaimStatusWriter(Protocol):
     ) -> None: ...
 
     def clear(self, *, namespace: str, name: str, uid: str, driver: str) -> None: ...
-
-
-class NullClaimStatusWriter:
-    """Writes nothing (tests, benchmarks, or a cluster without the status permission)."""
-
-    def publish(
-        self, *, namespace: str, name: str, uid: str, driver: str, devices: Sequence[DeviceStatus]
-    ) -> None:
-        return None
-
-    def clear(self, *, namespace: str, name: str, uid: str, driver: str) -> None:
-        return None
 
 
 def status_devices(

@@ -12,63 +12,32 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import structlog
 
-from dra_driver.errors import TesseraError
+from dra_driver.errors import ConfigError, TesseraError
 from dra_driver.logs import configure
 from kubelet_plugin.file_modes import UMASK, set_umask
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.metrics_server import parse_address
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
+from kubelet_plugin.options import (
+    HEALTH_INTERVAL_S,
+    LOG_FORMAT,
+    LOG_LEVEL,
+    USAGE_STATUS_INTERVAL_S,
+    DaemonOptions,
+)
 from kubelet_plugin.probe import add_probe_command
+from kubelet_plugin.steps import NO_OBSERVER, StepObserver
+
+if TYPE_CHECKING:
+    from kubelet_plugin.wiring import ClaimsFrom
 
 STOP_GRACE_S = 5.0
 log = structlog.get_logger(__name__)
-
-
-HEALTH_INTERVAL_S = 5.0
-LOG_FORMAT = "json"
-LOG_LEVEL = "info"
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonOptions:
-    """The command line's options; the defaults are the command line's too."""
-
-    node_name: str
-    root: Path | None = None
-    pod_uid: str | None = None
-    simulate: Path | None = None
-    sim_state: Path | None = None
-    kubeconfig: Path | None = None
-    claims_dir_source: Path | None = None
-    library_path: Path | None = None
-    driver_library_dirs: tuple[Path, ...] = ()
-    settings: Path | None = None
-    health_interval: float = HEALTH_INTERVAL_S
-    publish: bool = True
-    log_format: str = LOG_FORMAT
-    log_level: str = LOG_LEVEL
-
-    def paths(self) -> PluginPaths:
-        base = (
-            PluginPaths.under(self.root, pod_uid=self.pod_uid)
-            if self.root is not None
-            else PluginPaths.defaults(pod_uid=self.pod_uid)
-        )
-        if self.library_path is None:
-            return base
-        return PluginPaths(
-            plugin_dir=base.plugin_dir,
-            registry_dir=base.registry_dir,
-            cdi_dir=base.cdi_dir,
-            claims_dir=base.claims_dir,
-            gpus_dir=base.gpus_dir,
-            library_path=self.library_path,
-            pod_uid=base.pod_uid,
-        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -88,13 +57,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sim-state", type=Path, metavar="FILE", help="where the simulated node keeps its state"
     )
     parser.add_argument("--kubeconfig", type=Path, help="API server credentials (default: in-cluster)")
-    parser.add_argument(
-        "--claims-dir-source",
-        type=Path,
-        metavar="DIR",
-        help="read ResourceClaims from <DIR>/<namespace>/<name>.yaml instead of the API server (tests)",
-    )
     parser.add_argument("--library-path", type=Path, help="host path of libtessera.so for vgpu containers")
+    parser.add_argument(
+        "--mps-control",
+        default=MPS_CONTROL_TOOL,
+        metavar="PATH",
+        help="the nvidia-cuda-mps-control that runs a GPU's MPS control daemon (default: found on PATH)",
+    )
     parser.add_argument(
         "--driver-library-dir",
         dest="driver_library_dirs",
@@ -111,6 +80,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--health-interval", type=float, default=HEALTH_INTERVAL_S, help="seconds between health checks"
     )
     parser.add_argument(
+        "--recover-fatal-xids",
+        action="store_true",
+        help="untaint a GPU once its XID/ECC faults are no longer reported (default: held until restart)",
+    )
+    parser.add_argument(
+        "--metrics-address",
+        default="",
+        metavar="HOST:PORT",
+        help="serve /metrics and /healthz here (e.g. :9400); empty (the default) serves nothing",
+    )
+    parser.add_argument(
+        "--usage-status-interval",
+        type=float,
+        default=USAGE_STATUS_INTERVAL_S,
+        metavar="SECONDS",
+        help="write vgpu claims' usage into their status at most this often (0: never)",
+    )
+    parser.add_argument(
         "--no-publish", dest="publish", action="store_false", help="do not publish ResourceSlices"
     )
     parser.add_argument("--log-format", choices=("json", "console"), default=LOG_FORMAT)
@@ -122,6 +109,13 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         raise SystemExit("--node-name is required (or set $NODE_NAME)")
     if args.sim_state is not None and args.simulate is None:
         raise SystemExit("--sim-state needs --simulate FILE")
+    if args.metrics_address:
+        try:
+            parse_address(args.metrics_address)
+        except ConfigError as e:
+            raise SystemExit(str(e)) from e
+    if args.usage_status_interval < 0:
+        raise SystemExit("--usage-status-interval: seconds must be 0 (off) or more")
     return DaemonOptions(
         node_name=args.node_name,
         root=args.root.resolve() if args.root is not None else None,
@@ -129,11 +123,14 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         simulate=args.simulate,
         sim_state=args.sim_state,
         kubeconfig=args.kubeconfig,
-        claims_dir_source=args.claims_dir_source,
         library_path=args.library_path,
+        mps_control=args.mps_control,
         driver_library_dirs=tuple(args.driver_library_dirs),
         settings=args.settings,
         health_interval=args.health_interval,
+        recover_fatal_xids=args.recover_fatal_xids,
+        metrics_address=args.metrics_address,
+        usage_status_interval=args.usage_status_interval,
         publish=args.publish,
         log_format=args.log_format,
         log_level=args.log_level,
@@ -149,17 +146,29 @@ def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    options = options_from(args)
+    return serve(options_from(args))
+
+
+def serve(
+    options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom | None = None
+) -> int:
+    """Configure logging and run until SIGTERM/SIGINT; 1 when the daemon cannot start.
+
+    `steps` and `claims` are for a program that embeds the daemon (a test harness); the command line has
+    neither.
+    """
     configure(level=options.log_level, fmt="json" if options.log_format == "json" else "console")
     try:
-        return run(options)
+        return run(options, steps=steps, claims=claims)
     except TesseraError as e:
         log.error("the node plugin cannot run", error=str(e))
         return 1
 
 
-def run(options: DaemonOptions) -> int:
-    from kubelet_plugin.wiring import Node  # noqa: PLC0415 - keeps `--help` fast
+def run(
+    options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom | None = None
+) -> int:
+    from kubelet_plugin.wiring import Node, claim_access  # noqa: PLC0415 - keeps `--help` fast
 
     inherited = set_umask()
     if inherited != UMASK:
@@ -172,7 +181,7 @@ def run(options: DaemonOptions) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    node = Node.start(options)
+    node = Node.start(options, steps=steps, claims=claims or claim_access)
     try:
         while not stop.wait(1.0):
             pass

@@ -8,7 +8,7 @@ A claim's UID is validated here (`ClaimUID`) before anything can use it as a pat
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -17,14 +17,22 @@ from typing import Protocol, TypeVar
 import grpc
 import structlog
 
-from dra_driver.errors import InvalidNameError, TesseraError
+from dra_driver.errors import InvalidNameError
 from dra_driver.excerpt import MESSAGE_CHARS, clip, excerpt
 from dra_driver.names import ClaimUID
+from kubelet_plugin import metrics
 from kubelet_plugin.proto.gen import dra_v1_pb2 as v1
 from kubelet_plugin.proto.gen import dra_v1_pb2_grpc as v1_grpc
 from kubelet_plugin.proto.gen import dra_v1beta1_pb2 as v1beta1
 from kubelet_plugin.proto.gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
-from kubelet_plugin.results import ClaimPreparer, ClaimRef, PrepareResult, UnprepareResult
+from kubelet_plugin.results import (
+    ClaimPreparer,
+    ClaimRef,
+    PrepareResult,
+    UnprepareResult,
+    describe_failure,
+    unique_claims,
+)
 from kubelet_plugin.sockets import PluginLock
 
 log = structlog.get_logger(__name__)
@@ -43,12 +51,6 @@ class KubeletClaim(Protocol):
 
     @property
     def uid(self) -> str: ...
-
-
-def describe_failure(e: BaseException) -> str:
-    if isinstance(e, TesseraError):
-        return clip(str(e))
-    return clip(f"internal error in the node plugin ({type(e).__name__}: {e}); see the plugin log")
 
 
 class ClaimCalls:
@@ -80,10 +82,18 @@ class ClaimCalls:
         self._left: _Stamp | None = None  # how we left the shared state; None: unknown
 
     def prepare(self, claims: Sequence[KubeletClaim]) -> dict[str, PrepareResult]:
-        return self._call("prepare", claims, self._preparer.prepare, lambda m: PrepareResult(error=m))
+        with metrics.KUBELET_CALL_SECONDS.labels("NodePrepareResources").time():
+            answers = self._call("prepare", claims, self._preparer.prepare, lambda m: PrepareResult(error=m))
+        _count("NodePrepareResources", answers.values())
+        return answers
 
     def unprepare(self, claims: Sequence[KubeletClaim]) -> dict[str, UnprepareResult]:
-        return self._call("unprepare", claims, self._preparer.unprepare, lambda m: UnprepareResult(error=m))
+        with metrics.KUBELET_CALL_SECONDS.labels("NodeUnprepareResources").time():
+            answers = self._call(
+                "unprepare", claims, self._preparer.unprepare, lambda m: UnprepareResult(error=m)
+            )
+        _count("NodeUnprepareResources", answers.values())
+        return answers
 
     def _call(
         self,
@@ -93,15 +103,14 @@ class ClaimCalls:
         failed: Callable[[str], R],
     ) -> dict[str, R]:
         answers: dict[str, R] = {}
-        valid: list[ClaimRef] = []
-        seen: set[ClaimUID] = set()
+        checked: list[ClaimRef] = []
         for claim in claims:
             ref = _validated(claim)
             if isinstance(ref, str):
                 answers[claim.uid] = failed(ref)
-            elif ref.uid not in seen:  # the kubelet may repeat a claim; it gets one answer
-                seen.add(ref.uid)
-                valid.append(ref)
+            else:
+                checked.append(ref)
+        valid = unique_claims(checked)
         if valid:
             try:
                 with self._deferred(), self._lock.held():
@@ -139,6 +148,13 @@ class ClaimCalls:
 
 
 _Stamp = tuple[int, int, int]
+
+
+def _count(call: str, answers: Iterable[PrepareResult | UnprepareResult]) -> None:
+    for answer in answers:
+        metrics.CLAIMS_HANDLED.labels(call).inc()
+        if answer.error is not None:
+            metrics.CLAIM_ERRORS.labels(call, metrics.failure_reason(answer.error)).inc()
 
 
 def _validated(claim: KubeletClaim) -> ClaimRef | str:

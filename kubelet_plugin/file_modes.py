@@ -33,6 +33,13 @@ REGION_MODE = 0o666  # the one exception: any uid of the claim's containers maps
 GPUS_ROOT_MODE = 0o700  # containers get a GPU's view directory by bind mount, never through this root
 GPU_VIEW_DIR_MODE = 0o755  # mounted read-only into every vgpu container on the GPU
 VIEW_MODE = 0o644  # read by the library as any uid; written only by the daemon
+# MPS: an MPS server runs on the host as its clients' uid and must reach its pipe directory by path (a 0700
+# parent stops every non-root server), so the tree is traversable; only root writes in it.
+MPS_ROOT_MODE = 0o755
+MPS_GPU_DIR_MODE = 0o755  # one per GPU: pipe/, log/, the daemon's record
+MPS_PIPE_DIR_MODE = 0o755  # bind-mounted into the GPU's MPS containers; the control socket itself is 0666
+MPS_LOG_DIR_MODE = 0o755  # control.log, server.log: for humans and `kubectl debug`
+MPS_RECORD_MODE = 0o600
 
 ExistingDir = Literal["set", "tighten", "keep"]
 log = structlog.get_logger(__name__)

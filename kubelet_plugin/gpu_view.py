@@ -15,7 +15,7 @@ import struct
 from pathlib import Path
 
 from dra_driver.errors import StorageError
-from kubelet_plugin.sm_schedule import MAX_SLOTS, Part
+from dra_driver.sm_schedule import MAX_SLOTS, Part
 
 MAGIC = 0x0057565550475354  # "TSGPUVW"
 VERSION = 1

@@ -1,8 +1,10 @@
 """Device health for the kubelet (DRAResourceHealth v1 and v1alpha1).
 
-A poller reads the backend's inventory and posts every device's health on a board; each kubelet stream
-gets the full list at start, on every change, and as a heartbeat (the kubelet marks a device Unknown when
-it hears nothing about it for its health-check timeout).
+A poller reads the backend's inventory, decides each GPU's condition (dra_driver.gpu_health: the faults the
+backend reports plus the fatal ones it latched) and posts every device's health on a board; each kubelet
+stream gets the full list at start, on every change, and as a heartbeat (the kubelet marks a device Unknown
+when it hears nothing about it for its health-check timeout). A GPU whose condition changed is handed to
+`on_gpu_change` (the device taints are republished, an Event says why).
 
 A stream holds a gRPC worker thread for as long as it is open, so streams get their own bounded capacity
 (`StreamSlots`, added to the server's pool on top of the workers for prepare and unprepare): a stream past
@@ -20,9 +22,11 @@ from enum import IntEnum
 import grpc
 import structlog
 
+from dra_driver import families
 from dra_driver.errors import TesseraError
+from dra_driver.gpu_health import GpuCondition, HealthPolicy, conditions
 from dra_driver.model import Inventory
-from dra_driver.names import DeviceName, gpu_device_name, mig_device_name, vgpu_device_name
+from dra_driver.names import DeviceName, GpuUUID
 from kubelet_plugin.proto.gen import health_v1_pb2 as v1
 from kubelet_plugin.proto.gen import health_v1_pb2_grpc as v1_grpc
 from kubelet_plugin.proto.gen import health_v1alpha1_pb2 as v1alpha1
@@ -81,21 +85,21 @@ class HealthReport:
     checked_at: int  # unix seconds of the check that produced it
 
 
-def health_of(inventory: Inventory) -> tuple[DeviceHealthState, ...]:
-    """Every device the node can publish; a GPU's vgpu and MIG devices share its health."""
-    states: list[DeviceHealthState] = []
+def health_of(
+    inventory: Inventory, states: dict[GpuUUID, GpuCondition] | None = None
+) -> tuple[DeviceHealthState, ...]:
+    """Every device the node can publish; every device of a GPU (each family's) shares its condition (by
+    default what the inventory reports now)."""
+    gpu_states = conditions(inventory) if states is None else states
+    out: list[DeviceHealthState] = []
     for gpu in inventory.gpus:
-        health = Health.HEALTHY if gpu.healthy else Health.UNHEALTHY
-        message = "" if gpu.healthy else f"GPU {gpu.uuid} reports a fault"
-        names = [gpu_device_name(gpu.index), vgpu_device_name(gpu.index)]
-        if gpu.mig_capable:
-            names += [
-                mig_device_name(gpu.index, p.name, start)
-                for p in gpu.mig_profiles
-                for start in p.placement_starts
-            ]
-        states += [DeviceHealthState(device=n, health=health, message=message) for n in names]
-    return tuple(states)
+        condition = gpu_states.get(gpu.uuid)
+        healthy = condition is None or condition.healthy
+        health = Health.HEALTHY if healthy else Health.UNHEALTHY
+        message = "" if condition is None or healthy else condition.message
+        names = [n for f in families.FAMILIES for n in f.possible_devices(gpu)]
+        out += [DeviceHealthState(device=n, health=health, message=message) for n in names]
+    return tuple(out)
 
 
 def unknown(devices: tuple[DeviceHealthState, ...], why: str) -> tuple[DeviceHealthState, ...]:
@@ -154,8 +158,12 @@ class HealthBoard:
             self._cond.notify_all()
 
 
+GpuChange = Callable[[GpuCondition | None, GpuCondition], None]
+
+
 class InventoryHealthPoller:
-    """Posts `health_of(read())` every `interval` seconds from a daemon thread."""
+    """Posts `health_of(read())` every `interval` seconds from a daemon thread; `conditions` is each GPU's
+    latest condition (the device taints are made from it)."""
 
     def __init__(
         self,
@@ -164,17 +172,51 @@ class InventoryHealthPoller:
         board: HealthBoard,
         interval: float = 5.0,
         on_change: Callable[[], None] | None = None,
+        policy: HealthPolicy | None = None,
+        on_gpu_change: GpuChange | None = None,
     ) -> None:
         self._read = read
         self._board = board
         self._interval = interval
         self._on_change = on_change
+        self._policy = policy or HealthPolicy()
+        self._on_gpu_change = on_gpu_change
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._conditions: dict[GpuUUID, GpuCondition] = {}
+        self._inventory: Inventory | None = None
+
+    @property
+    def conditions(self) -> dict[GpuUUID, GpuCondition]:
+        with self._lock:
+            return dict(self._conditions)
+
+    @property
+    def inventory(self) -> Inventory | None:
+        """The latest inventory read (what metrics describe between two checks)."""
+        with self._lock:
+            return self._inventory
+
+    def _decide(self, inventory: Inventory) -> tuple[DeviceHealthState, ...]:
+        with self._lock:
+            before = self._conditions
+            after = conditions(inventory, previous=before, policy=self._policy, now=int(time.time()))
+            self._conditions = after
+            self._inventory = inventory
+        changed = [(before.get(u), c) for u, c in after.items() if before.get(u) != c]
+        for old, new in changed:
+            if (old is None and new.healthy) or self._on_gpu_change is None:
+                continue
+            try:
+                self._on_gpu_change(old, new)
+            except Exception:  # an observer's failure must not stop health reporting
+                log.exception("health change observer failed", gpu=new.uuid)
+        return health_of(inventory, after)
 
     def poll_once(self) -> None:
         try:
-            devices = health_of(self._read())
+            devices = self._decide(self._read())
         except TesseraError as e:
             previous = self._board.current
             log.warning("health check failed; devices are Unknown", error=str(e))

@@ -34,13 +34,20 @@ class NodeEvents:
 
     def warn(self, *, reason: str, message: str) -> bool:
         """Post a Warning Event on the Node; False (and a log line) when the API server did not take it."""
+        return self._post(reason=reason, message=message, kind="Warning")
+
+    def normal(self, *, reason: str, message: str) -> bool:
+        """Post a Normal Event on the Node (something went back to how it should be)."""
+        return self._post(reason=reason, message=message, kind="Normal")
+
+    def _post(self, *, reason: str, message: str, kind: str) -> bool:
         now = datetime.now(UTC)
         event = k8s.CoreV1Event(
             metadata=k8s.V1ObjectMeta(generate_name=f"{self._node}.tessera-"),
             involved_object=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self._node),
             reason=reason,
             message=clip(message, MAX_MESSAGE_CHARS),
-            type="Warning",
+            type=kind,
             source=k8s.V1EventSource(component=self._component, host=self._node),
             first_timestamp=now,
             last_timestamp=now,

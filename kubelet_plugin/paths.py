@@ -24,6 +24,7 @@ class PluginPaths:
         Path  # one directory per shared GPU: its view (schedule, priority holds), read-only in containers
     )
     library_path: Path  # host path of libtessera.so, mounted read-only into vgpu containers
+    mps_dir: Path  # one directory per GPU used by MPS claims: its control daemon's pipe and log directories
     pod_uid: str | None = None  # set during rolling updates: sockets get per-pod names
 
     @classmethod
@@ -35,6 +36,7 @@ class PluginPaths:
             claims_dir=Path("/var/lib/tessera/claims"),
             gpus_dir=Path("/var/lib/tessera/gpus"),
             library_path=Path("/var/lib/tessera/lib/libtessera.so"),
+            mps_dir=Path("/var/lib/tessera/mps"),
             pod_uid=pod_uid,
         )
 
@@ -48,6 +50,7 @@ class PluginPaths:
             claims_dir=root / "var/lib/tessera/claims",
             gpus_dir=root / "var/lib/tessera/gpus",
             library_path=root / "var/lib/tessera/lib/libtessera.so",
+            mps_dir=root / "var/lib/tessera/mps",
             pod_uid=pod_uid,
         )
 

@@ -27,12 +27,14 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.errors import PublishError
 from dra_driver.names import DRIVER_NAME
+from kubelet_plugin import metrics
 from kubelet_plugin.node_events import NodeEvents
 from kubelet_plugin.slice_plan import Json, Plan, Verb, dropped_fields, plan
 
 log = structlog.get_logger(__name__)
 
 DEGRADED_REASON = "ResourceSliceFieldsDropped"
+TAINTS_DROPPED_REASON = "DeviceTaintsDropped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class PublishResult:
     deleted: int = 0
     conflicts: int = 0
     dropped: tuple[str, ...] = ()  # fields the API server did not keep
+    taints_dropped: bool = False  # device taints the API server did not keep (DRADeviceTaints off)
 
     @property
     def writes(self) -> int:
@@ -71,9 +74,11 @@ class SlicePublisher:
         self._driver = driver_name
         self._max_conflicts = max_conflicts
         self._resync = threading.Event()
+        self._trigger = "requested"  # why the pending resync was asked for (a metric label)
         self._written: dict[str, str] = {}  # slice name → resourceVersion of our last write
         self._lock = threading.Lock()
         self.degraded = False
+        self.taints_supported = True  # until the API server drops a device taint we wrote
 
     @property
     def field_selector(self) -> str:
@@ -163,6 +168,13 @@ class SlicePublisher:
             if p.actions:
                 stored, _ = self.list_existing()
                 dropped = tuple(dropped_fields([s for s in slices], stored))
+            for verb, n in zip(("create", "update", "delete"), totals, strict=True):
+                if n:
+                    metrics.SLICE_WRITES.labels(verb).inc(n)
+            if conflicts:
+                metrics.SLICE_CONFLICTS.inc(conflicts)
+            taint_paths = tuple(d for d in dropped if _is_taint(d))
+            dropped = tuple(d for d in dropped if not _is_taint(d))
             result = PublishResult(
                 p.generation,
                 created=totals[0],
@@ -170,6 +182,7 @@ class SlicePublisher:
                 deleted=totals[2],
                 conflicts=conflicts,
                 dropped=dropped,
+                taints_dropped=bool(taint_paths),
             )
             log.info(
                 "publisher.published",
@@ -182,6 +195,8 @@ class SlicePublisher:
             )
             if result.degraded:
                 self._degrade(result)
+            if result.taints_dropped and self.taints_supported:
+                self._no_taints()
             return result
 
     def _degrade(self, result: PublishResult) -> None:
@@ -196,10 +211,23 @@ class SlicePublisher:
         if self._events is not None:
             self._events.warn(reason=DEGRADED_REASON, message=message)
 
+    def _no_taints(self) -> None:
+        self.taints_supported = False
+        message = (
+            "the API server dropped the device taints of Tessera's ResourceSlices (the DRADeviceTaints "
+            "feature gate is off): unhealthy GPUs are withdrawn from the ResourceSlices instead of tainted, "
+            "and pods on them are not evicted"
+        )
+        log.error("publisher.taints_dropped", node=self._node, message=message)
+        if self._events is not None:
+            self._events.warn(reason=TAINTS_DROPPED_REASON, message=message)
+
     # -- keeping it published ----------------------------------------------------------------------
 
-    def request_resync(self) -> None:
-        """Ask `run` to republish soon (inventory, MIG mode or health changed)."""
+    def request_resync(self, trigger: str = "requested") -> None:
+        """Ask `run` to republish soon (inventory, MIG mode or health changed; `foreign`: someone else
+        changed the pool)."""
+        self._trigger = trigger
         self._resync.set()
 
     def _foreign(self, event: Json) -> bool:
@@ -239,15 +267,18 @@ class SlicePublisher:
         watcher.start()
         next_resync = 0.0
         while not stop.is_set():
-            if time.monotonic() >= next_resync or self._resync.is_set():
+            requested = self._resync.is_set()
+            if time.monotonic() >= next_resync or requested:
                 self._resync.clear()
+                metrics.SLICE_RESYNCS.labels(self._trigger if requested else "periodic").inc()
                 try:
                     result = self.publish(desired(self.degraded))
-                    if result.degraded:
-                        self.publish(desired(True))
+                    if result.degraded or result.taints_dropped:
+                        self.publish(desired(self.degraded))
                     next_resync = time.monotonic() + resync_s
                 except (PublishError, ApiException, OSError) as e:
                     # API server restarting or unreachable: back off, then re-list and republish.
+                    metrics.SLICE_ERRORS.inc()
                     log.warning("publisher.retry", node=self._node, error=str(e))
                     next_resync = time.monotonic() + backoff_s
             stop.wait(poll_s)
@@ -259,10 +290,10 @@ class SlicePublisher:
                 existing, rv = self.list_existing()
                 # A change made between our last write and this list never shows up in the watch.
                 if self._drifted(existing) or self._watch_once(rv, watch_s, stop):
-                    self._resync.set()
+                    self.request_resync("foreign")
             except (PublishError, ApiException, OSError) as e:
                 log.warning("publisher.watch_retry", node=self._node, error=str(e))
-                self._resync.set()
+                self.request_resync("watch-error")
                 stop.wait(backoff_s)
 
     def _watch_once(self, resource_version: str, watch_s: int, stop: threading.Event) -> bool:
@@ -288,6 +319,11 @@ class SlicePublisher:
         finally:
             w.stop()  # type: ignore[no-untyped-call]
         return False
+
+
+def _is_taint(dropped: str) -> bool:
+    """Whether a dropped field (`<slice>: spec.devices[3].taints`) is a device's taints."""
+    return dropped.rsplit(".", 1)[-1] == "taints" or ".taints[" in dropped
 
 
 def _versions(slices: Sequence[Json]) -> dict[str, str]:

@@ -28,9 +28,9 @@ from dra_driver.errors import (
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, GpuUUID
 from dra_driver.safe_tree import remove_tree
-from kubelet_plugin import artifacts
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState
-from kubelet_plugin.faults import Faults
+from kubelet_plugin.hosts.base import Removed
+from kubelet_plugin.node_state import NodeState, merged
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.recovery import Recovery, adopt_marked, rebuild
 from kubelet_plugin.results import ClaimRef
@@ -50,6 +50,7 @@ class ReconcileReport:
     removed_claim_dirs: tuple[str, ...]
     destroyed_mig_instances: tuple[str, ...]
     disabled_mig_mode: tuple[GpuUUID, ...]
+    removed_other: tuple[str, ...]  # what host parts took down besides (an unused MPS control daemon, ...)
     problems: tuple[str, ...]  # what could not be settled now (left for the next start or call)
 
     @property
@@ -64,6 +65,7 @@ class ReconcileReport:
             or self.removed_claim_dirs
             or self.destroyed_mig_instances
             or self.disabled_mig_mode
+            or self.removed_other
         )
 
 
@@ -81,87 +83,81 @@ def _claim_is_live(preparer: Preparer, entry: ClaimEntry) -> bool:
     return bool(claim.metadata is not None and claim.metadata.uid == entry.uid)
 
 
-def _is_intact(preparer: Preparer, entry: ClaimEntry, inventory: Inventory | None) -> bool:
-    problem = artifacts.files_problem(entry, paths=preparer.paths, dirs=preparer.dirs)
-    if problem is not None:
-        log.warning(
-            "a prepared claim's files are damaged; rolling it forward", claim=entry.uid, problem=problem
-        )
-        return False
-    for record in entry.mig:
-        live = artifacts.find_instance(inventory, artifacts.record_key(record)) if inventory else None
-        if live is None or (record.uuid is not None and live.uuid != record.uuid):
-            return False
-    return True
-
-
-def _load(preparer: Preparer) -> tuple[Checkpoint, Recovery | None]:
+def _load(state: NodeState) -> tuple[Checkpoint, Recovery | None]:
     """The checkpoint; an unreadable one is set aside, rebuilt from the node and saved before all else."""
     try:
-        return preparer.checkpoint(), None
+        return state.checkpoint(), None
     except UnsupportedVersionError as e:
         log.error("the checkpoint is of a newer version; not starting", error=str(e))
         raise
     except StorageError as e:
         log.error("checkpoint unreadable; rebuilding it from the node", error=str(e))
         reason = str(e)
-    aside = preparer.store.set_aside()
-    cp, recovery = rebuild(
-        paths=preparer.paths,
-        dirs=preparer.dirs,
-        backend=preparer.backend,
-        boot_id=preparer.boot_id,
-        reason=reason,
-        set_aside=str(aside),
-    )
-    preparer.commit(cp)  # first: a crash from here on starts from the rebuilt state, not from nothing
+    aside = state.store.set_aside()
+    cp, recovery = rebuild(state=state, reason=reason, set_aside=str(aside))
+    # first, and durably: a crash or a power loss from here on starts from the rebuilt state, not from nothing
+    state.commit(cp, durable=True)
     log.error("checkpoint rebuilt from the node", summary=recovery.summary())
     return cp, recovery
 
 
+@dataclass(frozen=True, slots=True)
+class _Settled:
+    released: tuple[ClaimUID, ...]  # gone from the API (or unprepare was interrupted): torn down
+    resume: tuple[ClaimEntry, ...]  # unfinished or damaged: to roll forward
+    kept: tuple[ClaimUID, ...]
+    removed: Removed
+    problems: tuple[str, ...]
+
+
 def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileReport:
     """Converge the node with the checkpoint and the API; safe to run any number of times."""
-    with preparer.dirs.removals_deferred(), preparer.lock:
-        cp, recovery = _load(preparer)
-        boot_changed = cp.boot_id != preparer.boot_id
+    state = preparer.state
+    with state.dirs.removals_deferred(), state.lock:
+        cp, recovery = _load(state)
+        boot_changed = cp.boot_id != state.boot_id
         if boot_changed:
-            log.info("node rebooted since the checkpoint was written", old=cp.boot_id, new=preparer.boot_id)
-        removed = artifacts.Removed()
+            log.info("node rebooted since the checkpoint was written", old=cp.boot_id, new=state.boot_id)
         problems: list[str] = []
         try:
-            inventory: Inventory | None = preparer.backend.inventory()
-        except InventoryError as e:  # MIG claims are checked (and rolled forward) when it answers again
+            inventory: Inventory | None = state.backend.inventory()
+        except InventoryError as e:  # host artifacts are checked (and rolled forward) when it answers again
             problems.append(f"reading the GPUs: {e}")
             inventory = None
-        cp, adopted = adopt_marked(cp, paths=preparer.paths, inventory=inventory)
-        released, resume, kept = _settle(preparer, cp, inventory, removed=removed, problems=problems)
-        cp = cp.with_entries(replace(e, state=ClaimState.PREPARE_STARTED) for e in resume)
-        problems += _remove_orphans(preparer, known=set(cp.claims) - set(released), removed=removed)
+        cp, adopted = adopt_marked(cp, state=state, inventory=inventory)
+        settled = _settle(preparer, cp, inventory)
+        problems += settled.problems
+        cp = cp.with_entries(replace(e, state=ClaimState.PREPARE_STARTED) for e in settled.resume)
+        orphans, orphan_problems = _remove_orphans(state, known=set(cp.claims) - set(settled.released))
+        problems += orphan_problems
+        node_wide = Removed()
         try:
-            cp = artifacts.settle_mig_mode(cp, backend=preparer.backend, leaving=released, removed=removed)
+            cp, node_wide = state.settle(cp, leaving=settled.released)
         except TesseraError as e:
             problems.append(f"switching MIG mode off: {e}")
-        preparer.commit(replace(cp.without(released), boot_id=preparer.boot_id))
+        state.commit(replace(cp.without(settled.released), boot_id=state.boot_id))
         rolled: list[ClaimUID] = []
-        if roll_forward and resume:
-            refs = [ClaimRef(namespace=e.namespace, name=e.name, uid=e.uid) for e in resume]
+        if roll_forward and settled.resume:
+            refs = [ClaimRef(namespace=e.namespace, name=e.name, uid=e.uid) for e in settled.resume]
             for uid, result in preparer.prepare(refs).items():
                 if result.error is None:
                     rolled.append(uid)
                     log.info("rolled claim forward", claim=uid)
                 else:
                     problems.append(f"claim {uid}: roll-forward failed, {result.error}")
+    removed = merged((settled.removed, orphans, node_wide))
     report = ReconcileReport(
         boot_changed=boot_changed,
         recovery=recovery,
         adopted_claims=tuple(adopted),
-        released_claims=tuple(released),
+        released_claims=settled.released,
         rolled_forward=tuple(rolled),
-        kept_claims=tuple(kept),
+        kept_claims=settled.kept,
         removed_cdi_files=tuple(removed.cdi_files),
         removed_claim_dirs=tuple(removed.claim_dirs),
         destroyed_mig_instances=tuple(removed.mig_instances),
         disabled_mig_mode=tuple(GpuUUID(g) for g in removed.mig_mode_disabled),
+        removed_other=tuple(removed.other),
         problems=tuple(problems),
     )
     log.info(
@@ -173,23 +169,20 @@ def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileRepo
         cdi_files=len(report.removed_cdi_files),
         claim_dirs=len(report.removed_claim_dirs),
         mig_instances=len(report.destroyed_mig_instances),
+        other=list(report.removed_other),
         problems=list(report.problems),
     )
     return report
 
 
-def _settle(
-    preparer: Preparer,
-    cp: Checkpoint,
-    inventory: Inventory | None,
-    *,
-    removed: artifacts.Removed,
-    problems: list[str],
-) -> tuple[list[ClaimUID], list[ClaimEntry], list[ClaimUID]]:
+def _settle(preparer: Preparer, cp: Checkpoint, inventory: Inventory | None) -> _Settled:
     """Each entry: released (gone from the API), to resume (unfinished or damaged), or kept."""
+    state = preparer.state
     released: list[ClaimUID] = []
     resume: list[ClaimEntry] = []
     kept: list[ClaimUID] = []
+    removed: list[Removed] = []
+    problems: list[str] = []
     for entry in sorted(cp.claims.values(), key=lambda e: e.uid):
         try:
             live = entry.state is not ClaimState.UNPREPARE_STARTED and _claim_is_live(preparer, entry)
@@ -200,29 +193,35 @@ def _settle(
             continue
         if not live:
             try:
-                artifacts.teardown(
-                    entry,
-                    backend=preparer.backend,
-                    paths=preparer.paths,
-                    dirs=preparer.dirs,
-                    faults=Faults.none(),
-                    removed=removed,
-                )
+                removed.append(state.teardown(entry))
                 released.append(entry.uid)
                 log.info("released claim", claim=entry.uid, namespace=entry.namespace, name=entry.name)
             except TesseraError as e:
                 problems.append(f"claim {entry.uid}: cleanup failed, {e}")
-        elif entry.state is ClaimState.PREPARE_STARTED or not _is_intact(preparer, entry, inventory):
-            resume.append(entry)
-        else:
+            continue
+        problem = (
+            state.files_problem(entry, inventory=inventory)
+            if entry.state is ClaimState.PREPARE_COMPLETED
+            else ""
+        )
+        if problem is None:
             kept.append(entry.uid)
-    return released, resume, kept
+        else:
+            if problem:
+                log.warning(
+                    "a prepared claim's files are damaged; rolling it forward",
+                    claim=entry.uid,
+                    problem=problem,
+                )
+            resume.append(entry)
+    return _Settled(tuple(released), tuple(resume), tuple(kept), merged(removed), tuple(problems))
 
 
-def _remove_orphans(preparer: Preparer, *, known: set[ClaimUID], removed: artifacts.Removed) -> list[str]:
-    """Files of claims the checkpoint does not know, and temp files a killed write left; returns problems."""
+def _remove_orphans(state: NodeState, *, known: set[ClaimUID]) -> tuple[Removed, list[str]]:
+    """Files of claims the checkpoint does not know, and temp files a killed write left."""
+    removed = Removed()
     problems: list[str] = []
-    cdi_dir = preparer.paths.cdi_dir
+    cdi_dir = state.paths.cdi_dir
     try:
         for uid, path in list(list_specs(cdi_dir)):
             if uid not in known and remove_spec(cdi_dir, uid):
@@ -234,12 +233,12 @@ def _remove_orphans(preparer: Preparer, *, known: set[ClaimUID], removed: artifa
     except StorageError as e:
         problems.append(f"CDI directory cleanup stopped: {e}")
     try:
-        for uid in list(preparer.dirs.uids()):
-            if uid not in known and preparer.dirs.remove(uid):
-                removed.claim_dirs.append(str(preparer.dirs.path(uid)))
+        for uid in list(state.dirs.uids()):
+            if uid not in known and state.dirs.remove(uid):
+                removed.claim_dirs.append(str(state.dirs.path(uid)))
                 log.info("removed orphan claim directory", claim=uid)
-        for path in preparer.dirs.remove_stale_temps():
+        for path in state.dirs.remove_stale_temps():
             log.info("removing stale claim directory", path=str(path))
     except StorageError as e:
         problems.append(f"claim directory cleanup stopped: {e}")
-    return problems
+    return removed, problems

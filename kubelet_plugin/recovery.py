@@ -18,22 +18,18 @@ before a crash (or whose checkpoint entry was lost another way).
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
 
 import structlog
 
 from cdi.writer import list_specs, read_spec
-from dra_driver.allocation import PlacementKey
-from dra_driver.backends.base import GpuBackend
 from dra_driver.errors import StorageError
 from dra_driver.model import Inventory
-from dra_driver.names import ClaimUID, GpuUUID
-from kubelet_plugin import artifacts
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, MigRecord
+from dra_driver.names import ClaimUID, Family, GpuUUID
+from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from kubelet_plugin.claim_marker import ClaimMarker, parse_marker
-from kubelet_plugin.claimdir import ClaimDirs
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.node_state import NodeState
 
 log = structlog.get_logger(__name__)
 
@@ -47,7 +43,7 @@ class Recovery:
     rebuilt: tuple[ClaimUID, ...]  # claims recovered from their specs' markers
     unattributed: tuple[ClaimUID, ...]  # files kept whose claim is unknown
     unaccounted_mig: tuple[str, ...]  # MIG instances treated as an administrator's
-    mig_mode_owned: tuple[GpuUUID, ...]
+    mig_mode_owned: tuple[GpuUUID, ...]  # GPUs whose node-wide state the markers say Tessera changed
 
     def summary(self) -> str:
         parts = [
@@ -70,12 +66,12 @@ class Recovery:
 
 
 def _markers(
-    paths: PluginPaths, *, skip: Collection[ClaimUID]
+    state: NodeState, *, skip: Collection[ClaimUID]
 ) -> tuple[dict[ClaimUID, ClaimMarker], list[ClaimUID]]:
     """Markers of our specs not in `skip`, and the specs of ours whose marker cannot be read."""
     found: dict[ClaimUID, ClaimMarker] = {}
     unreadable: list[ClaimUID] = []
-    for uid, path in list(list_specs(paths.cdi_dir)):
+    for uid, path in list(list_specs(state.paths.cdi_dir)):
         if uid in skip:
             continue
         try:
@@ -88,75 +84,72 @@ def _markers(
     return found, unreadable
 
 
-def _checked_mig(entry: ClaimEntry, inventory: Inventory, unaccounted: set[str]) -> ClaimEntry:
-    """The entry with only those MIG records Tessera's that still match the live instance's UUID."""
-    records: list[MigRecord] = []
-    for record in entry.mig:
-        live = artifacts.find_instance(inventory, artifacts.record_key(record))
-        if record.created_by_tessera and live is not None and record.uuid not in (None, live.uuid):
-            unaccounted.add(live.uuid)  # someone else's instance at our old placement
-            record = replace(record, created_by_tessera=False)  # noqa: PLW2901
-        records.append(record)
-    return replace(entry, mig=tuple(records))
+def _checked(state: NodeState, entry: ClaimEntry, inventory: Inventory) -> tuple[ClaimEntry, set[str]]:
+    """The entry as its host parts vouch for it against the live node, and what they disown."""
+    disowned: set[str] = set()
+    for host in state.hosts:
+        entry, lost = host.recovered(entry, inventory=inventory)
+        disowned |= lost
+    return entry, disowned
+
+
+def _owned(markers: Iterable[ClaimMarker]) -> dict[Family, frozenset[GpuUUID]]:
+    owned: dict[Family, frozenset[GpuUUID]] = {}
+    for m in markers:
+        for family, gpus in m.owned.items():
+            owned[family] = owned.get(family, frozenset()) | gpus
+    return owned
+
+
+def _with_owned(cp: Checkpoint, owned: Mapping[Family, frozenset[GpuUUID]]) -> Checkpoint:
+    for family, gpus in owned.items():
+        cp = cp.with_owned(family, cp.owned_by(family) | gpus)
+    return cp
 
 
 def adopt_marked(
-    cp: Checkpoint, *, paths: PluginPaths, inventory: Inventory | None
+    cp: Checkpoint, *, state: NodeState, inventory: Inventory | None
 ) -> tuple[Checkpoint, list[ClaimUID]]:
     """The checkpoint with an entry for each marked spec of ours it lacks (a crash before its save)."""
-    markers, _ = _markers(paths, skip=cp.claims)
+    markers, _ = _markers(state, skip=cp.claims)
     if not markers:
         return cp, []
-    unaccounted: set[str] = set()
     entries = [
-        _checked_mig(m.entry, inventory, unaccounted) if inventory is not None else m.entry
-        for m in markers.values()
+        _checked(state, m.entry, inventory)[0] if inventory is not None else m.entry for m in markers.values()
     ]
-    owned = frozenset(g for m in markers.values() for g in m.mig_mode_owned)
     for uid in markers:
         log.info("adopted a prepared claim from its CDI spec", claim=uid)
-    return cp.with_entries(entries).with_mig_mode_owned(cp.mig_mode_owned | owned), list(markers)
+    return _with_owned(cp.with_entries(entries), _owned(markers.values())), list(markers)
 
 
-def rebuild(
-    *, paths: PluginPaths, dirs: ClaimDirs, backend: GpuBackend, boot_id: str, reason: str, set_aside: str
-) -> tuple[Checkpoint, Recovery]:
-    markers, unreadable = _markers(paths, skip=())
-    inventory = backend.inventory()
+def rebuild(*, state: NodeState, reason: str, set_aside: str) -> tuple[Checkpoint, Recovery]:
+    markers, unreadable = _markers(state, skip=())
+    inventory = state.backend.inventory()
     unaccounted: set[str] = set()
-    entries = {uid: _checked_mig(m.entry, inventory, unaccounted) for uid, m in markers.items()}
-    unattributed = sorted({*unreadable, *(u for u in dirs.uids() if u not in entries)})
+    entries: dict[ClaimUID, ClaimEntry] = {}
+    for uid, m in markers.items():
+        entries[uid], lost = _checked(state, m.entry, inventory)
+        unaccounted |= lost
+    unattributed = sorted({*unreadable, *(u for u in state.dirs.uids() if u not in entries)})
     for uid in unattributed:
         entries[uid] = ClaimEntry(
             uid=uid,
             namespace="",
             name="",
             state=ClaimState.PREPARE_STARTED,
-            has_claim_dir=dirs.path(uid).is_dir(),
+            has_claim_dir=state.dirs.path(uid).is_dir(),
         )
-    ours = {
-        PlacementKey(gpu_uuid=r.gpu_uuid, profile_id=r.profile_id, start=r.start)
-        for e in entries.values()
-        for r in e.mig
-        if r.created_by_tessera
-    }
-    for gpu in inventory.gpus:
-        for inst in gpu.mig_instances:
-            if PlacementKey(gpu_uuid=gpu.uuid, profile_id=inst.profile_id, start=inst.start) not in ours:
-                unaccounted.add(inst.uuid)
-    owned = {
-        g
-        for m in markers.values()
-        for g in m.mig_mode_owned
-        if (parent := inventory.gpu_by_uuid(g)) is not None and parent.mig_enabled
-    }
-    cp = Checkpoint(boot_id=boot_id, claims=entries, mig_mode_owned=frozenset(owned))
+    cp = Checkpoint(boot_id=state.boot_id, claims=entries)
+    ours = cp.placements()
+    unaccounted |= {i.uuid for g in inventory.gpus for i in g.mig_instances if i.placement not in ours}
+    owned = _owned(markers.values())
+    cp = _with_owned(cp, owned)
     recovery = Recovery(
         reason=reason,
         set_aside=set_aside,
         rebuilt=tuple(sorted(markers)),
         unattributed=tuple(unattributed),
         unaccounted_mig=tuple(sorted(unaccounted)),
-        mig_mode_owned=tuple(sorted(owned)),
+        mig_mode_owned=tuple(sorted({g for gpus in owned.values() for g in gpus})),
     )
     return cp, recovery

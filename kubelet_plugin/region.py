@@ -50,6 +50,7 @@ class RegionGpu:
     throttled_ns: int
     oom_refusals: int
     held_ns: int
+    entry: int = 0  # its index among the region's GPU entries (RegionProcess.used_bytes is indexed by it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +121,15 @@ def read_region(path: Path, *, processes: bool = True) -> Region:
                     procs.append(RegionProcess(pid, tuple(min(u, 1 << 56) for u in used)))
         gpus = []
         for i in range(MAX_GPUS):
+            if not head[GPUS_OFFSET + i * GPU.size]:
+                continue  # a free entry (empty UUID)
             f = GPU.unpack_from(head, GPUS_OFFSET + i * GPU.size)
             uuid = f[0].split(b"\0", 1)[0].decode("ascii", "replace")
             if uuid:
                 held = sum(p.used_bytes[i] for p in procs)
-                gpus.append(RegionGpu(uuid, held, f[2], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12]))
+                gpus.append(
+                    RegionGpu(uuid, held, f[2], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], entry=i)
+                )
         return Region(tuple(gpus), tuple(procs))
     finally:
         os.close(fd)

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from dra_driver.errors import TesseraError
+from dra_driver.excerpt import clip
 from dra_driver.names import ClaimUID
 
 
@@ -18,8 +20,26 @@ class ClaimRef:
     uid: ClaimUID
 
 
+def unique_claims(claims: Sequence[ClaimRef]) -> list[ClaimRef]:
+    """Each claim once, in the order first given: the kubelet may name a claim twice; it gets one answer."""
+    first: dict[ClaimUID, ClaimRef] = {}
+    for c in claims:
+        first.setdefault(c.uid, c)
+    return list(first.values())
+
+
+def describe_failure(e: BaseException) -> str:
+    """What a claim's caller is told when its call failed: our own errors as they are (bounded), anything
+    else as an internal error that points at the log."""
+    if isinstance(e, TesseraError):
+        return clip(str(e))
+    return clip(f"internal error in the node plugin ({type(e).__name__}: {e}); see the plugin log")
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedDevice:
+    """One device of the answer to the kubelet; the checkpoint keeps it to replay on a repeated prepare."""
+
     request_names: tuple[str, ...]
     pool_name: str
     device_name: str

@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from kubernetes.utils import parse_quantity
+from dra_driver.errors import ConfigError
+from dra_driver.quantity import parse_quantity
 
 Json = dict[str, Any]
 # Keys whose string values are quantities in a ResourceSlice spec.
@@ -48,10 +48,10 @@ class Plan:
 
 def _quantity(text: str) -> str:
     try:
-        value: Decimal = parse_quantity(text)  # type: ignore[no-untyped-call]
-    except ValueError:
+        value = parse_quantity(text).value
+    except ConfigError:
         return text
-    return str(value.normalize())
+    return str(value)
 
 
 def canonical(value: Any, key: str | None = None) -> Any:

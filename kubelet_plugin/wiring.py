@@ -11,32 +11,27 @@ calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint,
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 import yaml
+from prometheus_client import generate_latest
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
-from dra_driver.devices import PlacementRef
-from dra_driver.errors import ConfigError, TesseraError, UnsupportedVersionError
+from dra_driver.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
+from dra_driver.families import vgpu
+from dra_driver.gpu_health import HealthPolicy
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from kubelet_plugin import artifacts, priority_relay
-from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.claims import (
-    ApiClaimSource,
-    ApiClaimStatusWriter,
-    ClaimSource,
-    ClaimStatusWriter,
-    DirectoryClaimSource,
-    NullClaimStatusWriter,
-)
+from dra_driver.taints import gpu_taints
+from kubelet_plugin import priority_relay
+from kubelet_plugin.checkpoint import Checkpoint
+from kubelet_plugin.claims import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
-from kubelet_plugin.faults import Faults
 from kubelet_plugin.file_modes import (
     CDI_DIR_MODE,
     CLAIMS_ROOT_MODE,
@@ -44,7 +39,6 @@ from kubelet_plugin.file_modes import (
     REGISTRY_DIR_MODE,
     make_dir,
 )
-from kubelet_plugin.gpu_sharing import GpuSharing
 from kubelet_plugin.health import (
     HealthBoard,
     HealthV1alpha1Servicer,
@@ -52,15 +46,26 @@ from kubelet_plugin.health import (
     InventoryHealthPoller,
     StreamSlots,
 )
+from kubelet_plugin.health_events import HealthEvents
+from kubelet_plugin.hosts.vgpu import GpuSharing
+from kubelet_plugin.metrics import REGISTRY
+from kubelet_plugin.metrics_server import MetricsServer
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
+from kubelet_plugin.node_metrics import NodeMetrics, NodeSources
+from kubelet_plugin.node_state import NodeState
+from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.prepare import Preparer
+from kubelet_plugin.prepared_claims import PreparedClaim, prepared_claims
 from kubelet_plugin.reconcile import ReconcileReport, reconcile
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.server import PluginServer, Services
 from kubelet_plugin.sockets import PluginLock
+from kubelet_plugin.steps import NO_OBSERVER, StepObserver
+from kubelet_plugin.timed_backend import TimedBackend
+from kubelet_plugin.usage_status import ApiUsageWriter, UsageStatusLoop
 
 if TYPE_CHECKING:
-    from kubelet_plugin.daemon import DaemonOptions
     from kubelet_plugin.publisher import SlicePublisher
 
 log = structlog.get_logger(__name__)
@@ -104,11 +109,12 @@ class ClaimAccess:
     api: Any | None  # kubernetes.client.ApiClient, when an API server is configured
 
 
+# Where a daemon reads claims and writes their status; a test harness may give its own.
+ClaimsFrom = Callable[[DaemonOptions], ClaimAccess]
+
+
 def claim_access(options: DaemonOptions) -> ClaimAccess:
-    # the directory adapter replaces the API for claims; a kubeconfig given as well still serves publishing
-    if options.claims_dir_source is not None:
-        api = api_client(options.kubeconfig) if options.kubeconfig is not None else None
-        return ClaimAccess(DirectoryClaimSource(root=options.claims_dir_source), NullClaimStatusWriter(), api)
+    """The API server's: claims read and their status written through it."""
     from kubernetes import client as k8s  # noqa: PLC0415
 
     api = api_client(options.kubeconfig)
@@ -116,18 +122,20 @@ def claim_access(options: DaemonOptions) -> ClaimAccess:
     return ClaimAccess(ApiClaimSource(api=resource), ApiClaimStatusWriter(api=resource), api)
 
 
-def _faults() -> Faults:
-    try:
-        return Faults.from_env()
-    except ValueError as e:
-        raise ConfigError(str(e)) from e
+def scrape(node: NodeMetrics) -> Callable[[], bytes]:
+    """What one node's /metrics serves: its scrape-time families, then the daemon's counters."""
+    return lambda: node.render() + generate_latest(REGISTRY)
 
 
 class Node:
     """One running plugin instance."""
 
-    def __init__(self, options: DaemonOptions) -> None:
+    def __init__(
+        self, options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom = claim_access
+    ) -> None:
         self.options = options
+        self.steps = steps
+        self.claims = claims
         self.paths = options.paths()
         self.stop_event = threading.Event()
         self.backend: GpuBackend | None = None
@@ -136,12 +144,17 @@ class Node:
         self.server: PluginServer | None = None
         self.publisher: SlicePublisher | None = None
         self._publisher_thread: threading.Thread | None = None
-        self.sharing: GpuSharing | None = None
+        self.state: NodeState | None = None
         self._relay_thread: threading.Thread | None = None
+        self.metrics: MetricsServer | None = None
+        self.usage: UsageStatusLoop | None = None
+        self._usage_thread: threading.Thread | None = None
 
     @classmethod
-    def start(cls, options: DaemonOptions) -> Node:
-        node = cls(options)
+    def start(
+        cls, options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom = claim_access
+    ) -> Node:
+        node = cls(options, steps=steps, claims=claims)
         try:
             node._start()
         except BaseException:
@@ -157,49 +170,57 @@ class Node:
         make_dir(paths.cdi_dir, CDI_DIR_MODE, existing="tighten")  # shared with other vendors
         make_dir(paths.claims_dir, CLAIMS_ROOT_MODE)
         lock = PluginLock(paths.lock_file)
-        self.backend = backend = open_backend(simulate=o.simulate, state_file=o.sim_state)
-        access = claim_access(o)
+        self.backend = backend = TimedBackend(
+            open_backend(simulate=o.simulate, state_file=o.sim_state, watch_health=True)
+        )
+        access = self.claims(o)
         events = self._events(access.api)
+        self.state = state = NodeState(
+            backend=backend, paths=paths, steps=self.steps, tools={MPS_CONTROL_TOOL: o.mps_control}
+        )
         preparer = Preparer(
-            backend=backend,
+            state=state,
             claims=access.source,
             status=access.status,
-            paths=paths,
             pool_name=o.node_name,
-            faults=_faults(),
             driver_library_dirs=tuple(str(d) for d in o.driver_library_dirs),
         )
-        with preparer.dirs.removals_deferred(), lock.held():
-            self._reconcile(preparer, events)
-            preparer.sharing.refresh(preparer.checkpoint())  # views are derived: rewritten at every start
-            preparer.forget_checkpoint()
-        self.sharing = preparer.sharing
+        with state.dirs.removals_deferred(), lock.held():
+            self._reconcile(preparer, events)  # its commit rewrites what derives from the checkpoint (views)
+            state.forget()
+        sharing = state.hosts[vgpu.NAME]
+        assert isinstance(sharing, GpuSharing)
         self._relay_thread = threading.Thread(
             target=priority_relay.run,
-            args=(self.stop_event, preparer.sharing.relayed),
+            args=(self.stop_event, sharing.relayed),
             name="priority-relay",
             daemon=True,
         )
         self._relay_thread.start()
 
-        if access.api is not None and o.publish:
-            self._start_publisher(access.api, backend, settings)
-        resync = self.publisher.request_resync if self.publisher is not None else None
-
         self.board = board = HealthBoard(pool=o.node_name)
         self.poller = InventoryHealthPoller(
-            read=backend.inventory, board=board, interval=o.health_interval, on_change=resync
+            read=backend.inventory,
+            board=board,
+            interval=o.health_interval,
+            on_change=self._resync,
+            policy=HealthPolicy(recover_fatal_xids=o.recover_fatal_xids),
+            on_gpu_change=HealthEvents(events),
         )
-        self.poller.poll_once()
+        self.poller.poll_once()  # the first slices already carry the taints of unhealthy GPUs
+        if access.api is not None and o.publish:
+            self._start_publisher(access.api, state, settings)
+        resync = self._resync
         self.poller.start()
+        self._start_observability(access, settings)
 
         calls = ClaimCalls(
             preparer=preparer,
             lock=lock,
             shared_state=paths.checkpoint_file,
-            reload=preparer.forget_checkpoint,
+            reload=state.forget,
             after=resync,
-            deferred=preparer.dirs.removals_deferred,
+            deferred=state.dirs.removals_deferred,
         )
         streams = StreamSlots()  # one capacity for both API versions' health streams
         self.server = PluginServer(
@@ -214,6 +235,75 @@ class Node:
         )
         self.server.start()
         log.info("node plugin running", node=o.node_name, dra_socket=str(paths.dra_socket))
+
+    def _resync(self) -> None:
+        if self.publisher is not None:
+            self.publisher.request_resync()
+
+    def _checkpoint(self) -> Checkpoint | None:
+        if self.state is None:
+            return None
+        try:  # from disk: prepare changes it under us
+            return self.state.store.load(boot_id="")
+        except StorageError as e:
+            log.warning("metrics: checkpoint unreadable", error=str(e))
+            return None
+
+    def _checkpoint_stamp(self) -> object:
+        try:
+            st = self.paths.checkpoint_file.stat()
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def _prepared(self) -> tuple[PreparedClaim, ...]:
+        inventory = self.poller.inventory if self.poller is not None else None
+        cp = self._checkpoint()
+        if inventory is None or cp is None:
+            return ()
+        return prepared_claims(cp, inventory, self.paths.claims_dir)
+
+    def _start_observability(self, access: ClaimAccess, settings: NodeSettings) -> None:
+        """Usage in claim status (with an API server), and the metrics endpoint (when given an address)."""
+        o = self.options
+        if isinstance(access.status, ApiClaimStatusWriter) and o.usage_status_interval > 0:
+            from kubernetes import client as k8s  # noqa: PLC0415
+
+            self.usage = UsageStatusLoop(
+                claims=self._prepared,
+                writer=ApiUsageWriter(api=k8s.ResourceV1Api(access.api)),
+                interval=o.usage_status_interval,
+            )
+            self._usage_thread = threading.Thread(
+                target=self.usage.run, args=(self.stop_event,), name="usage-status", daemon=True
+            )
+            self._usage_thread.start()
+        if not o.metrics_address:
+            return
+        poller, board, usage = self.poller, self.board, self.usage
+        assert poller is not None and board is not None
+        sources = NodeSources(
+            inventory=lambda: poller.inventory,
+            checkpoint=self._checkpoint,
+            checkpoint_stamp=self._checkpoint_stamp,
+            claims_dir=self.paths.claims_dir,
+            health=lambda: board.current,
+            conditions=lambda: poller.conditions,
+            vgpu_shares=settings.vgpu_shares,
+            pods=usage.pods if usage is not None else (lambda _uid: ""),
+            pods_version=usage.pods_version if usage is not None else (lambda: 0),
+        )
+        self.metrics = MetricsServer(
+            address=o.metrics_address, render=scrape(NodeMetrics(sources)), healthz=self._healthz
+        )
+        self.metrics.start()
+
+    def _healthz(self) -> str | None:
+        if self.stop_event.is_set():
+            return "stopping"
+        if self.server is None:
+            return "starting"
+        return None
 
     def _events(self, api: Any | None) -> NodeEvents | None:
         if api is None:
@@ -234,23 +324,21 @@ class Node:
             events.warn(reason=CHECKPOINT_REBUILT_REASON, message=report.recovery.summary())
         return report
 
-    def _start_publisher(self, api: Any, backend: GpuBackend, settings: NodeSettings) -> None:
+    def _start_publisher(self, api: Any, state: NodeState, settings: NodeSettings) -> None:
         from kubernetes import client as k8s  # noqa: PLC0415
 
         from kubelet_plugin.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
 
-        store = CheckpointStore(path=self.paths.checkpoint_file)
-
-        def owned() -> frozenset[PlacementRef]:
-            # read from disk each time: prepare and another instance change it under us
-            cp = store.load(boot_id="")
-            return frozenset(
-                PlacementRef(gpu_uuid=k.gpu_uuid, profile_id=k.profile_id, start=k.start)
-                for k in artifacts.tessera_placements(cp)
-            )
-
         def desired(degraded: bool) -> Sequence[dict[str, object]]:
-            return build_slices(backend.inventory(), settings, owned_placements=owned(), degraded=degraded)
+            conditions = self.poller.conditions if self.poller is not None else {}
+            return build_slices(
+                state.backend.inventory(),
+                settings,
+                owned_placements=state.placements(),
+                degraded=degraded,
+                taints=gpu_taints(conditions),
+                taints_supported=publisher.taints_supported,
+            )
 
         self.publisher = publisher = SlicePublisher(
             api=k8s.ResourceV1Api(api), node_name=self.options.node_name, core_api=k8s.CoreV1Api(api)
@@ -265,6 +353,8 @@ class Node:
 
     def stop(self, *, grace: float) -> None:
         self.stop_event.set()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.board is not None:
             self.board.close()  # ends the kubelet's health streams
         if self.server is not None:
@@ -275,8 +365,10 @@ class Node:
             self._publisher_thread.join(timeout=grace + 15)  # a watch ends within its timeout
         if self._relay_thread is not None:
             self._relay_thread.join(timeout=5)
-        if self.sharing is not None:
-            self.sharing.close()
+        if self._usage_thread is not None:
+            self._usage_thread.join(timeout=5)
+        if self.state is not None:
+            self.state.close()
         if self.backend is not None:
             try:
                 self.backend.close()

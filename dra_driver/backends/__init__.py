@@ -7,15 +7,16 @@ from pathlib import Path
 from dra_driver.backends.base import GpuBackend
 
 
-def open_backend(*, simulate: Path | None, state_file: Path | None) -> GpuBackend:
-    """The simulated node in `simulate` (its state persisted in `state_file` when given), else NVML."""
+def open_backend(*, simulate: Path | None, state_file: Path | None, watch_health: bool = False) -> GpuBackend:
+    """The simulated node in `simulate` (its state persisted in `state_file` when given), else NVML
+    (`watch_health`: with a thread watching NVML's XID and ECC events, for the node daemon)."""
     if simulate is not None:
         from dra_driver.backends.simulated import SimulatedBackend  # noqa: PLC0415 - keeps pynvml optional
 
         return SimulatedBackend.from_file(node_file=simulate, state_file=state_file)
     from dra_driver.backends.nvml import NvmlBackend  # noqa: PLC0415 - only hosts with a GPU import pynvml
 
-    return NvmlBackend.open()
+    return NvmlBackend.open(watch_health=watch_health)
 
 
 __all__ = ["GpuBackend", "open_backend"]

@@ -7,6 +7,7 @@ sees an `NVMLError`. Facts used are in shared/facts/mig-and-nvml.md.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import re
 import threading
@@ -18,8 +19,18 @@ from typing import Any, TypeVar
 import pynvml
 import structlog
 
+from dra_driver.backends.nvml_health import NvmlHealthWatcher
 from dra_driver.errors import InventoryError, MigError, PlacementTakenError
-from dra_driver.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, MigProfile
+from dra_driver.model import (
+    Architecture,
+    DeviceNode,
+    FaultKind,
+    Gpu,
+    GpuFault,
+    Inventory,
+    MigInstance,
+    MigProfile,
+)
 from dra_driver.names import DEFAULT_DRIVER_PROC_ROOT, DRIVER_PROC_ROOT_ENV, GpuUUID
 from dra_driver.profiles import find_product, profile_order
 
@@ -145,21 +156,29 @@ class NvmlBackend:
     `proc_root` is where the driver's /proc files are: the device majors and the MIG capability minors.
     """
 
-    def __init__(self, *, proc_root: Path = Path(DEFAULT_DRIVER_PROC_ROOT)) -> None:
+    def __init__(
+        self, *, proc_root: Path = Path(DEFAULT_DRIVER_PROC_ROOT), watcher: NvmlHealthWatcher | None = None
+    ) -> None:
         self._lock = threading.Lock()
+        self._watcher = watcher
+        self._last: dict[GpuUUID, Gpu] = {}  # each GPU as last read: what a GPU that fails now was
         self._caps_root = proc_root / _CAPS_UNDER_PROC
         self._caps_major = char_major("nvidia-caps", proc_root / "devices") or 0
         self._uvm_major = char_major("nvidia-uvm", proc_root / "devices") or 0
 
     @classmethod
-    def open(cls) -> NvmlBackend:
-        """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc)."""
+    def open(cls, *, watch_health: bool = False) -> NvmlBackend:
+        """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc); `watch_health`:
+        a thread collects XID and double-bit ECC events (the node daemon's health checks add them)."""
         proc_root = Path(os.environ.get(DRIVER_PROC_ROOT_ENV) or DEFAULT_DRIVER_PROC_ROOT)
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as e:
             raise translate(e, "initialising NVML") from e
-        return cls(proc_root=proc_root)
+        watcher = NvmlHealthWatcher() if watch_health else None
+        if watcher is not None:
+            watcher.start()
+        return cls(proc_root=proc_root, watcher=watcher)
 
     @contextmanager
     def _nvml(self, what: str, *, mig: bool = False) -> Iterator[None]:
@@ -179,7 +198,7 @@ class NvmlBackend:
             driver = _text(pynvml.nvmlSystemGetDriverVersion())
             cuda = cuda_version_text(pynvml.nvmlSystemGetCudaDriverVersion())
             count = pynvml.nvmlDeviceGetCount()
-            gpus = tuple(self._gpu(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count))
+            gpus = self._gpus(count)
         return Inventory(
             driver_version=driver,
             cuda_driver_version=cuda,
@@ -190,6 +209,37 @@ class NvmlBackend:
                 DeviceNode("/dev/nvidia-uvm-tools", self._uvm_major, 1),
             ),
         )
+
+    def _gpus(self, count: int) -> tuple[Gpu, ...]:
+        """Every GPU with its faults: a GPU NVML fails on (or no longer lists) is its last reading, lost or
+        failing; the watcher's events are added to each."""
+        read: dict[GpuUUID, Gpu] = {}
+        for i in range(count):
+            try:
+                gpu = self._gpu(pynvml.nvmlDeviceGetHandleByIndex(i))
+            except pynvml.NVMLError as e:
+                failed = self._failed(i, e)
+                if failed is None:
+                    raise
+                gpu = failed
+            else:
+                self._last[gpu.uuid] = gpu
+            read[gpu.uuid] = gpu
+        for uuid, last in self._last.items():
+            if uuid not in read:
+                lost = GpuFault(FaultKind.LOST, detail="NVML no longer lists it")
+                read[uuid] = dataclasses.replace(last, faults=(lost,))
+        watched = self._watcher.faults if self._watcher is not None else (lambda _uuid: ())
+        return tuple(dataclasses.replace(g, faults=(*g.faults, *watched(g.uuid))) for g in read.values())
+
+    def _failed(self, index: int, e: pynvml.NVMLError) -> Gpu | None:
+        """The last reading of GPU `index`, marked lost or failing; None when it was never read."""
+        last = next((g for g in self._last.values() if g.index == index), None)
+        if last is None:
+            return None
+        kind = FaultKind.LOST if _is(e, pynvml.NVML_ERROR_GPU_IS_LOST) else FaultKind.NVML_ERROR
+        log.warning("nvml.gpu_failing", gpu=last.uuid, kind=kind.value, error=str(e))
+        return dataclasses.replace(last, faults=(GpuFault(kind, detail=f"NVML: {e}"),))
 
     def _gpu(self, h: Any) -> Gpu:
         minor = pynvml.nvmlDeviceGetMinorNumber(h)
@@ -371,6 +421,8 @@ class NvmlBackend:
         log.info("nvml.mig_destroyed", gpu=gpu, gi=gi_id)
 
     def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
         with self._nvml("shutting NVML down"):
             pynvml.nvmlShutdown()
 

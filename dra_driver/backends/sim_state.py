@@ -17,6 +17,7 @@ from dra_driver.backends.decoding import (
 )
 from dra_driver.errors import ConfigError, StorageError
 from dra_driver.files import atomic_write
+from dra_driver.model import FaultKind, GpuFault
 from dra_driver.names import SIM_API_VERSION, SIM_STATE_KIND, GpuUUID
 
 
@@ -35,6 +36,7 @@ class SimInstance:
 class SimGpuState:
     mig_enabled: bool
     instances: tuple[SimInstance, ...] = ()
+    faults: tuple[GpuFault, ...] = ()  # injected from outside (`tessera sim inject`) until cleared
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +72,35 @@ def encode_state(state: SimState) -> dict[str, object]:
                     }
                     for i in g.instances
                 ],
+                **({"faults": [_encode_fault(f) for f in g.faults]} if g.faults else {}),
             }
             for uuid, g in sorted(state.gpus.items())
         },
     }
+
+
+def _encode_fault(f: GpuFault) -> dict[str, object]:
+    out: dict[str, object] = {"kind": f.kind.value}
+    if f.xid is not None:
+        out["xid"] = f.xid
+    if f.detail:
+        out["detail"] = f.detail
+    return out
+
+
+def _decode_fault(raw: object, where: str) -> GpuFault:
+    data = expect_mapping(raw, where)
+    check_fields(data, where, required={"kind"}, optional={"xid", "detail"})
+    kind = get_typed(data, "kind", str, where, "")
+    try:
+        fault_kind = FaultKind(kind)
+    except ValueError as e:
+        known = ", ".join(k.value for k in FaultKind)
+        raise ConfigError(f"{where}.kind: {kind!r} is not one of {known}") from e
+    xid = data.get("xid")
+    if xid is not None and (not isinstance(xid, int) or isinstance(xid, bool) or xid < 0):
+        raise ConfigError(f"{where}.xid: expected a non-negative integer, got {xid!r}")
+    return GpuFault(kind=fault_kind, xid=xid, detail=get_typed(data, "detail", str, where, ""))
 
 
 _INSTANCE_FIELDS = {"profileId", "start", "giId", "ciId", "uuid", "giCapMinor", "ciCapMinor"}
@@ -101,13 +128,17 @@ def decode_state(raw: object) -> SimState:
     for uuid, raw_gpu in expect_mapping(data["gpus"], "gpus").items():
         where = f"gpus[{uuid}]"
         g = expect_mapping(raw_gpu, where)
-        check_fields(g, where, required={"migEnabled", "instances"}, optional=set())
+        check_fields(g, where, required={"migEnabled", "instances"}, optional={"faults"})
         instances = tuple(
             _decode_instance(r, f"{where}.instances[{k}]")
             for k, r in enumerate(expect_list(g["instances"], f"{where}.instances"))
         )
+        faults = tuple(
+            _decode_fault(r, f"{where}.faults[{k}]")
+            for k, r in enumerate(expect_list(g.get("faults", []), f"{where}.faults"))
+        )
         gpus[GpuUUID(uuid)] = SimGpuState(
-            mig_enabled=get_typed(g, "migEnabled", bool, where, False), instances=instances
+            mig_enabled=get_typed(g, "migEnabled", bool, where, False), instances=instances, faults=faults
         )
     return SimState(gpus=gpus)
 

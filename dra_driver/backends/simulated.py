@@ -6,6 +6,7 @@ state file that every call re-reads under a lock, so two processes (a restarted 
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import threading
 import uuid as uuidlib
@@ -25,7 +26,7 @@ from dra_driver.backends.sim_state import (
     write_state,
 )
 from dra_driver.errors import InventoryError, MigError, PlacementTakenError
-from dra_driver.model import DeviceNode, Gpu, Inventory, MigInstance, MigProfile
+from dra_driver.model import DeviceNode, Gpu, GpuFault, Inventory, MigInstance, MigProfile
 from dra_driver.names import GpuUUID
 from dra_driver.profiles import GpuProduct
 
@@ -155,7 +156,9 @@ def _with_new_instance(state: SimState, gpu: SimGpu, profile_id: int, start: int
         gi_cap_minor=gi_minor,
         ci_cap_minor=ci_minor,
     )
-    return state.with_gpu(gpu.uuid, SimGpuState(mig_enabled=True, instances=(*current.instances, created)))
+    return state.with_gpu(
+        gpu.uuid, dataclasses.replace(current, mig_enabled=True, instances=(*current.instances, created))
+    )
 
 
 class SimulatedBackend:
@@ -263,6 +266,7 @@ class SimulatedBackend:
             mig_profiles=p.mig_profiles,
             mig_instances=tuple(sorted(instances, key=lambda m: m.start)),
             healthy=g.healthy,
+            faults=state.faults,
         )
 
     def set_mig_mode(self, *, gpu: GpuUUID, enabled: bool) -> None:
@@ -283,7 +287,7 @@ class SimulatedBackend:
                 raise MigError(
                     f"GPU {gpu}: cannot disable MIG mode while {len(current.instances)} instance(s) exist"
                 )
-            return state.with_gpu(gpu, SimGpuState(mig_enabled=enabled, instances=current.instances)), None
+            return state.with_gpu(gpu, dataclasses.replace(current, mig_enabled=enabled)), None
 
         self._mutate(change)
         log.info("sim.mig_mode", gpu=gpu, enabled=enabled)
@@ -307,10 +311,46 @@ class SimulatedBackend:
             kept = tuple(i for i in current.instances if i.gi_id != gi_id)
             if len(kept) == len(current.instances):
                 return state, False
-            return state.with_gpu(gpu, SimGpuState(mig_enabled=current.mig_enabled, instances=kept)), True
+            return state.with_gpu(gpu, dataclasses.replace(current, instances=kept)), True
 
         if self._mutate(change):
             log.info("sim.mig_destroyed", gpu=gpu, gi=gi_id)
+
+    # -- faults injected from outside (`tessera sim inject`) -------------------------------------------
+
+    def gpu_by_index(self, index: int) -> SimGpu:
+        gpu = next((g for g in self._node.gpus if g.index == index), None)
+        if gpu is None:
+            known = ", ".join(str(g.index) for g in self._node.gpus)
+            raise InventoryError(f"--gpu {index}: simulated node {self._node.node_name} has GPUs {known}")
+        return gpu
+
+    def inject_fault(self, *, gpu: GpuUUID, fault: GpuFault) -> None:
+        """The GPU reports `fault` from now on (a running daemon's health loop reads it at its next check)."""
+        self._gpu(gpu)
+
+        def change(state: SimState) -> tuple[SimState, None]:
+            current = state.of(gpu)
+            if fault in current.faults:
+                return state, None
+            return state.with_gpu(gpu, dataclasses.replace(current, faults=(*current.faults, fault))), None
+
+        self._mutate(change)
+        log.info("sim.fault_injected", gpu=gpu, kind=fault.kind.value, xid=fault.xid)
+
+    def clear_faults(self, *, gpu: GpuUUID) -> int:
+        """The GPU recovers (as after a reset): it reports no fault any more; how many were cleared."""
+        self._gpu(gpu)
+
+        def change(state: SimState) -> tuple[SimState, int]:
+            current = state.of(gpu)
+            if not current.faults:
+                return state, 0
+            return state.with_gpu(gpu, dataclasses.replace(current, faults=())), len(current.faults)
+
+        cleared = self._mutate(change)
+        log.info("sim.faults_cleared", gpu=gpu, cleared=cleared)
+        return cleared
 
     def close(self) -> None:
         """Nothing to release: every call already persisted its change."""

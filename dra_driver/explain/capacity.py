@@ -5,8 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from dra_driver.explain.catalog import CapacitySpec, CatalogDevice
-from dra_driver.explain.quantity import format_quantity
 from dra_driver.explain.request import Request
+from dra_driver.quantity import format_quantity
 
 
 def _rounded(name: str, want: Fraction, spec: CapacitySpec) -> Fraction | str:

@@ -12,8 +12,8 @@ from typing import Any
 
 from dra_driver.errors import ConfigError
 from dra_driver.explain.cel_env import AttributeValue
-from dra_driver.explain.quantity import Quantity, parse_quantity
-from dra_driver.explain.semver import parse_semver
+from dra_driver.quantity import Quantity, parse_quantity
+from dra_driver.semver import parse_semver
 
 Obj = Mapping[str, Any]
 

@@ -23,9 +23,9 @@ from dra_driver.explain.cel_env import (
     compile_selector,
     device_variable,
 )
-from dra_driver.explain.quantity import format_quantity
 from dra_driver.explain.request import ALL, ClaimSpec, DeviceClassSpec, Request, Toleration
 from dra_driver.explain.verdict import ClaimVerdict, DeviceVerdict, Reason, ReasonKind, RequestVerdict
+from dra_driver.quantity import format_quantity
 
 MAX_STEPS = 200_000  # device checks before giving up, like the scheduler's allocation timeout
 

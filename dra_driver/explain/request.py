@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.errors import ConfigError
-from dra_driver.explain.quantity import Quantity, parse_quantity
+from dra_driver.quantity import Quantity, parse_quantity
 
 Obj = Mapping[str, Any]
 EXACT_COUNT = "ExactCount"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
 
 from kubernetes import client as k8s
@@ -16,7 +17,7 @@ from e2e.demo import state as demo_state
 from e2e.examples import device_rows, example_files, load, table
 from e2e.kube import Kubectl, list_pods, pod_claim_name, wait_running
 from e2e.kubelet_standin.errors import StandInError
-from e2e.node import BackendKind
+from e2e.node import BackendKind, SimNode
 from e2e.plugin_identity import SYSTEM_NS
 from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 
@@ -62,6 +63,38 @@ def _describe_one(bed: SimCluster) -> str:
     claim = pod_claim_name(pod, "gpu")
     header = f"$ kubectl describe resourceclaim {claim} -n {NAMESPACE}\n"
     return header + bed.kubectl.run("describe", "resourceclaim", claim, f"--namespace={NAMESPACE}")
+
+
+# a few lines of each node's /metrics worth showing: what is allocated, and health
+METRIC_LINES = (
+    "tessera_gpu_devices_in_use{",
+    "tessera_gpu_memory_allocated_bytes{",
+    "tessera_gpu_healthy{",
+    "tessera_claim_memory_limit_bytes{",
+    "tessera_kubelet_call_duration_seconds_count{",
+)
+
+
+def metrics_excerpt(node: SimNode, *, per_metric: int = 2) -> list[str]:
+    """A few live lines of the node's /metrics (the non-zero ones first)."""
+    try:
+        with urllib.request.urlopen(node.metrics_url, timeout=10) as r:
+            text = r.read().decode()
+    except OSError as e:
+        return [f"(not reachable: {e})"]
+    lines = [line for line in text.splitlines() if line.startswith(METRIC_LINES)]
+    shown: list[str] = []
+    for prefix in METRIC_LINES:
+        mine = sorted((x for x in lines if x.startswith(prefix)), key=lambda x: x.endswith((" 0", " 0.0")))
+        shown += mine[:per_metric]
+    return shown
+
+
+def print_metrics(nodes: list[SimNode]) -> None:
+    for node in nodes:
+        print(f"{node.name}: {node.metrics_url}", flush=True)
+        for line in metrics_excerpt(node):
+            print(f"    {line}", flush=True)
 
 
 def print_table(bed: SimCluster) -> None:
@@ -116,6 +149,10 @@ def up(state_dir: Path, *, backend: BackendKind = BackendKind.SIMULATED) -> int:
     print_table(bed)
     print()
     print(_describe_one(bed))
+    print()
+    _step("the node plugins' metrics (docs/metrics.md; a few live lines of each)")
+    print_metrics(nodes)
+    print()
     kubectl = Kubectl(binary=binaries.kubectl, kubeconfig=plane.kubeconfig)
     print(
         "The demo keeps running. Use it with:\n"
@@ -125,6 +162,10 @@ def up(state_dir: Path, *, backend: BackendKind = BackendKind.SIMULATED) -> int:
         f"  kubectl get pods -n {SYSTEM_NS} -o wide   # the node plugins' pods (their tokens)\n"
         "  kubectl get resourceslices\n"
         f"  kubectl describe resourceclaim -n {NAMESPACE} <claim>\n"
+        + "".join(f"  curl -s {n.metrics_url}   # {n.name}\n" for n in nodes)
+        + "  .venv/bin/tessera sim inject --node-file e2e/nodes/<node>.yaml "
+        f"--state-file {state_dir}/nodes/<node>/sim-state.json --gpu 0 --lost\n"
+        "      # a lost GPU: its devices tainted NoExecute, its pods evicted (docs/metrics.md)\n"
         f"Logs: {state_dir}/controlplane/logs, {state_dir}/nodes/<node>/logs; "
         f"what each container got: {state_dir}/nodes/<node>/var/lib/standin/pods/\n"
         "Stop it with: make demo-down",

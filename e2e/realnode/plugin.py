@@ -18,11 +18,13 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord
+from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
 from e2e.kube import Json, get_pod, is_running, wait_for
 from e2e.node import REPO_ROOT, driver_slices, pool_complete, spawn_python
 from e2e.plugin_identity import SYSTEM_NS, PluginCredentials, issue, plugin_pod, revoke
 from e2e.realnode.config import PROBE_IMAGE
 from e2e.realnode.errors import RealNodeError
+from kubelet_plugin.paths import PluginPaths
 
 # The node's "host" driver directory: the fake driver's build, mounted into containers in place.
 DRIVER_DIR = REPO_ROOT / "interceptor" / "build" / "fake"
@@ -136,6 +138,7 @@ class PluginRunner:
                 f"--sim-state={self.sim_state_file}",
                 f"--kubeconfig={credentials.kubeconfig}",
                 f"--driver-library-dir={DRIVER_DIR}",
+                f"--mps-control={FAKE_MPS_CONTROL}",
                 "--log-format=json",
             ],
             log_path=log_path,
@@ -187,3 +190,4 @@ class PluginRunner:
     def stop_all(self) -> None:
         for instance in list(self.running):
             self.stop(instance)
+        stop_mps_daemons(PluginPaths.under(self.root).mps_dir)  # they outlive the plugin, by design

@@ -101,3 +101,7 @@ def whole_gpu() -> Json:
 
 def mig(profile: str) -> Json:
     return claim_spec(f"mig-{profile}.gpu.tessera.dev")
+
+
+def mps(memory: str, cores: str) -> Json:
+    return claim_spec("mps.tessera.dev", capacity={"memory": memory, "cores": cores})

@@ -41,7 +41,7 @@ def bed(
     backend = BackendKind(request.param)
     testbed = make_testbed(control_plane, k8s_api)
     # A short root: the plugin's unix sockets live below it and their paths may not pass 107 bytes.
-    root = Path(tempfile.mkdtemp(prefix=f"tessera-e2e-{backend.value}-"))
+    root = Path(tempfile.mkdtemp(prefix=f"te-{backend.value[:3]}-", dir="/tmp"))
     try:
         start_node(testbed, H100_NODE, root=root / "h100", backend=backend)
         start_node(testbed, MIXED_NODE, root=root / "mixed", backend=backend)
@@ -59,6 +59,7 @@ def leftovers(testbed: SimCluster) -> list[str]:
     for node in testbed.nodes.values():
         found += [f"{node.name}: CDI spec {p.name}" for p in node.cdi_specs()]
         found += [f"{node.name}: claim dir {p.name}" for p in node.claim_dirs()]
+        found += [f"{node.name}: MPS control daemon of {p.name}" for p in node.mps_dirs()]
         found += [f"{node.name}: MIG instance {mig} on {gpu}" for gpu, mig in node.mig_instances()]
         found += [f"{node.name}: pod record {p.name}" for p in node.runtime_dir.glob("*.json")]
     return found

@@ -20,6 +20,7 @@ from dra_driver.names import (
     container_claim_dir,
     container_gpu_dir,
 )
+from dra_driver.sm_schedule import Part
 from e2e.examples import example, find, renamed
 from e2e.kube import Json
 from e2e.scenarios.probes import (
@@ -37,7 +38,6 @@ from e2e.scenarios.probes import (
 )
 from e2e.testbed import SimCluster
 from kubelet_plugin.gpu_view import GpuView
-from kubelet_plugin.sm_schedule import Part
 
 pytestmark = pytest.mark.e2e
 

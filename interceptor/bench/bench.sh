@@ -2,7 +2,8 @@
 # Prints the cost libtessera adds to cuLaunchKernel (no SM limit) and to a
 # cuMemAlloc+cuMemFree pair (memory limit set): callgrind instructions per call
 # and wall ns per call, hooked vs calling the fake driver directly; then the SM
-# limiter's accuracy on the fake driver (busy fraction vs the share, ±5 points).
+# limiter's accuracy on the fake driver (busy fraction vs the share, ±5 points), GPU sharing
+# and its calibration against the H100, and MPS clients (fake control daemon) beside the H100's figures.
 set -eu
 cd "$(dirname "$0")/.."
 B=$PWD/build
@@ -152,3 +153,20 @@ for spec in "30 70"; do
     together bk5 "${cmds[@]//$KUS/500}"
     echo "  bucket contention 30:70, 0.5 ms kernels -> $(shares bk5 2)"
 done
+echo "MPS (fake nvidia-cuda-mps-control; a server's clients run concurrently, each on its active thread % of the SMs):"
+export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps/pipe CUDA_MPS_LOG_DIRECTORY=$WORK/mps/log
+trap 'echo quit | "$B/fake/nvidia-cuda-mps-control" >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+"$B/fake/nvidia-cuda-mps-control" -d
+for p in 30 50 100; do
+    together "mps_solo_$p" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$p $S sm -1 $SECS kernel $KUS"
+    echo "  one client at $p % -> $(shares "mps_solo_$p" 1)   (H100, 4096² matmul: $(case $p in 30) echo 24.8;; 50) echo 42.4;; *) echo 100.8;; esac) %)"
+done
+for spec in "30 70" "50 50" "100 100"; do
+    set -- $spec
+    together "mps_$1_$2" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$1 $S sm -1 $SECS kernel $KUS" \
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$2 $S sm -1 $SECS kernel $KUS"
+    h100=$(case $spec in "30 70") echo "22.6 % / 54.0 %";; "50 50") echo "38.4 % / 38.4 %";; *) echo "55.6 % / 55.9 %";; esac)
+    echo "  clients $1:$2 -> $(shares "mps_$1_$2" 2)   (GPU busy $(gpu_busy "mps_$1_$2") %; H100: $h100)"
+done
+echo "  an MPS client beside a process without MPS (time-sliced) -> $(together mps_mixed "$S sm -1 $SECS kernel $KUS" \
+    "CUDA_MPS_PIPE_DIRECTORY=$WORK/none $S sm -1 $SECS kernel $KUS"; shares mps_mixed 2)"

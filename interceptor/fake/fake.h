@@ -24,6 +24,26 @@ INTERNAL uint64_t fake_kernel_default_ns(void);
 INTERNAL uint64_t fake_now_ns(void);
 INTERNAL void fake_sleep_until(uint64_t t);
 
+/* The physical GPU (index into the shared GPU state, NVML's index) behind a CUDA ordinal of this process. */
+INTERNAL int fake_phys(int ordinal);
+
+/* ---- mps_client.c: this process as an MPS client ---- */
+
+struct fake_mps {
+    int active;
+    int server;                   /* the MPS server's pid: its clients share the GPU concurrently */
+    int atp10;                    /* active thread percentage x10 (1..1000) */
+    int count;                    /* the GPUs the daemon makes visible, in CUDA ordinal order */
+    int gpu[FAKE_MAXDEV];         /* physical index per ordinal */
+    uint64_t limit[FAKE_MAXDEV];  /* pinned device memory limit per ordinal, bytes; 0 none */
+};
+/* cuInit's MPS part: connects to the control daemon when there is one (once per process). */
+INTERNAL CUresult mps_client_init(void);
+/* cuInit's MPS result so far (CUDA_SUCCESS before cuInit). */
+INTERNAL CUresult mps_client_status(void);
+/* This process's MPS client state, or NULL when it is no MPS client. */
+INTERNAL const struct fake_mps *mps_client(void);
+
 /* ---- gpu.c: the shared, time-sliced GPUs ---- */
 
 /* Submits `ns` of kernel work (a marker when ns is 0 and ev >= 0: completes as soon as everything before it

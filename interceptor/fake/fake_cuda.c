@@ -7,7 +7,9 @@
  * (314572800: device memory a context takes; cuCtxCreate* takes it per
  * context, the primary context on its first retain, given back on destroy /
  * last release / reset), FAKE_GPU_STATE, FAKE_TIMESLICE_US, FAKE_SWITCH_US
- * (gpu.c). */
+ * (gpu.c); CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+ * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (mps_client.c: the process as an MPS
+ * client of the fake nvidia-cuda-mps-control). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -55,7 +57,13 @@ void fake_sleep_until(uint64_t t)
 }
 
 struct fake_ctx *fake_current(void) { return t_cur; }
-int fake_gpu_count(void) { return g_count; }
+/* the devices this process sees: an MPS client sees its control daemon's */
+static int count(void)
+{
+    const struct fake_mps *m = mps_client();
+    return m ? m->count : g_count;
+}
+int fake_gpu_count(void) { return count(); }
 uint64_t fake_kernel_default_ns(void) { return g_kernel_ns; }
 
 static uint64_t env_u64(const char *name, uint64_t def)
@@ -81,7 +89,14 @@ __attribute__((constructor)) static void fake_init(void)
     }
 }
 
-static int phys(int ordinal) { return g_reverse ? g_count - 1 - ordinal : ordinal; }
+static int phys(int ordinal)
+{
+    const struct fake_mps *m = mps_client();
+    if (m)
+        return ordinal >= 0 && ordinal < m->count ? m->gpu[ordinal] : ordinal;
+    return g_reverse ? g_count - 1 - ordinal : ordinal;
+}
+int fake_phys(int ordinal) { return ordinal >= 0 && ordinal < FAKE_MAXDEV ? phys(ordinal) : ordinal; }
 
 /* ---- the allocation table: pointer/handle -> size, device, kind ---- */
 
@@ -134,9 +149,16 @@ static void device_free(int dev, uint64_t size)
         __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
 }
 
+/* the most device memory this process may hold on dev: the GPU's, or an MPS client's pinned limit */
+static uint64_t mem_cap(int dev)
+{
+    const struct fake_mps *m = mps_client();
+    return m && dev >= 0 && dev < m->count && m->limit[dev] && m->limit[dev] < g_mem ? m->limit[dev] : g_mem;
+}
+
 static CUresult device_take(int dev, uint64_t size)
 {
-    if (__atomic_add_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST) > g_mem) {
+    if (__atomic_add_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST) > mem_cap(dev)) {
         __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -179,19 +201,19 @@ static CUresult phys_free(uint64_t key, int kind)
 
 static int cur_dev(void) { return t_cur ? t_cur->dev : -1; }
 
-API CUresult cuInit(unsigned flags) { (void)flags; return CUDA_SUCCESS; }
+API CUresult cuInit(unsigned flags) { (void)flags; return mps_client_init(); }
 API CUresult cuDriverGetVersion(int *v) { *v = 12040; return CUDA_SUCCESS; }
-API CUresult cuDeviceGetCount(int *n) { *n = g_count; return CUDA_SUCCESS; }
+API CUresult cuDeviceGetCount(int *n) { *n = count(); return CUDA_SUCCESS; }
 API CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
-    if (ordinal < 0 || ordinal >= g_count)
+    if (ordinal < 0 || ordinal >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     *d = ordinal;
     return CUDA_SUCCESS;
 }
 API CUresult cuDeviceGetUuid(CUuuid *u, CUdevice d)
 {
-    if (d < 0 || d >= g_count)
+    if (d < 0 || d >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     static const unsigned char base[16] = { 0x7e, 0x55, 0xe7, 0xa0, 0x12, 0x34, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0, 0, 0, 0 };
     memcpy(u->bytes, base, 16);
@@ -207,7 +229,7 @@ API CUresult cuDeviceGetName(char *name, int len, CUdevice d)
 }
 API CUresult cuDeviceTotalMem_v2(size_t *b, CUdevice d)
 {
-    if (d < 0 || d >= g_count)
+    if (d < 0 || d >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     *b = g_mem;
     return CUDA_SUCCESS;
@@ -226,7 +248,9 @@ static CUresult ctx_mem(int d, int take)
 API CUresult cuCtxCreate_v2(CUcontext *c, unsigned flags, CUdevice d)
 {
     (void)flags;
-    if (d < 0 || d >= g_count)
+    if (mps_client_status() != CUDA_SUCCESS)
+        return mps_client_status();
+    if (d < 0 || d >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     struct fake_ctx *x = malloc(sizeof *x);
     if (!x || ctx_mem(d, 1) != CUDA_SUCCESS) {
@@ -253,7 +277,9 @@ API CUresult cuCtxDestroy_v2(CUcontext c)
 }
 API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
-    if (d < 0 || d >= g_count)
+    if (mps_client_status() != CUDA_SUCCESS)
+        return mps_client_status();
+    if (d < 0 || d >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&g_ctx_mu);
@@ -268,7 +294,7 @@ API CUresult cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 }
 API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
 {
-    if (d < 0 || d >= g_count)
+    if (d < 0 || d >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     CUresult rc = CUDA_SUCCESS;
     pthread_mutex_lock(&g_ctx_mu);
@@ -283,7 +309,7 @@ API CUresult cuDevicePrimaryCtxRelease(CUdevice d) { return cuDevicePrimaryCtxRe
 /* reset drops the primary context whatever its retain count (simplified) */
 API CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
 {
-    if (d < 0 || d >= g_count)
+    if (d < 0 || d >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     pthread_mutex_lock(&g_ctx_mu);
     if (g_prim_refs[d] > 0)
@@ -311,7 +337,7 @@ API CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t u = __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
-    *f = (size_t)(g_mem - u);
+    *f = (size_t)(mem_cap(dev) > u ? mem_cap(dev) - u : 0); /* MPS: free is what the pinned limit leaves */
     *t = (size_t)g_mem;
     return CUDA_SUCCESS;
 }
@@ -370,13 +396,13 @@ API CUresult cuMemGetInfo(unsigned int *f, unsigned int *t)
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     uint64_t u = __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
-    *f = clamp32(g_mem - u);
+    *f = clamp32(mem_cap(dev) > u ? mem_cap(dev) - u : 0);
     *t = clamp32(g_mem);
     return CUDA_SUCCESS;
 }
 API CUresult cuDeviceTotalMem(unsigned int *b, CUdevice d)
 {
-    if (d < 0 || d >= g_count)
+    if (d < 0 || d >= count())
         return CUDA_ERROR_INVALID_DEVICE;
     *b = clamp32(g_mem);
     return CUDA_SUCCESS;
@@ -415,7 +441,7 @@ API CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUm
         return CUDA_ERROR_INVALID_VALUE;
     int host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST || prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
                prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
-    if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 || prop->location.id >= g_count))
+    if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id < 0 || prop->location.id >= count()))
         return CUDA_ERROR_INVALID_DEVICE;
     uint64_t key = __atomic_fetch_add(&g_next_handle, 1, __ATOMIC_SEQ_CST);
     int dev = host ? -1 : prop->location.id; /* pinned host memory takes no device memory */
@@ -656,4 +682,10 @@ API CUresult cuIpcCloseMemHandle(CUdeviceptr p) { (void)p; return CUDA_SUCCESS; 
 
 API uint64_t fakeUsedBytes(int dev) { return dev >= 0 && dev < MAXDEV ? __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST) : 0; }
 /* by NVML (physical) index, for the fake NVML */
-API uint64_t fakeUsedBytesPhys(int i) { return i >= 0 && i < g_count ? fakeUsedBytes(phys(i)) : 0; }
+API uint64_t fakeUsedBytesPhys(int i)
+{
+    for (int o = 0; o < count(); o++)
+        if (phys(o) == i)
+            return fakeUsedBytes(o);
+    return 0;
+}

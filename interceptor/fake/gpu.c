@@ -8,7 +8,13 @@
  * with work, round robin. A context alone on the GPU is never switched out.
  * Time is CLOCK_MONOTONIC; the timeline is simulated lazily, up to "now", by
  * whichever process looks at it, so an event's timestamp includes the time its
- * work waited behind other contexts, as on a real GPU. */
+ * work waited behind other contexts, as on a real GPU.
+ * MPS: the clients of one MPS server (mps_client.c) are one context to the GPU.
+ * While it holds the GPU their kernels run concurrently, each at its active
+ * thread percentage of the SMs (scaled down together when the percentages of
+ * the clients with work add up to more than 100); against other contexts the
+ * server's clients are time-sliced like any context. A kernel's length is its
+ * solo time on the whole GPU, so a client at 30 % runs it in 1/0.3 the time. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -52,7 +58,9 @@ struct fg_chan {
     uint64_t submitted, completed; /* sequence numbers; item s sits at q[s % FG_QUEUE] */
     uint64_t busy_ns;              /* kernel time this channel ran */
     uint64_t last_done_ns;         /* when its last item completed */
-    uint64_t reserved[2];
+    uint32_t mps_pct;              /* an MPS client's active thread percentage x10 (1..1000); 0: none */
+    uint32_t pad2;
+    uint64_t mps_group;            /* its MPS server: the server's clients share one context; 0: none */
     struct fg_item q[FG_QUEUE];
     struct fg_evslot ev[FG_EVENTS];
 };
@@ -273,12 +281,37 @@ static int chan_has_work(int i, int dev)
     return c->state == 1 && c->dev == dev && c->completed < c->submitted;
 }
 
-/* The next channel after `after` (round robin) with work, other than `after`; -1 none. */
+/* Whether channels a and b are one context to the GPU: the same channel, or clients of one MPS server. */
+static int same_ctx(int a, int b)
+{
+    if (a == b)
+        return 1;
+    if (a < 0 || b < 0)
+        return 0;
+    uint64_t g = g_f->chan[a].mps_group;
+    return g && g == g_f->chan[b].mps_group;
+}
+
+static int ctx_has_work(int i, int dev)
+{
+    if (i < 0)
+        return 0;
+    if (chan_has_work(i, dev))
+        return 1;
+    if (!g_f->chan[i].mps_group)
+        return 0;
+    for (int k = 0; k < FG_CHANNELS; k++)
+        if (same_ctx(i, k) && chan_has_work(k, dev))
+            return 1;
+    return 0;
+}
+
+/* The next channel after `after` (round robin) with work, in another context than `after`; -1 none. */
 static int next_with_work(int dev, int after)
 {
     for (int k = 1; k <= FG_CHANNELS; k++) {
         int i = ((after < 0 ? -1 : after) + k + FG_CHANNELS) % FG_CHANNELS;
-        if (i != after && chan_has_work(i, dev))
+        if (!same_ctx(i, after) && chan_has_work(i, dev))
             return i;
     }
     return -1;
@@ -310,6 +343,53 @@ static void run_holder(struct fg_dev *d, struct fg_chan *c, uint64_t until)
     }
 }
 
+static uint64_t mps_pct(const struct fg_chan *c) { return c->mps_pct ? c->mps_pct : 1000; }
+
+/* Runs the MPS server whose client `cur` is until `until`: every client's head kernel at once, each at its
+ * share of the SMs (the shares scaled down together when the busy clients' percentages add up past 100). */
+static void run_mps(struct fg_dev *d, int dev, int cur, uint64_t until)
+{
+    int idx[FG_CHANNELS];
+    while (d->sim_ns < until) {
+        int n = 0;
+        uint64_t total = 0;
+        for (int k = 0; k < FG_CHANNELS; k++) {
+            struct fg_chan *c = &g_f->chan[k];
+            if (!same_ctx(cur, k) || c->state != 1 || c->dev != dev)
+                continue;
+            flush_zero(c, d->sim_ns);
+            if (c->completed < c->submitted) {
+                idx[n++] = k;
+                total += mps_pct(c);
+            }
+        }
+        if (!n)
+            return;
+        uint64_t denom = total > 1000 ? total : 1000, dt = until - d->sim_ns;
+        for (int i = 0; i < n; i++) { /* up to the first kernel that completes */
+            struct fg_chan *c = &g_f->chan[idx[i]];
+            uint64_t left = c->q[(c->completed + 1) % FG_QUEUE].ns_left;
+            uint64_t t = (left * denom + mps_pct(c) - 1) / mps_pct(c);
+            if (t < dt)
+                dt = t;
+        }
+        for (int i = 0; i < n; i++) {
+            struct fg_chan *c = &g_f->chan[idx[i]];
+            struct fg_item *it = &c->q[(c->completed + 1) % FG_QUEUE];
+            uint64_t t = (it->ns_left * denom + mps_pct(c) - 1) / mps_pct(c);
+            uint64_t w = t <= dt ? it->ns_left : dt * mps_pct(c) / denom;
+            it->ns_left -= w;
+            c->busy_ns += w;
+            d->busy_ns += w;
+            if (!it->ns_left) {
+                c->last_done_ns = d->sim_ns + dt;
+                c->completed++;
+            }
+        }
+        d->sim_ns += dt;
+    }
+}
+
 static void advance(int dev, uint64_t t)
 {
     struct fg_dev *d = &g_f->dev[dev];
@@ -327,7 +407,7 @@ static void advance(int dev, uint64_t t)
             continue;
         }
         int cur = d->cur;
-        int busy = cur >= 0 && chan_has_work(cur, dev);
+        int busy = ctx_has_work(cur, dev);
         int other = next_with_work(dev, cur);
         if (!busy) {
             if (other < 0) {
@@ -347,7 +427,10 @@ static void advance(int dev, uint64_t t)
         }
         if (other >= 0 && d->slice_end < until)
             until = d->slice_end;
-        run_holder(d, &g_f->chan[cur], until);
+        if (g_f->chan[cur].mps_group)
+            run_mps(d, dev, cur, until);
+        else
+            run_holder(d, &g_f->chan[cur], until);
     }
 }
 
@@ -377,6 +460,9 @@ static int channel(int dev)
             if (g_fd >= 0 && chan_lock(k, F_OFD_SETLK, F_WRLCK) < 0)
                 continue;
             memset(c, 0, offsetof(struct fg_chan, q));
+            const struct fake_mps *m = mps_client();
+            c->mps_pct = m ? (uint32_t)m->atp10 : 0;
+            c->mps_group = m ? (uint64_t)m->server : 0;
             c->pid = (int32_t)getpid();
             c->dev = dev;
             c->last_done_ns = fake_now_ns();
@@ -411,8 +497,11 @@ static void release_all(void)
     file_unlock();
 }
 
+static void wait_phys(int dev, uint64_t seq);
+
 uint64_t gpu_submit(int dev, uint64_t ns, int ev, uint64_t gen)
 {
+    dev = fake_phys(dev); /* the shared state is per physical GPU */
     int i = channel(dev);
     if (i < 0)
         return 0;
@@ -433,12 +522,13 @@ uint64_t gpu_submit(int dev, uint64_t ns, int ev, uint64_t gen)
         }
         uint64_t head = c->completed + 1;
         file_unlock();
-        gpu_wait(dev, head); /* the queue is full: like the driver, block until there is room */
+        wait_phys(dev, head); /* the queue is full: like the driver, block until there is room */
     }
 }
 
 int gpu_done(int dev, uint64_t seq)
 {
+    dev = fake_phys(dev);
     int i = channel(dev);
     if (i < 0 || seq == 0)
         return 1;
@@ -450,8 +540,9 @@ int gpu_done(int dev, uint64_t seq)
 }
 
 /* Sleeps until item seq completed: at least until the earliest moment it could (its remaining work if this
- * channel had the GPU to itself), then looks again. */
-void gpu_wait(int dev, uint64_t seq)
+ * channel had the GPU to itself), then looks again. Functions below take CUDA ordinals; the shared state is
+ * indexed by physical GPU (fake_phys). */
+static void wait_phys(int dev, uint64_t seq)
 {
     int i = channel(dev);
     if (i < 0 || seq == 0)
@@ -469,6 +560,7 @@ void gpu_wait(int dev, uint64_t seq)
         uint64_t left = 0;
         for (uint64_t s = c->completed + 1; s <= seq; s++)
             left += c->q[s % FG_QUEUE].ns_left;
+        left = left * 1000 / mps_pct(c);
         if (d->cur != i)
             left += d->next == i ? d->switch_end - d->sim_ns : g_f->switch_ns;
         file_unlock();
@@ -476,14 +568,18 @@ void gpu_wait(int dev, uint64_t seq)
     }
 }
 
+void gpu_wait(int dev, uint64_t seq) { wait_phys(fake_phys(dev), seq); }
+
 uint64_t gpu_last_seq(int dev)
 {
+    dev = fake_phys(dev);
     int i = channel(dev);
     return i < 0 ? 0 : __atomic_load_n(&g_f->chan[i].submitted, __ATOMIC_ACQUIRE);
 }
 
 int gpu_event_slot_new(int dev)
 {
+    dev = fake_phys(dev);
     int i = channel(dev);
     if (i < 0)
         return -1;
@@ -502,6 +598,7 @@ int gpu_event_slot_new(int dev)
 
 void gpu_event_slot_free(int dev, int slot)
 {
+    dev = fake_phys(dev);
     if (dev < 0 || dev >= FAKE_MAXDEV || slot < 0 || slot >= FG_EVENTS)
         return;
     pthread_mutex_lock(&g_local);
@@ -511,6 +608,7 @@ void gpu_event_slot_free(int dev, int slot)
 
 int gpu_event_slot_done(int dev, int slot, uint64_t gen, uint64_t *ts)
 {
+    dev = fake_phys(dev);
     int i = channel(dev);
     if (i < 0 || slot < 0 || slot >= FG_EVENTS)
         return 1;
@@ -529,6 +627,7 @@ int gpu_event_slot_done(int dev, int slot, uint64_t gen, uint64_t *ts)
 /* GPU time this process's work ran on dev (its share of the GPU). */
 API uint64_t fakeBusyNs(int dev)
 {
+    dev = fake_phys(dev);
     int i = channel(dev);
     if (i < 0)
         return 0;
@@ -542,6 +641,7 @@ API uint64_t fakeBusyNs(int dev)
 /* GPU time all processes' work ran on dev. */
 API uint64_t fakeGpuBusyNs(int dev)
 {
+    dev = fake_phys(dev);
     if (dev < 0 || dev >= FAKE_MAXDEV || !ready())
         return 0;
     file_lock();
@@ -554,6 +654,7 @@ API uint64_t fakeGpuBusyNs(int dev)
 /* Context switches on dev so far. */
 API uint64_t fakeGpuSwitches(int dev)
 {
+    dev = fake_phys(dev);
     if (dev < 0 || dev >= FAKE_MAXDEV || !ready())
         return 0;
     return __atomic_load_n(&g_f->dev[dev].switches, __ATOMIC_RELAXED);

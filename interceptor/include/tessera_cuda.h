@@ -34,6 +34,12 @@ typedef struct CUmemPoolHandle_st *CUmemoryPool;
 #define CUDA_ERROR_NOT_FOUND 500
 #define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_SUPPORTED 801
+/* MPS (cuda.h: "MPS client failed to connect to the MPS control daemon or the MPS server" …) */
+#define CUDA_ERROR_MPS_CONNECTION_FAILED 805
+#define CUDA_ERROR_MPS_RPC_FAILURE 806
+#define CUDA_ERROR_MPS_SERVER_NOT_READY 807
+#define CUDA_ERROR_MPS_MAX_CLIENTS_REACHED 808
+#define CUDA_ERROR_MPS_CLIENT_TERMINATED 810
 /* stream capture (cuda.h: "operation not permitted when stream is capturing" …) */
 #define CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED 900
 #define CUDA_ERROR_STREAM_CAPTURE_INVALIDATED 901

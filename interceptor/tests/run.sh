@@ -15,13 +15,25 @@ export TESSERA_SM_WINDOW_US=20000
 export TESSERA_SM_CHECK=ceiling
 # contexts cost no device memory except in the context tests, so other tests can count exactly
 export FAKE_CTX_BYTES=0
-unset FAKE_NVML_FAIL TESSERA_CONTEXT_BYTES
+unset FAKE_NVML_FAIL TESSERA_CONTEXT_BYTES CUDA_VISIBLE_DEVICES CUDA_MPS_ACTIVE_THREAD_PERCENTAGE CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 unset TESSERA_CLAIM_DIRS $(compgen -e | grep "^TESSERA_CLAIM_DIR_" || true) CUDA_DEVICE_MEMORY_LIMIT CUDA_DEVICE_SM_LIMIT CUDA_DEVICE_MEMORY_SHARED_CACHE \
       GPU_CORE_UTILIZATION_POLICY CUDA_TASK_PRIORITY LIBCUDA_LOG_LEVEL
 WORK=$(mktemp -d)
 # one simulated GPU for this run (jobs that measure SM time get one of their own, see bg)
 export FAKE_GPU_STATE=$WORK/gpu.default
-trap 'rm -rf "$WORK"' EXIT
+# no process is an MPS client unless a test makes it one (a daemon on the machine's default pipe directory
+# would make every process its client)
+export CUDA_MPS_PIPE_DIRECTORY=$WORK/no-mps CUDA_MPS_LOG_DIRECTORY=$WORK/no-mps-log
+# the fake MPS control daemons this run starts are stopped by their pid
+stop_mps_daemons() {
+    local f p
+    for f in "$WORK"/mps.*/pipe/nvidia-cuda-mps-control.pid; do
+        p=$(cat "$f" 2>/dev/null) || continue
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = nvidia-cuda-mps ] && kill -KILL "$p" 2>/dev/null
+    done
+    return 0
+}
+trap 'stop_mps_daemons; rm -rf "$WORK"' EXIT
 GPU0=GPU-7e55e7a0-1234-4567-89ab-cdef00000000
 GPU1=GPU-7e55e7a0-1234-4567-89ab-cdef00000001
 GiB=1073741824
@@ -385,6 +397,8 @@ C=$(claim prio_held "gpu $GPU0 cores 0 priority 1 view $WORK/view.hold")
 "$S" view "$WORK/view.hold" 50000 600
 bg normal_priority_held_while_view_holds env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 45 1 kernel
 collect
+
+source tests/mps.sh
 
 echo "== the same under ASan + UBSan"
 C=$(claim san_lim "gpu $GPU0 memory 1g")

@@ -22,35 +22,13 @@
 #include "region.h"
 
 #include "testutil.h"
+#include "regionutil.h"
 
 static uint64_t used_view(void)
 {
     size_t f, t;
     CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS, "meminfo");
     return t - f;
-}
-
-/* The claim's bytes on GPU entry g as the library counts them: the sum of its live slots. */
-static uint64_t claim_total(const struct tr_region *r, int g)
-{
-    uint64_t sum = 0;
-    uint32_t hi = __atomic_load_n(&r->proc_high, __ATOMIC_RELAXED);
-    for (uint32_t i = 0; i < hi && i < TR_MAX_PROCS; i++)
-        if (__atomic_load_n(&r->procs[i].state, __ATOMIC_RELAXED) == 1)
-            sum += __atomic_load_n(&r->procs[i].used[g], __ATOMIC_RELAXED);
-    return sum;
-}
-
-static struct tr_region *map_region(const char *dir)
-{
-    char path[512];
-    snprintf(path, sizeof path, "%s/region", dir);
-    int fd = open(path, O_RDONLY);
-    CHECK(fd >= 0, "open %s", path);
-    void *m = mmap(NULL, sizeof(struct tr_region), PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    CHECK(m != MAP_FAILED, "mmap region");
-    return m;
 }
 
 /* ---------- memory ---------- */
@@ -665,6 +643,34 @@ static int t_holdlock(int argc, char **argv)
     return 0;
 }
 
+/* ---------- what the node daemon reads from a claim's region (metrics, claim status) ---------- */
+
+/* usage <bytes> <launches> <kernel_us>: holds <bytes>, has one allocation refused by the limit, launches
+ * <launches> kernels of <kernel_us> (through the SM limiter when the claim has one), then prints "ready" and
+ * waits to be killed, so the claim's region shows a live process, its bytes and its counters. */
+static int t_usage(int argc, char **argv)
+{
+    CHECK(argc >= 3, "usage: usage <bytes> <launches> <kernel_us>");
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    uint64_t n = strtoull(argv[0], NULL, 0);
+    int launches = atoi(argv[1]);
+    CUfunction k = fakeKernel(strtoull(argv[2], NULL, 10) * 1000ull);
+    ctx_on(0);
+    CUdeviceptr a, b;
+    CHECK(n == 0 || cuMemAlloc_v2(&a, n) == CUDA_SUCCESS, "hold alloc");
+    CHECK(cuMemAlloc_v2(&b, 1ull << 45) == CUDA_ERROR_OUT_OF_MEMORY, "32 TiB is over any limit");
+    for (int i = 0; i < launches; i++) {
+        CHECK(cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS, "launch %d", i);
+        if (i % 4 == 3)
+            CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "sync");
+    }
+    CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "ctx sync");
+    printf("ready\n");
+    fflush(stdout);
+    pause();
+    return 0;
+}
+
 /* ---------- per-thread event rings are freed at thread exit ---------- */
 
 static void *ring_thread(void *p)
@@ -751,24 +757,13 @@ static int t_nvml(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        int (*fn)(int, char **);
-    } cmds[] = {
+    static const struct test_cmd cmds[] = {
         { "limit", t_limit }, { "paths", t_paths }, { "procaddr", t_procaddr }, { "unlimited", t_unlimited },
         { "device", t_device }, { "ipc", t_ipc }, { "ipc_import", t_ipc_import }, { "stress", t_stress },
         { "stress_child", t_stress_child }, { "hold", t_hold }, { "churn", t_churn }, { "kill", t_kill },
         { "fork", t_fork }, { "nvml", t_nvml }, { "ctx", t_ctx }, { "ctxdefault", t_ctx_default },
         { "legacy", t_legacy }, { "ringexit", t_ringexit }, { "truncate", t_truncate }, { "holdlock", t_holdlock },
+        { "usage", t_usage },
     };
-    if (argc < 2) {
-        fprintf(stderr, "usage: tcuda <test> [args]\n");
-        return 2;
-    }
-    g_test = argv[1];
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (!strcmp(cmds[i].name, argv[1]))
-            return cmds[i].fn(argc - 2, argv + 2);
-    fprintf(stderr, "unknown test %s\n", argv[1]);
-    return 2;
+    return run_test("tcuda", cmds, sizeof cmds / sizeof cmds[0], argc, argv);
 }

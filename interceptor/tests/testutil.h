@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,6 +105,26 @@ static const char *g_test = "?";
             exit(1);                                                         \
         }                                                                    \
     } while (0)
+
+struct test_cmd {
+    const char *name;
+    int (*fn)(int, char **);
+};
+
+/* Runs the test argv[1] of a test program with the arguments after it; 2 for a usage error. */
+static inline int run_test(const char *prog, const struct test_cmd *cmds, size_t n, int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s <test> [args]\n", prog);
+        return 2;
+    }
+    g_test = argv[1];
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(cmds[i].name, argv[1]))
+            return cmds[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "unknown test %s\n", argv[1]);
+    return 2;
+}
 
 static inline uint64_t now_ns(void)
 {

@@ -21,7 +21,7 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
                               void **, void **);
 
 struct meter {
-    uint64_t own0, gpu0, t0, charged0, throttled0, held0;
+    uint64_t own0, gpu0, t0, charged0, throttled0, held0, switches0;
 };
 
 /* the claim's GPU entry 0 in its region (TESSERA_CLAIM_DIRS names one claim directory), or NULL */
@@ -50,6 +50,7 @@ static void meter_start(struct meter *m)
     m->charged0 = g ? g->gpu_ns : 0;
     m->throttled0 = g ? g->throttled_ns : 0;
     m->held0 = g ? g->held_ns : 0;
+    m->switches0 = fakeGpuSwitches(0);
     m->t0 = now_ns();
 }
 
@@ -65,7 +66,8 @@ static double meter_print(const struct meter *m, const char *what)
                100.0 * (double)(g->gpu_ns - m->charged0) / wall, 100.0 * (double)(g->throttled_ns - m->throttled0) / wall,
                100.0 * (double)(g->held_ns - m->held0) / wall, what);
     else
-        printf("share=%.1f gpu=%.1f %s\n", share, gpu, what);
+        printf("share=%.1f gpu=%.1f switches=%llu %s\n", share, gpu,
+               (unsigned long long)(fakeGpuSwitches(0) - m->switches0), what);
     fflush(stdout);
     return share;
 }

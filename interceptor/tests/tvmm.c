@@ -139,18 +139,6 @@ static int t_ipc_import(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-    static const struct {
-        const char *name;
-        int (*fn)(int, char **);
-    } cmds[] = { { "cumem", t_cumem }, { "cumem_import", t_cumem_import }, { "ipc", t_ipc }, { "ipc_import", t_ipc_import } };
-    if (argc < 2) {
-        fprintf(stderr, "usage: tvmm <test> [args]\n");
-        return 2;
-    }
-    g_test = argv[1];
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (!strcmp(cmds[i].name, argv[1]))
-            return cmds[i].fn(argc - 2, argv + 2);
-    fprintf(stderr, "unknown test %s\n", argv[1]);
-    return 2;
+    static const struct test_cmd cmds[] = { { "cumem", t_cumem }, { "cumem_import", t_cumem_import }, { "ipc", t_ipc }, { "ipc_import", t_ipc_import } };
+    return run_test("tvmm", cmds, sizeof cmds / sizeof cmds[0], argc, argv);
 }

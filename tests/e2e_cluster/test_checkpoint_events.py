@@ -16,10 +16,11 @@ from kubernetes import client as k8s
 
 from dra_driver.errors import UnsupportedVersionError
 from e2e.controlplane.launcher import ControlPlane
-from kubelet_plugin.daemon import DaemonOptions
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, EVENT_NAMESPACE
+from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.wiring import Node
+from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e
 NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"
@@ -47,7 +48,6 @@ def options(root: Path, node: str, plane: ControlPlane) -> DaemonOptions:
         simulate=NODE_FILE,
         sim_state=root / "sim-state.json",
         kubeconfig=plane.kubeconfig,
-        claims_dir_source=root / "claims",
         health_interval=60.0,
         publish=False,
         log_level="warning",
@@ -67,7 +67,7 @@ def test_a_rebuilt_checkpoint_is_reported_on_the_node(
     checkpoint = PluginPaths.under(root).checkpoint_file
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"\x00garbage")
-    plugin = Node.start(options(root, node, control_plane))
+    plugin = Node.start(options(root, node, control_plane), claims=directory_claims(root / "claims"))
     plugin.stop(grace=0)
     (event,) = node_events(k8s_api, node, CHECKPOINT_REBUILT_REASON)
     assert event.type == "Warning" and event.involved_object.kind == "Node"
@@ -82,7 +82,7 @@ def test_a_newer_checkpoint_stops_start_up_and_is_reported(
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_text(json.dumps({"apiVersion": "checkpoint.tessera.dev/v9", "kind": "Checkpoint"}))
     with pytest.raises(UnsupportedVersionError):
-        Node.start(options(root, node, control_plane))
+        Node.start(options(root, node, control_plane), claims=directory_claims(root / "claims"))
     (event,) = node_events(k8s_api, node, CHECKPOINT_NEWER_REASON)
     assert event.type == "Warning" and "checkpoint.tessera.dev/v9" in (event.message or "")
     assert json.loads(checkpoint.read_text())["apiVersion"] == "checkpoint.tessera.dev/v9"

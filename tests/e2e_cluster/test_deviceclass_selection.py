@@ -33,8 +33,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.explain.quantity import parse_quantity
+from dra_driver import families
 from dra_driver.names import DRIVER_NAME, Attr
+from dra_driver.quantity import parse_quantity
 from e2e.controlplane.launcher import ControlPlane
 from e2e.examples import DEVICECLASSES_DIR, load
 from e2e.kube import Kubectl, allocated_results, get_claim, get_pod, list_claims, wait_for
@@ -48,7 +49,7 @@ NODE_FILES = {H100: NODES_DIR / "h100x8.yaml", MIXED: NODES_DIR / "mixed-a100-l4
 RESULTS_LIMIT = 32  # resource.k8s.io AllocationResultsMaxSize
 OVER_LIMIT = re.compile(r"number of requested devices (\d+) exceeds the claim limit of (\d+)")
 ATTRS = f'device.attributes["{DRIVER_NAME}"]'
-FAMILIES = ("gpu", "vgpu", "mig")
+FAMILIES = families.names()  # every family has its class (deviceclasses/<family>.yaml)
 
 
 @dataclass(frozen=True, slots=True)

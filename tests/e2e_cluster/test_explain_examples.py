@@ -52,6 +52,10 @@ EXPECTED: dict[tuple[str, str], bool] = {
     ("shared-vgpu", MIXED): True,
     ("mig-or-vgpu", H100): True,  # as MIG
     ("mig-or-vgpu", MIXED): True,  # as the vGPU fallback
+    ("mps-30", H100): True,
+    ("mps-30", MIXED): True,  # on an A100 or an L4: both are Volta or newer
+    ("mps-70", H100): True,
+    ("mps-70", MIXED): True,
 }
 
 

@@ -94,8 +94,14 @@ BAD = [
         {"apiVersion": V1, "kind": "VgpuConfig", "smLimitPolicy": "fast"},
         "parameters.smLimitPolicy: must be one of",
     ),
-    ({"apiVersion": V1, "kind": "VgpuConfig", "priority": 2}, "parameters.priority: must be the integer 0"),
-    ({"apiVersion": V1, "kind": "VgpuConfig", "priority": "0"}, "parameters.priority: must be the integer 0"),
+    (
+        {"apiVersion": V1, "kind": "VgpuConfig", "priority": 2},
+        "parameters.priority: must be an integer from 0 to 1",
+    ),
+    (
+        {"apiVersion": V1, "kind": "VgpuConfig", "priority": "0"},
+        "parameters.priority: must be an integer from 0 to 1",
+    ),
     (
         {"apiVersion": V1, "kind": "VgpuConfig", "logLevel": 5},
         "parameters.logLevel: must be an integer from 0 to 4",

@@ -71,7 +71,7 @@ def test_publish_repeat_change_and_extra_slice(k8s_api: k8s.ApiClient, node: str
     stored = pool(api, node)
     assert len(stored) == 5
     assert {(s.spec.pool.generation, s.spec.pool.resource_slice_count) for s in stored} == {(1, 5)}
-    assert sum(len(s.spec.devices or []) for s in stored) == 216
+    assert sum(len(s.spec.devices or []) for s in stored) == 224  # 28 per H100: whole, vgpu, mps, 25 MIG
     vgpu = next(d for s in stored for d in s.spec.devices or [] if d.name == "gpu-0-vgpu")
     assert vgpu.allow_multiple_allocations is True and vgpu.consumes_counters
 
@@ -112,7 +112,7 @@ def test_conflicting_writer_is_survived(k8s_api: k8s.ApiClient, node: str) -> No
     assert result.conflicts == 1
     final = pool(api, node)
     assert len(final) == 2 and {s.spec.pool.generation for s in final} == {result.generation}
-    assert sum(len(s.spec.devices or []) for s in final) == 8
+    assert sum(len(s.spec.devices or []) for s in final) == 12  # 4 GPUs: whole, vgpu, mps each
 
 
 def test_run_repairs_foreign_changes(k8s_api: k8s.ApiClient, node: str) -> None:

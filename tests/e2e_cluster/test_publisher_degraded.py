@@ -1,9 +1,11 @@
-"""The publisher against an API server whose partitionable-devices and consumable-capacity gates are off.
+"""The publisher against an API server whose partitionable-devices, consumable-capacity and device-taints
+gates are off (what an older cluster is).
 
 Such a server silently drops the fields those gates guard (`sharedCounters`, `consumesCounters`,
 `allowMultipleAllocations`, capacity `requestPolicy`). The publisher must notice on read-back, say so in
 its log and in a Warning Event on the Node, and fall back to whole GPUs without counters. A second,
-module-scoped control plane provides that server; the session's plane keeps every gate on.
+module-scoped control plane provides that server; the session's plane keeps every gate on. Device taints
+the server drops make the publisher withdraw an unhealthy GPU's devices instead.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kubernetes import client as k8s
 from structlog.testing import capture_logs
 
 from dra_driver.backends.simulated import SimulatedBackend
+from dra_driver.model import FaultKind, GpuFault
 from dra_driver.names import DRIVER_NAME
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
@@ -30,15 +33,21 @@ from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
-from kubelet_plugin.daemon import DaemonOptions
 from kubelet_plugin.node_events import EVENT_NAMESPACE
-from kubelet_plugin.publisher import DEGRADED_REASON, SlicePublisher
+from kubelet_plugin.options import DaemonOptions
+from kubelet_plugin.publisher import DEGRADED_REASON, TAINTS_DROPPED_REASON, SlicePublisher
 from kubelet_plugin.wiring import Node
+from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e
 NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"
-# DRAListTypeAttributes may stay on: the 1.36.3 API server starts with only these two off.
-GATES_OFF = {"DRAConsumableCapacity": False, "DRAPartitionableDevices": False}
+# DRAListTypeAttributes may stay on; DRADeviceTaintRules depends on DRADeviceTaints.
+GATES_OFF = {
+    "DRAConsumableCapacity": False,
+    "DRAPartitionableDevices": False,
+    "DRADeviceTaints": False,
+    "DRADeviceTaintRules": False,
+}
 WHOLE_GPUS = [f"gpu-{i}" for i in range(8)]
 
 
@@ -66,9 +75,18 @@ def node(api: k8s.ApiClient) -> Iterator[str]:
         delete_node(api, name=name)
 
 
-def slices_for(node: str, *, degraded: bool = False) -> list[dict[str, Any]]:
-    inventory = SimulatedBackend.from_file(node_file=NODE_FILE, state_file=None).inventory()
-    return build_slices(inventory, NodeSettings(node_name=node), degraded=degraded)
+def slices_for(
+    node: str, *, degraded: bool = False, sick: int | None = None, taints_supported: bool = True
+) -> list[dict[str, Any]]:
+    backend = SimulatedBackend.from_file(node_file=NODE_FILE, state_file=None)
+    if sick is not None:
+        backend.inject_fault(gpu=backend.gpu_by_index(sick).uuid, fault=GpuFault(FaultKind.LOST))
+    return build_slices(
+        backend.inventory(),
+        NodeSettings(node_name=node),
+        degraded=degraded,
+        taints_supported=taints_supported,
+    )
 
 
 def stored_pool(api: k8s.ApiClient, node: str) -> list[dict[str, Any]]:
@@ -145,6 +163,23 @@ def test_dropped_fields_are_noticed_reported_and_degraded(api: k8s.ApiClient, no
     assert len(degrade_events(api, node)) == 1  # the clean fallback reports nothing new
 
 
+def test_taints_the_server_drops_withdraw_the_unhealthy_gpu_instead(api: k8s.ApiClient, node: str) -> None:
+    pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node, core_api=k8s.CoreV1Api(api))
+    first = pub.publish(slices_for(node, degraded=True, sick=3))
+    assert first.taints_dropped and not first.degraded and not pub.taints_supported
+    assert not any(d.get("taints") for s in stored_pool(api, node) for d in s["spec"].get("devices") or [])
+    events = k8s.CoreV1Api(api).list_namespaced_event(
+        EVENT_NAMESPACE, field_selector=f"involvedObject.name={node},reason={TAINTS_DROPPED_REASON}"
+    )
+    (event,) = events.items
+    assert event.type == "Warning" and "withdrawn" in (event.message or "")
+    # what `run()` does next: the unhealthy GPU offers nothing, the others stay
+    again = pub.publish(slices_for(node, degraded=True, sick=3, taints_supported=False))
+    assert not again.taints_dropped
+    names = [d["name"] for s in stored_pool(api, node) for d in s["spec"].get("devices") or []]
+    assert sorted(names) == [n for n in WHOLE_GPUS if n != "gpu-3"]
+
+
 def test_run_falls_back_to_whole_gpus_and_stays_there(api: k8s.ApiClient, node: str) -> None:
     pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node, core_api=k8s.CoreV1Api(api))
     asked: list[bool] = []
@@ -183,12 +218,11 @@ def test_daemon_publishes_whole_gpus_only(
         simulate=NODE_FILE,
         sim_state=root / "sim-state.json",
         kubeconfig=gates_off_plane.kubeconfig,
-        claims_dir_source=root / "claims",
         health_interval=60.0,
         publish=True,
         log_level="warning",
     )
-    plugin = Node.start(options)
+    plugin = Node.start(options, claims=directory_claims(root / "claims"))
     try:
         assert plugin.publisher is not None
         wait_for(

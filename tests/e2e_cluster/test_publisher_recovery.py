@@ -181,13 +181,21 @@ def test_health_and_mig_changes_are_republished(
         before = device_names(pool(k8s_api, node))
         assert {"gpu-7", "gpu-7-vgpu", "gpu-7-mig-1g10gb-0"} <= before
 
-        current[0] = sick  # GPU 7 reports a fault
-        assert wait_for("GPU 7 leaving the pool", lambda: complete_at(pool(k8s_api, node)) == 2)
+        current[0] = sick  # GPU 7 reports a fault: every device of it is tainted, nothing else changes
+        assert wait_for("GPU 7's devices tainted", lambda: complete_at(pool(k8s_api, node)) == 2)
         after = pool(k8s_api, node)
-        assert before - device_names(after) == {d for d in before if d.startswith("gpu-7")}
-        assert device_names(after) == before - {d for d in before if d.startswith("gpu-7")}
+        assert device_names(after) == before
+        marks = {
+            d["name"]: [(t["key"], t.get("value"), t["effect"]) for t in d.get("taints") or []]
+            for s in after
+            for d in s["spec"].get("devices") or []
+        }
+        sick_mark = [("gpu.tessera.dev/unhealthy", "reported", "NoSchedule")]
+        assert {n: m for n, m in marks.items() if m} == {
+            n: sick_mark for n in before if n.startswith("gpu-7")
+        }
         counter_sets = {c["name"] for s in after for c in s["spec"].get("sharedCounters") or []}
-        assert "gpu-7-counters" not in counter_sets and "gpu-6-counters" in counter_sets
+        assert {"gpu-7-counters", "gpu-6-counters"} <= counter_sets
 
         # An administrator makes a MIG instance on GPU 0 behind Tessera's back: no health change, so the
         # resync is asked for directly (as prepare/unprepare do).

@@ -15,16 +15,37 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
-from kubelet_plugin.claims import DirectoryClaimSource
-from kubelet_plugin.kubelet_client import is_served, register, wait_for_socket
 from kubelet_plugin.paths import PluginPaths
+from tests.support.claim_files import DirectoryClaimSource
+from tests.support.faults import FAULT_CLAIM_ENV, FAULT_ENV
+from tests.support.kubelet_client import is_served, register, wait_for_socket
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_FILE = REPO / "e2e" / "nodes" / "h100x8.yaml"
 NODE = "node-a"
+
+
+def unreachable_kubeconfig(root: Path) -> Path:
+    """Credentials for an API server nobody serves: enough for a daemon that is never asked about a claim."""
+    path = root / "kubeconfig"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "none", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [{"name": "none", "user": {"token": "unused"}}],
+                "contexts": [{"name": "none", "context": {"cluster": "none", "user": "none"}}],
+                "current-context": "none",
+            }
+        )
+    )
+    return path
 
 
 def short_root() -> Path:
@@ -39,9 +60,13 @@ class PluginProcess:
     root: Path
     pod_uid: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-    via_cli: bool = False  # `tessera plugin ...` instead of `python -m kubelet_plugin.daemon ...`
+    # `tessera plugin ...` as a user runs it (claims from an API server that is never called) instead of
+    # `python -m tests.support.daemon ...` (claims from a directory, faults from TESSERA_FAULT)
+    via_cli: bool = False
     nvml: bool = False  # the NVML backend over the fake libnvidia-ml instead of `--simulate`
     umask: int = -1  # the umask the daemon inherits (-1: this process's)
+    node_file: Path = NODE_FILE
+    extra_args: tuple[str, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -65,18 +90,23 @@ class PluginProcess:
         return self.root / f"plugin-{self.pod_uid or 'main'}.log"
 
     def command(self) -> list[str]:
-        entry = ["dra_driver.cli", "plugin"] if self.via_cli else ["kubelet_plugin.daemon"]
+        entry = ["dra_driver.cli", "plugin"] if self.via_cli else ["tests.support.daemon"]
         cmd = [sys.executable, "-m", *entry, "--node-name", NODE, "--root", str(self.root)]
         if not self.nvml:
-            cmd += ["--simulate", str(NODE_FILE), "--sim-state", str(self.sim_state)]
-        cmd += ["--claims-dir-source", str(self.root / "claims"), "--no-publish", "--log-format", "json"]
+            cmd += ["--simulate", str(self.node_file), "--sim-state", str(self.sim_state)]
+        if self.via_cli:
+            cmd += ["--kubeconfig", str(unreachable_kubeconfig(self.root))]
+        else:
+            cmd += ["--claims-dir-source", str(self.root / "claims")]
+        cmd += ["--no-publish", "--log-format", "json"]
         if self.pod_uid:
             cmd += ["--pod-uid", self.pod_uid]
-        return cmd
+        return cmd + list(self.extra_args)
 
     def start(self, *, wait: bool = True, extra_env: Mapping[str, str] | None = None) -> PluginProcess:
         env = {**(self.fake_nvml.env() if self.nvml else os.environ), **self.env}
-        env.pop("TESSERA_FAULT", None)  # only a test that asks for a fault gets one
+        env.pop(FAULT_ENV, None)  # only a test that asks for a fault gets one
+        env.pop(FAULT_CLAIM_ENV, None)
         env.update(extra_env or {})
         with self.log_file.open("ab") as log:
             self.proc = subprocess.Popen(

@@ -15,15 +15,21 @@ from typing import Any
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
+from dra_driver.families import mig
+from dra_driver.families.mig import MigRecord
 from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
+from e2e.fake_mps import FAKE_MPS_CONTROL
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
-from kubelet_plugin.checkpoint import Checkpoint
-from kubelet_plugin.claims import DirectoryClaimSource, NullClaimStatusWriter
-from kubelet_plugin.faults import Faults
+from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_TOOL_NAME
+from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import NO_OBSERVER
+from tests.support.claim_files import DirectoryClaimSource, NullClaimStatusWriter
+from tests.support.faults import Faults
 
 BACKENDS = ("simulated", "nvml")
 POOL = "node-a"
@@ -100,10 +106,10 @@ class Env:
     nvml: bool = False
 
     @classmethod
-    def create(cls, root: Path, *, nvml: bool = False) -> Env:
+    def create(cls, root: Path, *, nvml: bool = False, node_yaml: str = NODE_YAML) -> Env:
         """`nvml`: the NVML backend, inside `pynvml_on_fake` with `fake_nvml(root)`'s variables."""
         node_file = root / "node.yaml"
-        node_file.write_text(NODE_YAML)
+        node_file.write_text(node_yaml)
         state_file = root / "sim-state.json"
         env = cls(
             root=root,
@@ -121,15 +127,21 @@ class Env:
         return _nvml() if self.nvml else open_backend(simulate=self.node_file, state_file=self.state_file)
 
     def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
-        return Preparer(
+        """`faults`: the observer of its steps (none: a production preparer)."""
+        steps = faults if faults is not None else NO_OBSERVER
+        state = NodeState(
             backend=self.open_backend(),
+            paths=self.paths,
+            steps=steps,
+            tools={MPS_TOOL_NAME: str(FAKE_MPS_CONTROL)},
+            boot_id=boot_id,
+        )
+        return Preparer(
+            state=state,
             claims=self.claims,
             status=NullClaimStatusWriter(),
-            paths=self.paths,
             pool_name=POOL,
-            faults=faults,
             driver_library_dirs=("/usr/lib/nvidia",),
-            boot_id=boot_id,
         )
 
     def put(self, *claims: Mapping[str, Any]) -> list[ClaimRef]:
@@ -167,6 +179,10 @@ class Env:
         if uid in self.checkpoint().claims:
             found.append("checkpoint entry")
         return found
+
+
+def mig_records(entry: ClaimEntry) -> tuple[MigRecord, ...]:
+    return tuple(r for r in entry.of(mig.NAME) if isinstance(r, MigRecord))
 
 
 def _nvml() -> GpuBackend:

@@ -16,15 +16,16 @@ from pathlib import Path
 
 import pytest
 from plugin_process import NODE, NODE_FILE, PluginProcess, cleanup, short_root
+from prepare_env import mig_records
 from test_crash import node_state
 
 from dra_driver.backends import open_backend
-from dra_driver.names import Family
+from dra_driver.families import mig as mig_family
 from kubelet_plugin.checkpoint import ClaimState
 from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.kubelet_client import DraClient
 from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.kubelet_client import DraClient
+from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -39,7 +40,7 @@ def root() -> Iterator[Path]:
 def prepare_three(p: PluginProcess) -> tuple[ClaimRef, ClaimRef, ClaimRef]:
     claims = [
         vgpu_claim("shared", pool=NODE, gpu=0, memory="8Gi", cores="25"),
-        allocated_claim("mig", device="gpu-1-mig-3g40gb-4", family=Family.MIG, pool=NODE),
+        allocated_claim("mig", device="gpu-1-mig-3g40gb-4", family=mig_family.NAME, pool=NODE),
         vgpu_claim("deleted", pool=NODE, gpu=2),
     ]
     refs = []
@@ -110,7 +111,7 @@ def test_an_unreadable_checkpoint_is_rebuilt_and_no_live_claim_loses_its_files(r
         assert dirs == [shared.uid] and instances == [(1, 4)] and modes[1]
         cp = CheckpointStore(path=p.paths.checkpoint_file).load(boot_id="-")
         assert {e.state for e in cp.claims.values()} == {ClaimState.PREPARE_COMPLETED}
-        assert cp.claims[mig.uid].mig[0].created_by_tessera
+        assert mig_records(cp.claims[mig.uid])[0].created_by_tessera
 
         with DraClient(p.paths.dra_socket) as client:
             again = client.prepare([shared, mig])  # the same answers, from the rebuilt record

@@ -18,18 +18,19 @@ import grpc
 import pytest
 from plugin_process import NODE, PluginProcess, cleanup, node_backend, short_root
 
-from dra_driver.names import DRIVER_NAME, FAULT_ENV
+from dra_driver.names import DRIVER_NAME
 from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.faults import KILL_POINTS, FaultPoint
-from kubelet_plugin.kubelet_client import DraClient
 from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.sample_claims import claim_ref
+from kubelet_plugin.steps import Step
+from tests.support.faults import Faults
+from tests.support.kubelet_client import DraClient
+from tests.support.sample_claims import claim_ref
 
 pytestmark = pytest.mark.timeout(60)
 
 BACKENDS = ("simulated", "nvml")
-PREPARE_POINTS = [p for p in KILL_POINTS if not p.value.startswith("unprepare-")]
-UNPREPARE_POINTS = [p for p in KILL_POINTS if p.value.startswith("unprepare-")]
+PREPARE_POINTS = [s for s in Step if not s.value.startswith("unprepare-")]
+UNPREPARE_POINTS = [s for s in Step if s.value.startswith("unprepare-")]
 
 
 def mixed_claim(name: str) -> dict[str, Any]:
@@ -104,13 +105,13 @@ def call_and_die(p: PluginProcess, call: str, ref: ClaimRef) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("point", PREPARE_POINTS, ids=lambda p: p.value)
-def test_kill_during_prepare(root: Path, point: FaultPoint, backend: str) -> None:
+def test_kill_during_prepare(root: Path, point: Step, backend: str) -> None:
     p = PluginProcess(root=root, nvml=backend == "nvml")
     claim = mixed_claim("crash")
     p.claims.put(claim)
     ref = claim_ref(claim)
     try:
-        p.start(extra_env={FAULT_ENV: point.value})
+        p.start(extra_env=Faults(kill_at=frozenset({point})).env())
         call_and_die(p, "prepare", ref)
         p.start()  # the restarted daemon reconciles, then the kubelet retries
         with DraClient(p.paths.dra_socket) as client:
@@ -127,13 +128,13 @@ def test_kill_during_prepare(root: Path, point: FaultPoint, backend: str) -> Non
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("point", UNPREPARE_POINTS, ids=lambda p: p.value)
-def test_kill_during_unprepare(root: Path, point: FaultPoint, backend: str) -> None:
+def test_kill_during_unprepare(root: Path, point: Step, backend: str) -> None:
     p = PluginProcess(root=root, nvml=backend == "nvml")
     claim = mixed_claim("crash")
     p.claims.put(claim)
     ref = claim_ref(claim)
     try:
-        p.start(extra_env={FAULT_ENV: point.value})
+        p.start(extra_env=Faults(kill_at=frozenset({point})).env())
         with DraClient(p.paths.dra_socket) as client:
             assert client.prepare([ref]).claims[ref.uid].error == ""
         assert_prepared(p, ref)
@@ -148,6 +149,6 @@ def test_kill_during_unprepare(root: Path, point: FaultPoint, backend: str) -> N
 
 
 def test_every_kill_point_is_covered() -> None:
-    assert set(PREPARE_POINTS) | set(UNPREPARE_POINTS) == set(KILL_POINTS)
-    assert FaultPoint.AFTER_MIG_CREATE in PREPARE_POINTS
-    assert FaultPoint.UNPREPARE_AFTER_MIG_DESTROY in UNPREPARE_POINTS
+    assert set(PREPARE_POINTS) | set(UNPREPARE_POINTS) == set(Step)
+    assert Step.AFTER_MIG_CREATE in PREPARE_POINTS
+    assert Step.UNPREPARE_AFTER_MIG_DESTROY in UNPREPARE_POINTS

@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 
+from dra_driver.sm_schedule import SharingClaim, schedule
+from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 from kubelet_plugin.gpu_view import GpuView
 from kubelet_plugin.priority_relay import RelayedGpu, run
-from kubelet_plugin.sm_schedule import SharingClaim, schedule
 
 # SM shares are wall-clock measurements that a busy machine only lowers: like the library's own tests, the
 # checks are ceilings (never more than the share + 5) and floors far below (clearly used); a miss is retried.

@@ -21,14 +21,15 @@ import pytest
 from plugin_process import NODE, PluginProcess, cleanup, short_root
 
 from cdi.writer import read_spec
+from dra_driver.families import mig as mig_family
 from dra_driver.files import is_temp
-from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID, Family, cdi_spec_file_name
+from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID, cdi_spec_file_name
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.health import HEALTH_STREAMS
-from kubelet_plugin.kubelet_client import DraClient
 from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.kubelet_client import DraClient
+from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -321,7 +322,9 @@ def test_nothing_is_world_writable_with_an_inherited_umask_000(root: Path) -> No
     p = PluginProcess(root=root, umask=0).start()
     try:
         ref = prepared(p, vgpu_claim("modes", pool=NODE, gpu=0))
-        mig = prepared(p, allocated_claim("mig", device="gpu-1-mig-1g10gb-2", family=Family.MIG, pool=NODE))
+        mig = prepared(
+            p, allocated_claim("mig", device="gpu-1-mig-1g10gb-2", family=mig_family.NAME, pool=NODE)
+        )
         paths = p.paths
         claim_dir = paths.claim_dir(ref.uid)
         expected = {

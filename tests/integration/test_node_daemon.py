@@ -12,11 +12,12 @@ import grpc
 import pytest
 from plugin_process import NODE, PluginProcess, cleanup, node_backend, short_root
 
-from dra_driver.names import Family, cdi_device_name, cdi_qualified_name
+from dra_driver.families import mig as mig_family
+from dra_driver.names import cdi_device_name, cdi_qualified_name
 from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.kubelet_client import DraClient, register
 from kubelet_plugin.proto.gen import health_v1_pb2
-from kubelet_plugin.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.kubelet_client import DraClient, register
+from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -93,7 +94,7 @@ def test_vgpu_prepare_unprepare_is_idempotent(plugin: PluginProcess) -> None:
 
 
 def test_v1beta1_and_mig(plugin: PluginProcess) -> None:
-    claim = allocated_claim("mig", device="gpu-1-mig-1g10gb-2", family=Family.MIG, pool=NODE)
+    claim = allocated_claim("mig", device="gpu-1-mig-1g10gb-2", family=mig_family.NAME, pool=NODE)
     plugin.claims.put(claim)
     ref = claim_ref(claim)
     with DraClient(plugin.paths.dra_socket) as client:

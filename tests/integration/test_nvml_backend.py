@@ -28,8 +28,8 @@ from dra_driver.backends.sim_node import (
     NODE_OPTIONAL,
     NODE_REQUIRED,
 )
-from dra_driver.devices import Json
 from dra_driver.errors import MigError, PlacementTakenError
+from dra_driver.families.base import Json
 from dra_driver.model import Gpu, Inventory, MigInstance
 from dra_driver.names import PCI_BUS_ID_ATTRIBUTE, GpuUUID, qualified
 from dra_driver.profiles import PRODUCTS, product
@@ -286,7 +286,7 @@ def test_tessera_inventory_on_the_nvml_path_prints_the_simulated_slices(tmp_path
         simulated = run_tessera(["--simulate", str(node_file), "-o", output], base)
         if output == "summary":
             assert nvml == simulated
-            assert "5 slices, 216 devices" in nvml
+            assert "5 slices, 224 devices" in nvml
         else:
             nvml_slices, sim_slices = json.loads(nvml)["items"], json.loads(simulated)["items"]
             assert without_ids(nvml_slices) == without_ids(sim_slices)

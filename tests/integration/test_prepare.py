@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prepare_env import BACKENDS, POOL, Env, backend_env, claim, opaque, result, vgpu
+from prepare_env import BACKENDS, POOL, Env, backend_env, claim, mig_records, opaque, result, vgpu
 
+from dra_driver.families import mig as mig_family
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID
 from kubelet_plugin.checkpoint import ClaimState
-from kubelet_plugin.faults import FaultPoint, Faults
 from kubelet_plugin.gpu_view import GpuView
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import Step
+from tests.support.faults import Faults
 
 
 @pytest.fixture(params=BACKENDS)
@@ -75,7 +77,7 @@ def test_all_three_families_in_one_call(env: Env) -> None:
 
     cp = env.checkpoint()
     assert {u: e.state for u, e in cp.claims.items()} == {r.uid: ClaimState.PREPARE_COMPLETED for r in refs}
-    assert cp.claims[refs[2].uid].mig[0].uuid == inst.uuid and cp.boot_id == "boot-1"
+    assert mig_records(cp.claims[refs[2].uid])[0].uuid == inst.uuid and cp.boot_id == "boot-1"
 
 
 def test_prepare_is_idempotent_and_touches_nothing(env: Env) -> None:
@@ -121,11 +123,11 @@ def test_mig_mode_stays_on_until_the_last_tessera_instance(env: Env) -> None:
     preparer = env.preparer()
     assert preparer.prepare([a])[a.uid].error is None
     assert preparer.prepare([b])[b.uid].error is None
-    assert env.checkpoint().mig_mode_owned == {env.inventory().gpus[0].uuid}
+    assert env.checkpoint().owned_by(mig_family.NAME) == {env.inventory().gpus[0].uuid}
     preparer.unprepare([a])
     assert env.mig_modes()[0] and env.mig() == [(0, "1g.10gb", 1)]
     preparer.unprepare([b])
-    assert not env.mig_modes()[0] and env.checkpoint().mig_mode_owned == frozenset()
+    assert not env.mig_modes()[0] and env.checkpoint().owned_by(mig_family.NAME) == frozenset()
 
 
 def test_many_claims_in_one_call(env: Env) -> None:
@@ -188,7 +190,7 @@ def test_bad_input_fails_only_its_own_claim_and_leaves_nothing(env: Env) -> None
     }
     refs["renamed"] = ClaimRef(namespace="ns", name="renamed", uid=ClaimUID("stale-uid"))
     good_ref = ClaimRef(namespace="ns", name="good", uid=good["metadata"]["uid"])
-    faults = Faults(points=frozenset({FaultPoint.DISK_FULL_CDI}), claim=refs["disk-full"].uid)
+    faults = Faults(disk_full_cdi=True, claim=refs["disk-full"].uid)
 
     answers = env.preparer(faults=faults).prepare([*refs.values(), good_ref])
 
@@ -234,13 +236,13 @@ def test_roll_forward_reuses_the_instance_already_created(env: Env) -> None:
 
     (r,) = env.put(claim("a", vgpu(0), result("gpu-1-mig-4g40gb-0", request="mig")))
     with pytest.raises(Crash):
-        env.preparer(faults=Faults(points=frozenset({FaultPoint.AFTER_CLAIMDIR}), die=crash)).prepare([r])
+        env.preparer(faults=Faults(kill_at=frozenset({Step.AFTER_CLAIMDIR}), die=crash)).prepare([r])
     assert env.checkpoint().claims[r.uid].state is ClaimState.PREPARE_STARTED
     (before,) = env.inventory().gpus[1].mig_instances
     assert env.preparer().prepare([r])[r.uid].error is None
     (after,) = env.inventory().gpus[1].mig_instances
     assert after.uuid == before.uuid
-    assert env.checkpoint().claims[r.uid].mig[0].uuid == before.uuid
+    assert mig_records(env.checkpoint().claims[r.uid])[0].uuid == before.uuid
 
 
 def test_unreadable_checkpoint_fails_every_claim_but_touches_nothing(env: Env) -> None:
@@ -262,7 +264,7 @@ def test_damaged_files_of_a_prepared_claim_are_repaired_never_torn_down(env: Env
     spec.write_bytes(good[: len(good) // 3])
     mig = env.mig()
     # the repair fails (disk full): the claim's MIG instance and directory stay for its running containers
-    failing = env.preparer(faults=Faults(points=frozenset({FaultPoint.DISK_FULL_CDI})))
+    failing = env.preparer(faults=Faults(disk_full_cdi=True))
     error = failing.prepare([r])[r.uid].error
     assert error is not None and error.startswith("repairing the claim's files")
     assert env.mig() == mig and env.claim_dirs() == [r.uid]

@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prepare_env import BACKENDS, Env, backend_env, claim, result, vgpu
+from prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, vgpu
 
+from dra_driver.families import mig as mig_family
 from dra_driver.names import ClaimUID, cdi_spec_file_name
 from kubelet_plugin.checkpoint import ClaimState
-from kubelet_plugin.faults import KILL_POINTS, FaultPoint, Faults
 from kubelet_plugin.reconcile import reconcile
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import Step
+from tests.support.faults import Faults
 
 
 class Crash(BaseException):
@@ -44,7 +46,7 @@ def mixed(env: Env, name: str = "mixed"):  # type: ignore[no-untyped-def]
 def assert_clean(env: Env) -> None:
     assert (env.cdi_files(), env.claim_dirs(), dict(env.checkpoint().claims), env.mig()) == ([], [], {}, [])
     assert env.mig_modes() == [False, False, True]
-    assert env.checkpoint().mig_mode_owned == frozenset()
+    assert env.checkpoint().owned_by(mig_family.NAME) == frozenset()
 
 
 def assert_prepared(env: Env, uid: str) -> None:
@@ -54,11 +56,11 @@ def assert_prepared(env: Env, uid: str) -> None:
     assert env.mig() == [(1, "3g.40gb", 4)]
 
 
-@pytest.mark.parametrize("point", [p for p in KILL_POINTS if not p.value.startswith("unprepare-")], ids=str)
-def test_crash_during_prepare_converges(env: Env, point: FaultPoint) -> None:
+@pytest.mark.parametrize("point", [s for s in Step if not s.value.startswith("unprepare-")], ids=str)
+def test_crash_during_prepare_converges(env: Env, point: Step) -> None:
     r = mixed(env)
     with pytest.raises(Crash):
-        env.preparer(faults=Faults(points=frozenset({point}), die=crash)).prepare([r])
+        env.preparer(faults=Faults(kill_at=frozenset({point}), die=crash)).prepare([r])
     restarted = env.preparer()
     report = reconcile(restarted, roll_forward=False)
     assert report.problems == ()
@@ -70,12 +72,12 @@ def test_crash_during_prepare_converges(env: Env, point: FaultPoint) -> None:
     assert_clean(env)
 
 
-@pytest.mark.parametrize("point", [p for p in KILL_POINTS if p.value.startswith("unprepare-")], ids=str)
-def test_crash_during_unprepare_converges(env: Env, point: FaultPoint) -> None:
+@pytest.mark.parametrize("point", [s for s in Step if s.value.startswith("unprepare-")], ids=str)
+def test_crash_during_unprepare_converges(env: Env, point: Step) -> None:
     r = mixed(env)
     assert env.preparer().prepare([r])[r.uid].error is None
     with pytest.raises(Crash):
-        env.preparer(faults=Faults(points=frozenset({point}), die=crash)).unprepare([r])
+        env.preparer(faults=Faults(kill_at=frozenset({point}), die=crash)).unprepare([r])
     restarted = env.preparer()
     reconcile(restarted)
     assert restarted.unprepare([r])[r.uid].error is None  # the kubelet retries
@@ -85,7 +87,7 @@ def test_crash_during_unprepare_converges(env: Env, point: FaultPoint) -> None:
 def test_crash_then_reconcile_rolls_a_live_claim_forward(env: Env) -> None:
     r = mixed(env)
     with pytest.raises(Crash):
-        env.preparer(faults=Faults(points=frozenset({FaultPoint.AFTER_MIG_CREATE}), die=crash)).prepare([r])
+        env.preparer(faults=Faults(kill_at=frozenset({Step.AFTER_MIG_CREATE}), die=crash)).prepare([r])
     report = reconcile(env.preparer())
     assert report.rolled_forward == (r.uid,) and report.problems == ()
     assert_prepared(env, r.uid)
@@ -217,6 +219,6 @@ def test_a_lost_checkpoint_entry_is_adopted_from_the_spec(env: Env) -> None:
     assert sorted(report.adopted_claims) == sorted([kept.uid, gone.uid]) and report.recovery is None
     assert report.released_claims == (gone.uid,) and report.kept_claims == (kept.uid,)
     assert_prepared(env, kept.uid)
-    assert env.checkpoint().claims[kept.uid].mig[0].created_by_tessera
+    assert mig_records(env.checkpoint().claims[kept.uid])[0].created_by_tessera
     assert env.preparer().unprepare([kept])[kept.uid].error is None
     assert_clean(env)

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-from interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 
+from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 from kubelet_plugin.region import SIZE, RegionUnreadableError, read_region
 
 MiB = 1 << 20

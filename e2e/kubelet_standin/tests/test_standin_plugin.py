@@ -16,7 +16,7 @@ import yaml
 
 from e2e.kubelet_standin.cdi_registry import CdiRegistry
 from e2e.kubelet_standin.plugins import ClaimKey, PluginRegistry
-from kubelet_plugin.sample_claims import vgpu_claim
+from tests.support.sample_claims import vgpu_claim
 
 REPO = Path(__file__).resolve().parents[3]
 NODE = "sim-h100x8"
@@ -27,7 +27,7 @@ def start_plugin(root: Path, claims: Path) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "kubelet_plugin.daemon",
+            "tests.support.daemon",
             f"--node-name={NODE}",
             f"--root={root}",
             f"--simulate={REPO / 'e2e/nodes/h100x8.yaml'}",

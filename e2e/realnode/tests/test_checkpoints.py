@@ -10,8 +10,9 @@ import pytest
 from dra_driver.names import ClaimUID
 from e2e.realnode.checkpoints import kubelet_claim_pods, kubelet_prepared, plugin_entries, plugin_prepared
 from e2e.realnode.errors import RealNodeError
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, DeviceRecord
+from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from kubelet_plugin.checkpoint_store import CheckpointStore
+from kubelet_plugin.results import PreparedDevice
 
 UID = "697be8bd-8ca7-4b03-b01c-42cc59196c4f"
 SHARE = "87faf374-434e-4e05-84a2-2e75d8435980"
@@ -57,7 +58,7 @@ def test_the_same_claim_reads_the_same_from_both(tmp_path: Path) -> None:
         name="vgpu-gpu-qkhdr",
         state=ClaimState.PREPARE_COMPLETED,
         devices=(
-            DeviceRecord(
+            PreparedDevice(
                 request_names=("gpu",),
                 pool_name="real-1",
                 device_name="gpu-0-vgpu",

@@ -1,11 +1,17 @@
 from __future__ import annotations
 
-from cdi.edits import HostLayout, cdi_ids, claim_spec, vgpu_ordinals
+from cdi.edits import HostLayout, cdi_ids, claim_spec, library_ordinals
 from cdi.spec import DeviceNode as CdiNode
 from cdi.spec import Mount
-from dra_driver.allocation import ClaimPlan, MigAction, MigPlan, PlacementKey, PlannedDevice, VgpuLimits
-from dra_driver.config import DeviceConfig, GpuConfig, MigConfig, SmLimitPolicy, VgpuConfig
-from dra_driver.model import DeviceNode, Gpu, Inventory, MigInstance
+from dra_driver.allocation import ClaimPlan, LibrarySettings
+from dra_driver.config_schema import SmLimitPolicy
+from dra_driver.families import gpu as whole
+from dra_driver.families import mig, vgpu
+from dra_driver.families.base import PlannedDevice
+from dra_driver.families.capacity import SharedLimits
+from dra_driver.families.mig import MigAction, MigPlan
+from dra_driver.families.vgpu import VgpuConfig
+from dra_driver.model import DeviceNode, Gpu, Inventory, MigInstance, Placement
 from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
 from dra_driver.profiles import product
 
@@ -42,14 +48,16 @@ INV = Inventory(
 
 
 def planned(
-    family: Family, i: int, *, name: str, request: str = "r", share: str | None = None, **kw: object
+    family: Family,
+    i: int,
+    *,
+    name: str,
+    request: str = "r",
+    share: str | None = None,
+    spec: object = None,
+    config: object = None,
 ) -> PlannedDevice:
-    configs: dict[Family, DeviceConfig] = {
-        Family.GPU: GpuConfig(),
-        Family.VGPU: VgpuConfig(),
-        Family.MIG: MigConfig(),
-    }
-    config = configs[family]
+    configs = {whole.NAME: whole.GpuConfig(), vgpu.NAME: VgpuConfig(), mig.NAME: mig.MigConfig()}
     return PlannedDevice(
         request=request,
         device=DeviceName(name),
@@ -57,19 +65,17 @@ def planned(
         gpu_index=i,
         gpu_uuid=GpuUUID(f"GPU-{i}"),
         share_id=share,
-        config=config,
-        **kw,  # type: ignore[arg-type]
+        config=config if config is not None else configs[family],
+        spec=spec,
     )
 
 
-def claim_plan(*devices: PlannedDevice, vgpu: VgpuConfig | None = None) -> ClaimPlan:
-    return ClaimPlan(
-        uid=UID, namespace="ns", name="c", pool="node", devices=devices, vgpu=vgpu, enable_mig_mode=()
-    )
+def claim_plan(*devices: PlannedDevice, library: LibrarySettings | None = None) -> ClaimPlan:
+    return ClaimPlan(uid=UID, namespace="ns", name="c", pool="node", devices=devices, library=library)
 
 
 def test_whole_gpu_gets_its_node_control_nodes_and_driver_libraries() -> None:
-    plan = claim_plan(planned(Family.GPU, 1, name="gpu-1"))
+    plan = claim_plan(planned(whole.NAME, 1, name="gpu-1"))
     spec = claim_spec(plan=plan, inventory=INV, host=HOST)
     (dev,) = spec.devices
     assert dev.name == f"{UID}-gpu-1"
@@ -89,14 +95,14 @@ def test_whole_gpu_gets_its_node_control_nodes_and_driver_libraries() -> None:
 def test_vgpu_carries_the_interception_library_contract() -> None:
     config = VgpuConfig(sm_limit_policy=SmLimitPolicy.FORCE, priority=0, log_level=3)
     plan = claim_plan(
-        planned(Family.VGPU, 2, name="gpu-2-vgpu", share="s2", limits=VgpuLimits(8 << 30, 25)),
-        planned(Family.VGPU, 0, name="gpu-0-vgpu", share="s0", limits=VgpuLimits(1 << 30, 0)),
-        vgpu=config,
+        planned(vgpu.NAME, 2, name="gpu-2-vgpu", share="s2", spec=SharedLimits(8 << 30, 25), config=config),
+        planned(vgpu.NAME, 0, name="gpu-0-vgpu", share="s0", spec=SharedLimits(1 << 30, 0), config=config),
+        library=LibrarySettings(policy="force", log_level=3),
     )
     spec = claim_spec(plan=plan, inventory=INV, host=HOST)
     assert [d.name for d in spec.devices] == [f"{UID}-gpu-2-vgpu-s2", f"{UID}-gpu-0-vgpu-s0"]
     # HAMi indexes by position within the claim: GPU 0 is index 0, GPU 2 index 1
-    assert vgpu_ordinals(plan) == {"gpu-0-vgpu": 0, "gpu-2-vgpu": 1}
+    assert library_ordinals(plan) == {"gpu-0-vgpu": 0, "gpu-2-vgpu": 1}
     assert spec.devices[0].container_edits.env == (
         "CUDA_DEVICE_MEMORY_LIMIT_1=8192m",
         "CUDA_DEVICE_SM_LIMIT_1=25",
@@ -135,22 +141,20 @@ def test_mig_gets_parent_node_caps_nodes_and_the_mig_uuid() -> None:
     static = MigInstance(GpuUUID("GPU-0"), 19, "1g.10gb", 0, 1, gi_id=7, ci_id=0, uuid="MIG-admin")
     plan = claim_plan(
         planned(
-            Family.MIG,
+            mig.NAME,
             1,
             name="gpu-1-mig-3g40gb-4",
-            mig=MigPlan(PlacementKey(GpuUUID("GPU-1"), 9, 4), "3g.40gb", 4, MigAction.CREATE),
+            spec=MigPlan(Placement(GpuUUID("GPU-1"), 9, 4), "3g.40gb", 4, MigAction.CREATE),
         ),
         planned(
-            Family.MIG,
+            mig.NAME,
             0,
             name="gpu-0-mig-1g10gb-0",
-            mig=MigPlan(PlacementKey(GpuUUID("GPU-0"), 19, 0), "1g.10gb", 1, MigAction.STATIC, static),
+            spec=MigPlan(Placement(GpuUUID("GPU-0"), 19, 0), "1g.10gb", 1, MigAction.STATIC, static),
         ),
-        planned(Family.GPU, 2, name="gpu-2"),
+        planned(whole.NAME, 2, name="gpu-2"),
     )
-    spec = claim_spec(
-        plan=plan, inventory=INV, host=HOST, mig_instances={DeviceName("gpu-1-mig-3g40gb-4"): created}
-    )
+    spec = claim_spec(plan=plan, inventory=INV, host=HOST, made={DeviceName("gpu-1-mig-3g40gb-4"): created})
     assert [n.path for n in spec.devices[0].container_edits.device_nodes] == [
         "/dev/nvidia1",
         "/dev/nvidia-caps/nvidia-cap21",
@@ -164,10 +168,10 @@ def test_mig_gets_parent_node_caps_nodes_and_the_mig_uuid() -> None:
 def test_mig_without_an_instance_is_an_error() -> None:
     plan = claim_plan(
         planned(
-            Family.MIG,
+            mig.NAME,
             1,
             name="gpu-1-mig-3g40gb-4",
-            mig=MigPlan(PlacementKey(GpuUUID("GPU-1"), 9, 4), "3g.40gb", 4, MigAction.CREATE),
+            spec=MigPlan(Placement(GpuUUID("GPU-1"), 9, 4), "3g.40gb", 4, MigAction.CREATE),
         )
     )
     try:

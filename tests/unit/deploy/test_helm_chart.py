@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from dra_driver.device_order import DeviceOrder
-from dra_driver.names import Family
+from dra_driver.families import gpu as whole
+from dra_driver.families import mig, vgpu
 from dra_driver.settings import NodeSettings
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -92,6 +93,7 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
         "/var/lib/tessera/lib",
         "/var/lib/tessera/claims",
         "/var/lib/tessera/gpus",
+        "/var/lib/tessera/mps",
     }
     (c,) = pod["containers"]
     env = {e["name"]: e for e in c["env"]}
@@ -99,18 +101,48 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     assert c["livenessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe"]
     assert "--log-format=json" in c["args"]
+    assert "--mps-control=nvidia-cuda-mps-control" in c["args"]
     assert pod["initContainers"][0]["name"] == "install-library"
     settings = yaml.safe_load(by_kind(objs, "ConfigMap")[ds["metadata"]["name"]]["data"]["settings.yaml"])
     assert settings == {
         "apiVersion": "resource.tessera.dev/v1",
         "kind": "NodeSettings",
-        "families": {"gpu": True, "vgpu": True, "mig": True},
+        "families": {"gpu": True, "vgpu": True, "mps": True, "mig": True},
         "vgpuShares": 10,
         "deviceOrder": "fragmentation-aware",
     }
     # what the node plugin reads: the chart's file must pass its strict decoder
     decoded = NodeSettings.from_mapping(settings, node_name="node-a")
     assert decoded == NodeSettings(node_name="node-a")
+
+
+@needs_helm
+def test_metrics_endpoint_service_and_monitors() -> None:
+    objs = render()
+    (ds,) = by_kind(objs, "DaemonSet").values()
+    (c,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-address=:9400" in c["args"] and "--usage-status-interval=60" in c["args"]
+    assert "--recover-fatal-xids" not in c["args"]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
+    (svc,) = by_kind(objs, "Service").values()
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert not by_kind(objs, "ServiceMonitor") and not by_kind(objs, "PodMonitor"), "off unless asked"
+
+    objs = render("-f", str(NON_DEFAULT))
+    (monitor,) = by_kind(objs, "ServiceMonitor").values()
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (pod_monitor,) = by_kind(objs, "PodMonitor").values()
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
+    args = by_kind(objs, "DaemonSet")["tessera-node-plugin-h100"]["spec"]["template"]["spec"]["containers"][0]
+    wanted = {"--metrics-address=:9500", "--recover-fatal-xids", "--usage-status-interval=0"}
+    assert wanted <= set(args["args"])
+
+    off = render("--set", "metrics.enabled=false")
+    (c,) = next(iter(by_kind(off, "DaemonSet").values()))["spec"]["template"]["spec"]["containers"]
+    assert "--metrics-address=" in c["args"] and "ports" not in c and not by_kind(off, "Service")
 
 
 @needs_helm
@@ -142,15 +174,16 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     l4 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-l4"]["data"]["settings.yaml"]), node_name="n"
     )
-    assert l4.families == {Family.GPU} and l4.vgpu_shares == 1
+    assert l4.families == {whole.NAME} and l4.vgpu_shares == 1
     h100 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-h100"]["data"]["settings.yaml"]), node_name="n"
     )
-    assert h100.families == {Family.VGPU, Family.MIG} and h100.device_order is DeviceOrder.BY_GPU
+    assert h100.families == {vgpu.NAME, mig.NAME} and h100.device_order is DeviceOrder.BY_GPU
     assert h100.mig_profiles == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
     assert set(by_kind(objs, "DeviceClass")) == {
         "gpu.tessera.dev",
         "vgpu.tessera.dev",
+        "mps.tessera.dev",
         "mig.tessera.dev",
         "mig-1g.10gb.gpu.tessera.dev",
         "mig-7g.80gb.gpu.tessera.dev",

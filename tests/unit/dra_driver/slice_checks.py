@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from kubernetes.client import ApiClient, V1ResourceSlice
 
-from dra_driver.devices import Json
+from dra_driver.families.base import Json
 from dra_driver.names import DRIVER_NAME
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

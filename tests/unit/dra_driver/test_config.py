@@ -5,8 +5,14 @@ import json
 import pytest
 
 from dra_driver import config as cfg
+from dra_driver.config_schema import SmLimitPolicy
 from dra_driver.errors import ConfigError
-from dra_driver.names import CONFIG_API_VERSION, Family
+from dra_driver.families import gpu as whole
+from dra_driver.families import mig
+from dra_driver.families import vgpu as vgpu_family
+from dra_driver.families.gpu import GpuConfig
+from dra_driver.families.vgpu import VgpuConfig
+from dra_driver.names import CONFIG_API_VERSION
 
 
 def entry(
@@ -21,12 +27,12 @@ def vgpu(**fields: object) -> dict[str, object]:
 
 def test_decodes_every_vgpu_field() -> None:
     decoded = cfg.decode(entry(vgpu(smLimitPolicy="force", priority=0, logLevel=4), source="FromClass"))
-    assert decoded.family is Family.VGPU
-    assert decoded.values == {"sm_limit_policy": cfg.SmLimitPolicy.FORCE, "priority": 0, "log_level": 4}
+    assert decoded.family == vgpu_family.NAME
+    assert decoded.values == {"sm_limit_policy": SmLimitPolicy.FORCE, "priority": 0, "log_level": 4}
 
 
 def test_empty_kinds_decode() -> None:
-    for kind, family in (("GpuConfig", Family.GPU), ("MigConfig", Family.MIG)):
+    for kind, family in (("GpuConfig", whole.NAME), ("MigConfig", mig.NAME)):
         assert cfg.decode(entry({"apiVersion": CONFIG_API_VERSION, "kind": kind})).family is family
 
 
@@ -69,7 +75,7 @@ def test_a_claim_cannot_raise_its_own_limit_or_hold_others_back(params: object, 
         ),
         (
             {"apiVersion": CONFIG_API_VERSION, "kind": "TpuConfig"},
-            ".kind: must be one of GpuConfig, VgpuConfig, MigConfig",
+            ".kind: must be one of GpuConfig, VgpuConfig, MpsConfig, MigConfig",
         ),
         ({"apiVersion": CONFIG_API_VERSION}, ".kind: must be one of"),
         ([1, 2], "must be an object"),
@@ -91,8 +97,8 @@ def test_class_first_then_claim_later_wins_field_by_field() -> None:
         ]
     )
     assert [e.index for e in entries] == [1, 0, 2]
-    resolved = cfg.resolve(cfg.decode_all(entries), request="gpu", family=Family.VGPU)
-    assert resolved == cfg.VgpuConfig(sm_limit_policy=cfg.SmLimitPolicy.FORCE, priority=1, log_level=3)
+    resolved = cfg.resolve(cfg.decode_all(entries), request="gpu", family=vgpu_family.NAME)
+    assert resolved == VgpuConfig(sm_limit_policy=SmLimitPolicy.FORCE, priority=1, log_level=3)
 
 
 def test_only_configs_naming_the_request_apply() -> None:
@@ -103,18 +109,18 @@ def test_only_configs_naming_the_request_apply() -> None:
             entry(vgpu(logLevel=4), requests=("multi",)),
         ]
     )
-    assert cfg.resolve(decoded, request="gpu", family=Family.VGPU) == cfg.VgpuConfig(log_level=2)
+    assert cfg.resolve(decoded, request="gpu", family=vgpu_family.NAME) == VgpuConfig(log_level=2)
     # a firstAvailable subrequest matches a config naming its parent request
-    assert cfg.resolve(decoded, request="multi/h100", family=Family.VGPU) == cfg.VgpuConfig(log_level=4)
+    assert cfg.resolve(decoded, request="multi/h100", family=vgpu_family.NAME) == VgpuConfig(log_level=4)
 
 
 def test_configs_of_another_family_are_skipped() -> None:
     decoded = cfg.decode_all([entry(vgpu(logLevel=3))])
-    assert cfg.resolve(decoded, request="gpu", family=Family.GPU) == cfg.GpuConfig()
-    assert cfg.resolve(decoded, request="gpu", family=Family.VGPU) == cfg.VgpuConfig(log_level=3)
+    assert cfg.resolve(decoded, request="gpu", family=whole.NAME) == GpuConfig()
+    assert cfg.resolve(decoded, request="gpu", family=vgpu_family.NAME) == VgpuConfig(log_level=3)
 
 
 def test_defaults_without_configs() -> None:
-    assert cfg.resolve((), request="gpu", family=Family.VGPU) == cfg.VgpuConfig(
-        sm_limit_policy=cfg.SmLimitPolicy.DEFAULT, priority=1, log_level=1
+    assert cfg.resolve((), request="gpu", family=vgpu_family.NAME) == VgpuConfig(
+        sm_limit_policy=SmLimitPolicy.DEFAULT, priority=1, log_level=1
     )

@@ -10,8 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dra_driver import config as cfg
+from dra_driver import families
 from dra_driver.errors import ConfigError
-from dra_driver.names import CONFIG_API_VERSION, Family
+from dra_driver.families import vgpu
+from dra_driver.families.vgpu import VgpuConfig
+from dra_driver.names import CONFIG_API_VERSION
 
 FUZZ = settings(
     max_examples=400,
@@ -71,8 +74,8 @@ def test_decode_answers_a_config_or_a_short_error_naming_the_field(params: Any, 
         assert message.startswith(f"config[{index}] (FromClaim) opaque.parameters"), message[:200]
         assert len(message) <= MAX_ERROR_CHARS, message[:200]
         return
-    assert decoded.kind in cfg.KIND_FAMILY
+    assert families.by_config_kind(decoded.kind) is not None
     resolved = cfg.resolve([(entry(params, index), decoded)], request="r", family=decoded.family)
-    if decoded.family is Family.VGPU:
-        assert isinstance(resolved, cfg.VgpuConfig)
+    if decoded.family == vgpu.NAME:
+        assert isinstance(resolved, VgpuConfig)
         assert resolved.priority in (0, 1) and 0 <= resolved.log_level <= 4

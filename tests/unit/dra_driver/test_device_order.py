@@ -9,7 +9,9 @@ from inventories import make_gpu, make_inventory
 from slice_checks import counter_sets, devices, quantity
 
 from dra_driver.device_order import DeviceOrder, order_devices
-from dra_driver.names import Family, parse_device_name
+from dra_driver.families import gpu as whole
+from dra_driver.families import mig, mps, parse_device_name, vgpu
+from dra_driver.families.mig import MigName
 from dra_driver.profiles import PRODUCTS
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices, device_names
@@ -38,7 +40,7 @@ def first_fit(slices: list[dict[str, Any]], wanted: list[str]) -> list[str | Non
         pick = None
         for d in ordered:
             parsed = parse_device_name(d["name"])
-            label = parsed.family.value if parsed.family is not Family.MIG else d["name"].split("-")[3]
+            label = parsed.family.name if parsed.family.name != mig.NAME else d["name"].split("-")[3]
             if label != kind or d["name"] in taken:
                 continue
             (use,) = d["consumesCounters"]
@@ -52,13 +54,22 @@ def first_fit(slices: list[dict[str, Any]], wanted: list[str]) -> list[str | Non
     return placed
 
 
+def profile_of(name: str) -> str | None:
+    detail = parse_device_name(name).detail
+    return detail.profile if isinstance(detail, MigName) else None
+
+
 def test_the_fragmentation_aware_order_of_eight_h100s() -> None:
     names = visit_order(H100X8, NEW)
-    assert names[:16] == [f"gpu-{i}-vgpu" for i in range(8)] + [f"gpu-{i}" for i in range(7, -1, -1)]
+    assert names[:24] == (
+        [f"gpu-{i}-vgpu" for i in range(8)]
+        + [f"gpu-{i}-mps" for i in range(8)]
+        + [f"gpu-{i}" for i in range(7, -1, -1)]
+    )
     one_g = [n for n in names if "-mig-1g10gb-" in n and "-me-" not in n]
     assert one_g[:8] == [f"gpu-0-mig-1g10gb-{s}" for s in range(6, -1, -1)] + ["gpu-1-mig-1g10gb-6"]
     mig = [n for n in names if "-mig-" in n]
-    profiles = [parse_device_name(n).profile for n in mig]
+    profiles = [profile_of(n) for n in mig]
     # smallest profile first, each profile's placements together
     assert list(dict.fromkeys(profiles)) == [
         "1g.10gb",
@@ -73,13 +84,13 @@ def test_the_fragmentation_aware_order_of_eight_h100s() -> None:
     assert runs == list(dict.fromkeys(profiles))  # one run per profile
     three_g = [n for n in mig if n.startswith("gpu-0-mig-3g40gb")]
     assert three_g == ["gpu-0-mig-3g40gb-4", "gpu-0-mig-3g40gb-0"]
-    assert len(names) == 216 and sorted(names) == sorted(visit_order(H100X8, OLD))
+    assert len(names) == 224 and sorted(names) == sorted(visit_order(H100X8, OLD))
 
 
 def test_the_by_gpu_order_is_the_one_before() -> None:
     names = visit_order(H100X8, OLD)
-    assert names[:4] == ["gpu-0", "gpu-0-vgpu", "gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1"]
-    assert names[27:29] == ["gpu-1", "gpu-1-vgpu"]
+    assert names[:5] == ["gpu-0", "gpu-0-vgpu", "gpu-0-mps", "gpu-0-mig-1g10gb-0", "gpu-0-mig-1g10gb-1"]
+    assert names[28:31] == ["gpu-1", "gpu-1-vgpu", "gpu-1-mps"]
 
 
 def test_small_placements_leave_slot_zero_open_for_a_4g() -> None:
@@ -124,15 +135,16 @@ def test_the_order_is_a_permutation_with_its_rules(inventory: Any) -> None:
     new, old = visit_order(inventory, NEW), visit_order(inventory, OLD)
     assert sorted(new) == sorted(old)
     parsed = [parse_device_name(n) for n in new]
-    families = [p.family for p in parsed]
-    # families grouped: vgpu, then whole GPUs, then MIG
-    rank = {Family.VGPU: 0, Family.GPU: 1, Family.MIG: 2}
+    families = [p.family.name for p in parsed]
+    # families grouped: vgpu, MPS, then whole GPUs, then MIG
+    rank = {vgpu.NAME: 0, mps.NAME: 1, whole.NAME: 2, mig.NAME: 3}
     assert [rank[f] for f in families] == sorted(rank[f] for f in families)
-    assert [p.index for p in parsed if p.family is Family.VGPU] == sorted(
-        p.index for p in parsed if p.family is Family.VGPU
-    )
-    whole = [p.index for p in parsed if p.family is Family.GPU]
-    assert whole == sorted(whole, reverse=True)
-    for profile in {p.profile for p in parsed if p.profile}:
-        placements = [(p.index, p.start) for p in parsed if p.profile == profile]
+    for sharing in (vgpu.NAME, mps.NAME):
+        indexes = [p.index for p in parsed if p.family.name == sharing]
+        assert indexes == sorted(indexes)
+    wholes = [p.index for p in parsed if p.family.name == whole.NAME]
+    assert wholes == sorted(wholes, reverse=True)
+    migs = [(p.index, p.detail) for p in parsed if isinstance(p.detail, MigName)]
+    for profile in {d.profile for _, d in migs}:
+        placements = [(i, d.start) for i, d in migs if d.profile == profile]
         assert placements == sorted(placements, key=lambda ps: (ps[0], -(ps[1] or 0)))

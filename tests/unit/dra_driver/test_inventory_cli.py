@@ -16,9 +16,9 @@ def test_summary_shows_every_family_per_gpu(capsys: pytest.CaptureFixture[str]) 
     assert main(["inventory", "--simulate", str(NODES / "h100x8.yaml")]) == 0
     out = capsys.readouterr().out
     for i in range(8):
-        assert f"gpu-{i}: whole 1, vgpu 1, mig 25" in out
+        assert f"gpu-{i}: gpu 1, vgpu 1, mps 1, mig 25" in out
         assert f"gpu-{i}-counters: 14 counters" in out
-    assert "5 slices, 216 devices" in out
+    assert "5 slices, 224 devices" in out
 
 
 def test_yaml_and_json_are_resource_slices(capsys: pytest.CaptureFixture[str]) -> None:
@@ -40,7 +40,7 @@ def test_settings_file_and_degraded_mode(tmp_path: Path, capsys: pytest.CaptureF
     settings = tmp_path / "settings.yaml"
     settings.write_text("apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nfamilies: {mig: false}\n")
     assert main(["inventory", "--simulate", str(NODES / "h100x8.yaml"), "--settings", str(settings)]) == 0
-    assert "gpu-0: whole 1, vgpu 1, mig 0" in capsys.readouterr().out
+    assert "gpu-0: gpu 1, vgpu 1, mps 1, mig 0" in capsys.readouterr().out
     assert main(["inventory", "--simulate", str(NODES / "h100x8.yaml"), "--degraded"]) == 0
     assert "1 slices, 8 devices" in capsys.readouterr().out
 

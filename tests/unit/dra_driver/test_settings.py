@@ -2,9 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from dra_driver import families
 from dra_driver.device_order import DeviceOrder
 from dra_driver.errors import ConfigError
-from dra_driver.names import Family
+from dra_driver.families import gpu as whole
+from dra_driver.families import mig, mps
 from dra_driver.settings import NodeSettings
 
 HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
@@ -12,7 +14,7 @@ HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
 
 def test_defaults_offer_everything() -> None:
     s = NodeSettings(node_name="node-a")
-    assert s.families == frozenset(Family) and s.vgpu_shares == 10
+    assert s.families == frozenset(families.names()) and s.vgpu_shares == 10
     assert s.mig_profiles is None and s.publishes_profile("1g.5gb")
     assert s.device_order is DeviceOrder.FRAGMENTATION_AWARE
 
@@ -28,7 +30,7 @@ def test_from_mapping_reads_profiles_and_order() -> None:
 
 def test_from_mapping_switches_families_off() -> None:
     s = NodeSettings.from_mapping({**HEADER, "families": {"vgpu": False}, "vgpuShares": 4}, node_name="n1")
-    assert s.families == {Family.GPU, Family.MIG} and s.vgpu_shares == 4 and s.node_name == "n1"
+    assert s.families == {whole.NAME, mps.NAME, mig.NAME} and s.vgpu_shares == 4 and s.node_name == "n1"
     s2 = NodeSettings.from_mapping({**HEADER, "nodeName": "from-file"})
     assert s2.node_name == "from-file"
 

@@ -10,13 +10,17 @@ from hypothesis import strategies as st
 from inventories import make_gpu, make_inventory
 from slice_checks import check_slices, counter_sets, devices, quantity
 
+from dra_driver import families as registry
 from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.device_order import DeviceOrder
-from dra_driver.devices import PlacementRef, pci_bus_id, semver
 from dra_driver.errors import MigError
-from dra_driver.model import Gpu, Inventory
-from dra_driver.names import Family, GpuUUID, counter_set_name, parse_device_name, resource_slice_name
+from dra_driver.families import gpu as whole
+from dra_driver.families import mig, mps, parse_device_name, vgpu
+from dra_driver.families.mig import MigName
+from dra_driver.families.published import attribute_version, pci_bus_id
+from dra_driver.model import Gpu, Inventory, Placement
+from dra_driver.names import Family, GpuUUID, counter_set_name, resource_slice_name
 from dra_driver.profiles import PRODUCTS, product
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices, device_names, pack_devices
@@ -26,7 +30,7 @@ ALL = NodeSettings(node_name=NODE)
 
 
 def families_of(names: list[str], index: int) -> Count[Family]:
-    return Count(parse_device_name(n).family for n in names if parse_device_name(n).index == index)
+    return Count(parse_device_name(n).family.name for n in names if parse_device_name(n).index == index)
 
 
 def by_name(slices: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -45,7 +49,7 @@ def test_eight_h100s_offer_everything_in_five_slices() -> None:
     assert len(slices) == 5 and "sharedCounters" in slices[0]["spec"]
     names = device_names(slices)
     for i in range(8):
-        assert families_of(names, i) == {Family.GPU: 1, Family.VGPU: 1, Family.MIG: 25}
+        assert families_of(names, i) == {whole.NAME: 1, vgpu.NAME: 1, mps.NAME: 1, mig.NAME: 25}
     assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
 
 
@@ -85,12 +89,12 @@ def test_attributes_of_the_whole_gpu() -> None:
 
 def test_ampere_mig_off_offers_gpu_and_vgpu_only() -> None:
     names = device_names(build_slices(make_inventory(make_gpu(0, "A100-SXM4-40GB")), ALL))
-    assert families_of(names, 0) == {Family.GPU: 1, Family.VGPU: 1}
+    assert families_of(names, 0) == {whole.NAME: 1, vgpu.NAME: 1, mps.NAME: 1}
 
 
 def test_ampere_mig_on_offers_mig_only() -> None:
     names = device_names(build_slices(make_inventory(make_gpu(0, "A100-SXM4-80GB", mig_enabled=True)), ALL))
-    assert families_of(names, 0) == {Family.MIG: 25}
+    assert families_of(names, 0) == {mig.NAME: 25}
 
 
 def test_admin_instances_are_static_and_block_overlapping_placements() -> None:
@@ -117,10 +121,10 @@ def test_admin_instances_are_static_and_block_overlapping_placements() -> None:
 
 def test_instances_tessera_owns_stay_ordinary_placements() -> None:
     gpu = make_gpu(0, "H100-80GB-SXM", mig_enabled=True, instances=(("2g.20gb", 2),))
-    owned = frozenset({PlacementRef(gpu.uuid, gpu.mig_instances[0].profile_id, 2)})
+    owned = frozenset({Placement(gpu.uuid, gpu.mig_instances[0].profile_id, 2)})
     slices = build_slices(make_inventory(gpu), ALL, owned_placements=owned)
     devs = by_name(slices)
-    assert families_of(list(devs), 0) == {Family.GPU: 1, Family.VGPU: 1, Family.MIG: 25}
+    assert families_of(list(devs), 0) == {whole.NAME: 1, vgpu.NAME: 1, mps.NAME: 1, mig.NAME: 25}
     assert "consumesCounters" in devs["gpu-0-mig-2g20gb-2"]
 
 
@@ -132,25 +136,31 @@ def test_whole_and_vgpu_consume_every_counter_and_placements_their_slices() -> N
         consumed = {k: quantity(v["value"]) for k, v in use["counters"].items()}
         parsed = parse_device_name(name)
         assert use["counterSet"] == counter_set_name(parsed.index)
-        if parsed.family in (Family.GPU, Family.VGPU):
+        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME):
             assert consumed == sets[use["counterSet"]]
         else:
-            assert parsed.profile is not None and parsed.start is not None
-            size = {"1g": 1, "2g": 2, "3g": 4, "4g": 4, "7g": 8}[parsed.profile[:2]]
-            if parsed.profile == "1g.20gb":
+            assert isinstance(parsed.detail, MigName)
+            profile, start = parsed.detail.profile, parsed.detail.start
+            size = {"1g": 1, "2g": 2, "3g": 4, "4g": 4, "7g": 8}[profile[:2]]
+            if profile == "1g.20gb":
                 size = 2
             slices_used = {k for k in consumed if k.startswith("memory-slice-")}
-            assert slices_used == {f"memory-slice-{k}" for k in range(parsed.start, parsed.start + size)}
+            assert slices_used == {f"memory-slice-{k}" for k in range(start, start + size)}
     assert "memory-slice-0" not in sets[counter_set_name(1)]  # the L4 has a set, without MIG slices
 
 
 def test_family_settings() -> None:
     inv = make_inventory(make_gpu(0, "H100-80GB-SXM"))
-    mig_only = NodeSettings(node_name=NODE, families=frozenset({Family.MIG}))
-    assert families_of(device_names(build_slices(inv, mig_only)), 0) == {Family.MIG: 25}
-    whole_only = NodeSettings(node_name=NODE, families=frozenset({Family.GPU}))
+    mig_only = NodeSettings(node_name=NODE, families=frozenset({mig.NAME}))
+    assert families_of(device_names(build_slices(inv, mig_only)), 0) == {mig.NAME: 25}
+    whole_only = NodeSettings(node_name=NODE, families=frozenset({whole.NAME}))
     assert device_names(build_slices(inv, whole_only)) == ["gpu-0"]
     assert build_slices(inv, NodeSettings(node_name=NODE, families=frozenset())) == []
+
+
+def profile_of(name: str) -> str | None:
+    detail = parse_device_name(name).detail
+    return detail.profile if isinstance(detail, MigName) else None
 
 
 def test_mig_profiles_thin_the_published_placements() -> None:
@@ -159,8 +169,8 @@ def test_mig_profiles_thin_the_published_placements() -> None:
     slices = build_slices(inv, fewer)
     check_slices(slices, NODE)
     names = device_names(slices)
-    assert len(slices) == 3 and len(names) == 8 * (2 + 7 + 2 + 1)
-    assert {parse_device_name(n).profile for n in names} == {None, "1g.10gb", "3g.40gb", "7g.80gb"}
+    assert len(slices) == 3 and len(names) == 8 * (3 + 7 + 2 + 1)
+    assert {profile_of(n) for n in names} == {None, "1g.10gb", "3g.40gb", "7g.80gb"}
     assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
 
 
@@ -170,7 +180,7 @@ def test_mig_profiles_keep_an_administrators_instances() -> None:
         make_gpu(1, "H100-80GB-SXM"),
     )
     mig_only = NodeSettings(
-        node_name=NODE, families=frozenset({Family.MIG}), mig_profiles=frozenset({"7g.80gb"})
+        node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"7g.80gb"})
     )
     slices = build_slices(inv, mig_only)
     check_slices(slices, NODE)
@@ -180,24 +190,22 @@ def test_mig_profiles_keep_an_administrators_instances() -> None:
 
 def test_counter_sets_that_cannot_bind_are_left_out() -> None:
     inv = make_inventory(*(make_gpu(i, "H100-80GB-SXM") for i in range(8)))
-    vgpu_only = build_slices(inv, NodeSettings(node_name=NODE, families=frozenset({Family.VGPU})))
+    vgpu_only = build_slices(inv, NodeSettings(node_name=NODE, families=frozenset({vgpu.NAME})))
     check_slices(vgpu_only, NODE)
     assert counter_sets(vgpu_only) == {} and len(vgpu_only) == 1
     assert all("consumesCounters" not in d for d in devices(vgpu_only))
     # seven 1g.10gb placements never overlap and fit the GPU's engines and SMs together: nothing to count
-    one_g = NodeSettings(
-        node_name=NODE, families=frozenset({Family.MIG}), mig_profiles=frozenset({"1g.10gb"})
-    )
+    one_g = NodeSettings(node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"1g.10gb"}))
     assert counter_sets(build_slices(inv, one_g)) == {}
     # 1g.10gb and 3g.40gb overlap: the counters stay, on every device of the GPU
     overlapping = NodeSettings(
-        node_name=NODE, families=frozenset({Family.MIG}), mig_profiles=frozenset({"1g.10gb", "3g.40gb"})
+        node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"1g.10gb", "3g.40gb"})
     )
     slices = build_slices(inv, overlapping)
     assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
     assert all(len(d["consumesCounters"]) == 1 for d in devices(slices))
     # whole GPU and vgpu exclude each other through the counters
-    whole_and_vgpu = NodeSettings(node_name=NODE, families=frozenset({Family.GPU, Family.VGPU}))
+    whole_and_vgpu = NodeSettings(node_name=NODE, families=frozenset({whole.NAME, vgpu.NAME}))
     assert len(counter_sets(build_slices(inv, whole_and_vgpu))) == 8
 
 
@@ -213,9 +221,27 @@ def test_degraded_mode_is_whole_gpus_without_counters() -> None:
     assert all("consumesCounters" not in d and "allowMultipleAllocations" not in d for d in devices(slices))
 
 
-def test_unhealthy_gpus_are_left_out() -> None:
-    inv = make_inventory(make_gpu(0, "L4"), make_gpu(1, "L4", healthy=False))
-    assert sorted(device_names(build_slices(inv, ALL))) == ["gpu-0", "gpu-0-vgpu"]
+def test_every_device_of_an_unhealthy_gpu_is_tainted_and_the_rest_are_not() -> None:
+    inv = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM", healthy=False))
+    slices = build_slices(inv, ALL)
+    check_slices(slices, NODE)
+    found = by_name(slices)
+    sick = [d for name, d in found.items() if parse_device_name(name).index == 1]
+    assert len(sick) == 28  # whole, vgpu, MPS and 25 MIG placements
+    assert all(
+        d["taints"] == [{"key": "gpu.tessera.dev/unhealthy", "value": "reported", "effect": "NoSchedule"}]
+        for d in sick
+    )
+    assert not any("taints" in d for name, d in found.items() if parse_device_name(name).index == 0)
+
+
+def test_given_taints_are_used_and_withdrawn_where_the_api_cannot_keep_them() -> None:
+    inv = make_inventory(make_gpu(0, "L4"), make_gpu(1, "L4"))
+    lost = {"key": "gpu.tessera.dev/unhealthy", "value": "lost", "effect": "NoExecute", "timeAdded": "x"}
+    taints = {inv.gpus[0].uuid: (lost,)}
+    assert by_name(build_slices(inv, ALL, taints=taints))["gpu-0-vgpu"]["taints"] == [lost]
+    old_cluster = build_slices(inv, ALL, taints=taints, taints_supported=False)
+    assert device_names(old_cluster) == ["gpu-1-vgpu", "gpu-1-mps", "gpu-1"]
 
 
 def test_many_gpus_need_several_counter_slices() -> None:
@@ -237,7 +263,8 @@ def test_pack_devices_cuts_in_order_at_the_api_limit() -> None:
 
 
 def test_value_normalisation() -> None:
-    assert semver("9.0") == "9.0.0" and semver("535.104.05") == "535.104.5" and semver("12") == "12.0.0"
+    assert attribute_version("9.0") == "9.0.0" and attribute_version("535.104.05") == "535.104.5"
+    assert attribute_version("12") == "12.0.0"
     assert pci_bus_id("00000000:3B:00.0") == "0000:3b:00.0"
     long_name = "n" * 250
     name = resource_slice_name(long_name, 3)
@@ -271,10 +298,10 @@ def gpus(draw: st.DrawFn, index: int) -> Gpu:
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[PlacementRef], bool]:
+def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[Placement], bool]:
     n = draw(st.integers(min_value=0, max_value=12))
     inv = make_inventory(*(draw(gpus(i)) for i in range(n)))
-    families = frozenset(draw(st.sets(st.sampled_from(list(Family)))))
+    families = frozenset(draw(st.sets(st.sampled_from(list(registry.names())))))
     node = draw(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True))
     names = sorted({p.name for prod in PRODUCTS for p in prod.mig_profiles})
     profiles = draw(st.none() | st.frozensets(st.sampled_from(names), min_size=1))
@@ -285,7 +312,7 @@ def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[Placement
         mig_profiles=profiles,
         device_order=draw(st.sampled_from(list(DeviceOrder))),
     )
-    live = [PlacementRef(g.uuid, m.profile_id, m.start) for g in inv.gpus for m in g.mig_instances]
+    live = [Placement(g.uuid, m.profile_id, m.start) for g in inv.gpus for m in g.mig_instances]
     owned = frozenset(draw(st.lists(st.sampled_from(live), max_size=3))) if live else frozenset()
     return inv, settings_, owned, draw(st.booleans())
 
@@ -293,7 +320,7 @@ def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[Placement
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_random_inventories_respect_every_limit(
-    case: tuple[Inventory, NodeSettings, frozenset[PlacementRef], bool],
+    case: tuple[Inventory, NodeSettings, frozenset[Placement], bool],
 ) -> None:
     inv, settings_, owned, degraded = case
     slices = build_slices(inv, settings_, owned_placements=owned, degraded=degraded)
@@ -301,10 +328,11 @@ def test_random_inventories_respect_every_limit(
     sets = counter_sets(slices)
     for d in devices(slices):
         parsed = parse_device_name(str(d["name"]))
-        assert parsed.family in settings_.families
+        assert parsed.family.name in settings_.families
         static = "gpu.tessera.dev/migStatic" in d["attributes"]
-        assert parsed.profile is None or static or settings_.publishes_profile(parsed.profile)
-        if parsed.family in (Family.GPU, Family.VGPU) and "consumesCounters" in d:
+        profile = parsed.detail.profile if isinstance(parsed.detail, MigName) else None
+        assert profile is None or static or settings_.publishes_profile(profile)
+        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME) and "consumesCounters" in d:
             (use,) = d["consumesCounters"]
             assert {k: quantity(v["value"]) for k, v in use["counters"].items()} == sets[use["counterSet"]]
     # every published set can bind: its devices together want more than it holds
@@ -320,7 +348,7 @@ def test_random_inventories_respect_every_limit(
     for d in devices(slices):
         parsed = parse_device_name(str(d["name"]))
         siblings = [e for e in devices(slices) if parse_device_name(str(e["name"])).index == parsed.index]
-        if parsed.family is Family.GPU and not degraded and len(siblings) > 1:
+        if parsed.family.name == whole.NAME and not degraded and len(siblings) > 1:
             assert "consumesCounters" in d, d["name"]
     if degraded:
         assert sets == {}
@@ -365,7 +393,7 @@ def test_counters_allow_exactly_what_the_gpu_allows(
     set exactly when the (simulated) driver creates all of those instances."""
     node = sim_node(product_key, admin)
     inv = SimulatedBackend(node=node, state_file=None).inventory()
-    slices = build_slices(inv, NodeSettings(node_name=NODE, families=frozenset({Family.MIG})))
+    slices = build_slices(inv, NodeSettings(node_name=NODE, families=frozenset({mig.NAME})))
     check_slices(slices, NODE)
     totals = counter_sets(slices)[counter_set_name(0)]
     placements = [d for d in devices(slices) if "consumesCounters" in d]
@@ -383,10 +411,11 @@ def test_counters_allow_exactly_what_the_gpu_allows(
         try:
             for d in chosen:
                 parsed = parse_device_name(str(d["name"]))
-                prof = node.gpus[0].product.profile_by_name(str(parsed.profile))
-                assert prof is not None and parsed.start is not None
+                assert isinstance(parsed.detail, MigName)
+                prof = node.gpus[0].product.profile_by_name(parsed.detail.profile)
+                assert prof is not None
                 backend.create_mig_instance(
-                    gpu=GpuUUID("GPU-0"), profile_id=prof.profile_id, start=parsed.start
+                    gpu=GpuUUID("GPU-0"), profile_id=prof.profile_id, start=parsed.detail.start
                 )
         except MigError:
             return False

@@ -5,7 +5,12 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver import families
 from dra_driver.errors import StorageError
+from dra_driver.families import mig, vgpu
+from dra_driver.families.mig import MigRecord
+from dra_driver.families.vgpu import GpuShare
+from dra_driver.model import Placement
 from dra_driver.names import ClaimUID, GpuUUID
 from kubelet_plugin.checkpoint import (
     API_VERSION,
@@ -13,12 +18,19 @@ from kubelet_plugin.checkpoint import (
     Checkpoint,
     ClaimEntry,
     ClaimState,
-    DeviceRecord,
-    MigRecord,
     decode,
     encode,
+    records_of,
 )
 from kubelet_plugin.checkpoint_store import CheckpointStore, read_boot_id
+from kubelet_plugin.results import PreparedDevice
+
+DATA = Path(__file__).parent / "data"
+
+
+def _at(gpu: str, profile_id: int, start: int) -> Placement:
+    return Placement(GpuUUID(gpu), profile_id, start)
+
 
 ENTRY = ClaimEntry(
     uid=ClaimUID("u1"),
@@ -26,14 +38,19 @@ ENTRY = ClaimEntry(
     name="c1",
     state=ClaimState.PREPARE_COMPLETED,
     devices=(
-        DeviceRecord(("gpu",), "node", "gpu-0-vgpu", ("k8s.gpu.tessera.dev/claim=u1-gpu-0-vgpu-s",), "s"),
-        DeviceRecord(
+        PreparedDevice(("gpu",), "node", "gpu-0-vgpu", ("k8s.gpu.tessera.dev/claim=u1-gpu-0-vgpu-s",), "s"),
+        PreparedDevice(
             ("mig",), "node", "gpu-1-mig-1g10gb-0", ("k8s.gpu.tessera.dev/claim=u1-gpu-1-mig-1g10gb-0",)
         ),
     ),
-    mig=(
-        MigRecord("gpu-1-mig-1g10gb-0", GpuUUID("GPU-1"), 19, "1g.10gb", 0, True, 3, 0, "MIG-1"),
-        MigRecord("gpu-1-mig-3g40gb-4", GpuUUID("GPU-1"), 9, "3g.40gb", 4, False, 1, 0, "MIG-admin"),
+    records=records_of(
+        {
+            mig.NAME: (
+                MigRecord("gpu-1-mig-1g10gb-0", _at("GPU-1", 19, 0), "1g.10gb", True, 3, 0, "MIG-1"),
+                MigRecord("gpu-1-mig-3g40gb-4", _at("GPU-1", 9, 4), "3g.40gb", False, 1, 0, "MIG-admin"),
+            ),
+            vgpu.NAME: (GpuShare(GpuUUID("GPU-0"), 1, 30, False),),
+        }
     ),
     has_claim_dir=True,
 )
@@ -42,9 +59,11 @@ STARTED = ClaimEntry(
     namespace="ns",
     name="c2",
     state=ClaimState.PREPARE_STARTED,
-    mig=(MigRecord("gpu-0-mig-7g80gb-0", GpuUUID("GPU-0"), 0, "7g.80gb", 0),),
+    records=records_of({mig.NAME: (MigRecord("gpu-0-mig-7g80gb-0", _at("GPU-0", 0, 0), "7g.80gb"),)}),
 )
-CP = Checkpoint(boot_id="boot-1", mig_mode_owned=frozenset({GpuUUID("GPU-0")})).with_entries([ENTRY, STARTED])
+CP = Checkpoint(boot_id="boot-1", owned={mig.NAME: frozenset({GpuUUID("GPU-0")})}).with_entries(
+    [ENTRY, STARTED]
+)
 
 
 def test_round_trip() -> None:
@@ -56,12 +75,24 @@ def test_round_trip() -> None:
     assert [c["state"] for c in doc["claims"]] == ["PrepareCompleted", "PrepareStarted"]
 
 
+def test_a_checkpoint_of_the_first_layout_reads_and_writes_back_what_it_said() -> None:
+    # written by the version before the family seam (three families): same apiVersion; what it holds is read
+    # unchanged, and written back with an empty list for each family it did not know (which it ignores)
+    old = (DATA / "checkpoint-v1-first-layout.json").read_bytes().strip()
+    assert decode(old) == CP
+    then, now = json.loads(old), json.loads(encode(CP))
+    added = {f.record_key for f in families.with_records()} - set(then["claims"][0])
+    assert added == {"mps"}
+    assert [{k: v for k, v in c.items() if k not in added} for c in now["claims"]] == then["claims"]
+    assert all(c[k] == [] for c in now["claims"] for k in added)
+
+
 def test_queries() -> None:
     assert CP.entry(ClaimUID("u1")) == ENTRY and CP.entry(ClaimUID("nope")) is None
-    assert [(e.uid, r.start) for e, r in CP.tessera_mig()] == [
-        ("u1", 0),
-        ("u2", 0),
-    ]  # the admin's is not ours
+    # the administrator's instance is not ours
+    assert sorted(CP.placements()) == [_at("GPU-0", 0, 0), _at("GPU-1", 19, 0)]
+    assert CP.records(mig.NAME, excluding=ClaimUID("u1")) == STARTED.of(mig.NAME)
+    assert CP.owned_by(mig.NAME) == {"GPU-0"} and CP.owned_by(vgpu.NAME) == frozenset()
     assert set(CP.without([ClaimUID("u1")]).claims) == {"u2"}
     assert ENTRY.with_state(ClaimState.UNPREPARE_STARTED).state is ClaimState.UNPREPARE_STARTED
 

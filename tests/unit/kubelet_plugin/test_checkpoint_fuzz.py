@@ -11,6 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.errors import StorageError
+from dra_driver.families import mig, vgpu
+from dra_driver.families.mig import MigRecord
+from dra_driver.families.vgpu import GpuShare
+from dra_driver.model import Placement
 from dra_driver.names import ClaimUID, GpuUUID
 from kubelet_plugin.checkpoint import (
     API_VERSION,
@@ -18,11 +22,11 @@ from kubelet_plugin.checkpoint import (
     Checkpoint,
     ClaimEntry,
     ClaimState,
-    DeviceRecord,
-    MigRecord,
     decode,
     encode,
+    records_of,
 )
+from kubelet_plugin.results import PreparedDevice
 
 FUZZ = settings(
     max_examples=300,
@@ -38,17 +42,16 @@ small = st.integers(min_value=0, max_value=1 << 40)
 mig_records = st.builds(
     MigRecord,
     device=names,
-    gpu_uuid=names.map(GpuUUID),
-    profile_id=small,
+    placement=st.builds(Placement, names.map(GpuUUID), small, small),
     profile_name=names,
-    start=small,
     created_by_tessera=st.booleans(),
     gi_id=st.none() | small,
     ci_id=st.none() | small,
     uuid=st.none() | names,
 )
+shares = st.builds(GpuShare, names.map(GpuUUID), st.integers(1, 65535), st.integers(0, 100), st.booleans())
 device_records = st.builds(
-    DeviceRecord,
+    PreparedDevice,
     request_names=st.lists(names, max_size=2).map(tuple),
     pool_name=names,
     device_name=names,
@@ -62,11 +65,15 @@ entries = st.builds(
     name=names,
     state=st.sampled_from(ClaimState),
     devices=st.lists(device_records, max_size=2).map(tuple),
-    mig=st.lists(mig_records, max_size=2).map(tuple),
+    records=st.builds(
+        lambda m, v: records_of({mig.NAME: m, vgpu.NAME: v}),
+        st.lists(mig_records, max_size=2),
+        st.lists(shares, max_size=2),
+    ),
     has_claim_dir=st.booleans(),
 )
 checkpoints = st.builds(
-    lambda boot, es, owned: Checkpoint(boot_id=boot).with_entries(es).with_mig_mode_owned(owned),
+    lambda boot, es, owned: Checkpoint(boot_id=boot).with_entries(es).with_owned(mig.NAME, owned),
     names,
     st.lists(entries, max_size=4),
     st.frozensets(names.map(GpuUUID), max_size=3),

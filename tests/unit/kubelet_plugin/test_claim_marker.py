@@ -7,32 +7,41 @@ import json
 import pytest
 
 from dra_driver.errors import StorageError
+from dra_driver.families import mig
+from dra_driver.families.mig import MigRecord
+from dra_driver.model import Placement
 from dra_driver.names import ClaimUID, GpuUUID
-from kubelet_plugin.checkpoint import ClaimEntry, ClaimState, MigRecord
-from kubelet_plugin.claim_marker import (
-    ENTRY_ANNOTATION,
-    MIG_MODE_ANNOTATION,
-    marker_annotations,
-    parse_marker,
-)
+from kubelet_plugin.checkpoint import ClaimEntry, ClaimState, records_of
+from kubelet_plugin.claim_marker import ENTRY_ANNOTATION, marker_annotations, owned_annotation, parse_marker
 
+MIG_MODE_ANNOTATION = "gpu.tessera.dev/mig-mode-owned"  # the name the first layout wrote; specs outlive us
 ENTRY = ClaimEntry(
     uid=ClaimUID("u1"),
     namespace="ns",
     name="c",
     state=ClaimState.PREPARE_STARTED,
-    mig=(MigRecord("gpu-1-mig-1g10gb-0", GpuUUID("GPU-1"), 19, "1g.10gb", 0, True, 3, 0, "MIG-1"),),
+    records=records_of(
+        {
+            mig.NAME: (
+                MigRecord(
+                    "gpu-1-mig-1g10gb-0", Placement(GpuUUID("GPU-1"), 19, 0), "1g.10gb", True, 3, 0, "MIG-1"
+                ),
+            )
+        }
+    ),
 )
 
 
 def test_round_trip_names_only_the_claims_own_gpus() -> None:
-    owned = [GpuUUID("GPU-1"), GpuUUID("GPU-7")]
-    annotations = marker_annotations(ENTRY, mig_mode_owned=owned)
+    assert owned_annotation("migModeOwned") == MIG_MODE_ANNOTATION
+    owned = {mig.NAME: frozenset({GpuUUID("GPU-1"), GpuUUID("GPU-7")})}
+    annotations = marker_annotations(ENTRY, owned=owned)
     assert annotations[MIG_MODE_ANNOTATION] == "GPU-1"
     marker = parse_marker(annotations, uid=ClaimUID("u1"))
     assert marker.entry == ENTRY.with_state(ClaimState.PREPARE_COMPLETED)
-    assert marker.mig_mode_owned == {"GPU-1"}
-    assert MIG_MODE_ANNOTATION not in marker_annotations(ENTRY, mig_mode_owned=[GpuUUID("GPU-7")])
+    assert marker.owned == {mig.NAME: {"GPU-1"}}
+    other = {mig.NAME: frozenset({GpuUUID("GPU-7")})}
+    assert MIG_MODE_ANNOTATION not in marker_annotations(ENTRY, owned=other)
 
 
 @pytest.mark.parametrize(

@@ -7,49 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.allocation import ClaimPlan, PlannedDevice, VgpuLimits
-from dra_driver.config import GpuConfig, SmLimitPolicy, VgpuConfig
 from dra_driver.errors import StorageError
-from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
-from kubelet_plugin.claimdir import ClaimDirs, render_limits
-
-
-def device(i: int, family: Family, limits: VgpuLimits | None = None) -> PlannedDevice:
-    return PlannedDevice(
-        request="r",
-        device=DeviceName(f"gpu-{i}"),
-        family=family,
-        gpu_index=i,
-        gpu_uuid=GpuUUID(f"GPU-{i}"),
-        share_id=None,
-        config=VgpuConfig() if family is Family.VGPU else GpuConfig(),
-        limits=limits,
-    )
-
-
-PLAN = ClaimPlan(
-    uid=ClaimUID("u1"),
-    namespace="ns",
-    name="c",
-    pool="p",
-    devices=(
-        device(3, Family.VGPU, VgpuLimits(2 << 30, 30)),
-        device(1, Family.GPU),
-        device(0, Family.VGPU, VgpuLimits(1 << 20, 0)),
-    ),
-    vgpu=VgpuConfig(sm_limit_policy=SmLimitPolicy.DISABLE, priority=0, log_level=2),
-    enable_mig_mode=(),
-)
-
-
-def test_limits_file_format() -> None:
-    assert render_limits(PLAN) == (
-        "version 1\n"
-        "policy disable\n"
-        "loglevel 2\n"
-        "gpu GPU-0 memory 1048576 cores 0 priority 0\n"
-        "gpu GPU-3 memory 2147483648 cores 30 priority 0\n"
-    )
+from dra_driver.names import ClaimUID
+from kubelet_plugin.claimdir import ClaimDirs
 
 
 def test_write_rewrite_remove(tmp_path: Path) -> None:

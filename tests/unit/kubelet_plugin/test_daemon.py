@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.cli import build_parser
-from kubelet_plugin.daemon import DaemonOptions, add_arguments, options_from
+from kubelet_plugin.daemon import add_arguments, options_from
+from kubelet_plugin.options import DaemonOptions
 
 
 def parse(*argv: str) -> DaemonOptions:
@@ -20,7 +21,8 @@ def parse(*argv: str) -> DaemonOptions:
 def test_root_relocates_every_path(tmp_path: Path) -> None:
     options = parse("--node-name", "node-a", "--root", str(tmp_path), "--pod-uid", "p1")
     paths = options.paths()
-    for p in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir, paths.library_path):
+    for p in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir, paths.library_path,
+              paths.mps_dir):  # fmt: skip
         assert p.is_relative_to(tmp_path)
     assert paths.dra_socket.name == "dra-p1.sock"
     assert paths.registration_socket.name == "gpu.tessera.dev-p1-reg.sock"
@@ -49,6 +51,14 @@ def test_library_path_and_driver_dirs(tmp_path: Path) -> None:
     assert options.driver_library_dirs == (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/bin"))
 
 
+def test_mps_control_tool_defaults_to_path_lookup_and_can_be_given() -> None:
+    assert parse("--node-name", "n").mps_control == "nvidia-cuda-mps-control"
+    assert parse("--node-name", "n", "--mps-control", "/opt/nv/nvidia-cuda-mps-control").mps_control == (
+        "/opt/nv/nvidia-cuda-mps-control"
+    )
+    assert str(parse("--node-name", "n").paths().mps_dir) == "/var/lib/tessera/mps"
+
+
 def test_incomplete_command_lines_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NODE_NAME", raising=False)
     with pytest.raises(SystemExit, match="--node-name is required"):
@@ -64,3 +74,10 @@ def test_tessera_plugin_subcommand_is_wired() -> None:
     assert args.command == "plugin"
     assert options_from(args).publish is False
     assert callable(args.handler)
+
+
+def test_test_only_flags_are_not_the_daemons(capsys: pytest.CaptureFixture[str]) -> None:
+    # claims from a directory are for tests: `python -m tests.support.daemon` adds that flag
+    with pytest.raises(SystemExit):
+        parse("--node-name", "n", "--claims-dir-source", "/tmp/claims")
+    assert "unrecognized arguments: --claims-dir-source" in capsys.readouterr().err

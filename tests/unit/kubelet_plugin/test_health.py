@@ -83,9 +83,11 @@ def test_every_device_of_a_gpu_shares_its_health() -> None:
     assert set(by_name) == {
         "gpu-0",
         "gpu-0-vgpu",
+        "gpu-0-mps",
         *(f"gpu-0-mig-1g10gb-{k}" for k in range(7)),
         "gpu-1",
         "gpu-1-vgpu",
+        "gpu-1-mps",
     }
     assert {s.health for n, s in by_name.items() if n.startswith("gpu-0")} == {Health.HEALTHY}
     assert by_name["gpu-1-vgpu"].health is Health.UNHEALTHY
@@ -126,6 +128,7 @@ def test_the_poller_reports_unknown_when_the_backend_fails() -> None:
     assert [(d.device, d.health) for d in report.devices] == [
         ("gpu-0", Health.UNKNOWN),
         ("gpu-0-vgpu", Health.UNKNOWN),
+        ("gpu-0-mps", Health.UNKNOWN),
     ]
     assert "GPU is lost" in report.devices[0].message
 
@@ -160,8 +163,10 @@ def test_v1_stream_sends_the_full_list_then_changes(stream_server: tuple[HealthB
     assert [(d.device.pool_name, d.device.device_name, d.health) for d in first.devices] == [
         ("node-a", "gpu-0", health_v1_pb2.HEALTHY),
         ("node-a", "gpu-0-vgpu", health_v1_pb2.HEALTHY),
+        ("node-a", "gpu-0-mps", health_v1_pb2.HEALTHY),
         ("node-a", "gpu-1", health_v1_pb2.HEALTHY),
         ("node-a", "gpu-1-vgpu", health_v1_pb2.HEALTHY),
+        ("node-a", "gpu-1-mps", health_v1_pb2.HEALTHY),
     ]
     assert first.devices[0].last_updated_time == 1000
     assert first.devices[0].health_check_timeout_seconds > 0
@@ -169,9 +174,9 @@ def test_v1_stream_sends_the_full_list_then_changes(stream_server: tuple[HealthB
     sick = replace(inv, gpus=(inv.gpus[0], replace(inv.gpus[1], healthy=False)))
     threading.Timer(0.05, lambda: board.post(health_of(sick), checked_at=1005)).start()
     update = next(r for r in responses if any(d.health == health_v1_pb2.UNHEALTHY for d in r.devices))
-    assert len(update.devices) == 4  # still the complete list
+    assert len(update.devices) == 6  # still the complete list
     bad = {d.device.device_name: d.message for d in update.devices if d.health == health_v1_pb2.UNHEALTHY}
-    assert set(bad) == {"gpu-1", "gpu-1-vgpu"}
+    assert set(bad) == {"gpu-1", "gpu-1-vgpu", "gpu-1-mps"}
     assert "GPU-00000001" in bad["gpu-1"]
     cast(_Cancellable, stream).cancel()
 
@@ -184,6 +189,6 @@ def test_v1alpha1_stream_and_heartbeat(stream_server: tuple[HealthBoard, grpc.Ch
     )
     responses = iter(stream)
     first, second = next(responses), next(responses)  # the second comes from the 0.2 s heartbeat
-    assert [d.device.device_name for d in first.devices] == ["gpu-0", "gpu-0-vgpu"]
+    assert [d.device.device_name for d in first.devices] == ["gpu-0", "gpu-0-vgpu", "gpu-0-mps"]
     assert first == second
     cast(_Cancellable, stream).cancel()

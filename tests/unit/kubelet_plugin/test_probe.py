@@ -19,12 +19,13 @@ import pytest
 import yaml
 
 from dra_driver.cli import build_parser
-from kubelet_plugin.daemon import DaemonOptions
+from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.probe import DEFAULT_TIMEOUT_S, probe
 from kubelet_plugin.proto.gen import pluginregistration_pb2_grpc
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.wiring import Node
+from tests.support.claim_files import directory_claims
 
 REPO = Path(__file__).resolve().parents[3]
 NODE_FILE = REPO / "e2e" / "nodes" / "h100x8.yaml"
@@ -49,12 +50,11 @@ def start_plugin(root: Path, pod_uid: str | None = None) -> Node:
         pod_uid=pod_uid,
         simulate=NODE_FILE,
         sim_state=root / "sim-state.json",
-        claims_dir_source=root / "claims",
         health_interval=60.0,
         publish=False,
         log_level="warning",
     )
-    return Node.start(options)
+    return Node.start(options, claims=directory_claims(root / "claims"))
 
 
 def probe_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -104,3 +104,22 @@ def test_cap_minor_errors_name_the_file(tmp_path: Path) -> None:
         cap_minor(broken)
     with pytest.raises(MigError, match="cannot read"):
         cap_minor(tmp_path / "absent")
+
+
+def test_nvml_events_become_faults() -> None:
+    from dra_driver.backends.nvml_health import NvmlHealthWatcher, fault_of_event  # noqa: PLC0415
+    from dra_driver.model import FaultKind, GpuFault  # noqa: PLC0415
+    from dra_driver.names import GpuUUID  # noqa: PLC0415
+
+    xid = pynvml.nvmlEventTypeXidCriticalError
+    assert fault_of_event(xid, 79) == GpuFault(FaultKind.LOST, xid=79)
+    assert fault_of_event(xid, 48, 3) == GpuFault(FaultKind.XID, xid=48, detail="MIG GPU instance 3")
+    assert fault_of_event(xid, 13) is None  # the application's fault
+    assert fault_of_event(pynvml.nvmlEventTypeDoubleBitEccError, 0) == GpuFault(FaultKind.ECC_DBE)
+    assert fault_of_event(pynvml.nvmlEventTypePState, 0) is None
+    seen: list[GpuFault] = []
+    watcher = NvmlHealthWatcher(on_fault=lambda _uuid, f: seen.append(f))
+    watcher.record(GpuUUID("GPU-1"), GpuFault(FaultKind.ECC_DBE))
+    watcher.record(GpuUUID("GPU-1"), GpuFault(FaultKind.ECC_DBE))  # the same fault again: kept once
+    assert watcher.faults(GpuUUID("GPU-1")) == (GpuFault(FaultKind.ECC_DBE),) and len(seen) == 1
+    assert watcher.faults(GpuUUID("GPU-2")) == ()

@@ -1,0 +1,115 @@
+"""MPS shares: two claims (30 % and 70 %) on one GPU with the real scheduler, the per-client variables each
+container gets, the GPU's MPS control daemon started for the first claim and stopped after the last, and a
+whole-GPU claim kept off that GPU meanwhile."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client as k8s
+
+from dra_driver.families.mps import (
+    PINNED_MEMORY_ENV,
+    PIPE_DIRECTORY_ENV,
+    THREAD_PERCENTAGE_ENV,
+    container_pipe_dir,
+)
+from dra_driver.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME, Attr, Cap, ClaimUID, GpuUUID
+from e2e.examples import example, find, pinned, renamed
+from e2e.fake_mps import FAKE_MPS_CONTROL
+from e2e.kube import Json, get_pod, wait_for
+from e2e.scenarios.probes import (
+    H100,
+    apply,
+    attribute,
+    claim_of,
+    consumed,
+    container,
+    results,
+    running,
+    stays_pending,
+)
+from e2e.testbed import SimCluster
+from kubelet_plugin.mps_control import MpsControl
+from kubelet_plugin.paths import PluginPaths
+
+pytestmark = pytest.mark.e2e
+
+
+def mps_docs(node: str) -> list[Json]:
+    docs = example("08-mps")
+    out = [find(docs, "ResourceClaimTemplate", "mps-30"), find(docs, "ResourceClaimTemplate", "mps-70")]
+    out += [pinned(find(docs, "Pod", name), node) for name in ("mps-30", "mps-70")]
+    return out
+
+
+def whole_gpu_on(uuid: str, node: str) -> list[Json]:
+    selector = f'device.attributes["gpu.tessera.dev"].{Attr.UUID} == "{uuid}"'
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "whole-gpu0"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": "gpu.tessera.dev",
+                                "selectors": [{"cel": {"expression": selector}}],
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    pod = pinned(renamed(find(example("08-mps"), "Pod", "mps-30"), "whole"), node)
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "whole-gpu0"
+    return [template, pod]
+
+
+def daemons(bed: SimCluster, node: str) -> dict[GpuUUID, bool]:
+    """GPU → whether its MPS control daemon answers, as the node's plugin would find them."""
+    control = MpsControl(root=PluginPaths.under(bed.node(node).root).mps_dir, tool=str(FAKE_MPS_CONTROL))
+    return {s.gpu_uuid: s.answering for s in control.running()}
+
+
+def test_two_mps_claims_share_one_gpu_concurrently_and_keep_whole_gpu_use_off_it(
+    bed: SimCluster, ns: str
+) -> None:
+    gpu0 = GpuUUID(str(attribute(bed, H100, "gpu-0", Attr.UUID)))
+    assert attribute(bed, H100, "gpu-0-mps", Attr.TYPE) == "mps"
+    apply(bed, ns, mps_docs(H100))
+    pods = {name: running(bed, ns, name) for name in ("mps-30", "mps-70")}
+    for name, cores, memory in (("mps-30", "30", 20 << 10), ("mps-70", "70", 40 << 10)):
+        (r,) = results(bed, ns, pods[name], "gpu")
+        assert r["device"] == "gpu-0-mps" and consumed(r, Cap.CORES) == cores  # first fit: both on GPU 0
+        env = container(bed, ns, pods[name], "infer").env_map()
+        assert env[THREAD_PERCENTAGE_ENV] == cores
+        assert env[PINNED_MEMORY_ENV] == f"0={memory}M"
+        assert env[PIPE_DIRECTORY_ENV] == container_pipe_dir(gpu0)
+        assert env["LD_PRELOAD"] == CONTAINER_LIBRARY_PATH  # exact memory accounting across the claim
+        pipe = container(bed, ns, pods[name], "infer").mount_at(container_pipe_dir(gpu0))
+        assert pipe is not None and pipe.host_path.endswith(f"/mps/{gpu0}/pipe")
+        uid = ClaimUID(claim_of(bed, ns, pods[name], "gpu")["metadata"]["uid"])
+        limits = (bed.node(H100).claims_dir / uid / LIMITS_FILE_NAME).read_text()
+        assert f"gpu {gpu0} memory {memory << 20} cores 0 " in limits  # MPS divides the SMs, not the library
+        status = claim_of(bed, ns, pods[name], "gpu")["status"]["devices"][0]["data"]
+        assert status["limits"] == {"memory": f"{memory}Mi", "cores": int(cores)}
+    assert daemons(bed, H100) == {gpu0: True}  # one daemon for the GPU, both claims its clients
+
+    # the shares hold GPU 0's counters: a whole GPU 0 cannot be allocated while they live
+    apply(bed, ns, whole_gpu_on(gpu0, H100))
+    stays_pending(bed, ns, "whole", seconds=5)
+
+    core = k8s.CoreV1Api(bed.api)
+    core.delete_namespaced_pod("mps-30", ns)
+    wait_for("mps-30 to go", lambda: get_pod(bed.api, ns, "mps-30") is None, timeout_s=60)
+    assert daemons(bed, H100) == {gpu0: True}  # mps-70 still uses it
+    core.delete_namespaced_pod("mps-70", ns)
+    wait_for("mps-70 to go", lambda: get_pod(bed.api, ns, "mps-70") is None, timeout_s=60)
+    wait_for("the GPU's MPS daemon to stop", lambda: daemons(bed, H100) == {}, timeout_s=30)
+
+    (r,) = results(bed, ns, running(bed, ns, "whole"), "gpu")
+    assert r["device"] == "gpu-0"

@@ -1,0 +1,47 @@
+"""The host parts of the device families: every module here that defines `make(ctx) -> FamilyHost` serves the
+family of the same name (dra_driver/families/<name>.py); families without a module create nothing on the host.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterator
+
+from dra_driver import families
+from dra_driver.names import Family
+from kubelet_plugin.hosts.base import FamilyHost, HostContext
+
+_SUPPORT = {"base"}
+
+
+def _makers() -> dict[Family, Callable[[HostContext], FamilyHost]]:
+    found: dict[Family, Callable[[HostContext], FamilyHost]] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name in _SUPPORT or info.name.startswith("_"):
+            continue
+        if families.find(info.name) is None:
+            raise TypeError(f"kubelet_plugin.hosts.{info.name} serves no family of that name")
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        found[Family(info.name)] = module.make
+    return found
+
+
+class Hosts:
+    """One host part per family, in the families' order."""
+
+    def __init__(self, ctx: HostContext) -> None:
+        makers = _makers()
+        self._parts = {
+            f.name: makers[f.name](ctx) if f.name in makers else FamilyHost(f.name) for f in families.FAMILIES
+        }
+
+    def __getitem__(self, family: Family) -> FamilyHost:
+        return self._parts[family]
+
+    def __iter__(self) -> Iterator[FamilyHost]:
+        return iter(self._parts.values())
+
+    def close(self) -> None:
+        for part in self:
+            part.close()

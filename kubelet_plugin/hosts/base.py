@@ -1,0 +1,99 @@
+"""A family's host part: what it creates on the node for a claim, tears down, checks, and settles node-wide.
+
+The pure family (dra_driver/families) plans and records; its host part acts: MIG instances and MIG mode, a
+GPU's sharing view, an MPS control daemon. Families that create nothing have no host part (`NoHost`).
+docs/architecture.md, "The family seam".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dra_driver.allocation import ClaimPlan
+from dra_driver.backends.base import GpuBackend
+from dra_driver.families.base import PlannedDevice
+from dra_driver.model import Inventory
+from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
+from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.steps import StepObserver
+
+
+@dataclass(frozen=True, slots=True)
+class HostContext:
+    """What host parts act through."""
+
+    backend: GpuBackend
+    paths: PluginPaths
+    steps: StepObserver
+    tools: Mapping[str, str] = field(default_factory=dict)  # host tools by name → the path to run them by
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    records: tuple[object, ...]  # the family's records for the claim once created (ids filled in)
+    made: Mapping[DeviceName, object] = field(default_factory=dict)  # per device, what its CDI edits need
+
+
+@dataclass(slots=True)
+class Removed:
+    """What teardowns and settling removed, for the log and the reconcile report."""
+
+    cdi_files: list[str] = field(default_factory=list)
+    claim_dirs: list[str] = field(default_factory=list)
+    mig_instances: list[str] = field(default_factory=list)
+    mig_mode_disabled: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # anything else a host part took down ("mps daemon on …")
+
+
+class FamilyHost:
+    """The default host part: nothing on the host. Subclasses override what their family needs."""
+
+    family: Family
+
+    def __init__(self, family: Family) -> None:
+        self.family = family
+
+    def write_ahead(self, devices: Sequence[PlannedDevice]) -> bool:
+        """Whether the claim's records must be on disk before `create` runs (to tell ours from an admin's)."""
+        return False
+
+    def will_own(self, devices: Sequence[PlannedDevice]) -> frozenset[GpuUUID]:
+        """GPUs whose node-wide state `create` is about to change (recorded ahead, restored by `settle`)."""
+        return frozenset()
+
+    def create(
+        self,
+        *,
+        plan: ClaimPlan,
+        devices: Sequence[PlannedDevice],
+        records: tuple[object, ...],
+        snapshot: Inventory,
+    ) -> Created:
+        """Create (or, rolling forward, find again) what the claim's devices need. Idempotent."""
+        return Created(records=records)
+
+    def teardown(self, entry: ClaimEntry) -> Removed:
+        """Remove what the claim's records say this family created for it; what went. Idempotent."""
+        return Removed()
+
+    def damage(self, entry: ClaimEntry, *, inventory: Inventory | None) -> str | None:
+        """Why a prepared claim's host artifacts are not as recorded (None: they are, or cannot be told)."""
+        return None
+
+    def recovered(self, entry: ClaimEntry, *, inventory: Inventory) -> tuple[ClaimEntry, frozenset[str]]:
+        """A claim's entry rebuilt from its CDI spec's marker, as far as the live node bears it out, and the
+        things (MIG instances) it no longer accounts for."""
+        return entry, frozenset()
+
+    def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
+        """After claims leave (and at start-up): undo node-wide state no remaining claim needs; the checkpoint
+        to commit next, and what went."""
+        return cp, Removed()
+
+    def refresh(self, cp: Checkpoint) -> None:
+        """After every change of the checkpoint: rewrite what is derived from it (views)."""
+
+    def close(self) -> None:
+        """The daemon stops."""

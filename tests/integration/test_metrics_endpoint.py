@@ -1,0 +1,152 @@
+"""The daemon's /metrics over HTTP: vgpu claims prepared over its DRA socket, a fake-driver program running in
+one of them (under the interception library, in the claim directory the daemon made) so its region fills, and
+a scrape that finds the allocation, the live usage and the prepare histogram with the right values."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from plugin_process import REPO, PluginProcess, cleanup, short_root
+from prometheus_client.parser import text_string_to_metric_families
+
+from e2e.interceptor_programs import TCUDA, env, start
+from tests.support.kubelet_client import DraClient
+from tests.support.sample_claims import claim_ref, vgpu_claim
+
+pytestmark = pytest.mark.timeout(120)
+
+# the fake driver's two GPUs carry these UUIDs: the limits file names a GPU the program's CUDA sees
+NODE_FILE = REPO / "e2e" / "nodes" / "realnode-h100x2.yaml"
+POOL = "node-a"
+GPU0 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000000"
+MiB = 1 << 20
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def samples(text: str) -> Samples:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(found: Samples, name: str, **labels: str) -> float:
+    """The one sample of `name` whose labels include `labels`."""
+    hits = [v for (n, ls), v in found.items() if n == name and set(labels.items()) <= ls]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
+    return hits[0]
+
+
+@pytest.fixture
+def plugin() -> Iterator[tuple[PluginProcess, int]]:
+    root = short_root()
+    port = free_port()
+    p = PluginProcess(
+        root=root, node_file=NODE_FILE, extra_args=("--metrics-address", f"127.0.0.1:{port}")
+    ).start()
+    yield p, port
+    cleanup([p], root)
+
+
+def test_a_scrape_shows_allocation_live_usage_and_the_prepare_histogram(
+    plugin: tuple[PluginProcess, int], tmp_path: Path
+) -> None:
+    p, port = plugin
+    busy = vgpu_claim("busy", pool=POOL, gpu=0, memory="1Gi", cores="30", namespace="team-a")
+    idle = vgpu_claim("idle", pool=POOL, gpu=0, memory="2Gi", cores="20", namespace="team-a")
+    for c in (busy, idle):
+        p.claims.put(c)
+    with DraClient(p.paths.dra_socket) as client:
+        answer = client.prepare([claim_ref(busy), claim_ref(idle)])
+    assert all(not a.error for a in answer.claims.values()), answer
+
+    uid = busy["metadata"]["uid"]
+    claim_dir = p.paths.claims_dir / uid
+    program = start(TCUDA, "usage", str(300 * MiB), "40", "2000", env=env(claim_dir, tmp_path / "gpu"))
+    try:
+        assert program.stdout is not None and "ready" in program.stdout.readline()
+        status, text = scrape(port)
+        assert status == 200
+        found = samples(text)
+        pid = str(program.pid)
+    finally:
+        program.kill()
+        program.wait()
+
+    g0 = {"gpu": "0", "gpu_uuid": GPU0}
+    # allocation per GPU: two slices of GPU 0, 3 GiB and half of the SMs given out
+    assert value(found, "tessera_gpu_devices_in_use", family="vgpu", **g0) == 2
+    assert value(found, "tessera_gpu_devices_in_use", family="gpu", **g0) == 0
+    assert value(found, "tessera_gpu_vgpu_shares_used", **g0) == 2
+    assert value(found, "tessera_gpu_vgpu_shares", **g0) == 10
+    assert value(found, "tessera_gpu_memory_allocated_bytes", **g0) == 3 * 1024 * MiB
+    assert value(found, "tessera_gpu_cores_allocated_ratio", **g0) == pytest.approx(0.5)
+    assert value(found, "tessera_gpu_memory_bytes", **g0) == 81559 * MiB
+    assert value(found, "tessera_gpu_healthy", **g0) == 1
+    # per claim: the limits it was given
+    claim = {"namespace": "team-a", "claim": "busy", "uid": uid, "device": "gpu-0-vgpu", "gpu_uuid": GPU0}
+    assert value(found, "tessera_claim_memory_limit_bytes", **claim) == 1024 * MiB
+    assert value(found, "tessera_claim_cores_limit_ratio", **claim) == pytest.approx(0.3)
+    # live usage, read from the region the library filled: 300 MiB held by the program, 40 launches of 2 ms
+    assert value(found, "tessera_claim_memory_used_bytes", **claim) == 300 * MiB
+    assert value(found, "tessera_claim_process_memory_used_bytes", pid=pid, **claim) == 300 * MiB
+    assert value(found, "tessera_claim_processes", **claim) == 1
+    assert value(found, "tessera_claim_launches_total", **claim) == 40
+    assert value(found, "tessera_claim_oom_refusals_total", **claim) == 1
+    assert 0.04 <= value(found, "tessera_claim_gpu_seconds_total", **claim) <= 0.2
+    assert value(found, "tessera_claim_throttled_seconds_total", **claim) > 0  # 30 % of the SMs: it waited
+    assert value(found, "tessera_claim_region_readable", namespace="team-a", claim="busy", uid=uid) == 1
+    # the other claim's region was never written: limits shown, no usage
+    assert value(found, "tessera_claim_region_readable", claim="idle") == 0
+    assert not [k for k in found if k[0] == "tessera_claim_memory_used_bytes" and ("claim", "idle") in k[1]]
+    # the daemon: one NodePrepareResources call of two claims, no error; health of every device
+    assert value(found, "tessera_kubelet_call_duration_seconds_count", call="NodePrepareResources") == 1
+    assert value(found, "tessera_claims_total", call="NodePrepareResources") == 2
+    assert not [k for k in found if k[0] == "tessera_claim_errors_total"]
+    assert value(found, "tessera_checkpoint_writes_total") >= 1
+    assert value(found, "tessera_device_health", device="gpu-0-vgpu") == 1
+    assert ("tessera_device_health", frozenset({("device", "gpu-0-vgpu"), ("state", "healthy")})) in found
+
+    assert scrape(port, "/healthz") == (200, "ok\n")
+    assert scrape(port, "/nope")[0] == 404
+
+
+def test_a_bad_metrics_address_is_refused_naming_the_flag() -> None:
+    root = short_root()
+    try:
+        cmd = PluginProcess(root=root, extra_args=("--metrics-address", "9400")).command()
+        done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, cwd=REPO)
+    finally:
+        cleanup([], root)
+    assert done.returncode != 0
+    assert "--metrics-address '9400'" in done.stderr and "HOST:PORT" in done.stderr
+
+
+def test_the_endpoint_goes_away_with_the_daemon(plugin: tuple[PluginProcess, int]) -> None:
+    p, port = plugin
+    assert scrape(port, "/healthz")[0] == 200
+    assert p.terminate() == 0
+    time.sleep(0.1)
+    with pytest.raises(OSError):
+        scrape(port, "/healthz")

@@ -1,0 +1,37 @@
+"""Planning claims as the node does (plan_claim over the real `kubernetes` models), for the family tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+from claim_models import POOL
+from inventories import make_gpu, make_inventory
+
+from dra_driver.allocation import ClaimPlan, NodeHolds, plan_claim
+from dra_driver.errors import ClaimError, ConfigError, PlacementTakenError
+from dra_driver.model import Inventory
+from dra_driver.names import DRIVER_NAME, Family
+
+H100 = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM"))
+
+
+def plan(
+    c: Any,
+    inventory: Inventory = H100,
+    *,
+    own: Mapping[Family, Sequence[object]] | None = None,
+    others: Mapping[Family, Sequence[object]] | None = None,
+) -> ClaimPlan:
+    holds = NodeHolds(
+        claim={f: tuple(r) for f, r in (own or {}).items()},
+        others={f: tuple(r) for f, r in (others or {}).items()},
+    )
+    return plan_claim(c, driver=DRIVER_NAME, pool=POOL, inventory=inventory, holds=holds)
+
+
+def error_of(c: Any, inventory: Inventory = H100, **kw: Any) -> str:
+    with pytest.raises((ClaimError, ConfigError, PlacementTakenError)) as info:
+        plan(c, inventory, **kw)
+    return str(info.value)

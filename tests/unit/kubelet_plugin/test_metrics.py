@@ -1,0 +1,53 @@
+"""The daemon's metrics plumbing: the endpoint's address, claim error reasons, MIG timing, health events."""
+
+from __future__ import annotations
+
+import pytest
+
+from dra_driver.errors import ConfigError
+from dra_driver.gpu_health import GpuCondition
+from dra_driver.model import FaultKind, GpuFault
+from dra_driver.names import GpuUUID
+from kubelet_plugin import metrics
+from kubelet_plugin.health_events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON, change_message
+from kubelet_plugin.metrics_server import parse_address
+
+
+def test_addresses() -> None:
+    assert parse_address(":9400") == ("", 9400)
+    assert parse_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_address("[::1]:9400") == ("::1", 9400)
+    for bad in ("9400", "host:", "host:http", ":99999"):
+        with pytest.raises(ConfigError, match="--metrics-address"):
+            parse_address(bad)
+
+
+def test_error_messages_map_to_few_reasons() -> None:
+    assert metrics.failure_reason("checkpoint: disk full") == "checkpoint"
+    assert metrics.failure_reason("ResourceClaim ns/c not found in the API server") == "claim_not_found"
+    assert metrics.failure_reason("creating MIG instance (profile 19 at 0): no such placement") == "mig"
+    assert metrics.failure_reason("internal error in the node plugin (KeyError: 'x')") == "internal"
+    assert metrics.failure_reason("something new") == "other"
+
+
+def test_mig_operations_are_timed_and_failures_counted() -> None:
+    def count(name: str, **labels: str) -> float:
+        return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = count("tessera_mig_operation_duration_seconds_count", operation="create")
+    failed = count("tessera_mig_operation_errors_total", operation="create")
+    with metrics.timed_mig("create"):
+        pass
+    with pytest.raises(RuntimeError), metrics.timed_mig("create"):
+        raise RuntimeError("no placement")
+    assert count("tessera_mig_operation_duration_seconds_count", operation="create") == before + 2
+    assert count("tessera_mig_operation_errors_total", operation="create") == failed + 1
+
+
+def test_health_events_say_what_is_wrong_and_the_taint() -> None:
+    sick = GpuCondition(GpuUUID("GPU-1"), 1, (GpuFault(FaultKind.LOST, xid=79),), since=5)
+    reason, message, warning = change_message(None, sick)
+    assert (reason, warning) == (GPU_UNHEALTHY_REASON, True)
+    assert "XID 79" in message and "gpu.tessera.dev/unhealthy=lost:NoExecute" in message
+    reason, message, warning = change_message(sick, GpuCondition(GpuUUID("GPU-1"), 1))
+    assert (reason, warning) == (GPU_RECOVERED_REASON, False) and "recovered" in message

@@ -1,0 +1,77 @@
+"""The region reader on regions the C library wrote: a fake-driver program (interceptor/build/tests/tcuda)
+runs under libtessera in a claim directory, then the reader's values are compared with what it did."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
+from kubelet_plugin.region import Region, read_region
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def _run(tmp_path: Path, claim: Path, *args: str) -> subprocess.Popen[str]:
+    p = start(TCUDA, *args, env=env(claim, tmp_path / "gpu"))
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert "ready" in line, line + p.stdout.read()
+    return p
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[str]]]:
+    running: list[subprocess.Popen[str]] = []
+    yield running
+    for p in running:
+        p.kill()
+        p.wait()
+
+
+def test_memory_launches_gpu_time_throttling_and_refusals(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    claim = claim_dir(tmp_path, "c", f"gpu {FAKE_GPU0} memory {GiB} cores 30 priority 1")
+    processes.append(_run(tmp_path, claim, "usage", str(300 * MiB), "40", "2000"))
+    region = read_region(claim / "region")
+    gpu = region.gpu(FAKE_GPU0)
+    assert gpu is not None
+    assert (gpu.used_bytes, gpu.limit_bytes, gpu.cores, gpu.priority) == (300 * MiB, GiB, 30, 1)
+    assert (gpu.launches, gpu.oom_refusals) == (40, 1)
+    # 40 kernels of 2 ms: the GPU time charged is their solo time (the last batch may not be settled yet)
+    assert 36 * 2_000_000 <= gpu.gpu_ns <= 40 * 2_500_000
+    # at 30 % of the SMs, 80 ms of work takes ~270 ms: most of it waiting for the limiter
+    assert gpu.throttled_ns > 50_000_000
+    assert [(p.pid, p.used_bytes[0]) for p in region.processes] == [(processes[0].pid, 300 * MiB)]
+
+
+def test_bytes_are_those_of_live_processes_and_counters_outlive_them(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    claim = claim_dir(tmp_path, "c", f"gpu {FAKE_GPU0} memory {GiB} cores 50 priority 1")
+    first = _run(tmp_path, claim, "usage", str(100 * MiB), "8", "1000")
+    processes.append(_run(tmp_path, claim, "usage", str(200 * MiB), "8", "1000"))
+    both = read_region(claim / "region").gpu(FAKE_GPU0)
+    assert both is not None and both.used_bytes == 300 * MiB and both.oom_refusals == 2
+    first.kill()
+    first.wait()
+    after: Region = read_region(claim / "region")
+    gpu = after.gpu(FAKE_GPU0)
+    assert gpu is not None and gpu.used_bytes == 200 * MiB  # a dead process's slot no longer counts
+    assert [p.pid for p in after.processes] == [processes[0].pid]
+    assert gpu.launches == 16 and gpu.oom_refusals == 2  # claim-wide counters stay
+
+
+def test_without_processes_only_the_counters_are_read(
+    tmp_path: Path, processes: list[subprocess.Popen[str]]
+) -> None:
+    claim = claim_dir(tmp_path, "c", f"gpu {FAKE_GPU0} memory {GiB} cores 30 priority 1")
+    processes.append(_run(tmp_path, claim, "usage", str(64 * MiB), "4", "1000"))
+    region = read_region(claim / "region", processes=False)
+    gpu = region.gpu(FAKE_GPU0)
+    assert gpu is not None and gpu.launches == 4 and gpu.used_bytes == 0 and region.processes == ()

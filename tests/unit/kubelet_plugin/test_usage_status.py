@@ -1,0 +1,121 @@
+"""Usage in claim status: the numbers from two region reads, and the rate limit (once per interval at most,
+only when a percentage moved by more than 5 points)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from dra_driver.families import vgpu
+from dra_driver.names import ClaimUID, GpuUUID
+from kubelet_plugin.prepared_claims import ClaimDevice, PreparedClaim
+from kubelet_plugin.region import Region, RegionGpu, RegionUnreadableError
+from kubelet_plugin.usage_status import Sample, Usage, UsageStatusLoop, moved, usage_between
+
+GPU = GpuUUID("GPU-1")
+GiB = 1 << 30
+S = 1_000_000_000
+
+
+def test_usage_between_two_reads() -> None:
+    u = usage_between(Sample(0, 0, 0), Sample(30 * S, 15 * S, 60 * S), used_bytes=GiB // 4, limit_bytes=GiB)
+    assert (u.memory_percent, u.sm_percent, u.throttled_percent, u.window_s) == (25.0, 50.0, 25.0, 60.0)
+    assert u.data() == {
+        "memoryUsed": "256Mi",
+        "memoryUsedPercent": 25,
+        "smTimeUsedPercent": 50,
+        "throttledPercent": 25,
+        "windowSeconds": 60,
+    }
+    # clamped: several processes' kernels can add up past the wall time
+    assert (
+        usage_between(Sample(0, 0, 0), Sample(90 * S, 0, 60 * S), used_bytes=0, limit_bytes=0).sm_percent
+        == 100
+    )
+
+
+def test_a_write_is_due_first_and_then_only_past_five_points() -> None:
+    base = Usage(GiB, 50.0, 20.0, 10.0, 60)
+    assert moved(None, base)
+    assert not moved(base, Usage(GiB, 54.9, 24.0, 6.0, 60))
+    assert moved(base, Usage(GiB, 50.0, 25.1, 10.0, 60))
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.writes: list[tuple[str, Mapping[str, Mapping[str, object]]]] = []
+
+    def write(
+        self, *, namespace: str, name: str, uid: str, usage: Mapping[str, Mapping[str, object]]
+    ) -> tuple[str, ...]:
+        self.writes.append((name, usage))
+        return ("pod-a",)
+
+
+class Gpu:
+    """A region whose counters the test moves."""
+
+    def __init__(self) -> None:
+        self.used, self.gpu_ns, self.throttled_ns = 0, 0, 0
+        self.readable = True
+
+    def read(self, path: Path) -> Region:
+        if not self.readable:
+            raise RegionUnreadableError(str(path))
+        g = RegionGpu(GPU, self.used, GiB, 50, 1, 0, 0, self.gpu_ns, self.throttled_ns, 0, 0)
+        return Region(gpus=(g,), processes=())
+
+
+def claim(name: str) -> PreparedClaim:
+    d = ClaimDevice("gpu-1-vgpu", vgpu.NAME, 1, GPU, GiB, 0.5, metered=True)
+    return PreparedClaim(ClaimUID(f"uid-{name}"), "ns", name, (d,), Path(f"/claims/{name}/region"))
+
+
+def test_the_loop_writes_when_usage_moved_and_forgets_claims_that_left() -> None:
+    gpu, writer, now = Gpu(), Writer(), [0]
+    claims = [claim("c1"), PreparedClaim(ClaimUID("whole"), "ns", "whole", (), None)]
+    loop = UsageStatusLoop(
+        claims=lambda: claims, writer=writer, interval=60, read=gpu.read, clock=lambda: now[0]
+    )
+    assert loop.tick() == 0  # a first read is only a baseline
+    now[0] += 60 * S
+    gpu.used, gpu.gpu_ns, gpu.throttled_ns = GiB // 2, 30 * S, 6 * S
+    assert loop.tick() == 1
+    assert writer.writes[-1] == (
+        "c1",
+        {
+            "gpu-1-vgpu": {
+                "memoryUsed": "512Mi",
+                "memoryUsedPercent": 50,
+                "smTimeUsedPercent": 50,
+                "throttledPercent": 10,
+                "windowSeconds": 60,
+            }
+        },
+    )
+    assert loop.pods(ClaimUID("uid-c1")) == "pod-a"
+    now[0] += 60 * S
+    gpu.gpu_ns += 32 * S  # 53 %: within 5 points of the last write
+    gpu.throttled_ns += 6 * S
+    assert loop.tick() == 0
+    now[0] += 60 * S
+    gpu.gpu_ns += 6 * S  # 10 %: moved
+    assert loop.tick() == 1 and len(writer.writes) == 2
+    gpu.readable = False
+    now[0] += 60 * S
+    assert loop.tick() == 0  # an unreadable region is skipped, not an error
+    claims.clear()
+    loop.tick()
+    assert loop.pods(ClaimUID("uid-c1")) == ""
+
+
+def test_nothing_is_written_for_a_steady_claim() -> None:
+    gpu, writer, now = Gpu(), Writer(), [0]
+    loop = UsageStatusLoop(
+        claims=lambda: [claim("steady")], writer=writer, read=gpu.read, clock=lambda: now[0]
+    )
+    for _ in range(10):
+        now[0] += 60 * S
+        gpu.gpu_ns += 12 * S
+        loop.tick()
+    assert len(writer.writes) == 1  # ten rounds, one write: the API write rate of a steady claim is ~0
