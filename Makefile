@@ -8,7 +8,7 @@ PROTO_GEN := kubelet_plugin/proto/gen
 STAMP := $(VENV)/.installed
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-metrics bench-interceptor bench-e2e bench-upgrade proto interceptor cluster realnode helm \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade proto interceptor cluster realnode helm \
         manifests clean
 
 dev: $(STAMP) proto interceptor
@@ -88,8 +88,20 @@ bench-metrics: dev
 bench-interceptor: interceptor
 	$(MAKE) -C interceptor bench
 
+# 4 nodes, 200 vGPU pods at once: the upstream client QPS/burst defaults next to production values
 bench-e2e: dev cluster
 	$(BIN)/python -m e2e.bench
+
+# make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md)
+NODES ?= 10,50,100
+FAMILIES ?= whole,vgpu,mig-1g,mix
+LAYOUTS ?= all,fewer,vgpu-only,mig-1g-only
+bench-scale: dev cluster
+	$(BIN)/python -m e2e.scale --nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS)
+
+# the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
+bench-order: dev cluster
+	$(BIN)/python -m e2e.scale.fragmentation
 
 bench-upgrade: dev cluster realnode
 	$(BIN)/python -m e2e.realnode upgrade

@@ -50,8 +50,10 @@ def _load_settings(path: Path | None, node_name: str) -> NodeSettings:
 
 
 def summary(slices: Sequence[Json]) -> str:
-    """One line per slice and per GPU: what is offered, in which slice."""
+    """One line per slice (devices in the order the scheduler visits them: first and last), then per GPU
+    what is offered, by family."""
     lines: list[str] = []
+    per_gpu: dict[int, Counter[str]] = {}
     for s in slices:
         spec = s["spec"]
         meta = s["metadata"]
@@ -63,14 +65,16 @@ def summary(slices: Sequence[Json]) -> str:
             lines.extend(f"  {cs['name']}: {len(cs['counters'])} counters" for cs in sets)
             continue
         devices = spec["devices"]
-        lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(devices)} devices")
-        per_gpu: dict[int, Counter[str]] = {}
+        span = f" ({devices[0]['name']} ... {devices[-1]['name']})" if devices else ""
+        lines.append(f"slice {meta['name']} (pool {pool['name']}): {len(devices)} devices{span}")
         for d in devices:
             parsed = families.parse_device_name(str(d["name"]))
             per_gpu.setdefault(parsed.index, Counter())[parsed.family.name] += 1
-        for index, counts in per_gpu.items():
-            shown = ", ".join(f"{name} {counts[name]}" for name in families.names())
-            lines.append(f"  gpu-{index}: {shown}")
+    if per_gpu:
+        lines.append("per GPU:")
+    for index, counts in sorted(per_gpu.items()):
+        shown = ", ".join(f"{name} {counts[name]}" for name in families.names())
+        lines.append(f"  gpu-{index}: {shown}")
     total = sum(len(s["spec"].get("devices", [])) for s in slices)
     lines.append(f"{len(slices)} slices, {total} devices")
     return "\n".join(lines)

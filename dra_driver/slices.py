@@ -2,20 +2,28 @@
 
 Pure. Packing respects every API limit: counter sets and devices in separate slices (Kubernetes ≥ 1.35),
 ≤ 8 counter sets per slice, ≤ 32 counters per set, ≤ 64 devices per slice when any device consumes
-counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters. A GPU's devices
-stay together in one slice when they fit, so a change on one GPU rewrites as few slices as possible.
-The publisher owns `pool.generation`; `build_slices` writes the generation it is given.
+counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters.
+The families offer each GPU's devices (the MIG family only the settings' `migProfiles`); here they lose
+the counter sets that can never bind and are put in the settings' `deviceOrder` (dra_driver.device_order),
+in one place, then cut into slices in that order: kube-scheduler visits a pool's slices by name and
+allocates first-fit, so this order is the placement policy inside a node. Any
+change rewrites every slice of the pool anyway (a new pool generation), so nothing is gained by keeping a
+GPU's devices in one slice. The publisher owns `pool.generation`; `build_slices` writes the generation it
+is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from fractions import Fraction
 
+from dra_driver.device_order import order_devices
 from dra_driver.devices import GpuDevices, gpu_devices
 from dra_driver.errors import InventoryError
 from dra_driver.families.base import Json
 from dra_driver.model import Inventory, Placement
 from dra_driver.names import DRIVER_NAME, resource_slice_name
+from dra_driver.quantity import parse_quantity
 from dra_driver.settings import NodeSettings
 from dra_driver.taints import GpuTaints, inventory_taints, tainted
 
@@ -51,26 +59,46 @@ def _check(group: GpuDevices) -> None:
             )
 
 
-def pack_devices(groups: Sequence[Sequence[Json]]) -> list[list[Json]]:
-    """Pack per-GPU device groups into slices: whole groups where they fit, split only when one is too big."""
-    packed: list[list[Json]] = []
-    current: list[Json] = []
-    for group in groups:
-        if not group:
+def pack_devices(devices: Sequence[Json]) -> list[list[Json]]:
+    """Cut the ordered devices into slices of at most the API's limit, keeping their order."""
+    limit = _device_limit(devices)
+    return [list(devices[i : i + limit]) for i in range(0, len(devices), limit)]
+
+
+def _binding(devices: Sequence[Json], counter_sets: Sequence[Json]) -> set[str]:
+    """Names of the counter sets that can ever stop an allocation: those whose devices, all allocated at
+    once, would consume more than the set holds. A set that cannot bind (one device alone on its GPU, or
+    MIG placements that never overlap) changes no allocation, so it is left out: kube-scheduler 1.36 reads
+    every node's counter slices when it filters any node (fixed upstream in 1.37, kubernetes#138917), so a
+    pool without counters keeps scheduling cost linear in the number of nodes."""
+    demand: dict[str, dict[str, Fraction]] = {}
+    for d in devices:
+        for use in d.get("consumesCounters") or ():
+            wanted = demand.setdefault(use["counterSet"], {})
+            for name, amount in use["counters"].items():
+                wanted[name] = wanted.get(name, Fraction(0)) + parse_quantity(amount["value"]).value
+    return {
+        cs["name"]
+        for cs in counter_sets
+        if any(
+            total > parse_quantity(cs["counters"][name]["value"]).value
+            for name, total in demand.get(cs["name"], {}).items()
+        )
+    }
+
+
+def _without_idle_counters(devices: Sequence[Json], keep: set[str]) -> list[Json]:
+    out = []
+    for d in devices:
+        uses = d.get("consumesCounters")
+        if uses is None or all(u["counterSet"] in keep for u in uses):
+            out.append(d)
             continue
-        if current and len(current) + len(group) > _device_limit([*current, *group]):
-            packed.append(current)
-            current = []
-        if len(group) > _device_limit(group):
-            limit = _device_limit(group)
-            chunks = [list(group[i : i + limit]) for i in range(0, len(group), limit)]
-            packed.extend(chunks[:-1])
-            current = chunks[-1]
-        else:
-            current.extend(group)
-    if current:
-        packed.append(current)
-    return packed
+        lighter = {k: v for k, v in d.items() if k != "consumesCounters"}
+        if kept := [u for u in uses if u["counterSet"] in keep]:
+            lighter["consumesCounters"] = kept
+        out.append(lighter)
+    return out
 
 
 def _slice(node_name: str, k: int, generation: int, count: int, body: Json) -> Json:
@@ -117,12 +145,16 @@ def build_slices(
         groups.append(group)
     for group in groups:
         _check(group)
-    counter_sets = [g.counter_set for g in groups if g.counter_set is not None]
+    built = [d for g in groups for d in g.devices]
+    sets = [g.counter_set for g in groups if g.counter_set is not None]
+    keep = _binding(built, sets)
+    devices = order_devices(_without_idle_counters(built, keep), settings.device_order)
+    counter_sets = [cs for cs in sets if cs["name"] in keep]
     bodies: list[Json] = [
         {"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS]}
         for i in range(0, len(counter_sets), MAX_COUNTER_SETS)
     ]
-    bodies.extend({"devices": chunk} for chunk in pack_devices([list(g.devices) for g in groups]))
+    bodies.extend({"devices": chunk} for chunk in pack_devices(devices))
     node = settings.node_name
     return [_slice(node, k, generation, len(bodies), body) for k, body in enumerate(bodies)]
 

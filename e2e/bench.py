@@ -1,5 +1,6 @@
 """`python -m e2e.bench` (`make bench-e2e`): end-to-end numbers on a real control plane with 4 simulated
-8 x H100 nodes, each with the node plugin and a kubelet stand-in.
+8 x H100 nodes, each with the node plugin and a kubelet stand-in, once per client-rate setting of the control
+plane (the upstream defaults and production values, e2e/controlplane/settings.py), printed side by side:
 
 - pod start latency: from the pod's create call returning to the pod seen Running and Ready, p50/p99 over
   200 vGPU pods created at once;
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
 import sys
 import tempfile
 import threading
@@ -26,10 +27,13 @@ from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
 from dra_driver.logs import configure
-from e2e.controlplane.binaries import ensure_built
+from e2e.controlplane.binaries import Binaries, ensure_built
+from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account
+from e2e.controlplane.settings import CLIENT_RATES, ClientRates, client_rates
 from e2e.kube import WaitTimeoutError, delete_namespace_contents, is_running, wait_for
+from e2e.meters import total_use
 from e2e.testbed import H100_NODE, make_testbed, running_nodes
 
 NODES = 4
@@ -43,6 +47,7 @@ class Tracker:
 
     api: k8s.ApiClient
     namespace: str
+    watch_s: int = 30  # each watch call's length; a new one lists the namespace again
     created: dict[str, float] = field(default_factory=dict)
     bound: dict[str, float] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
@@ -59,7 +64,7 @@ class Tracker:
         core = k8s.CoreV1Api(self.api)
         while not self._stop.is_set():
             response: Any = core.list_namespaced_pod(
-                self.namespace, watch=True, timeout_seconds=30, _preload_content=False
+                self.namespace, watch=True, timeout_seconds=self.watch_s, _preload_content=False
             )
             self._ready.set()
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
@@ -91,18 +96,23 @@ def template(name: str, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def pod(name: str, claim_template: str | None = None, *, claim: str | None = None) -> dict[str, Any]:
+def pod(
+    name: str,
+    claim_template: str | None = None,
+    *,
+    claim: str | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """A pause pod whose one container uses the claim `claim` (or one made from `claim_template`)."""
     ref = {"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": claim_template}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name},
-        "spec": {
-            "restartPolicy": "Never",
-            "resourceClaims": [{"name": "gpu", **ref}],
-            "containers": [{"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
-        },
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "resourceClaims": [{"name": "gpu", **ref}],
+        "containers": [{"name": "main", "image": IMAGE, "resources": {"claims": [{"name": "gpu"}]}}],
     }
+    if node_selector:
+        spec["nodeSelector"] = node_selector
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
 TEMPLATES = {
@@ -141,6 +151,15 @@ class Run:
     throughput: float
     latencies: tuple[float, ...]
     precreated: bool
+    wall_s: float = 0.0  # first create to last pod running
+    cpu_s: tuple[tuple[str, float], ...] = ()  # who spent how many CPU seconds meanwhile
+
+
+Processes = Callable[[], dict[str, list[int]]]  # group name → pids, read when a run starts and ends
+
+
+def _cpu(processes: Processes) -> dict[str, float]:
+    return {name: total_use(pids).cpu_s for name, pids in processes().items()}
 
 
 def claim_from(kind: str, name: str) -> dict[str, Any]:
@@ -160,6 +179,7 @@ def run_batch(
     *,
     apply: Callable[[list[dict[str, Any]]], None],
     precreated: bool,
+    processes: Processes = dict,
 ) -> Run:
     """All pods at once. With `precreated` each pod names a ResourceClaim made beforehand, so only the
     scheduler (and the nodes) are timed; otherwise the resourceclaim-controller makes claims from a
@@ -173,6 +193,7 @@ def run_batch(
     else:
         apply([TEMPLATES[kind]])
         bodies = [pod(n, TEMPLATES[kind]["metadata"]["name"]) for n in names]
+    cpu_before = _cpu(processes)
     create_all(api, namespace, bodies, tracker)
     wait_for(
         f"{count} {kind} pods to run",
@@ -180,6 +201,7 @@ def run_batch(
         timeout_s=60 + count * 1.5,
         interval_s=0.2,
     )
+    cpu_after = _cpu(processes)
     tracker.stop()
     first = min(tracker.created[n] for n in names)
     last_bound = max(tracker.bound[n] for n in names)
@@ -190,6 +212,8 @@ def run_batch(
         throughput=count / (last_bound - first),
         latencies=latencies,
         precreated=precreated,
+        wall_s=max(tracker.running[n] for n in names) - first,
+        cpu_s=tuple((k, cpu_after[k] - cpu_before.get(k, 0.0)) for k in cpu_after),
     )
 
 
@@ -222,22 +246,24 @@ def node_files(directory: Path) -> list[Path]:
     return files
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.bench", description=__doc__)
-    parser.add_argument("--vgpu-pods", type=int, default=200)
-    parser.add_argument("--mig-pods", type=int, default=112)
-    parser.add_argument("--single-pods", type=int, default=20)
-    args = parser.parse_args(argv)
-    configure(level="warning")
-    binaries = ensure_built(allow_build=True)
+@dataclass(frozen=True, slots=True)
+class Measured:
+    rates: ClientRates
+    single: tuple[float, ...]
+    runs: tuple[Run, ...]
+
+
+def measure(rates: ClientRates, args: argparse.Namespace, binaries: Binaries) -> Measured:
+    """One control plane with `rates`, 4 nodes, every run of the benchmark."""
     with tempfile.TemporaryDirectory(prefix="tessera-bench-") as tmp:
         root = Path(tmp)
-        plane = start_control_plane(state_dir=root / "controlplane", binaries=binaries)
+        plane = start_control_plane(state_dir=root / "controlplane", binaries=binaries, client_rates=rates)
         try:
             api = plane.api_client()
             bed = make_testbed(plane, api)
             print(
-                f"starting {NODES} simulated 8 x H100 nodes (plugin + kubelet stand-in each)...", flush=True
+                f"[{rates.name}] starting {NODES} simulated 8 x H100 nodes (plugin + stand-in each)...",
+                flush=True,
             )
             with running_nodes(bed, node_files(root), root=root / "nodes"):
                 namespace = "bench"
@@ -249,7 +275,15 @@ def main(argv: list[str] | None = None) -> int:
                 def apply(docs: list[dict[str, Any]]) -> None:
                     bed.kubectl.apply(docs, namespace=namespace)
 
-                print(f"vgpu: {args.single_pods} pods one at a time...", flush=True)
+                def processes() -> dict[str, list[int]]:
+                    groups = {c.name: [c.process.pid] for c in plane.components}
+                    groups["nodes"] = [
+                        r.pid for n in bed.nodes.values() for r in (n.plugin, n.standin) if r is not None
+                    ]
+                    groups["benchmark"] = [os.getpid()]
+                    return groups
+
+                print(f"[{rates.name}] vgpu: {args.single_pods} pods one at a time...", flush=True)
                 single = run_sequential(api, namespace, args.single_pods, apply=apply)
                 delete_namespace_contents(api, namespace, timeout_s=300)
                 runs = []
@@ -260,32 +294,109 @@ def main(argv: list[str] | None = None) -> int:
                         ("mig-1g.10gb", args.mig_pods),
                     ):
                         how = "pre-created claims" if precreated else "claim templates"
-                        print(f"{kind}: creating {count} pods at once ({how})...", flush=True)
+                        print(f"[{rates.name}] {kind}: creating {count} pods at once ({how})...", flush=True)
                         runs.append(
-                            run_batch(api, namespace, kind, count, apply=apply, precreated=precreated)
+                            run_batch(
+                                api,
+                                namespace,
+                                kind,
+                                count,
+                                apply=apply,
+                                precreated=precreated,
+                                processes=processes,
+                            )
                         )
                         delete_namespace_contents(api, namespace, timeout_s=300)
         finally:
             plane.stop()
-    print()
-    print(f"pod creation -> Running (vGPU, {runs[0].pods} pods on {NODES} nodes x 8 GPUs):")
-    lat = runs[0].latencies
-    print(
-        f"  p50 {percentile(lat, 0.5) * 1000:.0f} ms   p99 {percentile(lat, 0.99) * 1000:.0f} ms   "
-        f"mean {statistics.fmean(lat) * 1000:.0f} ms   max {max(lat) * 1000:.0f} ms"
-    )
-    print(
-        f"  one pod at a time ({len(single)} pods): p50 {percentile(single, 0.5) * 1000:.0f} ms   "
-        f"p99 {percentile(single, 0.99) * 1000:.0f} ms"
-    )
-    print("scheduler throughput (pods bound / time from first create to last bind):")
-    for run in runs:
-        how = "claims made beforehand" if run.precreated else "claims from templates"
-        print(
-            f"  {run.kind:<12} {run.pods:>4} pods  {how:<22} {run.throughput:6.1f} pods/s   "
-            f"(start latency p50 {percentile(run.latencies, 0.5) * 1000:.0f} ms, "
-            f"p99 {percentile(run.latencies, 0.99) * 1000:.0f} ms)"
+    return Measured(rates=rates, single=single, runs=tuple(runs))
+
+
+_SHORT = {
+    "kube-apiserver": "api",
+    "kube-controller-manager": "kcm",
+    "kube-scheduler": "sched",
+    "benchmark": "bench",
+}
+
+
+def _ms(values: Sequence[float], q: float) -> str:
+    return f"{percentile(values, q) * 1000:.0f}"
+
+
+def _rates(r: ClientRates) -> str:
+    kcm, sched = r.controller_manager, r.scheduler
+    return f"{r.name} (KCM {kcm.qps:g}/{kcm.burst}, sched {sched.qps:g}/{sched.burst})"
+
+
+def report(measured: Sequence[Measured]) -> str:
+    """The figures of each client-rate setting side by side, one column per setting."""
+    width = 44
+    rows = [("client QPS/burst", [_rates(m.rates) for m in measured])]
+    first = measured[0].runs[0]
+    rows.append(
+        (
+            f"{first.pods} vGPU pods at once: create -> Running",
+            [
+                f"p50 {_ms(m.runs[0].latencies, 0.5)} ms  p99 {_ms(m.runs[0].latencies, 0.99)} ms"
+                for m in measured
+            ],
         )
+    )
+    rows.append(
+        (
+            "  CPU meanwhile (core-seconds)",
+            [
+                f"{sum(c for _, c in m.runs[0].cpu_s):.1f} in {m.runs[0].wall_s:.1f} s ("
+                + " ".join(f"{_SHORT.get(name, name)} {c:.1f}" for name, c in m.runs[0].cpu_s)
+                + ")"
+                for m in measured
+            ],
+        )
+    )
+    rows.append(
+        (
+            f"one pod at a time ({len(measured[0].single)} pods)",
+            [f"p50 {_ms(m.single, 0.5)} ms  p99 {_ms(m.single, 0.99)} ms" for m in measured],
+        )
+    )
+    for k, run in enumerate(measured[0].runs):
+        how = "claims made beforehand" if run.precreated else "claims from templates"
+        rows.append(
+            (
+                f"{run.kind} x{run.pods}, {how}",
+                [
+                    f"{m.runs[k].throughput:.1f} pods/s  (p50 {_ms(m.runs[k].latencies, 0.5)} ms, "
+                    f"p99 {_ms(m.runs[k].latencies, 0.99)} ms)"
+                    for m in measured
+                ],
+            )
+        )
+    lines = [f"end to end on {NODES} nodes x 8 H100 (throughput: pods bound / first create to last bind)"]
+    lines.extend(f"  {label:<{width}}" + "".join(f"{c:<64}" for c in cells) for label, cells in rows)
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.bench", description=__doc__)
+    parser.add_argument("--vgpu-pods", type=int, default=200)
+    parser.add_argument("--mig-pods", type=int, default=112)
+    parser.add_argument("--single-pods", type=int, default=20)
+    parser.add_argument(
+        "--client-rates",
+        default=",".join(CLIENT_RATES),
+        help=f"comma-separated client-rate settings to compare (of {', '.join(CLIENT_RATES)})",
+    )
+    args = parser.parse_args(argv)
+    configure(level="warning")
+    try:
+        chosen = [client_rates(name.strip()) for name in args.client_rates.split(",") if name.strip()]
+    except ControlPlaneError as e:
+        parser.error(str(e))
+    binaries = ensure_built(allow_build=True)
+    measured = [measure(rates, args, binaries) for rates in chosen]
+    print()
+    print(report(measured))
     return 0
 
 

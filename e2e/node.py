@@ -137,6 +137,7 @@ class SimNode:
         labels: dict[str, str] | None = None,
         die_with_parent: bool = True,
         backend: BackendKind = BackendKind.SIMULATED,
+        settings_file: Path | None = None,
         plugin_args: tuple[str, ...] = (),
     ) -> None:
         self.api = api
@@ -148,6 +149,7 @@ class SimNode:
         self.labels = labels or {}
         self.die_with_parent = die_with_parent
         self.backend = backend
+        self.settings_file = settings_file  # the daemon's --settings (NodeSettings); a restart rereads it
         self.plugin_args = plugin_args  # more daemon flags (e.g. a shorter --health-interval)
         self.metrics_port = free_port()  # the daemon's /metrics and /healthz, on loopback
         self.plugin: ComponentRecord | None = None
@@ -261,6 +263,7 @@ class SimNode:
         credentials = self.issue_identity()
         nvml = self.backend is BackendKind.NVML
         gpus = [] if nvml else [f"--simulate={self.node_file}", f"--sim-state={self.sim_state_file}"]
+        settings = [f"--settings={self.settings_file}"] if self.settings_file is not None else []
         self.plugin = spawn_python(
             name="plugin",
             args=[
@@ -269,6 +272,7 @@ class SimNode:
                 f"--node-name={self.name}",
                 f"--root={self.root}",
                 *gpus,
+                *settings,
                 f"--kubeconfig={credentials.kubeconfig}",
                 f"--library-path={self.library_path}",
                 f"--mps-control={FAKE_MPS_CONTROL}",

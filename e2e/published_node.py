@@ -52,20 +52,29 @@ def device_type(device: Json) -> str:
     return str(attribute(device, Attr.TYPE))
 
 
-def slices_for(node_file: Path, *, node_name: str) -> tuple[Json, ...]:
+def slices_for(node_file: Path, *, node_name: str, settings: NodeSettings | None = None) -> tuple[Json, ...]:
+    """What the plugin would publish for `node_file` as node `node_name`, with `settings` (default: the
+    defaults; their node name must be `node_name`)."""
+    if settings is not None and settings.node_name != node_name:
+        raise ValueError(f"settings are for node {settings.node_name}, not {node_name}")
     backend = SimulatedBackend.from_file(node_file=node_file, state_file=None)
     try:
-        return tuple(build_slices(backend.inventory(), NodeSettings(node_name=node_name)))
+        return tuple(build_slices(backend.inventory(), settings or NodeSettings(node_name=node_name)))
     finally:
         backend.close()
 
 
 @contextmanager
 def published_node(
-    api: k8s.ApiClient, *, node_file: Path, name: str, labels: dict[str, str] | None = None
+    api: k8s.ApiClient,
+    *,
+    node_file: Path,
+    name: str,
+    labels: dict[str, str] | None = None,
+    settings: NodeSettings | None = None,
 ) -> Iterator[PublishedNode]:
     """Creates Node `name`, publishes `node_file`'s slices for it; unpublishes and deletes it on exit."""
-    slices = slices_for(node_file, node_name=name)
+    slices = slices_for(node_file, node_name=name, settings=settings)
     create_node(api, name=name, labels=labels)
     publisher = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=name)
     try:

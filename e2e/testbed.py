@@ -71,6 +71,7 @@ def start_node(
     die_with_parent: bool = True,
     labels: dict[str, str] | None = None,
     backend: BackendKind = BackendKind.SIMULATED,
+    settings_file: Path | None = None,
     plugin_args: tuple[str, ...] = (),
 ) -> SimNode:
     """Starts one simulated node (plugin + stand-in) under `root`; its plugin runs with its own
@@ -85,6 +86,7 @@ def start_node(
         labels=labels,
         die_with_parent=die_with_parent,
         backend=backend,
+        settings_file=settings_file,
         plugin_args=plugin_args,
     )
     try:

@@ -9,6 +9,7 @@ republishes on foreign changes, watch errors, API-server restarts, requests and 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -72,7 +73,6 @@ class SlicePublisher:
         self._node = node_name
         self._driver = driver_name
         self._max_conflicts = max_conflicts
-        self._serializer = k8s.ApiClient()
         self._resync = threading.Event()
         self._trigger = "requested"  # why the pending resync was asked for (a metric label)
         self._written: dict[str, str] = {}  # slice name → resourceVersion of our last write
@@ -86,22 +86,23 @@ class SlicePublisher:
 
     # -- one publication ---------------------------------------------------------------------------
 
-    def _to_dict(self, obj: Any) -> Json:
-        out: Json = self._serializer.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
-        return out
-
     def list_existing(self) -> tuple[list[Json], str]:
         """The pool's slices as wire dicts, and the list's resourceVersion (to start a watch from)."""
         try:
-            listed = self._api.list_resource_slice(field_selector=self.field_selector)
+            # As JSON, not as models: the watch loop lists every `watch_s`, and turning a pool of 200+ devices
+            # into models and back costs a node's plugin (and a process publishing for many) real CPU.
+            response: Any = self._api.list_resource_slice(
+                field_selector=self.field_selector, _preload_content=False
+            )
+            listed = json.loads(response.data)
         except ApiException as e:
             raise PublishError(f"listing ResourceSlices of node {self._node}: {e.status} {e.reason}") from e
         except TransportError as e:
             raise PublishError(
                 f"listing ResourceSlices of node {self._node}: API server unreachable: {e}"
             ) from e
-        items = [self._to_dict(i) for i in listed.items or []]
-        return items, str((listed.metadata and listed.metadata.resource_version) or "")
+        items: list[Json] = list(listed.get("items") or [])
+        return items, str((listed.get("metadata") or {}).get("resourceVersion") or "")
 
     def _apply(self, p: Plan) -> tuple[int, int, int]:
         created = updated = deleted = 0

@@ -133,6 +133,8 @@ class DeviceFamily(ABC):
     name: ClassVar[Family]
     config: ClassVar[ConfigKind]
     rank: ClassVar[int]  # publishing order within a GPU (lower first)
+    # The family's group in the fragmentation-aware publishing order (dra_driver.device_order; lower first).
+    order_group: ClassVar[int]
     # The checkpoint entry's JSON key for this family's per-claim records (None: it records nothing).
     record_key: ClassVar[str | None] = None
     # The checkpoint's JSON key for GPUs whose state this family changed node-wide and must restore.
@@ -153,6 +155,11 @@ class DeviceFamily(ABC):
     @abstractmethod
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         """The devices this family publishes for one GPU now (resource.k8s.io/v1 wire form)."""
+
+    def order_key(self, device: Json, index: int) -> tuple[int, int, bool, int, int]:
+        """The device's place within its group in the fragmentation-aware order (`index`: its GPU's). By
+        default a sharing family's: pack from the first GPU upwards."""
+        return (0, 0, False, index, 0)
 
     # -- planning --------------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ class GpuConfig:
 class WholeGpu(DeviceFamily):
     name = NAME
     rank = 0
+    order_group = 2
     config = ConfigKind(kind="GpuConfig", family=NAME, type=GpuConfig, meaning="a whole GPU")
 
     def parse_name(self, part: str) -> object | None:
@@ -40,6 +41,9 @@ class WholeGpu(DeviceFamily):
 
     def possible_devices(self, gpu: Gpu) -> tuple[DeviceName, ...]:
         return (gpu_device_name(gpu.index),)
+
+    def order_key(self, device: Json, index: int) -> tuple[int, int, bool, int, int]:
+        return (0, 0, False, -index, 0)  # taken from the last GPU down, away from the sharing end
 
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         if not o.shareable:

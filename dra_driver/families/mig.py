@@ -31,7 +31,7 @@ from dra_driver.families.base import (
     PlannedDevice,
     device_node,
 )
-from dra_driver.families.published import consumes, gpu_attributes, profile_counters, string
+from dra_driver.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.model import Gpu, MigInstance, MigProfile, Placement
 from dra_driver.names import (
     DRIVER_NAME,
@@ -60,6 +60,23 @@ def profile_label(profile: str) -> str:
     if m is None:
         raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
     return f"{m.group(1)}g{m.group(2)}gb{'-me' if m.group(3) else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileSize:
+    """What a profile name says about its size: `3g.40gb` → 3 compute slices, 40 GB, no media engines."""
+
+    compute_slices: int
+    memory_gb: int
+    media_extension: bool
+
+
+def profile_size(profile: str) -> ProfileSize:
+    """The canonical spelling (`<N>g.<M>gb[+me]`) read; InvalidNameError for any other."""
+    m = _PROFILE_RE.match(profile)
+    if m is None:
+        raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
+    return ProfileSize(int(m.group(1)), int(m.group(2)), m.group(3) is not None)
 
 
 def mig_device_name(index: int, profile: str, start: int) -> DeviceName:
@@ -199,6 +216,7 @@ def mig_plan(d: PlannedDevice) -> MigPlan:
 class Mig(DeviceFamily):
     name = NAME
     rank = 30
+    order_group = 3
     config = ConfigKind(kind="MigConfig", family=NAME, type=MigConfig, meaning="a MIG instance")
     record_key = "mig"
     owned_key = "migModeOwned"  # GPUs whose MIG mode Tessera switched on: it switches them off after its last
@@ -218,6 +236,13 @@ class Mig(DeviceFamily):
 
     # -- offer --
 
+    def order_key(self, device: Json, index: int) -> tuple[int, int, bool, int, int]:
+        # smallest profile first; on each GPU the highest start first, so large placements stay open
+        size = profile_size(str(attribute(device, Attr.PROFILE)))
+        start = attribute(device, Attr.MIG_START)
+        slot = start if isinstance(start, int) else 0
+        return (size.compute_slices, size.memory_gb, size.media_extension, index, -slot)
+
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         gpu = o.gpu
         statics = tuple(self._static(o, inst) for inst in o.admin)
@@ -230,6 +255,7 @@ class Mig(DeviceFamily):
         placements = tuple(
             self._placement(o, p, s)
             for p in gpu.mig_profiles
+            if o.settings.publishes_profile(p.name)
             for s in p.placement_starts
             if taken[p.profile_id] < p.max_instances
             and not any(_overlaps(s, p.memory_slices, a.start, a.size) for a in o.admin)

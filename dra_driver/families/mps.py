@@ -78,6 +78,7 @@ def _supported(gpu: Gpu) -> bool:
 class Mps(DeviceFamily):
     name = NAME
     rank = 20
+    order_group = 1
     config = ConfigKind(
         kind="MpsConfig",
         family=NAME,

@@ -51,6 +51,12 @@ def string(value: str) -> Json:
     return {"string": value[:MAX_STRING]}
 
 
+def attribute(device: Json, name: str) -> object:
+    """The value of a published device's attribute `name` (unqualified), whatever its type; None if absent."""
+    value = (device.get("attributes") or {}).get(qualified(name))
+    return None if not isinstance(value, dict) or not value else next(iter(value.values()))
+
+
 def gpu_attributes(gpu: Gpu, inventory: Inventory, family: Family) -> Json:
     """The attributes every device of a GPU carries, `type` first."""
     return {

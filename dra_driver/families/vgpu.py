@@ -111,6 +111,7 @@ def _int(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
 class Vgpu(DeviceFamily):
     name = NAME
     rank = 10
+    order_group = 0
     config = _CONFIG
     record_key = "sharing"
 

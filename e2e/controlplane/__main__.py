@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from dra_driver import logs
+from e2e.controlplane import settings
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import start_control_plane, stop_control_plane
@@ -24,6 +25,12 @@ def _parser() -> argparse.ArgumentParser:
     up = verbs.add_parser("up", help="build if needed, start, and leave running")
     up.add_argument("--no-build", action="store_true", help="fail instead of building missing binaries")
     up.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for each component")
+    up.add_argument(
+        "--client-rates",
+        choices=sorted(settings.CLIENT_RATES),
+        default=settings.UPSTREAM_DEFAULTS.name,
+        help="kube-controller-manager's and kube-scheduler's client QPS/burst (e2e/controlplane/settings.py)",
+    )
     verbs.add_parser("down", help="stop what `up` started in the state directory")
     verbs.add_parser("status", help="print the state as JSON")
     for sub in verbs.choices.values():
@@ -41,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "up":
             binaries = ensure_built(allow_build=not args.no_build)
             plane = start_control_plane(
-                state_dir=state_dir, binaries=binaries, die_with_parent=False, timeout_s=args.timeout
+                state_dir=state_dir,
+                binaries=binaries,
+                die_with_parent=False,
+                timeout_s=args.timeout,
+                client_rates=settings.client_rates(args.client_rates),
             )
             print(f"control plane up at {plane.server} (logs in {state_dir / 'logs'})")
             print(f"export KUBECONFIG={plane.kubeconfig}")

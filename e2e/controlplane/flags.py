@@ -55,7 +55,12 @@ def apiserver_args(
 
 
 def controller_manager_args(
-    state_dir: Path, pki: Pki, port: int, *, gates: Mapping[str, bool] = settings.FEATURE_GATES
+    state_dir: Path,
+    pki: Pki,
+    port: int,
+    *,
+    gates: Mapping[str, bool] = settings.FEATURE_GATES,
+    rate: settings.ClientRate = settings.UPSTREAM_DEFAULTS.controller_manager,
 ) -> list[str]:
     return [
         f"--kubeconfig={state_dir / 'controller-manager.kubeconfig'}",
@@ -69,18 +74,40 @@ def controller_manager_args(
         f"--service-account-private-key-file={pki.service_account_key}",
         f"--root-ca-file={pki.ca.cert}",
         f"--feature-gates={settings.feature_gates_flag(gates)}",
+        f"--kube-api-qps={rate.qps:g}",
+        f"--kube-api-burst={rate.burst}",
     ]
+
+
+def scheduler_config_path(state_dir: Path) -> Path:
+    return state_dir / "scheduler-config.yaml"
+
+
+def scheduler_config(
+    state_dir: Path, *, rate: settings.ClientRate = settings.UPSTREAM_DEFAULTS.scheduler
+) -> dict[str, object]:
+    """The KubeSchedulerConfiguration file: the client's rate lives there (the `--kube-api-qps` flags are
+    deprecated and ignored once a config file is given), and leader election is off."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {
+            "kubeconfig": str(state_dir / "scheduler.kubeconfig"),
+            "qps": rate.qps,
+            "burst": rate.burst,
+        },
+        "leaderElection": {"leaderElect": False},
+    }
 
 
 def scheduler_args(
     state_dir: Path, port: int, *, gates: Mapping[str, bool] = settings.FEATURE_GATES
 ) -> list[str]:
     return [
-        f"--kubeconfig={state_dir / 'scheduler.kubeconfig'}",
+        f"--config={scheduler_config_path(state_dir)}",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         f"--cert-dir={state_dir / 'run' / 'scheduler'}",
-        "--leader-elect=false",
         f"--feature-gates={settings.feature_gates_flag(gates)}",
         "--v=2",
     ]

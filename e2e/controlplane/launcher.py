@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import structlog
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -21,7 +22,15 @@ from e2e.controlplane import settings
 from e2e.controlplane.binaries import Binaries
 from e2e.controlplane.certs import Pki, issue_certificate, make_pki
 from e2e.controlplane.errors import ControlPlaneError
-from e2e.controlplane.flags import apiserver_args, controller_manager_args, etcd_args, scheduler_args
+from e2e.controlplane.files import write_atomic
+from e2e.controlplane.flags import (
+    apiserver_args,
+    controller_manager_args,
+    etcd_args,
+    scheduler_args,
+    scheduler_config,
+    scheduler_config_path,
+)
 from e2e.controlplane.kubeconfig import write_kubeconfig
 from e2e.controlplane.processes import Component, spawn, stop_component, stop_record
 from e2e.controlplane.readiness import insecure_context, wait_for_http_ok, wait_until
@@ -41,6 +50,7 @@ _GENERATED = (
     "admin.kubeconfig",
     "controller-manager.kubeconfig",
     "scheduler.kubeconfig",
+    "scheduler-config.yaml",
 )
 
 
@@ -69,6 +79,7 @@ class ControlPlane:
         server: str,
         etcd: str,
         feature_gates: Mapping[str, bool] = settings.FEATURE_GATES,
+        client_rates: settings.ClientRates = settings.UPSTREAM_DEFAULTS,
         die_with_parent: bool = True,
     ) -> None:
         self.state_dir = state_dir
@@ -77,6 +88,7 @@ class ControlPlane:
         self.server = server
         self.etcd = etcd
         self.feature_gates = dict(feature_gates)
+        self.client_rates = client_rates
         self.die_with_parent = die_with_parent
         self.kubeconfig = state_dir / "admin.kubeconfig"
         self.components: list[Component] = []
@@ -257,6 +269,9 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         client=pki.scheduler,
         user="system:kube-scheduler",
     )
+    rates = plane.client_rates
+    config = scheduler_config(state_dir, rate=rates.scheduler)
+    write_atomic(scheduler_config_path(state_dir), yaml.safe_dump(config, sort_keys=False).encode("utf-8"))
 
     kcm_ready = http_ok(f"https://127.0.0.1:{kcm_port}/healthz", insecure_context())
     scheduler_ready = http_ok(f"https://127.0.0.1:{scheduler_port}/readyz", insecure_context())
@@ -265,7 +280,9 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         spawn(
             name="kube-controller-manager",
             binary=binaries.kube_controller_manager,
-            args=controller_manager_args(state_dir, pki, kcm_port, gates=gates),
+            args=controller_manager_args(
+                state_dir, pki, kcm_port, gates=gates, rate=rates.controller_manager
+            ),
             log_path=logs / "kube-controller-manager.log",
             die_with_parent=die_with_parent,
         ),
@@ -301,11 +318,13 @@ def start_control_plane(
     die_with_parent: bool = True,
     timeout_s: float = 120.0,
     feature_gates: Mapping[str, bool] | None = None,
+    client_rates: settings.ClientRates = settings.UPSTREAM_DEFAULTS,
 ) -> ControlPlane:
     """Starts a fresh control plane in `state_dir` (stopping and wiping one left there before).
 
     `feature_gates` is merged over `settings.FEATURE_GATES` (e.g. `{"DRAConsumableCapacity": False}` for an
-    API server that drops consumable-capacity fields); every component gets the same gates.
+    API server that drops consumable-capacity fields); every component gets the same gates. `client_rates`:
+    the controller manager's and the scheduler's client QPS/burst (upstream defaults unless told).
 
     With `die_with_parent` the components are killed when this process exits, however it exits; the CLI's `up`
     passes False to leave them running. The kernel ties that to the calling thread: call it from a thread
@@ -331,6 +350,7 @@ def start_control_plane(
         server=f"https://127.0.0.1:{ports[2]}",
         etcd=f"http://127.0.0.1:{ports[0]}",
         feature_gates=gates,
+        client_rates=client_rates,
         die_with_parent=die_with_parent,
     )
     if die_with_parent:
@@ -342,6 +362,7 @@ def start_control_plane(
         raise
     log.info(
         "controlplane.ready",
+        client_rates=client_rates.name,
         server=plane.server,
         kubeconfig=str(plane.kubeconfig),
         seconds=round(time.monotonic() - started, 1),

@@ -7,6 +7,7 @@ other way, makes every component refuse to start.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 from e2e.controlplane.errors import ControlPlaneError
@@ -70,3 +71,51 @@ def feature_gates(override: Mapping[str, bool] | None = None) -> dict[str, bool]
 
 def feature_gates_flag(gates: Mapping[str, bool] = FEATURE_GATES) -> str:
     return ",".join(f"{name}={'true' if on else 'false'}" for name, on in sorted(gates.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRate:
+    """A component's client-side rate limit towards the API server (token bucket: `qps` refill, `burst`)."""
+
+    qps: float
+    burst: int
+
+    def __post_init__(self) -> None:
+        if self.qps <= 0 or self.burst < 1:
+            raise ControlPlaneError(f"client rate qps={self.qps} burst={self.burst}: both must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientRates:
+    """The client rates of kube-controller-manager (its resourceclaim-controller creates a pod's claims from
+    templates: one create plus one pod-status write per claim) and kube-scheduler (per pod: the claim's
+    allocation and the binding; events go through a second client with the same limits)."""
+
+    name: str
+    controller_manager: ClientRate
+    scheduler: ClientRate
+
+
+# The upstream defaults: kube-controller-manager --kube-api-qps 20 / --kube-api-burst 30, kube-scheduler
+# clientConnection 50 / 100. The e2e control plane runs with them unless told otherwise.
+UPSTREAM_DEFAULTS: Final = ClientRates(
+    name="defaults", controller_manager=ClientRate(qps=20, burst=30), scheduler=ClientRate(qps=50, burst=100)
+)
+# What a cluster that takes bursts of GPU pods would run (docs/performance.md): 200 pods at once need about
+# 400 writes from each component, so the burst absorbs them and the refill keeps 100 pods/s. Kubernetes'
+# own 5000-node scalability runs use 100/100 for both (sig-release, release-1.9 validation report).
+PRODUCTION: Final = ClientRates(
+    name="production",
+    controller_manager=ClientRate(qps=200, burst=400),
+    scheduler=ClientRate(qps=200, burst=400),
+)
+CLIENT_RATES: Final[dict[str, ClientRates]] = {r.name: r for r in (UPSTREAM_DEFAULTS, PRODUCTION)}
+
+
+def client_rates(name: str) -> ClientRates:
+    try:
+        return CLIENT_RATES[name]
+    except KeyError:
+        raise ControlPlaneError(
+            f"client rates {name!r} are not defined; use one of {', '.join(CLIENT_RATES)}"
+        ) from None

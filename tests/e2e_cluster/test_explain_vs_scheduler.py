@@ -232,6 +232,25 @@ def test_explain_and_scheduler_agree_it_fits(work: Workloads, request_: Json, fa
     assert req["request"] == result["request"]
     fitting = {d["device"] for d in req["devices"] if d["fits"]}
     assert f"{NODE}/{result['device']}" in fitting
+    # and it is the very device explain's walk, in the published order, picks
+    assert req["allocated"] == [f"{NODE}/{result['device']}"], (req["allocated"], result)
+
+
+def test_explain_and_scheduler_agree_on_the_fragmentation_aware_order(work: Workloads) -> None:
+    """Whole GPUs come from the last GPU, small MIG placements from the top slot of the first GPU, and a
+    4g.40gb still finds slot 0 of that GPU; explain predicts each pick before the pod exists."""
+    picks = []
+    for request in (
+        {"exactly": exactly(GPU)},
+        {"exactly": exactly("mig-1g.10gb.gpu.tessera.dev")},
+        {"exactly": exactly("mig-4g.40gb.gpu.tessera.dev")},
+    ):
+        code, verdict, sched = work.predict_then_schedule(request)
+        assert sched.bound and code == 0, (sched.message, verdict)
+        [result] = sched.results
+        assert verdict["requests"][0]["allocated"] == [f"{NODE}/{result['device']}"]
+        picks.append(result["device"])
+    assert picks == ["gpu-1", "gpu-0-mig-1g10gb-6", "gpu-0-mig-4g40gb-0"]
 
 
 def test_explain_and_scheduler_agree_on_the_uuid_selector(work: Workloads, published: Published) -> None:

@@ -230,7 +230,7 @@ def test_daemon_publishes_whole_gpus_only(
             lambda: (
                 plugin.publisher is not None
                 and plugin.publisher.degraded
-                and [d["name"] for s in stored_pool(api, node) for d in s["spec"].get("devices") or []]
+                and sorted(d["name"] for s in stored_pool(api, node) for d in s["spec"].get("devices") or [])
                 == WHOLE_GPUS
             ),
         )

@@ -11,6 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
+from dra_driver.device_order import DeviceOrder
+from dra_driver.families import gpu as whole
+from dra_driver.families import mig, vgpu
+from dra_driver.settings import NodeSettings
+
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"
 NON_DEFAULT = ROOT / "deploy" / "helm" / "ci" / "non-default-values.yaml"
@@ -102,9 +107,13 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
     assert settings == {
         "apiVersion": "resource.tessera.dev/v1",
         "kind": "NodeSettings",
-        "families": ["gpu", "vgpu", "mig"],
+        "families": {"gpu": True, "vgpu": True, "mps": True, "mig": True},
         "vgpuShares": 10,
+        "deviceOrder": "fragmentation-aware",
     }
+    # what the node plugin reads: the chart's file must pass its strict decoder
+    decoded = NodeSettings.from_mapping(settings, node_name="node-a")
+    assert decoded == NodeSettings(node_name="node-a")
 
 
 @needs_helm
@@ -161,8 +170,16 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     assert h100["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     assert h100["containers"][0]["image"] == "registry.example.com/tessera:9.9.9"
     assert "--log-format=console" in h100["containers"][0]["args"]
-    settings = yaml.safe_load(by_kind(objs, "ConfigMap")["tessera-node-plugin-l4"]["data"]["settings.yaml"])
-    assert settings["families"] == ["gpu"] and settings["vgpuShares"] == 1
+    maps = by_kind(objs, "ConfigMap")
+    l4 = NodeSettings.from_mapping(
+        yaml.safe_load(maps["tessera-node-plugin-l4"]["data"]["settings.yaml"]), node_name="n"
+    )
+    assert l4.families == {whole.NAME} and l4.vgpu_shares == 1
+    h100 = NodeSettings.from_mapping(
+        yaml.safe_load(maps["tessera-node-plugin-h100"]["data"]["settings.yaml"]), node_name="n"
+    )
+    assert h100.families == {vgpu.NAME, mig.NAME} and h100.device_order is DeviceOrder.BY_GPU
+    assert h100.mig_profiles == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
     assert set(by_kind(objs, "DeviceClass")) == {
         "gpu.tessera.dev",
         "vgpu.tessera.dev",
@@ -185,6 +202,14 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     [
         ("nodeGroups: [{name: x, families: [tpu], vgpuShares: 1}]", 'families: "tpu" is not one of'),
         ("nodeGroups: [{name: x, families: [vgpu], vgpuShares: 0}]", "vgpuShares: 0 is out of range"),
+        (
+            "nodeGroups: [{name: x, families: [mig], vgpuShares: 1, deviceOrder: best}]",
+            'deviceOrder: "best" is not one of fragmentation-aware, by-gpu',
+        ),
+        (
+            "nodeGroups: [{name: x, families: [mig], vgpuShares: 1, migProfiles: []}]",
+            "migProfiles: empty",
+        ),
     ],
 )
 def test_bad_values_fail_with_the_field_named(values: str, message: str, tmp_path: Path) -> None:

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dra_driver.errors import InvalidNameError
+from dra_driver.families import mig
+from dra_driver.families.mig import ProfileSize, profile_size
 from dra_driver.names import ClaimUID, cdi_spec_file_name, parse_cdi_spec_file_name
 
 
@@ -36,3 +40,19 @@ def test_spec_file_names_parse_back_only_for_valid_uids() -> None:
     assert parse_cdi_spec_file_name(name) == "u1"
     assert parse_cdi_spec_file_name(name.replace("u1", "..")) is None
     assert parse_cdi_spec_file_name("nvidia.com-gpu.json") is None
+
+
+def test_profile_size_reads_the_size_a_profile_name_states() -> None:
+    assert profile_size("3g.40gb") == ProfileSize(3, 40, False)
+    assert profile_size("1g.10gb+me") == ProfileSize(1, 10, True)
+    for bad in ("1g10gb", "g.10gb", "1g.10gb-me", ""):
+        with pytest.raises(InvalidNameError):
+            profile_size(bad)
+
+
+@given(st.integers(0, 99), st.integers(0, 999), st.booleans())
+def test_profile_size_round_trips_through_device_names(compute: int, memory: int, media: bool) -> None:
+    profile = f"{compute}g.{memory}gb{'+me' if media else ''}"
+    assert profile_size(profile) == ProfileSize(compute, memory, media)
+    detail = mig.FAMILY.parse_name(mig.mig_device_name(0, profile, 0).removeprefix("gpu-0-"))
+    assert isinstance(detail, mig.MigName) and detail.profile == profile

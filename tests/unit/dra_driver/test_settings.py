@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from dra_driver import families
+from dra_driver.device_order import DeviceOrder
 from dra_driver.errors import ConfigError
 from dra_driver.families import gpu as whole
 from dra_driver.families import mig, mps
@@ -14,6 +15,17 @@ HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
 def test_defaults_offer_everything() -> None:
     s = NodeSettings(node_name="node-a")
     assert s.families == frozenset(families.names()) and s.vgpu_shares == 10
+    assert s.mig_profiles is None and s.publishes_profile("1g.5gb")
+    assert s.device_order is DeviceOrder.FRAGMENTATION_AWARE
+
+
+def test_from_mapping_reads_profiles_and_order() -> None:
+    s = NodeSettings.from_mapping(
+        {**HEADER, "migProfiles": ["1g.10gb", "3g.40gb", "7g.80gb"], "deviceOrder": "by-gpu"}, node_name="n"
+    )
+    assert s.mig_profiles == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
+    assert s.device_order is DeviceOrder.BY_GPU
+    assert s.publishes_profile("3g.40gb") and not s.publishes_profile("1g.10gb+me")
 
 
 def test_from_mapping_switches_families_off() -> None:
@@ -34,6 +46,12 @@ def test_from_mapping_switches_families_off() -> None:
         ({**HEADER, "vgpuShares": True}, "vgpuShares: expected an integer"),
         ({"apiVersion": "v1", "kind": "NodeSettings"}, "apiVersion/kind"),
         ({**HEADER}, "nodeName: not set"),
+        ({**HEADER, "migProfiles": "1g.10gb"}, "migProfiles: expected a list"),
+        ({**HEADER, "migProfiles": []}, "migProfiles: empty; .* families.mig: false"),
+        ({**HEADER, "migProfiles": ["1g.10gb", 7]}, r"migProfiles\[1\]: expected a profile name"),
+        ({**HEADER, "migProfiles": ["1g10gb"]}, r"migProfiles\[0\]: MIG profile '1g10gb' is not of the form"),
+        ({**HEADER, "migProfiles": ["1g.10gb", "1g.10gb"]}, r"migProfiles\[1\]: 1g.10gb is listed twice"),
+        ({**HEADER, "deviceOrder": "best"}, "deviceOrder: 'best' is not one of fragmentation-aware, by-gpu"),
     ],
 )
 def test_bad_settings_name_the_field(data: dict[str, object], message: str) -> None:
@@ -44,3 +62,10 @@ def test_bad_settings_name_the_field(data: dict[str, object], message: str) -> N
 def test_node_name_must_be_a_dns_subdomain() -> None:
     with pytest.raises(ConfigError, match="nodeName: 'Node_A'"):
         NodeSettings(node_name="Node_A")
+
+
+def test_values_are_checked_when_made_in_code_too() -> None:
+    with pytest.raises(ConfigError, match="migProfiles: empty"):
+        NodeSettings(node_name="n", mig_profiles=frozenset())
+    with pytest.raises(ConfigError, match="deviceOrder"):
+        NodeSettings(node_name="n", device_order="by-gpu")  # type: ignore[arg-type]

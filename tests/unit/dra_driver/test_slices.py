@@ -13,6 +13,7 @@ from slice_checks import check_slices, counter_sets, devices, quantity
 from dra_driver import families as registry
 from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
 from dra_driver.backends.simulated import SimulatedBackend
+from dra_driver.device_order import DeviceOrder
 from dra_driver.errors import MigError
 from dra_driver.families import gpu as whole
 from dra_driver.families import mig, mps, parse_device_name, vgpu
@@ -157,6 +158,57 @@ def test_family_settings() -> None:
     assert build_slices(inv, NodeSettings(node_name=NODE, families=frozenset())) == []
 
 
+def profile_of(name: str) -> str | None:
+    detail = parse_device_name(name).detail
+    return detail.profile if isinstance(detail, MigName) else None
+
+
+def test_mig_profiles_thin_the_published_placements() -> None:
+    inv = make_inventory(*(make_gpu(i, "H100-80GB-SXM") for i in range(8)))
+    fewer = NodeSettings(node_name=NODE, mig_profiles=frozenset({"1g.10gb", "3g.40gb", "7g.80gb", "1g.5gb"}))
+    slices = build_slices(inv, fewer)
+    check_slices(slices, NODE)
+    names = device_names(slices)
+    assert len(slices) == 3 and len(names) == 8 * (3 + 7 + 2 + 1)
+    assert {profile_of(n) for n in names} == {None, "1g.10gb", "3g.40gb", "7g.80gb"}
+    assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
+
+
+def test_mig_profiles_keep_an_administrators_instances() -> None:
+    inv = make_inventory(
+        make_gpu(0, "H100-80GB-SXM", mig_enabled=True, instances=(("2g.20gb", 0),)),
+        make_gpu(1, "H100-80GB-SXM"),
+    )
+    mig_only = NodeSettings(
+        node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"7g.80gb"})
+    )
+    slices = build_slices(inv, mig_only)
+    check_slices(slices, NODE)
+    # GPU 0: its 7g cannot be placed beside the admin's 2g, and the 2g (static) stays published
+    assert sorted(device_names(slices)) == ["gpu-0-mig-2g20gb-0", "gpu-1-mig-7g80gb-0"]
+
+
+def test_counter_sets_that_cannot_bind_are_left_out() -> None:
+    inv = make_inventory(*(make_gpu(i, "H100-80GB-SXM") for i in range(8)))
+    vgpu_only = build_slices(inv, NodeSettings(node_name=NODE, families=frozenset({vgpu.NAME})))
+    check_slices(vgpu_only, NODE)
+    assert counter_sets(vgpu_only) == {} and len(vgpu_only) == 1
+    assert all("consumesCounters" not in d for d in devices(vgpu_only))
+    # seven 1g.10gb placements never overlap and fit the GPU's engines and SMs together: nothing to count
+    one_g = NodeSettings(node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"1g.10gb"}))
+    assert counter_sets(build_slices(inv, one_g)) == {}
+    # 1g.10gb and 3g.40gb overlap: the counters stay, on every device of the GPU
+    overlapping = NodeSettings(
+        node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"1g.10gb", "3g.40gb"})
+    )
+    slices = build_slices(inv, overlapping)
+    assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
+    assert all(len(d["consumesCounters"]) == 1 for d in devices(slices))
+    # whole GPU and vgpu exclude each other through the counters
+    whole_and_vgpu = NodeSettings(node_name=NODE, families=frozenset({whole.NAME, vgpu.NAME}))
+    assert len(counter_sets(build_slices(inv, whole_and_vgpu))) == 8
+
+
 def test_degraded_mode_is_whole_gpus_without_counters() -> None:
     inv = make_inventory(
         make_gpu(0, "H100-80GB-SXM"),
@@ -165,7 +217,7 @@ def test_degraded_mode_is_whole_gpus_without_counters() -> None:
     slices = build_slices(inv, ALL, degraded=True)
     check_slices(slices, NODE)
     assert len(slices) == 1 and "sharedCounters" not in slices[0]["spec"]
-    assert device_names(slices) == ["gpu-0", "gpu-1-mig-7g80gb-0"]
+    assert sorted(device_names(slices)) == ["gpu-0", "gpu-1-mig-7g80gb-0"]
     assert all("consumesCounters" not in d and "allowMultipleAllocations" not in d for d in devices(slices))
 
 
@@ -189,7 +241,7 @@ def test_given_taints_are_used_and_withdrawn_where_the_api_cannot_keep_them() ->
     taints = {inv.gpus[0].uuid: (lost,)}
     assert by_name(build_slices(inv, ALL, taints=taints))["gpu-0-vgpu"]["taints"] == [lost]
     old_cluster = build_slices(inv, ALL, taints=taints, taints_supported=False)
-    assert device_names(old_cluster) == ["gpu-1", "gpu-1-vgpu", "gpu-1-mps"]
+    assert device_names(old_cluster) == ["gpu-1-vgpu", "gpu-1-mps", "gpu-1"]
 
 
 def test_many_gpus_need_several_counter_slices() -> None:
@@ -201,11 +253,13 @@ def test_many_gpus_need_several_counter_slices() -> None:
     assert {s["spec"]["pool"]["generation"] for s in slices} == {7}
 
 
-def test_pack_devices_keeps_gpus_together_and_splits_big_groups() -> None:
-    dev: dict[str, Any] = {"consumesCounters": []}
-    groups = [[dev] * 27, [dev] * 27, [dev] * 27, [dev] * 100]
-    assert [len(c) for c in pack_devices(groups)] == [54, 27, 64, 36]
-    assert [len(c) for c in pack_devices([[{}] * 100, [{}] * 100])] == [100, 100]
+def test_pack_devices_cuts_in_order_at_the_api_limit() -> None:
+    counted = [{"name": f"d{k}", "consumesCounters": []} for k in range(181)]
+    packed = pack_devices(counted)
+    assert [len(c) for c in packed] == [64, 64, 53]
+    assert [d for chunk in packed for d in chunk] == counted
+    assert [len(c) for c in pack_devices([{}] * 200)] == [128, 72]
+    assert pack_devices([]) == []
 
 
 def test_value_normalisation() -> None:
@@ -249,7 +303,15 @@ def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[Placement
     inv = make_inventory(*(draw(gpus(i)) for i in range(n)))
     families = frozenset(draw(st.sets(st.sampled_from(list(registry.names())))))
     node = draw(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True))
-    settings_ = NodeSettings(node_name=node, families=families, vgpu_shares=draw(st.integers(1, 128)))
+    names = sorted({p.name for prod in PRODUCTS for p in prod.mig_profiles})
+    profiles = draw(st.none() | st.frozensets(st.sampled_from(names), min_size=1))
+    settings_ = NodeSettings(
+        node_name=node,
+        families=families,
+        vgpu_shares=draw(st.integers(1, 128)),
+        mig_profiles=profiles,
+        device_order=draw(st.sampled_from(list(DeviceOrder))),
+    )
     live = [Placement(g.uuid, m.profile_id, m.start) for g in inv.gpus for m in g.mig_instances]
     owned = frozenset(draw(st.lists(st.sampled_from(live), max_size=3))) if live else frozenset()
     return inv, settings_, owned, draw(st.booleans())
@@ -267,9 +329,27 @@ def test_random_inventories_respect_every_limit(
     for d in devices(slices):
         parsed = parse_device_name(str(d["name"]))
         assert parsed.family.name in settings_.families
-        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME) and not degraded:
+        static = "gpu.tessera.dev/migStatic" in d["attributes"]
+        profile = parsed.detail.profile if isinstance(parsed.detail, MigName) else None
+        assert profile is None or static or settings_.publishes_profile(profile)
+        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME) and "consumesCounters" in d:
             (use,) = d["consumesCounters"]
             assert {k: quantity(v["value"]) for k, v in use["counters"].items()} == sets[use["counterSet"]]
+    # every published set can bind: its devices together want more than it holds
+    demand: dict[str, Count[str]] = {}
+    for d in devices(slices):
+        for use in d.get("consumesCounters") or ():
+            demand.setdefault(use["counterSet"], Count()).update(
+                {k: quantity(v["value"]) for k, v in use["counters"].items()}
+            )
+    for name, totals in sets.items():
+        assert any(demand[name][k] > totals[k] for k in demand[name]), name
+    # and a whole GPU offered beside anything else on its GPU still consumes the counters
+    for d in devices(slices):
+        parsed = parse_device_name(str(d["name"]))
+        siblings = [e for e in devices(slices) if parse_device_name(str(e["name"])).index == parsed.index]
+        if parsed.family.name == whole.NAME and not degraded and len(siblings) > 1:
+            assert "consumesCounters" in d, d["name"]
     if degraded:
         assert sets == {}
 

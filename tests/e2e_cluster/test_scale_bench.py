@@ -1,0 +1,103 @@
+"""The scale and device-order benchmarks' parts (e2e/scale, e2e/meters.py), and one tiny run of
+`python -m e2e.scale` on the real control plane so the benchmark cannot rot unnoticed."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from itertools import islice
+from pathlib import Path
+
+import pytest
+
+from e2e.meters import count_slice_writes, process_use
+from e2e.scale.cluster import LAYOUTS, layout_shape, pool_shape
+from e2e.scale.fragmentation import parse_seeds, seeded_events
+from e2e.scale.workloads import PER_NODE, family_wants
+
+ROOT = Path(__file__).resolve().parents[2]
+LINE = re.compile(
+    r"^scale nodes=(\d+) devices=(\d+) family=(\S+) pods=(\d+) pods_per_s=([\d.]+|nan) p50_ms=(\d+|nan) "
+    r"p99_ms=(\d+|nan) slices_per_node=(\d+) steady_writes=(\d+)$"
+)
+
+
+def test_every_layout_keeps_the_node_within_five_slices() -> None:
+    shapes = {name: layout_shape(layout) for name, layout in LAYOUTS.items()}
+    assert shapes == {"all": (5, 216), "fewer": (3, 128), "vgpu-only": (1, 8), "mig-1g-only": (1, 56)}
+
+
+def test_a_pool_counts_only_when_complete() -> None:
+    assert pool_shape([(2, 2, 64), (2, 2, 8)]) == (2, 72)
+    assert pool_shape([(2, 3, 64), (2, 3, 8)]) is None  # a slice missing
+    assert pool_shape([(2, 2, 64), (3, 2, 8)]) is None  # two generations
+    assert pool_shape([]) is None
+
+
+def test_families_ask_for_what_they_say() -> None:
+    assert {w.kind for w in family_wants("vgpu", 3, seed=1)} == {"vgpu-10Gi"}
+    assert {w.kind for w in family_wants("mig-1g", 2, seed=1)} == {"1g.10gb"}
+    assert {w.kind for w in family_wants("whole", 2, seed=1)} == {"gpu"}
+    mix = family_wants("mix", 200, seed=12)
+    assert mix == family_wants("mix", 200, seed=12) and mix != family_wants("mix", 200, seed=13)
+    assert {"gpu", "7g.80gb", "4g.40gb"} <= {w.kind for w in mix}
+    assert set(PER_NODE) == {"whole", "vgpu", "mig-1g", "mix"}
+    with pytest.raises(ValueError, match="unknown family 'tpu'"):
+        family_wants("tpu", 1, seed=1)
+
+
+def test_event_streams_are_seeded() -> None:
+    assert parse_seeds("1-3") == [1, 2, 3] and parse_seeds("4,9") == [4, 9]
+    first = list(islice(seeded_events(7, p_depart=0.4), 50))
+    assert first == list(islice(seeded_events(7, p_depart=0.4), 50))
+    assert {kind for kind, _ in first} == {"arrive", "depart"}
+
+
+def test_slice_writes_are_read_from_the_request_counter() -> None:
+    group = 'group="resource.k8s.io",resource="resourceslices"'
+    metrics = "\n".join(
+        [
+            "# TYPE apiserver_request_total counter",
+            f'apiserver_request_total{{code="201",{group},verb="POST"}} 5',
+            f'apiserver_request_total{{code="200",{group},verb="PUT"}} 3',
+            f'apiserver_request_total{{code="200",{group},verb="LIST"}} 90',
+            'apiserver_request_total{code="201",group="",resource="pods",verb="POST"} 7',
+        ]
+    )
+    assert count_slice_writes(metrics) == 8
+
+
+def test_process_use_reads_proc() -> None:
+    use = process_use(os.getpid())
+    assert use.cpu_s > 0 and use.rss_bytes > 0 and use.peak_rss_bytes >= use.rss_bytes
+    assert process_use(2**22 + 1).cpu_s == 0.0  # no such process
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_a_tiny_scale_run_prints_its_lines() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "e2e.scale",
+            "--nodes=3",
+            "--sample=1",
+            "--layouts=vgpu-only",
+            "--families=vgpu",
+            "--scale-pods=0.2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [m for line in done.stdout.splitlines() if (m := LINE.match(line))]
+    assert len(lines) == 1, done.stdout
+    nodes, devices, family, pods, _, _, _, slices, writes = lines[0].groups()
+    assert (nodes, devices, family, pods, slices, writes) == ("3", "24", "vgpu", "12", "1", "0")
+    assert "bound=12/12" in done.stdout and "running=" in done.stdout
