@@ -5,7 +5,7 @@ For each node count: a fresh control plane (production client rates), the nodes 
 per layout (every placement; fewer MIG profiles) a line describing the published slices, and per family
 (whole GPU, vgpu 10Gi/20 %, MIG 1g.10gb, a seeded random mix) one line:
 
-    scale nodes=100 devices=21600 family=vgpu pods=2000 pods_per_s=… p50_ms=… p99_ms=…
+    scale nodes=100 devices=22400 family=vgpu pods=2000 pods_per_s=… p50_ms=… p99_ms=…
           slices_per_node=… steady_writes=…      (one line)
 
 followed by an indented line with the run's other figures. docs/performance.md explains every field.

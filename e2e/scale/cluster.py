@@ -63,9 +63,11 @@ LAYOUTS = {
     # placements) and 1g.20gb
     "fewer": Layout("fewer", {"migProfiles": ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]}),
     # node groups with one family each: their pools need no shared counters
-    "vgpu-only": Layout("vgpu-only", {"families": {"gpu": False, "mig": False}}, ("vgpu",)),
+    "vgpu-only": Layout("vgpu-only", {"families": {"gpu": False, "mps": False, "mig": False}}, ("vgpu",)),
     "mig-1g-only": Layout(
-        "mig-1g-only", {"families": {"gpu": False, "vgpu": False}, "migProfiles": ["1g.10gb"]}, ("mig-1g",)
+        "mig-1g-only",
+        {"families": {"gpu": False, "vgpu": False, "mps": False}, "migProfiles": ["1g.10gb"]},
+        ("mig-1g",),
     ),
 }
 

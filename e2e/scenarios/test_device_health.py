@@ -37,6 +37,7 @@ pytestmark = pytest.mark.e2e
 
 NODE = "sim-health-h100x2"
 MiB = 1 << 20
+DEVICES_PER_GPU = 28  # an H100: whole, vgpu, MPS and 25 MIG placements
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def taints(node: SimNode, gpu: int) -> dict[str, list[Json]]:
 
 def all_tainted(node: SimNode, gpu: int, value: str, effect: str) -> bool:
     found = taints(node, gpu)
-    return len(found) == 27 and all(
+    return len(found) == DEVICES_PER_GPU and all(
         [(t["key"], t.get("value"), t["effect"]) for t in ts]
         == [("gpu.tessera.dev/unhealthy", value, effect)]
         for ts in found.values()
@@ -93,7 +94,7 @@ def all_tainted(node: SimNode, gpu: int, value: str, effect: str) -> bool:
 
 def untainted(node: SimNode, gpu: int) -> bool:
     found = taints(node, gpu)
-    return len(found) == 27 and not any(found.values())
+    return len(found) == DEVICES_PER_GPU and not any(found.values())
 
 
 def whole_gpu_pod(name: str) -> list[Json]:
