@@ -4,10 +4,14 @@ means it outlives a test's node unless the test stops it."""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from pathlib import Path
 
 from e2e.fake_nvml import FAKE_LIBRARY_DIR
-from kubelet_plugin.mps_control import MpsControl
+from kubelet_plugin.mps_control import SOCKET_PATH_MAX, MpsControl
+from kubelet_plugin.paths import PluginPaths
 
 FAKE_MPS_CONTROL = FAKE_LIBRARY_DIR / "nvidia-cuda-mps-control"
 
@@ -20,3 +24,17 @@ def stop_mps_daemons(mps_dir: Path) -> list[str]:
         control.stop(gpu_uuid=state.gpu_uuid)
         stopped.append(state.gpu_uuid)
     return stopped
+
+
+_UUID_LENGTH = len("GPU-00000000-0000-0000-0000-000000000000")
+
+
+def mps_dir_for(root: Path) -> Path:
+    """A node root's MPS directory: its own `var/lib/tessera/mps` when a control socket below it fits a unix
+    socket path, else a short directory in /tmp named after the root (a demo cloned deep in a home
+    directory), so the same root always gets the same one."""
+    own = PluginPaths.under(root).mps_dir
+    if len(os.fsencode(own)) + 1 + _UUID_LENGTH + len("/pipe/control") <= SOCKET_PATH_MAX:
+        return own
+    digest = hashlib.sha256(os.fsencode(root.resolve())).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"tessera-mps-{digest}"

@@ -29,12 +29,11 @@ from dra_driver.names import DRIVER_NAME
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord
-from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
+from e2e.fake_mps import FAKE_MPS_CONTROL, mps_dir_for, stop_mps_daemons
 from e2e.fake_nvml import FakeNvmlNode
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
 from e2e.plugin_identity import PluginCredentials, issue, report_running, revoke
-from kubelet_plugin.paths import PluginPaths
 
 log = structlog.get_logger(__name__)
 
@@ -276,6 +275,7 @@ class SimNode:
                 f"--kubeconfig={credentials.kubeconfig}",
                 f"--library-path={self.library_path}",
                 f"--mps-control={FAKE_MPS_CONTROL}",
+                f"--mps-dir={mps_dir_for(self.root)}",
                 f"--metrics-address=127.0.0.1:{self.metrics_port}",
                 "--log-format=json",
                 *self.plugin_args,
@@ -298,7 +298,7 @@ class SimNode:
 
     def stop(self, *, delete_node_object: bool = True) -> None:
         self.stop_plugin()
-        stop_mps_daemons(PluginPaths.under(self.root).mps_dir)  # they outlive the plugin, by design
+        stop_mps_daemons(mps_dir_for(self.root))  # they outlive the plugin, by design
         if self.standin is not None:
             stop_record(self.standin, grace_s=15.0)
             self.standin = None
@@ -371,7 +371,7 @@ class SimNode:
 
     def mps_dirs(self) -> list[Path]:
         """One per GPU whose MPS control daemon runs (or whose leftovers were not cleaned)."""
-        return entries_of(PluginPaths.under(self.root).mps_dir)
+        return entries_of(mps_dir_for(self.root))
 
 
 # ---- what a node's plugin left in the API and on the host (shared with e2e.realnode) ---------------------

@@ -59,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", type=Path, help="API server credentials (default: in-cluster)")
     parser.add_argument("--library-path", type=Path, help="host path of libtessera.so for vgpu containers")
     parser.add_argument(
+        "--mps-dir",
+        type=Path,
+        metavar="DIR",
+        help="host directory of the MPS control daemons' pipes and logs, one per GPU (default: "
+        "/var/lib/tessera/mps, or below --root); its socket paths must stay under 108 bytes",
+    )
+    parser.add_argument(
         "--mps-control",
         default=MPS_CONTROL_TOOL,
         metavar="PATH",
@@ -124,6 +131,7 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         sim_state=args.sim_state,
         kubeconfig=args.kubeconfig,
         library_path=args.library_path,
+        mps_dir=args.mps_dir,
         mps_control=args.mps_control,
         driver_library_dirs=tuple(args.driver_library_dirs),
         settings=args.settings,

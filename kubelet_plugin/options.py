@@ -3,7 +3,7 @@ them, `kubelet_plugin.wiring` assembles a daemon from them)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
@@ -26,6 +26,7 @@ class DaemonOptions:
     sim_state: Path | None = None
     kubeconfig: Path | None = None
     library_path: Path | None = None
+    mps_dir: Path | None = None  # None: the layout's (PluginPaths)
     mps_control: str = MPS_CONTROL_TOOL
     driver_library_dirs: tuple[Path, ...] = ()
     settings: Path | None = None
@@ -43,15 +44,8 @@ class DaemonOptions:
             if self.root is not None
             else PluginPaths.defaults(pod_uid=self.pod_uid)
         )
-        if self.library_path is None:
-            return base
-        return PluginPaths(
-            plugin_dir=base.plugin_dir,
-            registry_dir=base.registry_dir,
-            cdi_dir=base.cdi_dir,
-            claims_dir=base.claims_dir,
-            gpus_dir=base.gpus_dir,
-            library_path=self.library_path,
-            mps_dir=base.mps_dir,
-            pod_uid=base.pod_uid,
+        return replace(
+            base,
+            library_path=self.library_path or base.library_path,
+            mps_dir=self.mps_dir or base.mps_dir,
         )

@@ -9,12 +9,14 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.safe_tree import remove_tree
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane, stop_control_plane
 from e2e.controlplane.processes import stop_record
 from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.demo import state as demo_state
 from e2e.examples import device_rows, example_files, load, table
+from e2e.fake_mps import mps_dir_for, stop_mps_daemons
 from e2e.kube import Kubectl, list_pods, pod_claim_name, wait_running
 from e2e.kubelet_standin.errors import StandInError
 from e2e.node import BackendKind, SimNode
@@ -174,6 +176,16 @@ def up(state_dir: Path, *, backend: BackendKind = BackendKind.SIMULATED) -> int:
     return 0
 
 
+def _stop_mps(root: Path) -> int:
+    """A node's MPS control daemons outlive its plugin, by design: stop them, and remove their directory
+    when it lies outside the node's root (a short one in /tmp)."""
+    mps_dir = mps_dir_for(root)
+    stopped = len(stop_mps_daemons(mps_dir))
+    if not mps_dir.is_relative_to(root):
+        remove_tree(mps_dir)
+    return stopped
+
+
 def down(state_dir: Path) -> int:
     state_dir = state_dir.resolve()
     saved = demo_state.load(state_dir)
@@ -182,6 +194,7 @@ def down(state_dir: Path) -> int:
         for node in saved.nodes:
             stopped += stop_record(node.plugin, grace_s=15.0)
             stopped += stop_record(node.standin, grace_s=15.0)
+            stopped += _stop_mps(Path(node.root))
     stopped += stop_control_plane(state_dir / "controlplane")
     demo_state.forget(state_dir)
     print(f"demo stopped ({stopped} processes)", flush=True)

@@ -102,6 +102,7 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
     assert c["livenessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe"]
     assert "--log-format=json" in c["args"]
     assert "--mps-control=nvidia-cuda-mps-control" in c["args"]
+    assert "--mps-dir=/var/lib/tessera/mps" in c["args"]  # the directory the chart mounts
     assert pod["initContainers"][0]["name"] == "install-library"
     settings = yaml.safe_load(by_kind(objs, "ConfigMap")[ds["metadata"]["name"]]["data"]["settings.yaml"])
     assert settings == {

@@ -57,6 +57,8 @@ def test_mps_control_tool_defaults_to_path_lookup_and_can_be_given() -> None:
         "/opt/nv/nvidia-cuda-mps-control"
     )
     assert str(parse("--node-name", "n").paths().mps_dir) == "/var/lib/tessera/mps"
+    moved = parse("--node-name", "n", "--root", "/r", "--mps-dir", "/run/mps").paths()
+    assert (moved.mps_dir, moved.claims_dir) == (Path("/run/mps"), Path("/r/var/lib/tessera/claims"))
 
 
 def test_incomplete_command_lines_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
