@@ -26,7 +26,7 @@ from dra_driver.errors import ConfigError, StorageError, TesseraError, Unsupport
 from dra_driver.families import vgpu
 from dra_driver.gpu_health import HealthPolicy
 from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
+from dra_driver.slices import OfferInputs, build_slices, offer_inputs
 from dra_driver.taints import gpu_taints
 from kubelet_plugin import priority_relay
 from kubelet_plugin.checkpoint import Checkpoint
@@ -149,6 +149,7 @@ class Node:
         self.metrics: MetricsServer | None = None
         self.usage: UsageStatusLoop | None = None
         self._usage_thread: threading.Thread | None = None
+        self._offered: OfferInputs | None = None  # what the node offered after the last claim call
 
     @classmethod
     def start(
@@ -210,7 +211,6 @@ class Node:
         self.poller.poll_once()  # the first slices already carry the taints of unhealthy GPUs
         if access.api is not None and o.publish:
             self._start_publisher(access.api, state, settings)
-        resync = self._resync
         self.poller.start()
         self._start_observability(access, settings)
 
@@ -219,7 +219,7 @@ class Node:
             lock=lock,
             shared_state=paths.checkpoint_file,
             reload=state.forget,
-            after=resync,
+            after=self._after_claims,
             deferred=state.dirs.removals_deferred,
         )
         streams = StreamSlots()  # one capacity for both API versions' health streams
@@ -239,6 +239,21 @@ class Node:
     def _resync(self) -> None:
         if self.publisher is not None:
             self.publisher.request_resync()
+
+    def _after_claims(self) -> None:
+        """Republish after a claim call only when it changed what the node offers (MIG mode, instances
+        created or destroyed): rebuilding and listing the pool after every vgpu prepare cost more CPU than
+        the prepare itself."""
+        if self.publisher is None or self.state is None:
+            return
+        try:
+            now: OfferInputs | None = offer_inputs(self.state.backend.inventory(), self.state.placements())
+        except TesseraError as e:  # cannot tell: republish, and the publisher reports what fails
+            log.warning("reading the node after a claim call failed", error=str(e))
+            now = None
+        if now is None or now != self._offered:
+            self._offered = now
+            self._resync()
 
     def _checkpoint(self) -> Checkpoint | None:
         if self.state is None:
