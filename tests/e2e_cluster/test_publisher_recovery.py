@@ -203,8 +203,20 @@ def test_health_and_mig_changes_are_republished(
         sick.set_mig_mode(gpu=gpu0, enabled=True)
         made = sick.create_mig_instance(gpu=gpu0, profile_id=_profile_id(sick, "3g.40gb"), start=0)
         pub.request_resync()
-        assert wait_for("the static MIG device", lambda: complete_at(pool(k8s_api, node)) == 3)
-        final = pool(k8s_api, node)
+
+        def published_static() -> list[dict[str, Any]] | None:
+            # a resync may land between the two calls above (MIG mode on, no instance yet): wait for the
+            # pool that shows the instance, at whatever generation that is
+            slices = pool(k8s_api, node)
+            found = [
+                d
+                for s in slices
+                for d in s["spec"].get("devices") or []
+                if d["name"] == "gpu-0-mig-3g40gb-0" and "gpu.tessera.dev/uuid" in d["attributes"]
+            ]
+            return slices if found and (complete_at(slices) or 0) >= 3 else None
+
+        final = wait_for("the static MIG device", published_static)
         static = next(
             d for s in final for d in s["spec"].get("devices") or [] if d["name"] == "gpu-0-mig-3g40gb-0"
         )
