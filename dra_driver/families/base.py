@@ -66,6 +66,19 @@ class Allocated:
     consumed: Mapping[str, str]  # consumedCapacity ({} when the device has none)
     config: object  # the family's config, merged for this device's request
 
+    def planned(self, family: Family, spec: object = None) -> PlannedDevice:
+        """This device as `family` plans it, with the family's own plan in `spec`."""
+        return PlannedDevice(
+            request=self.request,
+            device=self.device,
+            family=family,
+            gpu_index=self.gpu.index,
+            gpu_uuid=self.gpu.uuid,
+            share_id=self.share_id,
+            config=self.config,
+            spec=spec,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Held:

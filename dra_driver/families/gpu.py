@@ -66,15 +66,7 @@ class WholeGpu(DeviceFamily):
 
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         not_in_mig_mode(d, "a whole GPU")
-        return PlannedDevice(
-            request=d.request,
-            device=d.device,
-            family=NAME,
-            gpu_index=d.gpu.index,
-            gpu_uuid=d.gpu.uuid,
-            share_id=d.share_id,
-            config=d.config,
-        )
+        return d.planned(NAME)
 
 
 FAMILY = WholeGpu()

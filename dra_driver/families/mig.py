@@ -307,16 +307,7 @@ class Mig(DeviceFamily):
 
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         assert isinstance(d.detail, MigName)
-        return PlannedDevice(
-            request=d.request,
-            device=d.device,
-            family=NAME,
-            gpu_index=d.gpu.index,
-            gpu_uuid=d.gpu.uuid,
-            share_id=d.share_id,
-            config=d.config,
-            spec=_mig_plan(d, d.detail, held),
-        )
+        return d.planned(NAME, _mig_plan(d, d.detail, held))
 
     def check_claim(self, devices: Sequence[PlannedDevice]) -> None:
         seen: set[Placement] = set()

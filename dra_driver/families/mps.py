@@ -129,16 +129,7 @@ class Mps(DeviceFamily):
                 f"{d.gpu.cuda_compute_capability}) is older than Volta; MPS devices need compute capability "
                 f"{MIN_COMPUTE_CAPABILITY}.0 or newer"
             )
-        return PlannedDevice(
-            request=d.request,
-            device=d.device,
-            family=NAME,
-            gpu_index=d.gpu.index,
-            gpu_uuid=d.gpu.uuid,
-            share_id=d.share_id,
-            config=d.config,
-            spec=shared_limits(d, family=NAME),
-        )
+        return d.planned(NAME, shared_limits(d, family=NAME))
 
     def check_claim(self, devices: Sequence[PlannedDevice]) -> None:
         if len(devices) > 1:

@@ -141,16 +141,7 @@ class Vgpu(DeviceFamily):
 
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         not_in_mig_mode(d, "a vGPU")
-        return PlannedDevice(
-            request=d.request,
-            device=d.device,
-            family=NAME,
-            gpu_index=d.gpu.index,
-            gpu_uuid=d.gpu.uuid,
-            share_id=d.share_id,
-            config=d.config,
-            spec=shared_limits(d, family=NAME),
-        )
+        return d.planned(NAME, shared_limits(d, family=NAME))
 
     def check_claim(self, devices: Sequence[PlannedDevice]) -> None:
         seen: set[int] = set()
