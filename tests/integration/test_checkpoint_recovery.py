@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from plugin_process import NODE, NODE_FILE, PluginProcess, cleanup, short_root
+from plugin_process import NODE, NODE_FILE, PluginProcess, cleanup
 from prepare_env import mig_records
 from test_crash import node_state
 
@@ -28,13 +27,6 @@ from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(90)
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = short_root()
-    yield path
-    cleanup([], path)
 
 
 def prepare_three(p: PluginProcess) -> tuple[ClaimRef, ClaimRef, ClaimRef]:

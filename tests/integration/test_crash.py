@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import signal
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from plugin_process import NODE, PluginProcess, cleanup, node_backend, short_root
+from plugin_process import NODE, PluginProcess, cleanup, node_backend
 
 from dra_driver.names import DRIVER_NAME
 from kubelet_plugin.checkpoint_store import CheckpointStore
@@ -60,13 +59,6 @@ def mixed_claim(name: str) -> dict[str, Any]:
         },
         "status": {"allocation": {"devices": {"results": results}}},
     }
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = short_root()
-    yield path
-    cleanup([], path)
 
 
 def node_state(p: PluginProcess) -> tuple[list[str], list[str], list[str], list[tuple[int, int]], list[bool]]:

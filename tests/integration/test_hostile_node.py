@@ -12,13 +12,12 @@ import os
 import stat
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from plugin_process import NODE, PluginProcess, cleanup, short_root
+from plugin_process import NODE, PluginProcess, cleanup
 
 from cdi.writer import read_spec
 from dra_driver.families import mig as mig_family
@@ -32,20 +31,6 @@ from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = short_root()
-    yield path
-    cleanup([], path)
-
-
-@pytest.fixture
-def plugin(root: Path) -> Iterator[PluginProcess]:
-    p = PluginProcess(root=root).start()
-    yield p
-    p.kill()
 
 
 def prepared(p: PluginProcess, claim: dict[str, Any]) -> ClaimRef:

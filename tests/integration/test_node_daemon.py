@@ -5,12 +5,11 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-from plugin_process import NODE, PluginProcess, cleanup, node_backend, short_root
+from plugin_process import NODE, PluginProcess, cleanup, node_backend
 
 from dra_driver.families import mig as mig_family
 from dra_driver.names import cdi_device_name, cdi_qualified_name
@@ -20,20 +19,6 @@ from tests.support.kubelet_client import DraClient, register
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def root() -> Iterator[Path]:
-    path = short_root()
-    yield path
-    cleanup([], path)
-
-
-@pytest.fixture
-def plugin(root: Path) -> Iterator[PluginProcess]:
-    p = PluginProcess(root=root).start()
-    yield p
-    p.kill()
 
 
 def checkpoint_uids(p: PluginProcess) -> set[str]:
