@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from dra_driver.errors import ClaimError, ConfigError
 from dra_driver.excerpt import excerpt
-from dra_driver.families.base import Allocated, Json
-from dra_driver.families.published import MIB, mib_quantity
+from dra_driver.families.base import Allocated, GpuOffer, Json
+from dra_driver.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
 from dra_driver.model import Gpu
-from dra_driver.names import Cap, qualified
+from dra_driver.names import Attr, Cap, Family, gpu_device_name, qualified
 from dra_driver.quantity import parse_quantity
 
 MAX_CORES = 100
@@ -26,6 +26,24 @@ class SharedLimits:
 
     memory_bytes: int
     cores: int
+
+
+def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Json:
+    """The one multi-allocatable device a sharing family publishes for a GPU (`gpu-<i>-<part>`), which
+    consumes the whole GPU's counters at its first allocation; needs `o.counters`."""
+    assert o.counters is not None
+    gpu = o.gpu
+    return {
+        "name": gpu_device_name(gpu.index, part),
+        "allowMultipleAllocations": True,
+        "attributes": {
+            **gpu_attributes(gpu, o.inventory, family),
+            qualified(Attr.UUID): string(gpu.uuid),
+            qualified(Attr.PARENT_UUID): string(gpu.uuid),
+        },
+        "capacity": shared_capacity(gpu, shares=shares),
+        "consumesCounters": consumes(gpu, o.counters),
+    }
 
 
 def shared_capacity(gpu: Gpu, *, shares: int) -> Json:

@@ -30,10 +30,9 @@ from dra_driver.families.base import (
     PlannedDevice,
     not_in_mig_mode,
 )
-from dra_driver.families.capacity import SharedLimits, shared_capacity, shared_limits
-from dra_driver.families.published import consumes, gpu_attributes, string
+from dra_driver.families.capacity import SharedLimits, shared_device, shared_limits
 from dra_driver.model import Gpu
-from dra_driver.names import Attr, DeviceName, Family, GpuUUID, gpu_device_name, qualified
+from dra_driver.names import DeviceName, Family, GpuUUID, gpu_device_name
 
 NAME = Family("mps")
 _PART = "mps"
@@ -106,20 +105,8 @@ class Mps(DeviceFamily):
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         if not o.shareable or o.counters is None or not _supported(o.gpu):
             return ()
-        gpu = o.gpu
-        return (
-            {
-                "name": gpu_device_name(gpu.index, _PART),
-                "allowMultipleAllocations": True,
-                "attributes": {
-                    **gpu_attributes(gpu, o.inventory, NAME),
-                    qualified(Attr.UUID): string(gpu.uuid),
-                    qualified(Attr.PARENT_UUID): string(gpu.uuid),
-                },
-                "capacity": shared_capacity(gpu, shares=min(o.settings.vgpu_shares, MAX_CLIENTS)),
-                "consumesCounters": consumes(gpu, o.counters),
-            },
-        )
+        shares = min(o.settings.vgpu_shares, MAX_CLIENTS)
+        return (shared_device(o, family=NAME, part=_PART, shares=shares),)
 
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         not_in_mig_mode(d, "an MPS share")
