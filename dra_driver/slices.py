@@ -115,20 +115,6 @@ def _slice(node_name: str, k: int, generation: int, count: int, body: Json) -> J
     }
 
 
-OfferInputs = tuple[tuple[tuple[str, bool, bool, tuple[Placement, ...]], ...], frozenset[Placement]]
-
-
-def offer_inputs(inventory: Inventory, owned_placements: Collection[Placement]) -> OfferInputs:
-    """What `build_slices` reads that a claim can change: each GPU's MIG mode, health and live instances, and
-    which instances are Tessera's. Equal inputs (with the same settings and taints) give equal slices, so a
-    claim call that leaves them alone (a vgpu, MPS or whole-GPU claim) needs no republish."""
-    gpus = tuple(
-        (g.uuid, g.mig_enabled, g.healthy, tuple(sorted(m.placement for m in g.mig_instances)))
-        for g in sorted(inventory.gpus, key=lambda g: g.index)
-    )
-    return gpus, frozenset(owned_placements)
-
-
 def build_slices(
     inventory: Inventory,
     settings: NodeSettings,

@@ -158,6 +158,9 @@ class ClaimEntry:
         )
 
 
+OfferKey = tuple[frozenset[Placement], frozenset[tuple[Family, frozenset[GpuUUID]]]]
+
+
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     boot_id: str
@@ -192,6 +195,12 @@ class Checkpoint:
     def placements(self) -> frozenset[Placement]:
         """Every MIG placement a claim holds: the live instances there are Tessera's."""
         return frozenset(p for f in families.FAMILIES for p in f.placements(self.records(f.name)))
+
+    def offer_key(self) -> OfferKey:
+        """What of the checkpoint the node's slices depend on: the MIG placements claims hold, and the GPUs
+        whose node-wide state (MIG mode) a family changed. A claim call that leaves it alone (a vgpu, MPS
+        or whole-GPU claim) changes no slice."""
+        return self.placements(), frozenset(self.owned.items())
 
 
 def _canonical(obj: object) -> str:

@@ -23,7 +23,7 @@ from dra_driver.errors import StorageError
 from dra_driver.model import Inventory, Placement
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID, Family
 from dra_driver.safe_tree import is_plain_file
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, OfferKey
 from kubelet_plugin.checkpoint_store import CheckpointStore, read_boot_id
 from kubelet_plugin.claimdir import ClaimDirs
 from kubelet_plugin.hosts import Hosts
@@ -104,6 +104,10 @@ class NodeState:
         """MIG placements Tessera holds, read from disk (for the publisher: another thread or instance writes
         the checkpoint)."""
         return self.store.load(boot_id="").placements()
+
+    def offer_key(self) -> OfferKey:
+        """`Checkpoint.offer_key`, read from disk like `placements`."""
+        return self.store.load(boot_id="").offer_key()
 
     # ---- a claim's artifacts ------------------------------------------------------------------------------
 

@@ -26,10 +26,10 @@ from dra_driver.errors import ConfigError, StorageError, TesseraError, Unsupport
 from dra_driver.families import vgpu
 from dra_driver.gpu_health import HealthPolicy
 from dra_driver.settings import NodeSettings
-from dra_driver.slices import OfferInputs, build_slices, offer_inputs
+from dra_driver.slices import build_slices
 from dra_driver.taints import gpu_taints
 from kubelet_plugin import priority_relay
-from kubelet_plugin.checkpoint import Checkpoint
+from kubelet_plugin.checkpoint import Checkpoint, OfferKey
 from kubelet_plugin.claims import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
 from kubelet_plugin.file_modes import (
@@ -149,7 +149,7 @@ class Node:
         self.metrics: MetricsServer | None = None
         self.usage: UsageStatusLoop | None = None
         self._usage_thread: threading.Thread | None = None
-        self._offered: OfferInputs | None = None  # what the node offered after the last claim call
+        self._offered: OfferKey | None = None  # what the node offered after the last claim call
 
     @classmethod
     def start(
@@ -241,15 +241,15 @@ class Node:
             self.publisher.request_resync()
 
     def _after_claims(self) -> None:
-        """Republish after a claim call only when it changed what the node offers (MIG mode, instances
-        created or destroyed): rebuilding and listing the pool after every vgpu prepare cost more CPU than
-        the prepare itself."""
+        """Republish after a claim call only when it changed what the node offers (MIG instances created or
+        destroyed, MIG mode switched): rebuilding and listing the pool after every vgpu prepare cost more
+        CPU than the prepare itself. Changes made behind Tessera's back wait for the periodic resync."""
         if self.publisher is None or self.state is None:
             return
         try:
-            now: OfferInputs | None = offer_inputs(self.state.backend.inventory(), self.state.placements())
+            now: OfferKey | None = self.state.offer_key()
         except TesseraError as e:  # cannot tell: republish, and the publisher reports what fails
-            log.warning("reading the node after a claim call failed", error=str(e))
+            log.warning("reading the checkpoint after a claim call failed", error=str(e))
             now = None
         if now is None or now != self._offered:
             self._offered = now

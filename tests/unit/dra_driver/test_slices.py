@@ -23,7 +23,7 @@ from dra_driver.model import Gpu, Inventory, Placement
 from dra_driver.names import Family, GpuUUID, counter_set_name, resource_slice_name
 from dra_driver.profiles import PRODUCTS, product
 from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices, device_names, offer_inputs, pack_devices
+from dra_driver.slices import build_slices, device_names, pack_devices
 
 NODE = "node-a"
 ALL = NodeSettings(node_name=NODE)
@@ -424,22 +424,3 @@ def test_counters_allow_exactly_what_the_gpu_allows(
     for size in (1, 2, 3):
         for chosen in combinations(placements, size):
             assert fits(chosen) == created(chosen), [d["name"] for d in chosen]
-
-
-def test_offer_inputs_move_only_with_what_a_claim_can_change_in_the_slices() -> None:
-    plain = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM"))
-    partitioned = make_inventory(
-        make_gpu(0, "H100-80GB-SXM"),
-        make_gpu(1, "H100-80GB-SXM", mig_enabled=True, instances=(("1g.10gb", 6),)),
-    )
-    mode_only = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM", mig_enabled=True))
-    (instance,) = partitioned.gpus[1].mig_instances
-    assert offer_inputs(plain, ()) == offer_inputs(plain, frozenset())
-    assert offer_inputs(mode_only, ()) != offer_inputs(plain, ())
-    assert offer_inputs(partitioned, ()) != offer_inputs(mode_only, ())
-    # the same live instance, now recorded as Tessera's: its placement is offered instead of a static device
-    owned = offer_inputs(partitioned, {instance.placement})
-    assert owned != offer_inputs(partitioned, ())
-    assert build_slices(partitioned, ALL, owned_placements={instance.placement}) != build_slices(
-        partitioned, ALL
-    )

@@ -97,6 +97,23 @@ def test_queries() -> None:
     assert ENTRY.with_state(ClaimState.UNPREPARE_STARTED).state is ClaimState.UNPREPARE_STARTED
 
 
+def test_the_offer_key_moves_only_with_what_changes_the_slices() -> None:
+    base = Checkpoint(boot_id="boot-1")
+    shared = ClaimEntry(
+        uid=ClaimUID("u3"),
+        namespace="ns",
+        name="c3",
+        state=ClaimState.PREPARE_COMPLETED,
+        records=records_of({vgpu.NAME: (GpuShare(GpuUUID("GPU-0"), 2, 20, False),)}),
+    )
+    # a vgpu claim (or MPS, or a whole GPU) changes nothing the slices say
+    assert base.with_entries([shared]).offer_key() == base.offer_key()
+    # a MIG instance a claim holds, or MIG mode a family switched, does
+    assert base.with_entries([STARTED]).offer_key() != base.offer_key()
+    assert base.with_owned(mig.NAME, [GpuUUID("GPU-0")]).offer_key() != base.offer_key()
+    assert CP.offer_key() == (CP.placements(), frozenset({(mig.NAME, frozenset({GpuUUID("GPU-0")}))}))
+
+
 @pytest.mark.parametrize(
     ("data", "needle"),
     [
