@@ -14,14 +14,16 @@ from cdi.spec import ContainerEdits, Device, Mount, Spec
 from dra_driver import families
 from dra_driver.allocation import ClaimPlan
 from dra_driver.errors import MigError
+from dra_driver.families import mps
 from dra_driver.families.base import PlannedDevice, device_node
-from dra_driver.model import Inventory
+from dra_driver.model import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
 from dra_driver.names import (
     CDI_KIND,
     CLAIM_DIRS_ENV,
     CONTAINER_LIBRARY_PATH,
     CUDA_VISIBLE_DEVICES_ENV,
     LD_PRELOAD_ENV,
+    NVIDIA_VISIBLE_DEVICES_VOID,
     REGION_FILE_NAME,
     DeviceName,
     HamiEnv,
@@ -44,6 +46,7 @@ class HostLayout:
     claim_dir: str  # this claim's host directory (limits file, accounting region)
     driver_library_dirs: tuple[str, ...] = ()  # host driver library/tool dirs, mounted read-only in place
     gpus_dir: str = ""  # host root of the GPUs' view directories ("": none mounted)
+    driver_files: DriverFiles = NO_DRIVER_FILES  # below the driver root (dra_driver.driver_root)
 
 
 def device_cdi_name(plan: ClaimPlan, device: PlannedDevice) -> str:
@@ -118,11 +121,23 @@ def _visible_devices(plan: ClaimPlan, made: Mapping[DeviceName, object]) -> tupl
     return (f"{CUDA_VISIBLE_DEVICES_ENV}={','.join(dict.fromkeys(listed))}",)
 
 
+def _driver_mounts(plan: ClaimPlan, host: HostLayout) -> list[Mount]:
+    """The driver's libraries and tools (the MPS ones for MPS claims), and any extra directories in place."""
+    files: list[DriverMount] = list(host.driver_files.common)
+    if mps.NAME in plan.families():
+        files += host.driver_files.mps
+    mounts = [Mount(host_path=d, container_path=d, options=RO_BIND) for d in host.driver_library_dirs]
+    mounts += [Mount(host_path=f.host_path, container_path=f.container_path, options=RO_BIND) for f in files]
+    return mounts
+
+
 def _claim_edits(
     plan: ClaimPlan, inventory: Inventory, made: Mapping[DeviceName, object], host: HostLayout
 ) -> ContainerEdits:
-    env: list[str] = []
-    mounts = [Mount(host_path=d, container_path=d, options=RO_BIND) for d in host.driver_library_dirs]
+    # The toolkit, where it is the runtime, would add every GPU of the node for NVIDIA_VISIBLE_DEVICES=all
+    # (set by CUDA base images): the claim's CDI devices are all the container may have.
+    env: list[str] = [NVIDIA_VISIBLE_DEVICES_VOID]
+    mounts = _driver_mounts(plan, host)
     nodes = [device_node(n) for n in inventory.control_nodes]
     for part in (
         _library_edits(plan, host),

@@ -156,3 +156,22 @@ class Inventory:
         if gpu is None:
             return None
         return next((i for i in gpu.mig_instances if i.placement == placement), None)
+
+
+@dataclass(frozen=True, slots=True)
+class DriverMount:
+    """One driver file for containers: where the host has it, and where the container gets it."""
+
+    host_path: str
+    container_path: str
+
+
+@dataclass(frozen=True, slots=True)
+class DriverFiles:
+    """The driver's files a claim's container receives: for every claim, and for MPS claims in addition."""
+
+    common: tuple[DriverMount, ...] = ()
+    mps: tuple[DriverMount, ...] = ()
+
+
+NO_DRIVER_FILES = DriverFiles()

@@ -230,6 +230,8 @@ def resource_slice_name(node_name: str, k: int) -> str:
 CLAIM_DIR_ENV_PREFIX = "TESSERA_CLAIM_DIR_"
 LD_PRELOAD_ENV = "LD_PRELOAD"
 CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+# Tells the NVIDIA container toolkit, where it is the runtime, to add no GPU of its own to a container.
+NVIDIA_VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
 
 
 class HamiEnv:

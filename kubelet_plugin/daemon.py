@@ -29,6 +29,8 @@ from kubelet_plugin.options import (
     LOG_LEVEL,
     USAGE_STATUS_INTERVAL_S,
     DaemonOptions,
+    add_path_arguments,
+    with_paths,
 )
 from kubelet_plugin.probe import add_probe_command
 from kubelet_plugin.steps import NO_OBSERVER, StepObserver
@@ -46,12 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("NODE_NAME"),
         help="this node's name: the ResourceSlice pool (default: $NODE_NAME)",
     )
-    parser.add_argument("--root", type=Path, help="relocate every host path below this directory (tests)")
-    parser.add_argument(
-        "--pod-uid",
-        default=os.environ.get("POD_UID") or None,
-        help="per-pod socket names, for rolling updates (default: $POD_UID)",
-    )
+    add_path_arguments(parser)
     parser.add_argument("--simulate", type=Path, metavar="FILE", help="simulated node file instead of NVML")
     parser.add_argument(
         "--sim-state", type=Path, metavar="FILE", help="where the simulated node keeps its state"
@@ -67,9 +64,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mps-control",
-        default=MPS_CONTROL_TOOL,
+        default=None,
         metavar="PATH",
-        help="the nvidia-cuda-mps-control that runs a GPU's MPS control daemon (default: found on PATH)",
+        help=f"the {MPS_CONTROL_TOOL} that runs a GPU's MPS control daemon (default: the driver root's, "
+        "else found on PATH)",
+    )
+    parser.add_argument(
+        "--mps-host-cgroup",
+        metavar="CGROUP",
+        help="start MPS control daemons in the host's mount namespace and this cgroup (e.g. /tessera-mps), "
+        "so they outlive the plugin's container; needs hostPID and a privileged container (the chart's)",
+    )
+    parser.add_argument(
+        "--driver-root",
+        metavar="DIR|auto",
+        help="where the NVIDIA driver's files are on the host: / (installed on the host), "
+        "/run/nvidia/driver (GPU Operator) or auto; NVML is loaded from there and claims' containers get its "
+        "libraries and tools (default: none: NVML from the loader's search path, no driver files)",
+    )
+    parser.add_argument(
+        "--driver-root-mount",
+        type=Path,
+        metavar="DIR",
+        help="where this process sees --driver-root (the chart mounts it at /driver-root; with auto, "
+        "where the host's / is seen); default: the host path itself",
     )
     parser.add_argument(
         "--driver-library-dir",
@@ -123,10 +141,10 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
             raise SystemExit(str(e)) from e
     if args.usage_status_interval < 0:
         raise SystemExit("--usage-status-interval: seconds must be 0 (off) or more")
-    return DaemonOptions(
+    if args.driver_root_mount is not None and args.driver_root is None:
+        raise SystemExit("--driver-root-mount needs --driver-root (the host path it shows, or auto)")
+    options = DaemonOptions(
         node_name=args.node_name,
-        root=args.root.resolve() if args.root is not None else None,
-        pod_uid=args.pod_uid,
         simulate=args.simulate,
         sim_state=args.sim_state,
         kubeconfig=args.kubeconfig,
@@ -134,6 +152,9 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         mps_dir=args.mps_dir,
         mps_control=args.mps_control,
         driver_library_dirs=tuple(args.driver_library_dirs),
+        driver_root=args.driver_root,
+        driver_root_mount=args.driver_root_mount,
+        mps_host_cgroup=args.mps_host_cgroup,
         settings=args.settings,
         health_interval=args.health_interval,
         recover_fatal_xids=args.recover_fatal_xids,
@@ -143,6 +164,7 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         log_format=args.log_format,
         log_level=args.log_level,
     )
+    return with_paths(options, args)
 
 
 def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -34,6 +34,7 @@ from kubelet_plugin.file_modes import (
     MPS_ROOT_MODE,
     make_dir,
 )
+from kubelet_plugin.host_launch import HostLauncher
 from kubelet_plugin.host_process import end_process, is_live_process, wait_gone
 from kubelet_plugin.mps_record import (
     MAX_RECORD_BYTES,
@@ -104,6 +105,7 @@ class MpsControl:
         stop_timeout_s: float = 10.0,
         command_timeout_s: float = 5.0,
         environ: Mapping[str, str] | None = None,
+        launcher: HostLauncher | None = None,
     ) -> None:
         self._root = root
         self._tool = tool
@@ -111,6 +113,7 @@ class MpsControl:
         self._stop_timeout = stop_timeout_s
         self._command_timeout = command_timeout_s
         self._environ = dict(os.environ if environ is None else environ)
+        self._launcher = launcher  # None: daemons start in this process's namespaces and cgroup
         self._locks: dict[GpuUUID, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -276,10 +279,15 @@ class MpsControl:
         make_dir(dirs.log_dir, MPS_LOG_DIR_MODE)
         out = dirs.log_dir / "start.log"
         try:
+            argv = [self._tool, "-d"]
+            env = self._env(dirs, gpu_uuid)
+            if self._launcher is not None:
+                argv = self._launcher.command(argv)
+                env.update(self._launcher.env)
             with open(out, "ab") as sink:
                 done = subprocess.run(
-                    [self._tool, "-d"],
-                    env=self._env(dirs, gpu_uuid),
+                    argv,
+                    env=env,
                     stdin=subprocess.DEVNULL,
                     stdout=sink,
                     stderr=sink,
@@ -317,6 +325,12 @@ class MpsControl:
                 f"the MPS control daemon for {gpu_uuid} answers but wrote no usable "
                 f"{dirs.pipe_dir / PID_FILE}; see {dirs.control_log}"
             )
+        if self._launcher is not None:
+            try:
+                self._launcher.adopt(pid)
+            except MpsError:
+                self._kill(pid)
+                raise
         self._save_record(dirs, gpu_uuid, pid, replace=True)
         log.info("MPS control daemon started", gpu=gpu_uuid, pid=pid, pipe=str(dirs.pipe_dir))
         return MpsDaemon(gpu_uuid=gpu_uuid, pid=pid, dirs=dirs, adopted=False)

@@ -26,6 +26,7 @@ from dra_driver.safe_tree import is_plain_file
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, OfferKey
 from kubelet_plugin.checkpoint_store import CheckpointStore, read_boot_id
 from kubelet_plugin.claimdir import ClaimDirs
+from kubelet_plugin.host_launch import HostLauncher
 from kubelet_plugin.hosts import Hosts
 from kubelet_plugin.hosts.base import HostContext, Removed
 from kubelet_plugin.paths import PluginPaths
@@ -50,6 +51,7 @@ class NodeState:
         paths: PluginPaths,
         steps: StepObserver = NO_OBSERVER,
         tools: Mapping[str, str] | None = None,
+        launcher: HostLauncher | None = None,
         boot_id: str | None = None,
     ) -> None:
         self.backend = backend
@@ -57,7 +59,10 @@ class NodeState:
         self.steps = steps  # told as a claim passes each step (a test harness may stop the process there)
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
-        self.hosts = Hosts(HostContext(backend=backend, paths=paths, steps=steps, tools=dict(tools or {})))
+        context = HostContext(
+            backend=backend, paths=paths, steps=steps, tools=dict(tools or {}), launcher=launcher
+        )
+        self.hosts = Hosts(context)
         self.lock = threading.RLock()
         self.store = CheckpointStore(path=paths.checkpoint_file)
         self._cp: Checkpoint | None = None

@@ -63,6 +63,11 @@ class PluginPaths:
         return self.registry_dir / registration_socket_name(self.pod_uid)
 
     @property
+    def ready_file(self) -> Path:
+        """Written while this instance is registered and published (kubelet_plugin.readiness)."""
+        return self.plugin_dir / (f".ready-{self.pod_uid}" if self.pod_uid else ".ready")
+
+    @property
     def checkpoint_file(self) -> Path:
         return self.plugin_dir / "checkpoint.json"
 

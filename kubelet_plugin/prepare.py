@@ -22,7 +22,7 @@ from dra_driver import families
 from dra_driver.allocation import ClaimPlan, plan_claim
 from dra_driver.errors import ClaimError, TesseraError
 from dra_driver.limits_file import limits_file, render_limits
-from dra_driver.model import Inventory
+from dra_driver.model import NO_DRIVER_FILES, DriverFiles, Inventory
 from dra_driver.names import DRIVER_NAME, ClaimUID, DeviceName, Family
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.claim_marker import marker_annotations
@@ -72,6 +72,7 @@ class Preparer:
         pool_name: str,
         driver_name: str = DRIVER_NAME,
         driver_library_dirs: Sequence[str] = (),
+        driver_files: DriverFiles = NO_DRIVER_FILES,
     ) -> None:
         self.state = state
         self.claim_source = claims
@@ -79,6 +80,7 @@ class Preparer:
         self.pool_name = pool_name
         self.driver_name = driver_name
         self._library_dirs = tuple(driver_library_dirs)
+        self._driver_files = driver_files
 
     # ---- prepare ------------------------------------------------------------------------------------
 
@@ -274,6 +276,7 @@ class Preparer:
             claim_dir=str(state.dirs.path(uid)),
             driver_library_dirs=self._library_dirs,
             gpus_dir=str(state.paths.gpus_dir),
+            driver_files=self._driver_files,
         )
         spec = replace(
             claim_spec(plan=plan, inventory=snapshot, host=host, made=made),

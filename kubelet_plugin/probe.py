@@ -1,4 +1,5 @@
-"""`tessera plugin probe`: the DaemonSet's liveness check, through the plugin's own sockets.
+"""`tessera plugin probe`: the DaemonSet's liveness check, through the plugin's own sockets, and with
+`--ready` its readiness check (also registered with the kubelet and its pool published: readiness.py).
 
 Healthy when, within the timeout, the registration socket answers GetInfo with our driver name and the DRA
 endpoint, and that endpoint answers a NodePrepareResources without claims (which takes no lock, so a long
@@ -9,14 +10,14 @@ stderr saying why.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from dra_driver.names import DRIVER_NAME
+from kubelet_plugin.options import DaemonOptions, add_path_arguments, with_paths
 from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.readiness import is_ready
 
 DEFAULT_TIMEOUT_S = 5.0
 EXIT_HEALTHY, EXIT_UNHEALTHY = 0, 1
@@ -88,13 +89,13 @@ def add_probe_command(plugin_parser: argparse.ArgumentParser) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--root", type=Path, help="the plugin's --root, if it was given one (tests)")
-    p.add_argument(
-        "--pod-uid",
-        default=os.environ.get("POD_UID") or None,
-        help="the plugin's pod UID: per-pod socket names (default: $POD_UID)",
-    )
+    add_path_arguments(p)  # the same as the plugin's: it must find the plugin's sockets
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds for both checks")
+    p.add_argument(
+        "--ready",
+        action="store_true",
+        help="readiness: also registered with the kubelet and the pool published (exit 1 until then)",
+    )
     p.set_defaults(handler=run_from_args)
 
 
@@ -102,12 +103,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         sys.stderr.write(f"--timeout must be positive seconds, got {args.timeout}\n")
         return EXIT_UNHEALTHY
-    paths = (
-        PluginPaths.under(args.root.resolve(), pod_uid=args.pod_uid)
-        if args.root is not None
-        else PluginPaths.defaults(pod_uid=args.pod_uid)
-    )
+    paths = with_paths(DaemonOptions(node_name=""), args).paths()
     result = probe(paths, timeout=args.timeout)
+    if result.healthy and args.ready and not is_ready(paths.ready_file):
+        result = ProbeResult(
+            False, f"not ready: not yet registered with the kubelet and published ({paths.ready_file})"
+        )
     if not result.healthy:
         sys.stderr.write(f"unhealthy: {result.reason}\n")
         return EXIT_UNHEALTHY

@@ -252,8 +252,10 @@ class SlicePublisher:
         watch_s: int = 10,
         backoff_s: float = 1.0,
         poll_s: float = 0.2,
+        on_published: Callable[[], None] | None = None,
     ) -> None:
-        """Publish `desired(degraded)` and keep it published until `stop` is set.
+        """Publish `desired(degraded)` and keep it published until `stop` is set; `on_published` is told after
+        each successful publish.
 
         The watch runs in a thread of its own, so a `request_resync()` (health, MIG mode) and `stop` take
         effect within `poll_s` instead of waiting for an open watch to end.
@@ -276,6 +278,8 @@ class SlicePublisher:
                     if result.degraded or result.taints_dropped:
                         self.publish(desired(self.degraded))
                     next_resync = time.monotonic() + resync_s
+                    if on_published is not None:
+                        on_published()
                 except (PublishError, ApiException, OSError) as e:
                     # API server restarting or unreachable: back off, then re-list and republish.
                     metrics.SLICE_ERRORS.inc()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,13 @@ class RegistrationOutcome:
 
 
 class RegistrationServicer(pb_grpc.RegistrationServicer):
-    def __init__(self, *, dra_socket: Path, driver_name: str = DRIVER_NAME) -> None:
+    def __init__(
+        self,
+        *,
+        dra_socket: Path,
+        driver_name: str = DRIVER_NAME,
+        on_outcome: Callable[[bool], None] | None = None,
+    ) -> None:
         if not dra_socket.is_absolute():
             raise ValueError(f"the DRA endpoint must be an absolute path, got {dra_socket}")
         self._info = pb.PluginInfo(
@@ -43,6 +50,7 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         )
         self._outcome: RegistrationOutcome | None = None
         self._changed = threading.Condition()
+        self._on_outcome = on_outcome
 
     def GetInfo(self, request: pb.InfoRequest, context: grpc.ServicerContext) -> pb.PluginInfo:  # noqa: N802
         log.info("kubelet asked for plugin info", endpoint=self._info.endpoint)
@@ -59,6 +67,8 @@ class RegistrationServicer(pb_grpc.RegistrationServicer):
         with self._changed:
             self._outcome = outcome
             self._changed.notify_all()
+        if self._on_outcome is not None:
+            self._on_outcome(outcome.registered)
         return pb.RegistrationStatusResponse()
 
     @property

@@ -32,6 +32,7 @@ from kubelet_plugin import priority_relay
 from kubelet_plugin.checkpoint import Checkpoint, OfferKey
 from kubelet_plugin.claims import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
+from kubelet_plugin.driver_setup import driver_setup
 from kubelet_plugin.file_modes import (
     CDI_DIR_MODE,
     CLAIMS_ROOT_MODE,
@@ -57,6 +58,7 @@ from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.prepared_claims import PreparedClaim, prepared_claims
+from kubelet_plugin.readiness import Readiness
 from kubelet_plugin.reconcile import ReconcileReport, reconcile
 from kubelet_plugin.registration import RegistrationServicer
 from kubelet_plugin.server import PluginServer, Services
@@ -148,6 +150,7 @@ class Node:
         self._relay_thread: threading.Thread | None = None
         self.metrics: MetricsServer | None = None
         self.usage: UsageStatusLoop | None = None
+        self.readiness: Readiness | None = None
         self._usage_thread: threading.Thread | None = None
         self._offered: OfferKey | None = None  # what the node offered after the last claim call
 
@@ -171,13 +174,23 @@ class Node:
         make_dir(paths.cdi_dir, CDI_DIR_MODE, existing="tighten")  # shared with other vendors
         make_dir(paths.claims_dir, CLAIMS_ROOT_MODE)
         lock = PluginLock(paths.lock_file)
+        driver = driver_setup(o)
         self.backend = backend = TimedBackend(
-            open_backend(simulate=o.simulate, state_file=o.sim_state, watch_health=True)
+            open_backend(
+                simulate=o.simulate,
+                state_file=o.sim_state,
+                watch_health=True,
+                nvml_library=driver.nvml_library,
+            )
         )
         access = self.claims(o)
         events = self._events(access.api)
         self.state = state = NodeState(
-            backend=backend, paths=paths, steps=self.steps, tools={MPS_CONTROL_TOOL: o.mps_control}
+            backend=backend,
+            paths=paths,
+            steps=self.steps,
+            tools={MPS_CONTROL_TOOL: driver.mps_control},
+            launcher=driver.launcher,
         )
         preparer = Preparer(
             state=state,
@@ -185,6 +198,10 @@ class Node:
             status=access.status,
             pool_name=o.node_name,
             driver_library_dirs=tuple(str(d) for d in o.driver_library_dirs),
+            driver_files=driver.files,
+        )
+        self.readiness = readiness = Readiness(
+            paths.ready_file, needs_publish=access.api is not None and o.publish
         )
         with state.dirs.removals_deferred(), lock.held():
             self._reconcile(preparer, events)  # its commit rewrites what derives from the checkpoint (views)
@@ -210,7 +227,7 @@ class Node:
         )
         self.poller.poll_once()  # the first slices already carry the taints of unhealthy GPUs
         if access.api is not None and o.publish:
-            self._start_publisher(access.api, state, settings)
+            self._start_publisher(access.api, state, settings, readiness)
         self.poller.start()
         self._start_observability(access, settings)
 
@@ -226,7 +243,9 @@ class Node:
         self.server = PluginServer(
             paths=paths,
             services=Services(
-                registration=RegistrationServicer(dra_socket=paths.dra_socket),
+                registration=RegistrationServicer(
+                    dra_socket=paths.dra_socket, on_outcome=readiness.registration
+                ),
                 dra_v1=DraV1Servicer(calls),
                 dra_v1beta1=DraV1beta1Servicer(calls),
                 health_v1=HealthV1Servicer(board, slots=streams),
@@ -339,7 +358,9 @@ class Node:
             events.warn(reason=CHECKPOINT_REBUILT_REASON, message=report.recovery.summary())
         return report
 
-    def _start_publisher(self, api: Any, state: NodeState, settings: NodeSettings) -> None:
+    def _start_publisher(
+        self, api: Any, state: NodeState, settings: NodeSettings, readiness: Readiness
+    ) -> None:
         from kubernetes import client as k8s  # noqa: PLC0415
 
         from kubelet_plugin.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
@@ -360,7 +381,7 @@ class Node:
         )
         self._publisher_thread = threading.Thread(
             target=publisher.run,
-            kwargs={"desired": desired, "stop": self.stop_event},
+            kwargs={"desired": desired, "stop": self.stop_event, "on_published": readiness.published},
             name="slice-publisher",
             daemon=True,
         )
@@ -368,6 +389,8 @@ class Node:
 
     def stop(self, *, grace: float) -> None:
         self.stop_event.set()
+        if self.readiness is not None:
+            self.readiness.clear()
         if self.metrics is not None:
             self.metrics.stop()
         if self.board is not None:

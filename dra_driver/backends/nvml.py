@@ -20,7 +20,7 @@ import pynvml
 import structlog
 
 from dra_driver.backends.nvml_health import NvmlHealthWatcher
-from dra_driver.errors import InventoryError, MigError, PlacementTakenError
+from dra_driver.errors import ConfigError, InventoryError, MigError, PlacementTakenError
 from dra_driver.model import (
     Architecture,
     DeviceNode,
@@ -150,6 +150,18 @@ def _is(e: pynvml.NVMLError, *codes: int) -> bool:
     return getattr(e, "value", None) in codes
 
 
+def load_library(path: Path) -> None:
+    """Makes pynvml use the libnvidia-ml at `path`: the loader's search path cannot be changed once a process
+    runs, and a driver root (the GPU Operator's, or the host's seen from a container) is not on it."""
+    if pynvml.nvmlLib is not None:
+        return  # loaded already: NVML stays with the library it was initialised from
+    try:
+        pynvml.nvmlLib = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise ConfigError(f"cannot load the NVML library {path} from the driver root: {e}") from e
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
 class NvmlBackend:
     """`GpuBackend` over NVML. NVML is initialised once per backend and shut down by `close()`.
 
@@ -167,10 +179,13 @@ class NvmlBackend:
         self._uvm_major = char_major("nvidia-uvm", proc_root / "devices") or 0
 
     @classmethod
-    def open(cls, *, watch_health: bool = False) -> NvmlBackend:
+    def open(cls, *, watch_health: bool = False, library: Path | None = None) -> NvmlBackend:
         """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc); `watch_health`:
-        a thread collects XID and double-bit ECC events (the node daemon's health checks add them)."""
+        a thread collects XID and double-bit ECC events (the node daemon's health checks add them);
+        `library`: libnvidia-ml by path (a driver root's), instead of the loader's search path."""
         proc_root = Path(os.environ.get(DRIVER_PROC_ROOT_ENV) or DEFAULT_DRIVER_PROC_ROOT)
+        if library is not None:
+            load_library(library)
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as e:

@@ -42,6 +42,8 @@ RUNTIME_CONFIG: Final = "api/all=true"
 KCM_CONTROLLERS: Final[tuple[str, ...]] = (
     "resourceclaim-controller",
     "device-taint-eviction-controller",
+    # the chart's node plugin DaemonSet on the real node (e2e/realnode/chart.py)
+    "daemonset-controller",
     "resourcepoolstatusrequest-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",

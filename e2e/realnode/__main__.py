@@ -1,7 +1,8 @@
 """`python -m e2e.realnode upgrade` (`make bench-upgrade`): the seamless plugin upgrade on a real node
 (e2e.realnode.upgrade), on its own control plane, with its figures printed.
 
-Needs root and the built components: `bash e2e/cluster/build.sh` and `bash e2e/realnode/build.sh`.
+Needs root and the built components: `bash e2e/cluster/build.sh`, `bash e2e/realnode/build.sh` and the
+image (`make image`).
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ def upgrade(args: argparse.Namespace) -> int:
                     k8s.V1Namespace.model_validate({"metadata": {"name": namespace}})
                 )
                 wait_for_service_account(bed.api, namespace)
+                print(f"installed with helm in {node.install_s:.1f} s", flush=True)
                 print(
-                    f"{args.workers} workers create/delete vgpu pods; the plugin is upgraded after "
-                    f"{args.warmup_pods} pods, with {args.overlap_s}s of overlap ...",
+                    f"{args.workers} workers create/delete vgpu pods; `helm upgrade` twice (a new image tag, "
+                    f"then a settings change) after {args.warmup_pods} pods ...",
                     flush=True,
                 )
                 figures = run_upgrade(
@@ -58,7 +60,6 @@ def upgrade(args: argparse.Namespace) -> int:
                     workers=args.workers,
                     warmup_pods=args.warmup_pods,
                     after_pods=args.after_pods,
-                    overlap_s=args.overlap_s,
                 )
             finally:
                 node.stop()
@@ -84,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--workers", type=int, default=3, help="pods created and deleted at once")
     up.add_argument("--warmup-pods", type=int, default=6, help="pods finished before the switch")
     up.add_argument("--after-pods", type=int, default=6, help="pods finished after the switch")
-    up.add_argument("--overlap-s", type=float, default=10.0, help="seconds both instances stay registered")
     up.set_defaults(handler=upgrade)
     args = parser.parse_args(argv)
     configure(level="warning")

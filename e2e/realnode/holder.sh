@@ -16,6 +16,10 @@ root="$1"
 init="$2"
 shift 2
 
+# Shared inside the node, as on a host whose init shares /: containerd refuses a HostToContainer volume (the
+# chart's driver root) whose mount is private. New peer groups: nothing reaches the machine's mount table.
+mount --make-rshared /
+
 mount -t tmpfs -o mode=0755 tessera-node-run /run
 mount -t tmpfs -o mode=0755 tessera-node-varlib /var/lib
 mount -t tmpfs -o mode=0755 tessera-node-varlog /var/log

@@ -193,6 +193,24 @@ class NodeNamespaces:
                 raise RealNodeError(f"{name} did not start within {timeout_s}s")
             time.sleep(0.02)
 
+    def bind(self, source: Path, target: Path) -> None:
+        """A bind mount in the node's mount namespace (`target` must exist)."""
+        if self.init_pid is None or not self.alive():
+            raise RealNodeError("the node's namespaces are not running")
+        argv = [
+            "nsenter",
+            f"--target={self.init_pid}",
+            "--mount",
+            "--",
+            "mount",
+            "--bind",
+            str(source),
+            str(target),
+        ]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+        if done.returncode != 0:
+            raise RealNodeError(f"mount --bind {source} {target} in the node failed: {done.stderr.strip()}")
+
     def stop(self) -> None:
         """Kills PID 1 of the namespaces: the kernel kills every process left in them."""
         if self._unshare is None:

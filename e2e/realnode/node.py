@@ -1,19 +1,18 @@
 """One real node: the upstream kubelet and containerd (with runc and CNI) in their own namespaces, registered
-with the e2e control plane, and Tessera's node plugin (`python -m kubelet_plugin.daemon`, simulated GPUs)
-serving that kubelet through its real plugin watcher.
+with the e2e control plane, and Tessera installed onto it as a user installs it: our image imported into its
+containerd and the chart installed with `helm install` (e2e.realnode.chart), the plugin running only in the
+DaemonSet's container and serving the kubelet through its real plugin watcher.
 
-The plugin's "host" driver directory is the fake driver's build directory (interceptor/build/fake), mounted
-into containers in place, and the interception library is the one `make -C interceptor` built: a vgpu
+The node's NVIDIA driver is a driver root laid out as a host install with the fake driver in it
+(e2e.realnode.driver): the plugin reads NVML from there, and claims' containers get libcuda.so.1 from there
+by CDI; the interception library is the one in our image, installed by the chart's init container: a vgpu
 container really preloads libtessera.so and really loads the fake libcuda.so.1.
-
-The plugin instances (their identities, processes and logs) are e2e.realnode.plugin's.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import socket
 import subprocess
 import time
@@ -25,7 +24,6 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.backends.sim_state import read_state
 from dra_driver.names import DRIVER_NAME
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import delete_node
@@ -33,14 +31,13 @@ from e2e.controlplane.processes import log_tail
 from e2e.controlplane.settings import FEATURE_GATES
 from e2e.kube import Json, wait_for
 from e2e.node import (
-    REPO_ROOT,
     cdi_specs_in,
     entries_of,
-    mig_instances_in,
     node_name_of,
 )
 from e2e.realnode import cgroups
 from e2e.realnode.binaries import NodeBinaries
+from e2e.realnode.chart import IMAGE_REPOSITORY, ChartPlugin, helm_binary, image_archive
 from e2e.realnode.checkpoints import PreparedClaim, kubelet_claim_pods, kubelet_prepared, plugin_prepared
 from e2e.realnode.config import (
     KERNEL_TUNABLES,
@@ -52,16 +49,15 @@ from e2e.realnode.config import (
     kubelet_args,
     kubelet_config,
 )
+from e2e.realnode.driver import FakeDriverRoot
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.metrics import DraCounts, fetch_metrics, parse_dra_counts
 from e2e.realnode.namespaces import NodeNamespaces, NodeProcess
-from e2e.realnode.plugin import DRIVER_DIR, PluginRunner
 from e2e.realnode.pod_logs import container_log_dir, probe_report
 from kubelet_plugin.paths import PluginPaths
 
 log = structlog.get_logger(__name__)
 
-LIBRARY_BUILD = REPO_ROOT / "interceptor" / "build" / "libtessera.so"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 _MERGE_PATCH = "application/merge-patch+json"
 
@@ -113,14 +109,21 @@ class RealNode:
         self.namespaces = NodeNamespaces(root=root, init=binaries.pause, tunables=KERNEL_TUNABLES)
         self.containerd: NodeProcess | None = None
         self.kubelet: NodeProcess | None = None
-        self.plugins = PluginRunner(
+        self.driver = FakeDriverRoot.under(root, node_file=self.node_file)
+        self.chart = ChartPlugin(
             api=api,
             admin_kubeconfig=plane.kubeconfig,
+            server=plane.server,
             node_name=self.name,
-            node_file=self.node_file,
             root=root,
+            pod_logs=self.layout.pod_logs,
+            driver=self.driver,
+            cgroup_root=self.cgroup_root,
+            helm=helm_binary(),
         )
+        self.image = image_archive()
         self._ports = KubeletPorts(*_free_ports(2))
+        (self.metrics_port,) = _free_ports(1)
         self._kubeconfig: Path | None = None
 
     # ---- paths ------------------------------------------------------------------------------------------
@@ -133,11 +136,6 @@ class RealNode:
         return PluginPaths.under(self.root, pod_uid=pod_uid)
 
     @property
-    def sim_state_file(self) -> Path:
-        path: Path = self.plugins.sim_state_file
-        return path
-
-    @property
     def logs(self) -> Path:
         return self.layout.logs
 
@@ -148,13 +146,17 @@ class RealNode:
         for d in self.layout.directories():
             d.mkdir(parents=True, exist_ok=True)
         self._write_configs()
+        self.driver.lay_out()
         cgroups.create(self.cgroup_root)
         self.namespaces.start()
+        self.namespaces.bind(*self.driver.state_mount)
         self.start_containerd()
         self.import_images()
         self.start_kubelet(timeout_s=max(10.0, deadline - time.monotonic()))
-        self.plugins.start(timeout_s=max(10.0, deadline - time.monotonic()))
-        log.info("realnode.ready", node=self.name, root=str(self.root))
+        started = time.monotonic()
+        self.chart.install(metrics_port=self.metrics_port, timeout_s=max(30.0, deadline - time.monotonic()))
+        self.install_s = time.monotonic() - started
+        log.info("realnode.ready", node=self.name, root=str(self.root), install_s=round(self.install_s, 1))
 
     def _write_configs(self) -> None:
         c = self.layout.config_dir
@@ -175,13 +177,6 @@ class RealNode:
         self._kubeconfig = self.plane.client_kubeconfig(
             name=f"kubelet-{self.name}", user=f"system:node:{self.name}", groups=("system:nodes",)
         )
-        library = self.plugin_paths().library_path
-        library.parent.mkdir(parents=True, exist_ok=True)
-        if not LIBRARY_BUILD.is_file() or not (DRIVER_DIR / "libcuda.so.1").is_file():
-            raise RealNodeError(
-                f"{LIBRARY_BUILD} or {DRIVER_DIR}/libcuda.so.1 is missing: run make -C interceptor"
-            )
-        shutil.copyfile(LIBRARY_BUILD, library)
 
     def _env(self) -> dict[str, str]:
         return {
@@ -218,9 +213,16 @@ class RealNode:
         return result
 
     def import_images(self) -> None:
-        for archive in self.binaries.images:
+        for archive in (*self.binaries.images, self.image):
             self._ctr("images", "import", str(archive))
-        log.info("realnode.images", node=self.name, images=[a.name for a in self.binaries.images])
+        log.info(
+            "realnode.images", node=self.name, images=[a.name for a in (*self.binaries.images, self.image)]
+        )
+
+    def tag_image(self, tag: str) -> None:
+        """Our image under another tag, as a new release of it would arrive (for `helm upgrade`)."""
+        source = f"{IMAGE_REPOSITORY}:{self.chart.image_tag}"
+        self._ctr("images", "tag", "--force", source, f"{IMAGE_REPOSITORY}:{tag}")
 
     def start_kubelet(self, *, timeout_s: float = 60.0) -> None:
         assert self._kubeconfig is not None
@@ -282,9 +284,9 @@ class RealNode:
     # ---- stopping ---------------------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Plugins, kubelet and containerd (gracefully), then everything left in the namespaces (the pods'
-        containers and shims); the cgroups, the identity pods and the Node object go too."""
-        self.plugins.stop_all()
+        """Kubelet and containerd (gracefully), then everything left in the namespaces (the pods' containers
+        and shims, the MPS daemons); the cgroups, the pods and the Node object go too. The chart's release
+        stays in the API: the control plane is the session's."""
         for component in (self.kubelet, self.containerd):
             if component is not None:
                 component.stop()
@@ -321,14 +323,10 @@ class RealNode:
         return entries_of(self.plugin_paths().claims_dir)
 
     def mig_instances(self) -> list[tuple[str, str]]:
-        return mig_instances_in(self.sim_state_file)
+        return self.driver.host_view().mig_instances()
 
     def mig_cap_minors(self) -> dict[str, tuple[int, int]]:
-        """MIG UUID → the (GI, CI) minors of its /dev/nvidia-caps nodes, from the simulated GPUs' state."""
-        state = read_state(self.sim_state_file)
-        if state is None:
-            return {}
-        return {i.uuid: (i.gi_cap_minor, i.ci_cap_minor) for g in state.gpus.values() for i in g.instances}
+        return self.driver.mig_cap_minors()
 
     def kubelet_prepared(self) -> dict[str, PreparedClaim]:
         return kubelet_prepared(self.layout.kubelet_checkpoint)

@@ -1,8 +1,9 @@
-"""A seamless plugin upgrade on the real node, as a DaemonSet with `maxSurge: 1, maxUnavailable: 0` does it:
-while a stream of vgpu pods is created and deleted, a second plugin instance starts with its own pod (its own
+"""A seamless plugin upgrade on the real node, driven through `helm upgrade` as a user does it: while a stream
+of vgpu pods is created and deleted, the chart is upgraded twice — a new image tag, then a settings change —
+and each time the DaemonSet (`maxSurge: 1, maxUnavailable: 0`) starts a new pod beside the old one (its own
 UID, so its own sockets: `dra-<uid>.sock`, `<driver>-<uid>-reg.sock`), the kubelet registers it beside the
-first and sends new calls to it, and then the first instance stops (SIGTERM: it removes its sockets) and its
-pod goes.
+first and sends new calls to it, and only once the new pod is Ready (registered and published: its
+readinessProbe) does the old pod go (SIGTERM: it removes its sockets).
 
 What is counted: pods created, before / during / after the switch, that ran and were deleted in time; the
 kubelet's own DRA counters (failed PrepareResources / UnprepareResources, gRPC calls that did not end OK); the
@@ -22,9 +23,9 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.kube import WaitTimeoutError, get_pod, is_running, wait_for
+from e2e.realnode.chart import PluginPod
 from e2e.realnode.metrics import DraCounts
 from e2e.realnode.node import RealNode
-from e2e.realnode.plugin import PluginInstance
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, vgpu
 
 log = structlog.get_logger(__name__)
@@ -55,8 +56,8 @@ class UpgradeFigures:
     pods_created_during_switch: int
     pods_created_after: int
     pods_failed: int  # did not run, or were not finalized by the kubelet, in time
-    switch_s: float  # second instance started → first instance gone
-    overlap_s: float  # both instances registered
+    switch_s: tuple[float, ...]  # per `helm upgrade`: the command → the old pod gone, a new one Ready
+    ready_s: tuple[float, ...]  # per `helm upgrade`: the command → the new pod Ready
     start_p50_s: float
     start_max_s: float
     kubelet_prepares: int
@@ -155,42 +156,64 @@ class PodStream:
                 log.warning("upgrade.cleanup_failed", pod=name, error=str(e))
 
 
-def _plugin_failures(instances: list[PluginInstance]) -> list[str]:
+def _plugin_failures(pods: list[PluginPod]) -> list[str]:
     return [
-        f"{i.pod_uid[:8]}: {e.get('event')} {e.get('claim')}: {e.get('error')}"
-        for i in instances
-        for e in i.events()
+        f"{p.uid[:8]}: {e.get('event')} {e.get('claim')}: {e.get('error')}"
+        for p in pods
+        for e in p.events()
         if e.get("event") in PLUGIN_FAILURES
     ]
 
 
+NEXT_TAG = "next"  # the image again under a new tag: a release the node has not run yet
+
+
+def _roll(node: RealNode, *set_values: str, image_tag: str | None = None) -> tuple[float, float, PluginPod]:
+    """One `helm upgrade`; until the DaemonSet replaced the node's plugin pod. Seconds until the new pod was
+    Ready and until the old one was gone, and the new pod."""
+    old = node.chart.current
+    started = time.monotonic()
+    node.chart.upgrade(*set_values, image_tag=image_tag)
+    new: PluginPod = wait_for(
+        "the new plugin pod to be Ready",
+        lambda: next((p for p in node.chart.pods() if p.uid != old.uid and p.ready), None),
+        timeout_s=180,
+        interval_s=0.2,
+    )
+    ready = time.monotonic() - started
+    wait_for(
+        "the old plugin pod to go",
+        lambda: all(p.uid != old.uid for p in node.chart.pods()),
+        timeout_s=120,
+        interval_s=0.2,
+    )
+    return ready, time.monotonic() - started, new
+
+
 def run_upgrade(
-    node: RealNode,
-    namespace: str,
-    *,
-    workers: int = 3,
-    warmup_pods: int = 4,
-    after_pods: int = 4,
-    overlap_s: float = 5.0,
+    node: RealNode, namespace: str, *, workers: int = 3, warmup_pods: int = 4, after_pods: int = 4
 ) -> UpgradeFigures:
-    """Runs the stream, switches plugin instances in the middle of it, and counts. Both instances stay
-    registered for `overlap_s` (a DaemonSet deletes the old pod once the new one is ready; the kubelet sends
-    calls to the newest registration meanwhile, while the old instance still serves its sockets)."""
+    """Runs the stream, upgrades the release twice in the middle of it (new image tag, then a settings
+    change), and counts."""
     template = claim_template(TEMPLATE, vgpu("256Mi", "5"))
     k8s.ResourceV1Api(node.api).create_namespaced_resource_claim_template(
         namespace, k8s.V1ResourceClaimTemplate.model_validate(template)
     )
-    old = node.plugins.current
+    pods = [node.chart.current]
     counts_before = node.dra_counts()
+    node.tag_image(NEXT_TAG)
     stream = PodStream(node, namespace, workers=workers)
     stream.start()
+    switches: list[float] = []
+    readies: list[float] = []
     try:
         wait_for("the warm-up pods", lambda: stream.finished() >= warmup_pods, timeout_s=300, interval_s=0.2)
         switch_start = time.monotonic()
-        new = node.plugins.start()  # a new pod (new UID), registered beside the old instance
-        overlap_start = time.monotonic()
-        time.sleep(overlap_s)
-        node.plugins.stop(old)  # SIGTERM: sockets removed; then its pod is deleted, as the DaemonSet does
+        for set_values, tag in (((), NEXT_TAG), (("healthInterval=3",), None)):
+            ready_s, switch_s, new = _roll(node, *set_values, image_tag=tag)
+            readies.append(round(ready_s, 2))
+            switches.append(round(switch_s, 2))
+            pods.append(new)
         switch_end = time.monotonic()
         done_at_switch = stream.finished()
         wait_for(
@@ -206,15 +229,16 @@ def run_upgrade(
     outcomes = stream.outcomes
     failed = [o for o in outcomes if not (o.ran and o.gone)]
     starts = sorted(o.start_s for o in outcomes if o.start_s is not None)
-    plugin_failures = _plugin_failures([old, new])
+    plugin_failures = _plugin_failures(pods)
+    current = pods[-1]
     figures = UpgradeFigures(
         pods_created=len(outcomes),
         pods_created_before=sum(1 for o in outcomes if o.created_at < switch_start),
         pods_created_during_switch=sum(1 for o in outcomes if switch_start <= o.created_at <= switch_end),
         pods_created_after=sum(1 for o in outcomes if o.created_at > switch_end),
         pods_failed=len(failed),
-        switch_s=round(switch_end - switch_start, 2),
-        overlap_s=round(switch_end - overlap_start, 2),
+        switch_s=tuple(switches),
+        ready_s=tuple(readies),
         start_p50_s=round(statistics.median(starts), 2) if starts else 0.0,
         start_max_s=round(starts[-1], 2) if starts else 0.0,
         kubelet_prepares=counts.operation("PrepareResources", failed=False),
@@ -225,7 +249,7 @@ def run_upgrade(
         kubelet_failed_grpc_calls=counts.failed_grpc(),
         plugin_claim_failures=len(plugin_failures),
         leftovers=tuple(
-            node.leftovers() + [f"socket {p.name}" for p in node.sockets() if new.pod_uid not in p.name]
+            node.leftovers() + [f"socket {p.name}" for p in node.sockets() if current.uid not in p.name]
         ),
         failures=tuple([f"{o.name}: {o.error or 'not finalized'}" for o in failed] + plugin_failures),
     )

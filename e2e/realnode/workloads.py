@@ -1,6 +1,7 @@
 """Pods and claims for the real node: the probe image (e2e/realnode/probe.c) in every container, pinned to the
-node and tolerating its taint, with the fake driver's directory on LD_LIBRARY_PATH (the plugin mounts that
-directory in place, as it would a host's driver directory)."""
+node and tolerating its taint. The image has no CUDA library of its own and sets NVIDIA_VISIBLE_DEVICES=all
+as CUDA base images do: libcuda.so.1 comes only from the claim's CDI spec (the driver root's files, found by
+the loader in its system search path), and the only GPUs are the claim's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from dataclasses import dataclass, field
 
 from e2e.kube import Json
 from e2e.realnode.config import PROBE_IMAGE, REALNODE_TAINT_KEY
-from e2e.realnode.plugin import DRIVER_DIR
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +55,7 @@ def probe_pod(
                     "image": PROBE_IMAGE,
                     "args": list(c.args),
                     "env": [
-                        {"name": k, "value": v}
-                        for k, v in {"LD_LIBRARY_PATH": str(DRIVER_DIR), **c.env}.items()
+                        {"name": k, "value": v} for k, v in {"NVIDIA_VISIBLE_DEVICES": "all", **c.env}.items()
                     ],
                     "resources": {"claims": [_claim_ref(r) for r in c.claims]},
                 }

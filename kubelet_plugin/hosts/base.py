@@ -16,6 +16,7 @@ from dra_driver.families.base import PlannedDevice
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.host_launch import HostLauncher
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.steps import StepObserver
 
@@ -28,6 +29,7 @@ class HostContext:
     paths: PluginPaths
     steps: StepObserver
     tools: Mapping[str, str] = field(default_factory=dict)  # host tools by name → the path to run them by
+    launcher: HostLauncher | None = None  # daemons that must outlive this container start on the host
 
 
 @dataclass(frozen=True, slots=True)

@@ -77,4 +77,5 @@ class MpsHost(FamilyHost):
 
 
 def make(ctx: HostContext) -> FamilyHost:
-    return MpsHost(MpsControl(root=ctx.paths.mps_dir, tool=ctx.tools.get(DEFAULT_TOOL, DEFAULT_TOOL)))
+    tool = ctx.tools.get(DEFAULT_TOOL, DEFAULT_TOOL)
+    return MpsHost(MpsControl(root=ctx.paths.mps_dir, tool=tool, launcher=ctx.launcher))

@@ -48,14 +48,15 @@ def test_kubelet_restart_keeps_pods_and_checkpoints_agree(
     kubelet_before = real_node.kubelet_prepared()
     assert len(kubelet_before) == 2
     assert kubelet_before == real_node.plugin_prepared()
-    registrations = real_node.plugins.current.registrations()
+    plugin = real_node.chart.current
+    registrations = plugin.registrations()
 
     real_node.restart_kubelet()
 
     # the plugin watcher found the plugin's socket again and the kubelet registered it anew
     wait_for(
         "the restarted kubelet to register the plugin",
-        lambda: real_node.plugins.current.registrations() > registrations,
+        lambda: plugin.registrations() > registrations,
         timeout_s=60,
     )
     # the kubelet wipes the node's slices when it starts; the plugin publishes its pool again

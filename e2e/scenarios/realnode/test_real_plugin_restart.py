@@ -1,6 +1,8 @@
-"""The plugin crashes (SIGKILL) while pods run on the real node: the running pod keeps running; a pod created
-meanwhile waits (the kubelet cannot prepare its claim: the driver is not registered) and runs once the plugin
-is back; the running pod's CDI spec and claim directory come through untouched and unprepare cleanly later."""
+"""The plugin crashes (SIGKILL) in its DaemonSet container while pods run on the real node: the running pod
+keeps running; a pod created meanwhile waits (the kubelet cannot prepare its claim: the driver does not
+answer) and runs once the kubelet has restarted the plugin's container (same pod, same socket names, stale
+sockets cleared); the running pod's CDI spec and claim directory come through untouched and unprepare cleanly
+later."""
 
 from __future__ import annotations
 
@@ -41,8 +43,8 @@ def test_plugin_killed_and_restarted_while_pods_run(
     region = (claim_dir / "region").read_bytes()
     container_id = before["status"]["containerStatuses"][0]["containerID"]
 
-    identity = real_node.plugins.current.credentials
-    real_node.plugins.kill(real_node.plugins.current)
+    plugin = real_node.chart.current
+    real_node.chart.kill(plugin)
     apply(
         bed,
         real_ns,
@@ -64,7 +66,14 @@ def test_plugin_killed_and_restarted_while_pods_run(
     assert not is_running(get_pod(real_node.api, real_ns, "during"))
     assert is_running(get_pod(real_node.api, real_ns, "before"))
 
-    real_node.plugins.start(credentials=identity)  # same pod, same socket names, stale sockets cleared
+    # the kubelet restarts the container; Ready again once registered and published
+    wait_for(
+        "the plugin's container to be restarted and Ready",
+        lambda: any(
+            p.uid == plugin.uid and p.ready and p.restarts > plugin.restarts for p in real_node.chart.pods()
+        ),
+        timeout_s=120,
+    )
     during = running(real_node, real_ns, "during", timeout_s=120)
     assert limited_gpu(report(real_node, during, "cuda"))["total"] == 1500 << 20
 

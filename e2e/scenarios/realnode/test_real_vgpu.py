@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from e2e.realnode.driver import CONTAINER_LIBCUDA
 from e2e.realnode.node import RealNode
-from e2e.realnode.plugin import DRIVER_DIR
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, vgpu
 from e2e.testbed import SimCluster
 
@@ -72,13 +72,13 @@ def test_vgpu_limit_is_exact_and_the_region_is_shared_by_two_containers(
         assert env["CUDA_DEVICE_SM_LIMIT_0"] == "30"
         assert env[f"TESSERA_CLAIM_DIR_{claim_uid.replace('-', '_')}"] == claim_dir
         assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == f"{claim_dir}/region"
-        # really loaded: the library from the CDI mount, libcuda from the driver directory
+        # really loaded: the library from the CDI mount, libcuda from the driver root
         assert "/usr/local/tessera/lib/libtessera.so" in r["libraries"]
-        assert f"{DRIVER_DIR}/libcuda.so.1" in r["libraries"]
+        assert CONTAINER_LIBCUDA in r["libraries"]
         m = mounts(r)
         assert m["/usr/local/tessera/lib/libtessera.so"].startswith("ro,")
         assert m[claim_dir].startswith("rw,")
-        assert m[str(DRIVER_DIR)].startswith("ro,")
+        assert m[CONTAINER_LIBCUDA].startswith("ro,")
         [seen] = r["claimDirs"]
         assert seen["path"] == claim_dir and sorted(seen["entries"]) == ["limits", "region"]
         nodes = device_nodes(r)

@@ -1,12 +1,14 @@
 """A whole GPU on the real node: the container gets that GPU's device node and the control nodes through CDI,
-the driver directory, and no interception library; CUDA (the fake driver) is not limited."""
+the driver's files from the driver root, and no interception library; CUDA (the fake driver) is not limited.
+The image has no CUDA library and asks the NVIDIA toolkit for every GPU (NVIDIA_VISIBLE_DEVICES=all, as CUDA
+base images do): it runs CUDA through the claim alone and sees only the claim's GPU."""
 
 from __future__ import annotations
 
 import pytest
 
+from e2e.realnode.driver import CONTAINER_LIBCUDA, CONTAINER_NVIDIA_SMI
 from e2e.realnode.node import RealNode
-from e2e.realnode.plugin import DRIVER_DIR
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, whole_gpu
 from e2e.testbed import SimCluster
 
@@ -40,8 +42,12 @@ def test_whole_gpu(bed: SimCluster, real_node: RealNode, real_ns: str) -> None:
     assert nodes["/dev/nvidiactl"] == (195, 255)
     assert "/dev/nvidia-uvm" in nodes
     assert f"/dev/nvidia{1 - index}" not in nodes
-    assert mounts(r)[str(DRIVER_DIR)].startswith("ro,")
-    assert f"{DRIVER_DIR}/libcuda.so.1" in r["libraries"]
+    # the driver from the driver root, read-only, found by the loader with no help from the image
+    assert mounts(r)[CONTAINER_LIBCUDA].startswith("ro,")
+    assert mounts(r)[CONTAINER_NVIDIA_SMI].startswith("ro,")
+    assert CONTAINER_LIBCUDA in r["libraries"]
+    assert "LD_LIBRARY_PATH" not in r["env"]
+    assert r["env"]["NVIDIA_VISIBLE_DEVICES"] == "void"  # the toolkit, were it the runtime, adds nothing
     # nothing of the vgpu family: no preload, no claim directory, no limits
     assert not any("libtessera" in lib for lib in r["libraries"])
     assert "LD_PRELOAD" not in r["env"] and not r["claimDirs"]

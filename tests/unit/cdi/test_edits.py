@@ -6,12 +6,12 @@ from cdi.spec import Mount
 from dra_driver.allocation import ClaimPlan, LibrarySettings
 from dra_driver.config_schema import SmLimitPolicy
 from dra_driver.families import gpu as whole
-from dra_driver.families import mig, vgpu
+from dra_driver.families import mig, mps, vgpu
 from dra_driver.families.base import PlannedDevice
 from dra_driver.families.capacity import SharedLimits
 from dra_driver.families.mig import MigAction, MigPlan
 from dra_driver.families.vgpu import VgpuConfig
-from dra_driver.model import DeviceNode, Gpu, Inventory, MigInstance, Placement
+from dra_driver.model import DeviceNode, DriverFiles, DriverMount, Gpu, Inventory, MigInstance, Placement
 from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
 from dra_driver.profiles import product
 
@@ -115,6 +115,7 @@ def test_vgpu_carries_the_interception_library_contract() -> None:
     claim_dir = f"/var/run/tessera/claims/{UID}"
     env = dict(e.split("=", 1) for e in spec.container_edits.env)
     assert env == {
+        "NVIDIA_VISIBLE_DEVICES": "void",
         "LD_PRELOAD": "/usr/local/tessera/lib/libtessera.so",
         "TESSERA_CLAIM_DIRS": claim_dir,
         "TESSERA_CLAIM_DIR_" + UID.replace("-", "_"): claim_dir,
@@ -180,3 +181,38 @@ def test_mig_without_an_instance_is_an_error() -> None:
         assert "no MIG instance was created" in str(e)
     else:
         raise AssertionError("expected an error")
+
+
+DRIVER = DriverFiles(
+    common=(
+        DriverMount("/run/nvidia/driver/usr/lib64/libcuda.so.580", "/usr/lib64/libcuda.so.580"),
+        DriverMount("/run/nvidia/driver/usr/lib64/libcuda.so.580", "/usr/lib64/libcuda.so.1"),
+        DriverMount("/run/nvidia/driver/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"),
+    ),
+    mps=(
+        DriverMount("/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control"),
+    ),
+)
+RO = ("ro", "nosuid", "nodev", "bind")
+
+
+def test_every_claim_gets_the_drivers_files_read_only_and_no_gpu_from_the_toolkit() -> None:
+    host = HostLayout(library_path="/l", claim_dir="/c", driver_files=DRIVER)
+    spec = claim_spec(plan=claim_plan(planned(whole.NAME, 1, name="gpu-1")), inventory=INV, host=host)
+    assert spec.container_edits.mounts == tuple(
+        Mount(f.host_path, f.container_path, options=RO) for f in DRIVER.common
+    )
+    assert "NVIDIA_VISIBLE_DEVICES=void" in spec.container_edits.env
+
+
+def test_mps_claims_also_get_the_mps_tools() -> None:
+    host = HostLayout(library_path="/l", claim_dir="/c", driver_files=DRIVER)
+    device = planned(
+        mps.NAME, 0, name="gpu-0-mps", share="m0", spec=SharedLimits(1 << 30, 30), config=mps.MpsConfig()
+    )
+    plan = claim_plan(device, library=LibrarySettings(policy="default", log_level=2))
+    made = {device.device: mps.MpsPipe(host_dir="/var/lib/tessera/mps/GPU-0/pipe")}
+    spec = claim_spec(plan=plan, inventory=INV, host=host, made=made)
+    paths = [m.container_path for m in spec.container_edits.mounts]
+    assert "/usr/bin/nvidia-cuda-mps-control" in paths
+    assert "/usr/lib64/libcuda.so.1" in paths

@@ -51,8 +51,8 @@ def test_library_path_and_driver_dirs(tmp_path: Path) -> None:
     assert options.driver_library_dirs == (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/bin"))
 
 
-def test_mps_control_tool_defaults_to_path_lookup_and_can_be_given() -> None:
-    assert parse("--node-name", "n").mps_control == "nvidia-cuda-mps-control"
+def test_mps_control_tool_defaults_to_the_driver_root_or_path_and_can_be_given() -> None:
+    assert parse("--node-name", "n").mps_control is None  # driver_setup: the driver root's, else PATH
     assert parse("--node-name", "n", "--mps-control", "/opt/nv/nvidia-cuda-mps-control").mps_control == (
         "/opt/nv/nvidia-cuda-mps-control"
     )
@@ -83,3 +83,29 @@ def test_test_only_flags_are_not_the_daemons(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         parse("--node-name", "n", "--claims-dir-source", "/tmp/claims")
     assert "unrecognized arguments: --claims-dir-source" in capsys.readouterr().err
+
+
+def test_host_directories_follow_the_charts_host_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_UID", raising=False)
+    paths = parse(
+        "--node-name", "n", "--kubelet-plugins-dir", "/k/plugins", "--kubelet-registry-dir", "/k/registry",
+        "--cdi-dir", "/run/cdi", "--claims-dir", "/t/claims", "--gpus-dir", "/t/gpus",
+    ).paths()  # fmt: skip
+    assert str(paths.dra_socket) == "/k/plugins/gpu.tessera.dev/dra.sock"
+    assert str(paths.registration_socket) == "/k/registry/gpu.tessera.dev-reg.sock"
+    assert (paths.cdi_dir, paths.claims_dir, paths.gpus_dir) == (
+        Path("/run/cdi"), Path("/t/claims"), Path("/t/gpus"),
+    )  # fmt: skip
+    assert paths.ready_file == Path("/k/plugins/gpu.tessera.dev/.ready")
+
+
+def test_relative_host_directories_and_a_mount_without_a_root_are_refused() -> None:
+    with pytest.raises(SystemExit, match="--cdi-dir: run/cdi is not an absolute path"):
+        parse("--node-name", "n", "--cdi-dir", "run/cdi")
+    with pytest.raises(SystemExit, match="--driver-root-mount needs --driver-root"):
+        parse("--node-name", "n", "--driver-root-mount", "/driver-root")
+
+
+def test_driver_root_options() -> None:
+    options = parse("--node-name", "n", "--driver-root", "auto", "--driver-root-mount", "/driver-root")
+    assert (options.driver_root, options.driver_root_mount) == ("auto", Path("/driver-root"))

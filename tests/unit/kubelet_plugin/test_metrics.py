@@ -51,3 +51,33 @@ def test_health_events_say_what_is_wrong_and_the_taint() -> None:
     assert "XID 79" in message and "gpu.tessera.dev/unhealthy=lost:NoExecute" in message
     reason, message, warning = change_message(sick, GpuCondition(GpuUUID("GPU-1"), 1))
     assert (reason, warning) == (GPU_RECOVERED_REASON, False) and "recovered" in message
+
+
+def test_a_taken_port_is_retried_until_the_other_instance_lets_it_go() -> None:
+    import socket  # noqa: PLC0415
+    import time  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
+    from kubelet_plugin.metrics_server import MetricsServer  # noqa: PLC0415
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    server = MetricsServer(
+        address=f"127.0.0.1:{port}", render=lambda: b"x 1\n", healthz=lambda: None, retry_s=0.05
+    )
+    server.start()
+    try:
+        time.sleep(0.2)
+        assert not server.listening  # the old instance still has it: no failure, no endpoint yet
+        holder.close()
+        deadline = time.monotonic() + 5
+        while not server.listening and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.listening
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            assert answer.read() == b"x 1\n"
+    finally:
+        server.stop()
+        holder.close()

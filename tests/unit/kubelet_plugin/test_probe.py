@@ -207,3 +207,24 @@ def test_the_charts_liveness_command_is_the_probe() -> None:
         assert args.timeout < lp["timeoutSeconds"]
         assert args.root is None  # the real kubelet paths
     assert DEFAULT_TIMEOUT_S > 0
+
+
+def test_ready_only_once_the_kubelet_registered_it_and_not_after_it_stopped(root: Path) -> None:
+    from tests.support.kubelet_client import register  # noqa: PLC0415
+
+    node = start_plugin(root, pod_uid="p-ready")
+    paths = PluginPaths.under(root, pod_uid="p-ready")
+    try:
+        alive = probe_cli("--root", str(root), "--pod-uid", "p-ready", "--timeout", "5")
+        assert alive.returncode == 0, alive.stderr
+        early = probe_cli("--root", str(root), "--pod-uid", "p-ready", "--ready", "--timeout", "5")
+        assert early.returncode == 1
+        assert "not yet registered with the kubelet" in early.stderr
+        register(paths.registration_socket, accept=False, error="refused for the test")
+        assert not paths.ready_file.exists()
+        register(paths.registration_socket)
+        ready = probe_cli("--root", str(root), "--pod-uid", "p-ready", "--ready", "--timeout", "5")
+        assert (ready.returncode, ready.stderr) == (0, "")
+    finally:
+        node.stop(grace=0)
+    assert not paths.ready_file.exists()

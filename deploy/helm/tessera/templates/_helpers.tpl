@@ -13,3 +13,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "tessera.serviceAccountUser" -}}
 system:serviceaccount:{{ .Release.Namespace }}:{{ .Values.serviceAccount.name }}
 {{- end -}}
+
+{{/* Where the plugin's sockets and files are on the host: the hostPaths, mounted in place. */}}
+{{- define "tessera.pathArgs" -}}
+- --kubelet-plugins-dir={{ .Values.hostPaths.kubeletPlugins }}
+- --kubelet-registry-dir={{ .Values.hostPaths.kubeletRegistry }}
+- --cdi-dir={{ .Values.hostPaths.cdi }}
+- --claims-dir={{ .Values.hostPaths.claims }}
+- --gpus-dir={{ .Values.hostPaths.gpus }}
+{{- end -}}
+
+{{/* The probe finds the sockets with the same directories (a JSON list tail for an exec command). */}}
+{{- define "tessera.probePathArgs" -}}
+"--kubelet-plugins-dir={{ .Values.hostPaths.kubeletPlugins }}", "--kubelet-registry-dir={{ .Values.hostPaths.kubeletRegistry }}"
+{{- end -}}

@@ -1,0 +1,289 @@
+"""Tessera on the real node as a user installs it: our image (`make image`) imported into the node's
+containerd, `helm install deploy/helm/tessera`, and the node plugin running only in the chart's DaemonSet
+container — registered through the kubelet's plugin watcher, with the identity the kubelet projects into it.
+
+What differs from a production node, and why, is only in `values()`: every host path below the node's short
+root (several nodes share this machine), the driver root a directory laid out like a host install with the
+fake driver (`e2e.realnode.driver`), the host network with the API server's loopback address (pods here have
+no route to it), and the MPS daemons' cgroup below the node's cgroup root. The chart is used as shipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+import yaml
+from kubernetes import client as k8s
+
+from e2e.controlplane.processes import is_alive
+from e2e.kube import Json, wait_for
+from e2e.node import REPO_ROOT, driver_slices, pool_complete
+from e2e.plugin_identity import SYSTEM_NS
+from e2e.realnode.driver import CONTAINER_ROOT, FakeDriverRoot
+from e2e.realnode.errors import RealNodeError
+from e2e.realnode.pod_logs import parse_cri_log
+from kubelet_plugin.paths import PluginPaths
+
+log = structlog.get_logger(__name__)
+
+CHART = REPO_ROOT / "deploy" / "helm" / "tessera"
+RELEASE = "tessera"
+CLEANUP_RELEASE = "tessera-cleanup"
+IMAGE_REPOSITORY = "tessera.dev/tessera"
+NODE_GROUP = "realnode"
+REGISTERED_EVENT = "registered with the kubelet"
+PLUGIN_LABELS = "app.kubernetes.io/name=tessera,app.kubernetes.io/component=node-plugin"
+CLEANUP_LABELS = "app.kubernetes.io/name=tessera,app.kubernetes.io/component=cleanup"
+
+
+def _last_line(command: Sequence[str], what: str) -> Path:
+    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO_ROOT, check=False, timeout=1800)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RealNodeError(f"{what} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return Path(lines[-1])
+
+
+def helm_binary() -> Path:
+    """The helm of deploy/helm/build-helm.sh (built from its Go module unless one is on PATH)."""
+    return _last_line(["bash", "deploy/helm/build-helm.sh"], "building helm")
+
+
+def image_archive() -> Path:
+    """The node plugin image's OCI archive (`make image`; a no-op when up to date)."""
+    return _last_line(["bash", "deploy/image/build.sh"], "building the node plugin image")
+
+
+def chart_version() -> str:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    return str(chart["appVersion"])
+
+
+@dataclass(frozen=True, slots=True)
+class PluginPod:
+    """One pod of the chart's DaemonSet on the node, as the API shows it, and its container logs."""
+
+    name: str
+    uid: str
+    ready: bool
+    restarts: int
+    created: str
+    log_dir: Path  # <podLogsDir>/<ns>_<name>_<uid>/<container>
+
+    def events(self) -> list[Json]:
+        """The plugin's JSON log records, every run of the container in order."""
+        runs = sorted((p for p in self.log_dir.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem))
+        found: list[Json] = []
+        for path in runs:
+            for line in parse_cri_log(path.read_text(errors="replace")):
+                if line.startswith("{"):
+                    try:
+                        found.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        continue
+        return found
+
+    def registrations(self) -> int:
+        """How often a kubelet told this pod's plugin it is registered (NotifyRegistrationStatus)."""
+        return sum(1 for e in self.events() if e.get("event") == REGISTERED_EVENT)
+
+
+class ChartPlugin:
+    """The chart's releases on one real node: install, upgrade, uninstall, and what its pods do."""
+
+    def __init__(
+        self,
+        *,
+        api: k8s.ApiClient,
+        admin_kubeconfig: Path,
+        server: str,
+        node_name: str,
+        root: Path,
+        pod_logs: Path,
+        driver: FakeDriverRoot,
+        cgroup_root: str,
+        helm: Path,
+    ) -> None:
+        self.api = api
+        self.admin_kubeconfig = admin_kubeconfig
+        self.server = server
+        self.name = node_name
+        self.root = root
+        self.pod_logs = pod_logs
+        self.driver = driver
+        self.cgroup_root = cgroup_root
+        self.helm_path = helm
+        self.image_tag = chart_version()
+
+    # ---- helm ---------------------------------------------------------------------------------------------
+
+    def values(self, *, metrics_port: int) -> Json:
+        paths = PluginPaths.under(self.root)
+        host, _, port = self.server.removeprefix("https://").rpartition(":")
+        return {
+            "image": {"repository": IMAGE_REPOSITORY, "tag": self.image_tag, "pullPolicy": "Never"},
+            "nodeGroups": [
+                {
+                    "name": NODE_GROUP,
+                    "nodeSelector": {"tessera.dev/realnode": "true"},
+                    "families": ["gpu", "vgpu", "mps", "mig"],
+                    "vgpuShares": 10,
+                }
+            ],
+            "tolerations": [{"operator": "Exists"}],
+            "hostPaths": {
+                "kubeletPlugins": str(paths.plugin_dir.parent),
+                "kubeletRegistry": str(paths.registry_dir),
+                "cdi": str(paths.cdi_dir),
+                "library": str(paths.library_path.parent),
+                "claims": str(paths.claims_dir),
+                "gpus": str(paths.gpus_dir),
+                "mps": str(paths.mps_dir),
+            },
+            "driverRoot": str(self.driver.root),
+            "mps": {"control": "", "hostCgroup": f"/{self.cgroup_root}/tessera-mps"},
+            "extraEnv": [{"name": k, "value": v} for k, v in self.driver.plugin_env().items()],
+            "hostNetwork": True,
+            "apiServer": {"host": host, "port": port},
+            "metrics": {"enabled": True, "port": metrics_port, "service": True},
+            "healthInterval": 2,
+            "logLevel": "info",
+        }
+
+    def helm(self, *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(self.admin_kubeconfig),
+            "HELM_CACHE_HOME": str(self.root / "helm"),
+        }
+        env["HELM_CONFIG_HOME"] = env["HELM_DATA_HOME"] = str(self.root / "helm")
+        done = subprocess.run(
+            [str(self.helm_path), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RealNodeError(f"helm {' '.join(args)} failed ({done.returncode}):\n{done.stderr.strip()}")
+        return done
+
+    def _values_file(self, name: str, values: Json) -> Path:
+        path = self.root / "config" / f"{name}.values.yaml"
+        path.write_text(yaml.safe_dump(values, sort_keys=True))
+        return path
+
+    def install(self, *, metrics_port: int, timeout_s: float = 180.0) -> PluginPod:
+        """`helm install` (taking over the identity objects the testbed applied from the same chart), then
+        until the plugin pod is Ready — registered and its pool published — and the pool complete."""
+        values = self._values_file(RELEASE, self.values(metrics_port=metrics_port))
+        started = time.monotonic()
+        self.helm(
+            "install", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--take-ownership", "-f", str(values)
+        )
+        pod = self.wait_ready(timeout_s=timeout_s)
+        log.info("realnode.chart_installed", node=self.name, seconds=round(time.monotonic() - started, 1))
+        return pod
+
+    def upgrade(self, *set_values: str, image_tag: str | None = None, timeout_s: float = 180.0) -> None:
+        """`helm upgrade --reuse-values` with `--set` pairs (and a new image tag); does not wait."""
+        args = ["upgrade", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--reuse-values"]
+        if image_tag is not None:
+            args += ["--set", f"image.tag={image_tag}"]
+        for pair in set_values:
+            args += ["--set", pair]
+        self.helm(*args, timeout_s=timeout_s)
+
+    def uninstall(self, release: str = RELEASE) -> None:
+        self.helm("uninstall", release, "--namespace", SYSTEM_NS, "--wait", "--timeout", "120s")
+
+    def install_cleanup(self, *, metrics_port: int) -> None:
+        values = self.values(metrics_port=metrics_port) | {"cleanup": {"enabled": True}}
+        path = self._values_file(CLEANUP_RELEASE, values)
+        self.helm("install", CLEANUP_RELEASE, str(CHART), "--namespace", SYSTEM_NS, "-f", str(path))
+
+    # ---- the pods -----------------------------------------------------------------------------------------
+
+    def pods(self, labels: str = PLUGIN_LABELS) -> list[PluginPod]:
+        """The chart's pods on this node, oldest first."""
+        response: Any = k8s.CoreV1Api(self.api).list_namespaced_pod(
+            SYSTEM_NS,
+            label_selector=labels,
+            field_selector=f"spec.nodeName={self.name}",
+            _preload_content=False,
+        )
+        found = []
+        for item in json.loads(response.data).get("items") or []:
+            meta, status = item["metadata"], item.get("status") or {}
+            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            statuses = status.get("containerStatuses") or []
+            container = statuses[0]["name"] if statuses else "plugin"
+            found.append(
+                PluginPod(
+                    name=meta["name"],
+                    uid=meta["uid"],
+                    ready=conditions.get("Ready") == "True" and not meta.get("deletionTimestamp"),
+                    restarts=sum(int(s.get("restartCount") or 0) for s in statuses),
+                    created=meta["creationTimestamp"],
+                    log_dir=self.pod_logs / f"{SYSTEM_NS}_{meta['name']}_{meta['uid']}" / container,
+                )
+            )
+        return sorted(found, key=lambda p: p.created)
+
+    @property
+    def current(self) -> PluginPod:
+        """The newest Ready plugin pod (the one the kubelet sends calls to)."""
+        ready = [p for p in self.pods() if p.ready]
+        if not ready:
+            raise RealNodeError(f"no Ready plugin pod on {self.name}: {self.pods()}")
+        return ready[-1]
+
+    def wait_ready(self, *, timeout_s: float = 120.0, labels: str = PLUGIN_LABELS) -> PluginPod:
+        pod: PluginPod = wait_for(
+            f"a Ready pod of the chart on {self.name}",
+            lambda: next((p for p in reversed(self.pods(labels)) if p.ready), None),
+            timeout_s=timeout_s,
+            interval_s=0.5,
+        )
+        if labels == PLUGIN_LABELS:
+            wait_for(f"the pool of {self.name}", lambda: pool_complete(driver_slices(self.api, self.name)))
+        return pod
+
+    def process_of(self, pod: PluginPod) -> int | None:
+        """The host pid of the container's main process: `tessera plugin` (or `cleanup`) with POD_UID=<uid>
+        in its environment; the probes' processes (`tessera plugin probe`) have the same environment."""
+        wanted = f"POD_UID={pod.uid}".encode()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"probe" in argv or not ({b"plugin", b"cleanup"} & set(argv)):
+                    continue
+                if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                    return int(entry.name)
+            except OSError:
+                continue
+        return None
+
+    def kill(self, pod: PluginPod) -> None:
+        """SIGKILL the plugin in `pod`'s container: a crash; the kubelet restarts the container."""
+        pid = self.process_of(pod)
+        if pid is None:
+            raise RealNodeError(f"no plugin process of pod {pod.name} found")
+        os.kill(pid, signal.SIGKILL)
+        while is_alive(pid):
+            time.sleep(0.05)
+
+
+__all__ = ["CONTAINER_ROOT", "ChartPlugin", "PluginPod"]

@@ -1,0 +1,74 @@
+"""Starting MPS daemons on the host: the command that enters PID 1's mount namespace, and the move into a
+cgroup of their own in every hierarchy (a fake /proc/1 whose root holds cgroup v1 and v2 trees)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from dra_driver.errors import MpsError
+from kubelet_plugin.driver_setup import driver_setup
+from kubelet_plugin.host_launch import HostLauncher
+from kubelet_plugin.options import DaemonOptions
+from tests.support.driver_root import install_driver as install
+
+
+def test_the_tool_runs_by_its_host_path_in_the_hosts_mount_namespace() -> None:
+    launcher = HostLauncher(cgroup="/tessera-mps", host_paths={"/driver-root/usr/bin/t": "/run/nv/usr/bin/t"})
+    assert launcher.command(["/driver-root/usr/bin/t", "-d"]) == [
+        "nsenter", "--mount=/proc/1/ns/mnt", "--", "/run/nv/usr/bin/t", "-d",
+    ]  # fmt: skip
+
+
+def test_adopt_moves_the_daemon_into_every_v1_hierarchy(tmp_path: Path) -> None:
+    cgroups = tmp_path / "root/sys/fs/cgroup"
+    for h in ("cpu", "memory", "unified"):
+        (cgroups / h).mkdir(parents=True)
+        (cgroups / h / "cgroup.procs").write_text("")
+    (cgroups / "not-a-hierarchy").mkdir()
+    HostLauncher(cgroup="/node-x/tessera-mps", host_init=tmp_path).adopt(4242)
+    for h in ("cpu", "memory", "unified"):
+        assert (cgroups / h / "node-x/tessera-mps/cgroup.procs").read_text() == "4242\n"
+    assert not (cgroups / "not-a-hierarchy/node-x").exists()
+
+
+def test_adopt_on_cgroup_v2_and_without_host_pid(tmp_path: Path) -> None:
+    cgroups = tmp_path / "root/sys/fs/cgroup"
+    cgroups.mkdir(parents=True)
+    (cgroups / "cgroup.controllers").write_text("cpu memory\n")
+    HostLauncher(cgroup="/tessera-mps", host_init=tmp_path).adopt(7)
+    assert (cgroups / "tessera-mps/cgroup.procs").read_text() == "7\n"
+    with pytest.raises(MpsError, match="needs hostPID"):
+        HostLauncher(cgroup="/tessera-mps", host_init=tmp_path / "nothing").adopt(7)
+
+
+@pytest.mark.parametrize("bad", ["tessera-mps", "/", "/a/../b", ""])
+def test_a_cgroup_that_is_not_an_absolute_path_is_refused(bad: str) -> None:
+    with pytest.raises(MpsError, match="--mps-host-cgroup"):
+        HostLauncher(cgroup=bad)
+
+
+def test_the_operators_driver_root_puts_its_libraries_on_the_daemons_loader_path(tmp_path: Path) -> None:
+    install(tmp_path)
+    setup = driver_setup(
+        DaemonOptions(
+            node_name="n",
+            driver_root="/run/nvidia/driver",
+            driver_root_mount=tmp_path,
+            mps_host_cgroup="/tessera-mps",
+        )
+    )
+    assert setup.launcher is not None
+    assert setup.mps_control == os.fspath(tmp_path / "usr/bin/nvidia-cuda-mps-control")
+    assert (
+        setup.launcher.command([setup.mps_control, "-d"])[3]
+        == "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control"
+    )
+    assert setup.launcher.env == {"LD_LIBRARY_PATH": "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"}
+    assert setup.nvml_library == tmp_path / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04"
+    host = driver_setup(
+        DaemonOptions(node_name="n", driver_root="/", driver_root_mount=tmp_path, mps_host_cgroup="/m")
+    )
+    assert host.launcher is not None and host.launcher.env == {}
