@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
         bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade proto interceptor cluster realnode helm \
-        manifests clean
+        manifests clean image
 
 dev: $(STAMP) proto interceptor
 
@@ -56,6 +56,10 @@ its scenarios will be skipped" >&2
 
 helm:
 	bash deploy/helm/build-helm.sh
+
+# the node plugin image as an OCI archive for `ctr images import`, built without a container engine (deploy/image)
+image: dev
+	bash deploy/image/build.sh
 
 manifests: helm
 	bash deploy/render-manifests.sh

@@ -39,8 +39,8 @@ hash_of() { { cat "$@"; go version; cc --version | head -1; } | sha256sum | cut 
 
 kubelet_inputs=("${kubelet_mod}/go.mod" "${kubelet_mod}/go.sum" "${here}/build.sh")
 node_inputs=("${node_mod}/go.mod" "${node_mod}/go.sum" "${here}/build.sh")
-image_inputs=("${here}/probe.c" "${here}/pause.c" "${here}/image.py" "${repo}/interceptor/include/tessera_cuda.h"
-    "${here}/build.sh")
+image_inputs=("${here}/probe.c" "${here}/pause.c" "${here}/image.py" "${repo}/deploy/image/oci.py"
+    "${repo}/interceptor/include/tessera_cuda.h" "${here}/build.sh")
 
 # Stamp format v1: first line "tessera-realnode-stamp/v1", second the inputs hash.
 fresh() {  # fresh <output> <hash>

@@ -1,7 +1,8 @@
 """OCI image archives without a registry or a container engine: one uncompressed layer from local files, in
 the OCI image-layout tar that `ctr images import` reads (the `io.containerd.image.name` annotation names it).
 
-Run by e2e/realnode/build.sh with the system python3 (standard library only):
+Run by e2e/realnode/build.sh with the system python3 (standard library only; the writer itself is the product
+image's, deploy/image/oci.py):
 
     python3 e2e/realnode/image.py pause --pause FILE --out pause.oci.tar
     python3 e2e/realnode/image.py probe --probe FILE --busybox FILE --out probe.oci.tar
@@ -12,138 +13,35 @@ The archives are reproducible: fixed timestamps and owners, entries in sorted or
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
-import json
 import os
 import re
 import subprocess
 import sys
-import tarfile
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
+
+# The OCI writer is the product image's (deploy/image/oci.py); build.sh runs this with the system python3.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from deploy.image import oci
+from deploy.image.oci import Entry, directory, file_from
 
 PAUSE_IMAGE = "tessera.dev/e2e/pause:v1"
 PROBE_IMAGE = "tessera.dev/e2e/probe:v1"
 PROBE_PATH = "/usr/local/bin/cudaprobe"
-_EPOCH = 0
 _PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
-_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-_CONFIG = "application/vnd.oci.image.config.v1+json"
-_LAYER = "application/vnd.oci.image.layer.v1.tar"
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One path of the image's file system: a directory, a file (its bytes) or a symbolic link."""
-
-    path: str  # absolute, inside the image
-    mode: int
-    data: bytes | None = None
-    link: str | None = None
-
-
-def directory(path: str, mode: int = 0o755) -> Entry:
-    return Entry(path=path, mode=mode)
-
-
-def file_from(host: Path, path: str, mode: int = 0o755) -> Entry:
-    return Entry(path=path, mode=mode, data=host.read_bytes())
-
-
-def parents(entries: Iterable[Entry]) -> list[Entry]:
-    """The directories every entry needs, once each."""
-    needed: set[str] = set()
-    for e in entries:
-        parts = e.path.strip("/").split("/")[:-1]
-        needed.update("/" + "/".join(parts[: i + 1]) for i in range(len(parts)))
-    return [directory(p) for p in sorted(needed)]
-
-
-def layer_tar(entries: Sequence[Entry]) -> bytes:
-    explicit = {e.path for e in entries}
-    everything = [d for d in parents(entries) if d.path not in explicit] + list(entries)
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for e in sorted(everything, key=lambda x: x.path):
-            info = tarfile.TarInfo(e.path.lstrip("/"))
-            info.mode, info.mtime, info.uid, info.gid = e.mode, _EPOCH, 0, 0
-            if e.link is not None:
-                info.type, info.linkname = tarfile.SYMTYPE, e.link
-                tar.addfile(info)
-            elif e.data is not None:
-                info.size = len(e.data)
-                tar.addfile(info, io.BytesIO(e.data))
-            else:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-    return buffer.getvalue()
-
-
-def _digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def _json(value: object) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
 
 
 def write_archive(*, name: str, entries: Sequence[Entry], entrypoint: Sequence[str], out: Path) -> str:
     """Writes the OCI layout tar of a one-layer image named `name`; returns the manifest digest."""
-    layer = layer_tar(entries)
-    config = _json(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": {"Entrypoint": list(entrypoint), "Env": [_PATH_ENV], "WorkingDir": "/"},
-            "rootfs": {"type": "layers", "diff_ids": [_digest(layer)]},
-            "history": [{"created_by": "e2e/realnode/image.py", "created": "1970-01-01T00:00:00Z"}],
-        }
+    written = oci.write_archive(
+        name=name,
+        layers=[oci.layer_tar(entries)],
+        config={"Entrypoint": list(entrypoint), "Env": [_PATH_ENV], "WorkingDir": "/"},
+        history=[{"created_by": "e2e/realnode/image.py", "created": "1970-01-01T00:00:00Z"}],
+        out=out,
     )
-    manifest = _json(
-        {
-            "schemaVersion": 2,
-            "mediaType": _MANIFEST,
-            "config": {"mediaType": _CONFIG, "digest": _digest(config), "size": len(config)},
-            "layers": [{"mediaType": _LAYER, "digest": _digest(layer), "size": len(layer)}],
-        }
-    )
-    index = _json(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.index.v1+json",
-            "manifests": [
-                {
-                    "mediaType": _MANIFEST,
-                    "digest": _digest(manifest),
-                    "size": len(manifest),
-                    "platform": {"architecture": "amd64", "os": "linux"},
-                    "annotations": {
-                        "io.containerd.image.name": name,
-                        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1],
-                    },
-                }
-            ],
-        }
-    )
-    files = {
-        "oci-layout": _json({"imageLayoutVersion": "1.0.0"}),
-        "index.json": index,
-        **{f"blobs/sha256/{_digest(b)[7:]}": b for b in (layer, config, manifest)},
-    }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for d in ("blobs", "blobs/sha256"):
-            info = tarfile.TarInfo(d)
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, _EPOCH
-            tar.addfile(info)
-        for path in sorted(files):
-            info = tarfile.TarInfo(path)
-            info.size, info.mode, info.mtime = len(files[path]), 0o644, _EPOCH
-            tar.addfile(info, io.BytesIO(files[path]))
-    return _digest(manifest)
+    return written.digest
 
 
 def shared_libraries(binary: Path) -> list[Path]:
