@@ -66,6 +66,8 @@ manifests: helm
 
 test-e2e: dev cluster
 	$(REALNODE_OR_SKIP)
+	bash deploy/helm/build-helm.sh
+	bash deploy/image/build.sh
 	$(BIN)/pytest -q -m e2e tests/e2e_cluster e2e
 
 test: dev lint
@@ -73,6 +75,7 @@ test: dev lint
 	bash e2e/cluster/build.sh
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
+	bash deploy/image/build.sh
 	$(BIN)/pytest -q tests e2e
 
 # make demo NVML=fake: the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake)
@@ -107,7 +110,7 @@ bench-scale: dev cluster
 bench-order: dev cluster
 	$(BIN)/python -m e2e.scale.fragmentation
 
-bench-upgrade: dev cluster realnode
+bench-upgrade: dev cluster realnode helm image
 	$(BIN)/python -m e2e.realnode upgrade
 
 clean:

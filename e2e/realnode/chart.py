@@ -80,11 +80,11 @@ class PluginPod:
     log_dir: Path  # <podLogsDir>/<ns>_<name>_<uid>/<container>
 
     def events(self) -> list[Json]:
-        """The plugin's JSON log records, every run of the container in order."""
+        """The plugin's JSON log records (it logs to stderr), every run of the container in order."""
         runs = sorted((p for p in self.log_dir.glob("*.log") if p.stem.isdigit()), key=lambda p: int(p.stem))
         found: list[Json] = []
         for path in runs:
-            for line in parse_cri_log(path.read_text(errors="replace")):
+            for line in parse_cri_log(path.read_text(errors="replace"), stream="stderr"):
                 if line.startswith("{"):
                     try:
                         found.append(json.loads(line))

@@ -219,6 +219,10 @@ class RealNode:
             "realnode.images", node=self.name, images=[a.name for a in (*self.binaries.images, self.image)]
         )
 
+    def images(self) -> list[str]:
+        """The image names the node's containerd holds."""
+        return self._ctr("images", "ls", "-q").stdout.split()
+
     def tag_image(self, tag: str) -> None:
         """Our image under another tag, as a new release of it would arrive (for `helm upgrade`)."""
         source = f"{IMAGE_REPOSITORY}:{self.chart.image_tag}"

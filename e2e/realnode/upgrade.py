@@ -168,7 +168,7 @@ def _plugin_failures(pods: list[PluginPod]) -> list[str]:
 NEXT_TAG = "next"  # the image again under a new tag: a release the node has not run yet
 
 
-def _roll(node: RealNode, *set_values: str, image_tag: str | None = None) -> tuple[float, float, PluginPod]:
+def roll(node: RealNode, *set_values: str, image_tag: str | None = None) -> tuple[float, float, PluginPod]:
     """One `helm upgrade`; until the DaemonSet replaced the node's plugin pod. Seconds until the new pod was
     Ready and until the old one was gone, and the new pod."""
     old = node.chart.current
@@ -210,7 +210,7 @@ def run_upgrade(
         wait_for("the warm-up pods", lambda: stream.finished() >= warmup_pods, timeout_s=300, interval_s=0.2)
         switch_start = time.monotonic()
         for set_values, tag in (((), NEXT_TAG), (("healthInterval=3",), None)):
-            ready_s, switch_s, new = _roll(node, *set_values, image_tag=tag)
+            ready_s, switch_s, new = roll(node, *set_values, image_tag=tag)
             readies.append(round(ready_s, 2))
             switches.append(round(switch_s, 2))
             pods.append(new)

@@ -6,6 +6,7 @@ after the last."""
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,9 @@ from dra_driver.families.mps import (
 )
 from dra_driver.names import GpuUUID
 from e2e.fake_mps import FAKE_MPS_CONTROL
-from e2e.kube import wait_for
+from e2e.kube import Json, get_pod, is_running, wait_for
 from e2e.realnode.node import RealNode
+from e2e.realnode.upgrade import roll
 from e2e.realnode.workloads import ProbeContainer, claim_template, mps, probe_pod
 from e2e.testbed import SimCluster
 from kubelet_plugin.mps_control import MpsControl
@@ -83,4 +85,58 @@ def test_two_mps_claims_are_clients_of_one_daemon(bed: SimCluster, real_node: Re
     delete_pod(real_node, real_ns, "mps-30")
     assert [s.gpu_uuid for s in control.running()] == [uuid]  # mps-70 still uses it
     delete_pod(real_node, real_ns, "mps-70")
+    wait_for("the GPU's MPS daemon to stop", lambda: control.running() == (), timeout_s=30)
+
+
+def test_mps_clients_keep_running_across_a_plugin_upgrade(
+    bed: SimCluster, real_node: RealNode, real_ns: str
+) -> None:
+    """The control daemon runs on the host, outside the plugin's container (chart value mps.hostCgroup): a
+    `helm upgrade` replaces the plugin's pod, and the daemon, its server and its clients go on; the new pod
+    adopts the daemon for the next MPS claim."""
+    control = MpsControl(root=PluginPaths.under(real_node.root).mps_dir, tool=str(FAKE_MPS_CONTROL))
+    apply(bed, real_ns, [claim_template("mps-40", mps("1000Mi", "40"))])
+
+    def client(name: str) -> Json:
+        manifest = probe_pod(
+            name,
+            node=real_node.name,
+            templates={"gpu": "mps-40"},
+            containers=[ProbeContainer("client", ("hold", "100"), claims=("gpu",))],
+        )
+        apply(bed, real_ns, [manifest])
+        pod = running(real_node, real_ns, name)
+        assert report(real_node, pod, "client")["cuInit"] == 0
+        return pod
+
+    first = client("mps-first")
+    (state,) = control.running()
+    pipe = control.dirs(GpuUUID(state.gpu_uuid)).pipe_dir
+    daemon_pid = (pipe / "nvidia-cuda-mps-control.pid").read_text()
+    (server,) = ask(str(pipe), "get_server_list")
+    # out of the plugin's container: in the chart's cgroup, below the node's cgroup root here
+    hierarchies = list(Path("/sys/fs/cgroup").glob(f"*/{real_node.cgroup_root}/tessera-mps/cgroup.procs"))
+    assert hierarchies and all(p.read_text().split() for p in hierarchies)
+
+    old = real_node.chart.current
+    roll(real_node, "logLevel=debug")
+    assert real_node.chart.current.uid != old.uid
+
+    # the same daemon and server answer, and the first client never stopped
+    assert (pipe / "nvidia-cuda-mps-control.pid").read_text() == daemon_pid
+    assert ask(str(pipe), "get_server_list") == [server]
+    now = get_pod(real_node.api, real_ns, "mps-first")
+    assert now is not None and is_running(now)
+    assert now["status"]["containerStatuses"][0]["restartCount"] == 0
+    assert (
+        now["status"]["containerStatuses"][0]["containerID"]
+        == first["status"]["containerStatuses"][0]["containerID"]
+    )
+    # the new pod's plugin adopted the daemon: a second client joins the same server
+    client("mps-second")
+    assert (pipe / "nvidia-cuda-mps-control.pid").read_text() == daemon_pid
+    assert len(ask(str(pipe), f"get_client_list {server}")) == 2
+
+    delete_pod(real_node, real_ns, "mps-first")
+    delete_pod(real_node, real_ns, "mps-second")
     wait_for("the GPU's MPS daemon to stop", lambda: control.running() == (), timeout_s=30)

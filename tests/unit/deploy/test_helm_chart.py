@@ -87,6 +87,7 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
     pod = ds["spec"]["template"]["spec"]
     paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert paths == {
+        "/",
         "/var/lib/kubelet/plugins",
         "/var/lib/kubelet/plugins_registry",
         "/var/run/cdi",
@@ -99,10 +100,27 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
     env = {e["name"]: e for e in c["env"]}
     assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
     assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    assert c["livenessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe"]
+    dirs = [
+        "--kubelet-plugins-dir=/var/lib/kubelet/plugins",
+        "--kubelet-registry-dir=/var/lib/kubelet/plugins_registry",
+    ]
+    assert c["livenessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe", *dirs]
+    assert c["readinessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe", "--ready", *dirs]
     assert "--log-format=json" in c["args"]
-    assert "--mps-control=nvidia-cuda-mps-control" in c["args"]
+    assert not any(a.startswith("--mps-control") for a in c["args"])  # the driver root's
+    assert "--mps-host-cgroup=/tessera-mps" in c["args"] and pod["hostPID"] is True
     assert "--mps-dir=/var/lib/tessera/mps" in c["args"]  # the directory the chart mounts
+    for flag, path in (("--cdi-dir", "/var/run/cdi"), ("--claims-dir", "/var/lib/tessera/claims")):
+        assert f"{flag}={path}" in c["args"]
+    assert {"--driver-root=/", "--driver-root-mount=/driver-root"} <= set(c["args"])
+    (root,) = [m for m in c["volumeMounts"] if m["name"] == "driver-root"]
+    assert root == {
+        "name": "driver-root",
+        "mountPath": "/driver-root",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "void"  # nothing from the toolkit
     assert pod["initContainers"][0]["name"] == "install-library"
     settings = yaml.safe_load(by_kind(objs, "ConfigMap")[ds["metadata"]["name"]]["data"]["settings.yaml"])
     assert settings == {
@@ -126,7 +144,9 @@ def test_metrics_endpoint_service_and_monitors() -> None:
     assert "--recover-fatal-xids" not in c["args"]
     assert c["ports"] == [{"name": "metrics", "containerPort": 9400, "protocol": "TCP"}]
     (svc,) = by_kind(objs, "Service").values()
-    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["targetPort"] == "metrics"
+    assert (
+        svc["spec"]["clusterIP"] == "None" and svc["spec"]["ports"][0]["targetPort"] == 9400
+    )  # a number: with hostNetwork no port is declared
     assert svc["spec"]["selector"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     assert not by_kind(objs, "ServiceMonitor") and not by_kind(objs, "PodMonitor"), "off unless asked"
 
@@ -218,3 +238,59 @@ def test_bad_values_fail_with_the_field_named(values: str, message: str, tmp_pat
     f.write_text(values)
     done = helm("template", "tessera", str(CHART), "--kube-version", KUBE, "-f", str(f))
     assert done.returncode != 0 and message in done.stderr
+
+
+@needs_helm
+def test_driver_root_network_and_api_server_values() -> None:
+    objs = render(
+        "--set", "driverRoot=/run/nvidia/driver", "--set", "hostNetwork=true",
+        "--set", "apiServer.host=10.0.0.5", "--set", "apiServer.port=6443",
+        "--set", "extraEnv[0].name=X,extraEnv[0].value=y",
+    )  # fmt: skip
+    (ds,) = by_kind(objs, "DaemonSet").values()
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["driver-root"]["hostPath"] == {"path": "/run/nvidia/driver", "type": "Directory"}
+    assert "--driver-root=/run/nvidia/driver" in c["args"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "ports" not in c  # a host port would keep a rolling update's second pod off the node
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"], env["X"]) == (
+        "10.0.0.5",
+        "6443",
+        "y",
+    )
+    (auto,) = by_kind(render("--set", "driverRoot=auto"), "DaemonSet").values()
+    auto_pod = auto["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in auto_pod["volumes"]}["driver-root"]["hostPath"]["path"] == "/"
+    assert "--driver-root=auto" in auto_pod["containers"][0]["args"]
+
+
+@needs_helm
+def test_cleanup_mode_installs_only_the_cleanup_daemonset_and_its_identity() -> None:
+    objs = render("--set", "cleanup.enabled=true")
+    kinds = {o["kind"] for o in objs}
+    assert {"ConfigMap", "DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"} <= kinds
+    assert not kinds & {"DeviceClass", "Service", "ValidatingAdmissionPolicy"}
+    (ds,) = by_kind(objs, "DaemonSet").values()
+    assert ds["metadata"]["name"] == "tessera-cleanup-default"
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["command"] == ["tessera", "cleanup"] and "initContainers" not in pod
+    assert c["readinessProbe"]["exec"]["command"][:4] == ["tessera", "plugin", "probe", "--ready"]
+
+
+@needs_helm
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("nodeSettings.vgpuShares=3", "nodeSettings"),
+        ("driverRoot=run/nvidia/driver", "driverRoot"),
+        ("hostPaths.cdi=var/run/cdi", "/hostPaths/cdi"),
+        ("mps.hostCgroup=tessera-mps", "/mps/hostCgroup"),
+    ],
+)
+def test_the_schema_refuses_unknown_keys_and_bad_paths(flag: str, message: str) -> None:
+    done = helm("template", "tessera", str(CHART), "--kube-version", KUBE, "--set", flag)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
