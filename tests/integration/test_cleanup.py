@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from plugin_process import NODE, REPO, PluginProcess, cleanup, short_root
 
@@ -26,6 +27,8 @@ from kubelet_plugin.cleanup_node import REMOVAL_MESSAGE
 from kubelet_plugin.host_process import wait_gone
 from kubelet_plugin.mps_control import MpsControl
 from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.steps import Step
+from tests.support.faults import Faults
 from tests.support.kubelet_client import DraClient, register
 from tests.support.sample_claims import allocated_claim, claim_ref
 
@@ -258,7 +261,7 @@ def test_serve_mode_refuses_prepares_serves_unprepares_and_cleans_the_node_after
             for expected in (
                 f"mig-instance {tessera_instance}",
                 f"mig-mode {FAKE_GPU0}",
-                f"MPS control daemon of GPU {MPS_GPU}",
+                f"mps-daemon {MPS_GPU}",
                 f"gpu-view {node.paths.gpus_dir / FAKE_GPU1}",
                 f"library {node.paths.library_path}",
                 f"plugin-state {node.paths.checkpoint_file}",
@@ -317,3 +320,31 @@ def test_dry_run_removes_nothing_once_cleans_and_a_second_once_removes_nothing(n
     again = node.cleanup_cli("--once")
     assert (again.returncode, again.stdout) == (0, ""), again.stderr
     assert "nothing to remove" in again.stderr
+
+
+def test_an_interrupted_unprepare_is_finished_by_once_with_the_plugins_own_code(node: Node) -> None:
+    """The daemon died mid-unprepare of the MIG claim (its entry UnprepareStarted): --dry-run names the
+    instance and MIG mode to go, --once finishes the unprepare and removes them; the administrator's stays."""
+    refs = prepared(node)
+    fault = Faults(kill_at=frozenset({Step.UNPREPARE_AFTER_CHECKPOINT_STARTED}), claim=refs["mig"].uid)
+    node.plugin.start(extra_env=fault.env())
+    with DraClient(node.paths.dra_socket) as client:
+        assert {a.error for a in client.unprepare([refs["vgpu"], refs["mps"]]).claims.values()} == {""}
+        with pytest.raises(grpc.RpcError):
+            client.unprepare([refs["mig"]])
+    node.plugin.wait_exit()
+    (tessera_instance,) = node.gpus()[FAKE_GPU0][1]
+
+    dry = node.cleanup_cli("--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"mig-instance {tessera_instance}" in dry.stdout.splitlines()
+    assert f"mig-mode {FAKE_GPU0}" in dry.stdout.splitlines()
+    assert node.gpus()[FAKE_GPU0] == (True, [tessera_instance])
+
+    once = node.cleanup_cli("--once")
+    assert once.returncode == 0, once.stderr
+    went = once.stdout.splitlines()
+    assert f"mig-instance {tessera_instance}" in went and f"mig-mode {FAKE_GPU0}" in went
+    assert node.gpus()[FAKE_GPU0] == (False, [])
+    assert node.gpus()[ADMIN_GPU] == (True, [node.admin_instance])
+    assert node.leftovers() == []
