@@ -34,10 +34,6 @@ class LeftoverKind(StrEnum):
     SOCKET = "socket"  # a socket of ours nobody serves any more
     DIRECTORY = "directory"  # a directory only Tessera uses, removed once empty
 
-    @property
-    def is_path(self) -> bool:
-        return self not in (LeftoverKind.MPS_DAEMON, LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE)
-
 
 @dataclass(frozen=True, slots=True)
 class Leftover:
