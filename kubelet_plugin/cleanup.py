@@ -81,14 +81,23 @@ def run_from_args(args: argparse.Namespace, *, claims: ClaimsFrom | None = None)
     return serve(options, claims=claims or claim_access, done_file=done_file)
 
 
-def _refusal(pending: tuple[PendingClaim, ...]) -> str:
-    listed = "\n".join(f"  {c}" for c in pending)
-    return (
-        f"tessera cleanup: {len(pending)} claim(s) are still prepared on this node:\n{listed}\n"
-        "Delete their pods first (the kubelet then unprepares their claims), or run `tessera cleanup` "
-        "without --once (the chart's cleanup.enabled=true): it serves those unprepares and cleans the node "
-        "after the last.\n"
-    )
+def _refusal(*, pending: tuple[PendingClaim, ...], serving: tuple[str, ...]) -> str:
+    """Why nothing was removed, and what to do (stderr)."""
+    out = ""
+    if serving:
+        out += (
+            f"tessera cleanup: a Tessera node plugin still serves this node ({', '.join(serving)}): "
+            "uninstall it first (helm uninstall), then clean the node.\n"
+        )
+    if pending:
+        listed = "\n".join(f"  {c}" for c in pending)
+        out += (
+            f"tessera cleanup: {len(pending)} claim(s) are still prepared on this node:\n{listed}\n"
+            "Delete their pods first (the kubelet then unprepares their claims), or run `tessera cleanup` "
+            "without --once (the chart's cleanup.enabled=true): it serves those unprepares and cleans the "
+            "node after the last.\n"
+        )
+    return out
 
 
 def _access(options: DaemonOptions, claims: ClaimsFrom | None) -> ClaimAccess:
@@ -126,7 +135,7 @@ def _dry_run(state: RecordedState) -> int:
     except StorageError as e:
         raise StorageError(f"{e}; a run without --dry-run rebuilds it from the node first") from e
     if plan.blocked:
-        sys.stderr.write(_refusal(plan.pending))
+        sys.stderr.write(_refusal(pending=plan.pending, serving=plan.serving))
         return EXIT_PENDING
     sys.stdout.writelines(f"{item}\n" for item in plan.leftovers)
     sys.stderr.writelines(f"kept: {k}\n" for k in plan.kept)
@@ -148,8 +157,8 @@ def _clean(preparer: Preparer) -> int:
     held = lock.held() if paths.plugin_dir.is_dir() else contextlib.nullcontext()
     with state.dirs.removals_deferred(), held:
         outcome = sweep(preparer)
-    if outcome.pending:
-        sys.stderr.write(_refusal(outcome.pending))
+    if outcome.pending or outcome.serving:
+        sys.stderr.write(_refusal(pending=outcome.pending, serving=outcome.serving))
         return EXIT_PENDING
     removed = distinct([*state.went, *outcome.removed])
     sys.stdout.writelines(f"{line}\n" for line in removed)

@@ -175,9 +175,13 @@ class CleanupNode:
         except Exception:  # a sweep never takes the instance down: it serves unprepares all the same
             log.exception("cleaning the node failed; trying again later", retry_s=RETRY_S)
             return None
-        waiting = tuple(str(c) for c in outcome.pending)
+        waiting = (*outcome.serving, *(str(c) for c in outcome.pending))
         if waiting and waiting != self._waiting_for:
-            log.info("waiting for the kubelet to unprepare claims still prepared", claims=list(waiting))
+            log.info(
+                "waiting: a node plugin still serves, or the kubelet has claims to unprepare",
+                plugins=list(outcome.serving),
+                claims=[str(c) for c in outcome.pending],
+            )
         self._waiting_for = waiting
         if outcome.problems:
             log.warning("node not clean yet", problems=list(outcome.problems), retry_s=RETRY_S)

@@ -1,13 +1,13 @@
 """What `tessera cleanup` removes from a node, decided from the checkpoint and what was found (pure).
 
-A node can be cleaned only when no claim is prepared on it: every checkpoint entry but an interrupted
-unprepare (`UnprepareStarted`: the kubelet asked, containers are gone) is a prepared claim, and so is a CDI
-spec whose marker names a claim the checkpoint lacks (a crash before its save). Otherwise the plan says,
-in removal order: the MPS control daemons; the MIG instances Tessera created for interrupted unprepares
-(only at placements their records hold: an administrator's instance is never one of them); MIG mode Tessera
-switched on, by the MIG family's own rule (`mig_mode_restore`); then the files and directories found
-(`kubelet_plugin.node_survey`), entries before the directories holding them. What stays and why is said
-too. `kubelet_plugin.node_sweep` carries a plan out.
+A node can be cleaned only when no node plugin serves it any more and no claim is prepared on it: every
+checkpoint entry but an interrupted unprepare (`UnprepareStarted`: the kubelet asked, containers are gone) is
+a prepared claim, and so is a CDI spec whose marker names a claim the checkpoint lacks (a crash before its
+save). Otherwise the plan says, in removal order: the MPS control daemons; the MIG instances Tessera created
+for interrupted unprepares (only at placements their records hold: an administrator's instance is never one
+of them); MIG mode Tessera switched on, by the MIG family's own rule (`mig_mode_restore`); then the files and
+directories found (`kubelet_plugin.node_survey`), entries before the directories holding them. What stays
+and why is said too. `kubelet_plugin.node_sweep` carries a plan out.
 """
 
 from __future__ import annotations
@@ -70,18 +70,20 @@ class NodeSurvey:
     mps_daemons: tuple[GpuUUID, ...] = ()  # GPUs with a directory (and maybe a daemon) under the MPS dir
     files: tuple[Leftover, ...] = ()  # paths found, in removal order
     inventory_problem: str = ""
+    serving: tuple[str, ...] = ()  # DRA sockets another instance of the plugin serves (not this process's)
 
 
 @dataclass(frozen=True, slots=True)
 class CleanupPlan:
     pending: tuple[PendingClaim, ...] = ()  # claims still prepared: nothing may be removed
+    serving: tuple[str, ...] = ()  # sockets a node plugin still serves: nothing may be removed either
     unfinished: tuple[PendingClaim, ...] = ()  # interrupted unprepares, to finish first
     leftovers: tuple[Leftover, ...] = ()  # what goes, in order
     kept: tuple[str, ...] = ()  # what stays, and why
 
     @property
     def blocked(self) -> bool:
-        return bool(self.pending)
+        return bool(self.pending or self.serving)
 
     @property
     def empty(self) -> bool:
@@ -104,8 +106,8 @@ def plan_cleanup(cp: Checkpoint, survey: NodeSurvey) -> CleanupPlan:
     entries = tuple(sorted(cp.claims.values(), key=lambda e: e.uid))
     pending = tuple(PendingClaim.of(e) for e in entries if e.state is not ClaimState.UNPREPARE_STARTED)
     pending += tuple(c for c in survey.unrecorded if c.uid not in cp.claims)
-    if pending:
-        return CleanupPlan(pending=pending)
+    if pending or survey.serving:
+        return CleanupPlan(pending=pending, serving=survey.serving)
     leftovers = [Leftover(LeftoverKind.MPS_DAEMON, g) for g in survey.mps_daemons]
     kept: list[str] = []
     owned = cp.owned_by(mig.NAME)

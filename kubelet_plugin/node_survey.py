@@ -46,14 +46,19 @@ def _is_socket_name(directory: Path, name: str, paths: PluginPaths) -> bool:
     return is_dra_socket_name(name)
 
 
-def _stale_sockets(paths: PluginPaths) -> list[Path]:
-    found = []
+def _sockets(paths: PluginPaths) -> tuple[list[Path], list[Path]]:
+    """Our sockets nobody serves (a crash's), and the DRA sockets someone serves."""
+    stale, served = [], []
     for directory in (paths.plugin_dir, paths.registry_dir):
         for name in _names(directory):
             path = directory / name
-            if _is_socket_name(directory, name, paths) and not is_served(path):
-                found.append(path)
-    return found
+            if not _is_socket_name(directory, name, paths):
+                continue
+            if not is_served(path):
+                stale.append(path)
+            elif directory == paths.plugin_dir:
+                served.append(path)
+    return stale, served
 
 
 def _plugin_state(paths: PluginPaths) -> list[Path]:
@@ -80,8 +85,8 @@ def holds_claim_state(paths: PluginPaths) -> bool:
 
 
 def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> NodeSurvey:
-    """Everything of Tessera's on the node. `serving`: this process serves from the plugin directory, which
-    then stays (its sockets go when it stops)."""
+    """Everything of Tessera's on the node, and the plugin instances still serving it. `serving`: this
+    process serves from the plugin directory, which then stays (its sockets go when it stops)."""
     paths = state.paths
     inventory: Inventory | None = None
     problem = ""
@@ -92,6 +97,7 @@ def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> N
     markers, _ = marked_claims(state, skip=cp.claims)
     host = state.hosts[mps.NAME]
     assert isinstance(host, MpsHost)
+    stale, served = _sockets(paths)
     files = [
         *_found(LeftoverKind.CDI_SPEC, [p for _, p in list_specs(paths.cdi_dir)]),
         *_found(LeftoverKind.CDI_SPEC, list(stale_temp_files(paths.cdi_dir))),
@@ -99,7 +105,7 @@ def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> N
         *_found(LeftoverKind.GPU_VIEW, [paths.gpus_dir / n for n in _names(paths.gpus_dir)]),
         *_found(LeftoverKind.LIBRARY, library_files(paths.library_path)),
         *_found(LeftoverKind.PLUGIN_STATE, _plugin_state(paths)),
-        *_found(LeftoverKind.SOCKET, _stale_sockets(paths)),
+        *_found(LeftoverKind.SOCKET, stale),
     ]
     roots = [paths.claims_dir, paths.gpus_dir, paths.mps_dir, paths.library_path.parent]
     files += _found(LeftoverKind.DIRECTORY, roots if serving else [*roots, paths.plugin_dir])
@@ -112,4 +118,5 @@ def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> N
         mps_daemons=tuple(s.gpu_uuid for s in host.control.running()),
         files=tuple(files),
         inventory_problem=problem,
+        serving=tuple(str(p) for p in served if not (serving and p == paths.dra_socket)),
     )

@@ -37,13 +37,14 @@ _SHOWN_NAMES = 5
 @dataclass(frozen=True, slots=True)
 class SweepOutcome:
     pending: tuple[PendingClaim, ...] = ()  # claims still prepared: nothing was removed
+    serving: tuple[str, ...] = ()  # sockets a node plugin still serves: nothing was removed
     removed: tuple[str, ...] = ()  # what this sweep removed, one line each (`Leftover`)
     kept: tuple[str, ...] = ()  # what stays, and why
     problems: tuple[str, ...] = ()  # what failed (a later sweep tries again)
 
     @property
     def clean(self) -> bool:
-        return not self.pending and not self.problems
+        return not (self.pending or self.serving or self.problems)
 
 
 def planned(state: NodeState, *, serving: bool = False) -> CleanupPlan:
@@ -124,13 +125,17 @@ def sweep(preparer: Preparer, *, serving: bool = False) -> SweepOutcome:
     with state.lock:
         plan = planned(state, serving=serving)
         if plan.blocked:
-            return SweepOutcome(pending=plan.pending)
+            return SweepOutcome(pending=plan.pending, serving=plan.serving)
         problems: list[str] = []
         if plan.unfinished:
             problems += _finish_unprepares(preparer, plan)
             plan = planned(state, serving=serving)
             if plan.blocked or plan.unfinished:
-                return SweepOutcome(pending=plan.pending, problems=(*problems, "claims are left unfinished"))
+                return SweepOutcome(
+                    pending=plan.pending,
+                    serving=plan.serving,
+                    problems=(*problems, "unprepares left unfinished"),
+                )
         if any(i.kind in (LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE) for i in plan.leftovers):
             problems += _settle_mig_mode(state)  # what it switches off is recorded by the state
         state.hosts.close()  # the GPU views this process maps are removed next

@@ -300,6 +300,10 @@ def test_dry_run_removes_nothing_once_cleans_and_a_second_once_removes_nothing(n
     node.plugin.start()  # the kubelet unprepared everything before the plugin went
     with DraClient(node.paths.dra_socket) as client:
         assert {a.error for a in client.unprepare(list(refs.values())).claims.values()} == {""}
+    before = node.leftovers()
+    busy = node.cleanup_cli("--once")  # not while a node plugin serves
+    assert busy.returncode == 1 and f"still serves this node ({node.paths.dra_socket})" in busy.stderr
+    assert node.leftovers() == before
     assert node.plugin.terminate() == 0
     before = node.leftovers()
 

@@ -86,6 +86,12 @@ def test_a_prepared_claim_blocks_everything_and_is_named(state: ClaimState) -> N
     assert str(plan.pending[0]) == "ns/claim-u (UID u)"
 
 
+def test_a_node_plugin_still_serving_blocks_everything() -> None:
+    survey = NodeSurvey(inventory=inventory(), files=FILES, serving=("/var/lib/kubelet/plugins/x/dra.sock",))
+    plan = plan_cleanup(Checkpoint(boot_id="b"), survey)
+    assert plan.blocked and plan.serving == survey.serving and plan.leftovers == ()
+
+
 def test_a_claim_only_its_cdi_spec_knows_blocks_too() -> None:
     lost = PendingClaim("ns", "lost", ClaimUID("l"))
     plan = plan_cleanup(Checkpoint(boot_id="b"), NodeSurvey(inventory=inventory(), unrecorded=(lost,)))
