@@ -3,9 +3,10 @@
     tessera inventory [--simulate NODE.yaml] [--state-file FILE] [--settings FILE] [--node-name NAME]
                       [-o summary|yaml|json]
     tessera sim inject --node-file NODE.yaml --state-file FILE --gpu I (--xid N | --lost | ... | --clear)
+    tessera cleanup [--once] [--dry-run] [plugin options]
 
-prints the ResourceSlices this node would publish. The daemon's subcommand (`plugin`) is wired in
-`_add_plugin_command` below.
+prints the ResourceSlices this node would publish. The daemon's subcommands (`plugin`, `cleanup`) are
+wired in `_add_plugin_command` and `_add_cleanup_command` below.
 """
 
 from __future__ import annotations
@@ -128,11 +129,18 @@ def _add_plugin_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     add_cli(sub)
 
 
+def _add_cleanup_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from kubelet_plugin.cleanup import add_cli  # noqa: PLC0415 - light, like the daemon's
+
+    add_cli(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: a DRA driver for NVIDIA GPUs")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_inventory_command(sub)
     _add_plugin_command(sub)
+    _add_cleanup_command(sub)
     add_explain_command(sub)
     add_sim_command(sub)
     return parser

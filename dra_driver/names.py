@@ -199,6 +199,16 @@ def dra_socket_name(pod_uid: str | None = None) -> str:
     return f"dra-{pod_uid}.sock" if pod_uid else "dra.sock"
 
 
+def is_registration_socket_name(name: str) -> bool:
+    """Whether `name` is one of our registration sockets' names (any pod UID)."""
+    return name.startswith(f"{DRIVER_NAME}-") and name.endswith("-reg.sock")
+
+
+def is_dra_socket_name(name: str) -> bool:
+    """Whether `name` is one of our DRA sockets' names (any pod UID), in our plugin directory."""
+    return name == "dra.sock" or (name.startswith("dra-") and name.endswith(".sock"))
+
+
 # ---- device health and metrics -------------------------------------------------------------------
 
 UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"  # the device taint of every device on an unhealthy GPU

@@ -84,6 +84,18 @@ class ClaimStatusWriter(Protocol):
     def clear(self, *, namespace: str, name: str, uid: str, driver: str) -> None: ...
 
 
+class NullClaimStatusWriter:
+    """Writes no claim status: for claims that have nowhere to keep it (no API server, claims in files)."""
+
+    def publish(
+        self, *, namespace: str, name: str, uid: str, driver: str, devices: Sequence[DeviceStatus]
+    ) -> None:
+        return None
+
+    def clear(self, *, namespace: str, name: str, uid: str, driver: str) -> None:
+        return None
+
+
 def status_devices(
     existing: Sequence[Mapping[str, Any]], *, driver: str, devices: Sequence[DeviceStatus], now: datetime
 ) -> list[dict[str, Any]]:

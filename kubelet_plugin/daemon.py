@@ -195,14 +195,8 @@ def serve(
         return 1
 
 
-def run(
-    options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom | None = None
-) -> int:
-    from kubelet_plugin.wiring import Node, claim_access  # noqa: PLC0415 - keeps `--help` fast
-
-    inherited = set_umask()
-    if inherited != UMASK:
-        log.info("umask set", inherited=oct(inherited), now=oct(UMASK))
+def stop_on_signals() -> threading.Event:
+    """An event SIGTERM and SIGINT set (the command lines that serve until told to stop)."""
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -211,6 +205,18 @@ def run(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def run(
+    options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom | None = None
+) -> int:
+    from kubelet_plugin.wiring import Node, claim_access  # noqa: PLC0415 - keeps `--help` fast
+
+    inherited = set_umask()
+    if inherited != UMASK:
+        log.info("umask set", inherited=oct(inherited), now=oct(UMASK))
+    stop = stop_on_signals()
     node = Node.start(options, steps=steps, claims=claims or claim_access)
     try:
         while not stop.wait(1.0):

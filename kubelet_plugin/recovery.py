@@ -65,7 +65,7 @@ class Recovery:
         return "; ".join(parts)
 
 
-def _markers(
+def marked_claims(
     state: NodeState, *, skip: Collection[ClaimUID]
 ) -> tuple[dict[ClaimUID, ClaimMarker], list[ClaimUID]]:
     """Markers of our specs not in `skip`, and the specs of ours whose marker cannot be read."""
@@ -111,7 +111,7 @@ def adopt_marked(
     cp: Checkpoint, *, state: NodeState, inventory: Inventory | None
 ) -> tuple[Checkpoint, list[ClaimUID]]:
     """The checkpoint with an entry for each marked spec of ours it lacks (a crash before its save)."""
-    markers, _ = _markers(state, skip=cp.claims)
+    markers, _ = marked_claims(state, skip=cp.claims)
     if not markers:
         return cp, []
     entries = [
@@ -123,7 +123,7 @@ def adopt_marked(
 
 
 def rebuild(*, state: NodeState, reason: str, set_aside: str) -> tuple[Checkpoint, Recovery]:
-    markers, unreadable = _markers(state, skip=())
+    markers, unreadable = marked_claims(state, skip=())
     inventory = state.backend.inventory()
     unaccounted: set[str] = set()
     entries: dict[ClaimUID, ClaimEntry] = {}

@@ -7,6 +7,7 @@ as soon as it has registered the plugin; on stop the registration socket goes fi
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,9 @@ import grpc
 import structlog
 
 from dra_driver.errors import StorageError
-from kubelet_plugin.dra_service import DraV1beta1Servicer, DraV1Servicer
+from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
 from kubelet_plugin.file_modes import SOCKET_MODE
-from kubelet_plugin.health import HealthV1alpha1Servicer, HealthV1Servicer
+from kubelet_plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer, StreamSlots
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.proto.gen import (
     dra_v1_pb2_grpc,
@@ -44,6 +45,26 @@ class Services:
     dra_v1beta1: DraV1beta1Servicer
     health_v1: HealthV1Servicer
     health_v1alpha1: HealthV1alpha1Servicer
+
+
+def plugin_services(
+    *,
+    calls: ClaimCalls,
+    board: HealthBoard,
+    dra_socket: Path,
+    on_registration: Callable[[bool], None] | None = None,
+) -> Services:
+    """What a plugin instance serves: registration naming `dra_socket` (the kubelet's verdicts told to
+    `on_registration`), both DRA versions over `calls`, both health versions from `board` (one capacity for
+    both versions' streams)."""
+    streams = StreamSlots()
+    return Services(
+        registration=RegistrationServicer(dra_socket=dra_socket, on_outcome=on_registration),
+        dra_v1=DraV1Servicer(calls),
+        dra_v1beta1=DraV1beta1Servicer(calls),
+        health_v1=HealthV1Servicer(board, slots=streams),
+        health_v1alpha1=HealthV1alpha1Servicer(board, slots=streams),
+    )
 
 
 @dataclass(frozen=True, slots=True)

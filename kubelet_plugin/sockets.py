@@ -77,7 +77,8 @@ def check_socket_path(path: Path) -> None:
         )
 
 
-def _is_served(path: Path) -> bool:
+def is_served(path: Path) -> bool:
+    """Whether a process accepts connections on `path` (a socket left by a crash does not)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(1.0)
         try:
@@ -97,7 +98,7 @@ def clear_stale_socket(path: Path) -> None:
         return
     if not stat.S_ISSOCK(st.st_mode):
         raise ConfigError(f"{path} exists and is not a socket; remove it or choose another --root")
-    if _is_served(path):
+    if is_served(path):
         raise ConfigError(
             f"another process is serving {path}; run a second instance only with a distinct --pod-uid"
         )

@@ -31,7 +31,7 @@ from dra_driver.taints import gpu_taints
 from kubelet_plugin import priority_relay
 from kubelet_plugin.checkpoint import Checkpoint, OfferKey
 from kubelet_plugin.claims import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
-from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
+from kubelet_plugin.dra_service import ClaimCalls
 from kubelet_plugin.driver_setup import driver_setup
 from kubelet_plugin.file_modes import (
     CDI_DIR_MODE,
@@ -42,10 +42,7 @@ from kubelet_plugin.file_modes import (
 )
 from kubelet_plugin.health import (
     HealthBoard,
-    HealthV1alpha1Servicer,
-    HealthV1Servicer,
     InventoryHealthPoller,
-    StreamSlots,
 )
 from kubelet_plugin.health_events import HealthEvents
 from kubelet_plugin.hosts.vgpu import GpuSharing
@@ -60,8 +57,7 @@ from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.prepared_claims import PreparedClaim, prepared_claims
 from kubelet_plugin.readiness import Readiness
 from kubelet_plugin.reconcile import ReconcileReport, reconcile
-from kubelet_plugin.registration import RegistrationServicer
-from kubelet_plugin.server import PluginServer, Services
+from kubelet_plugin.server import PluginServer, plugin_services
 from kubelet_plugin.sockets import PluginLock
 from kubelet_plugin.steps import NO_OBSERVER, StepObserver
 from kubelet_plugin.timed_backend import TimedBackend
@@ -239,17 +235,10 @@ class Node:
             after=self._after_claims,
             deferred=state.dirs.removals_deferred,
         )
-        streams = StreamSlots()  # one capacity for both API versions' health streams
         self.server = PluginServer(
             paths=paths,
-            services=Services(
-                registration=RegistrationServicer(
-                    dra_socket=paths.dra_socket, on_outcome=readiness.registration
-                ),
-                dra_v1=DraV1Servicer(calls),
-                dra_v1beta1=DraV1beta1Servicer(calls),
-                health_v1=HealthV1Servicer(board, slots=streams),
-                health_v1alpha1=HealthV1alpha1Servicer(board, slots=streams),
+            services=plugin_services(
+                calls=calls, board=board, dra_socket=paths.dra_socket, on_registration=readiness.registration
             ),
         )
         self.server.start()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -32,7 +32,7 @@ from dra_driver.families.base import (
     device_node,
 )
 from dra_driver.families.published import attribute, consumes, gpu_attributes, profile_counters, string
-from dra_driver.model import Gpu, MigInstance, MigProfile, Placement
+from dra_driver.model import Gpu, Inventory, MigInstance, MigProfile, Placement
 from dra_driver.names import (
     DRIVER_NAME,
     Attr,
@@ -141,6 +141,35 @@ class MigRecord:
             inst.ci_id,
             inst.uuid,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class MigModeRestore:
+    """Which GPUs whose MIG mode Tessera switched on go back to MIG mode off, once no claim uses them."""
+
+    switch_off: tuple[GpuUUID, ...]  # MIG mode on, no claim and no instance left: switch it off
+    keep: frozenset[GpuUUID]  # still Tessera's to switch off later (a claim or an instance is there)
+
+
+def mig_mode_restore(
+    owned: Collection[GpuUUID],
+    *,
+    in_use: Collection[GpuUUID],
+    inventory: Inventory,
+    going: Collection[str] = (),
+) -> MigModeRestore:
+    """The rule for MIG mode Tessera switched on (`owned`): off once no claim (`in_use`) and no instance (but
+    those `going`, by UUID) is on the GPU; a GPU that is gone or already off is simply no longer owned."""
+    off: list[GpuUUID] = []
+    keep: set[GpuUUID] = set()
+    for uuid in sorted(owned):
+        gpu = inventory.gpu_by_uuid(uuid)
+        left = [i for i in gpu.mig_instances if i.uuid not in going] if gpu is not None else []
+        if uuid in in_use or left:
+            keep.add(uuid)
+        elif gpu is not None and gpu.mig_enabled:
+            off.append(uuid)
+    return MigModeRestore(switch_off=tuple(off), keep=frozenset(keep))
 
 
 def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:

@@ -14,7 +14,7 @@ import structlog
 
 from dra_driver.allocation import ClaimPlan
 from dra_driver.families.base import PlannedDevice
-from dra_driver.families.mig import NAME, MigAction, MigRecord, mig_plan
+from dra_driver.families.mig import NAME, MigAction, MigRecord, mig_mode_restore, mig_plan
 from dra_driver.model import Inventory, MigInstance
 from dra_driver.names import ClaimUID, DeviceName, GpuUUID
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
@@ -123,18 +123,12 @@ class MigHost(FamilyHost):
         in_use = {
             r.placement.gpu_uuid for e in cp.claims.values() if e.uid not in leaving for r in _records(e)
         }
-        keep: set[GpuUUID] = set(owned)
-        inventory = self._ctx.backend.inventory()
-        for uuid in sorted(owned):
-            gpu = inventory.gpu_by_uuid(uuid)
-            if uuid in in_use or (gpu is not None and gpu.mig_instances):
-                continue
-            if gpu is not None and gpu.mig_enabled:
-                self._ctx.backend.set_mig_mode(gpu=uuid, enabled=False)
-                removed.mig_mode_disabled.append(uuid)
-                log.info("mig mode disabled after the last Tessera instance", gpu=uuid)
-            keep.discard(uuid)
-        return cp.with_owned(NAME, keep), removed
+        restore = mig_mode_restore(owned, in_use=in_use, inventory=self._ctx.backend.inventory())
+        for uuid in restore.switch_off:
+            self._ctx.backend.set_mig_mode(gpu=uuid, enabled=False)
+            removed.mig_mode_disabled.append(uuid)
+            log.info("mig mode disabled after the last Tessera instance", gpu=uuid)
+        return cp.with_owned(NAME, restore.keep), removed
 
 
 def make(ctx: HostContext) -> FamilyHost:

@@ -70,7 +70,7 @@ class MpsHost(FamilyHost):
                 continue
             try:
                 if self.control.stop(gpu_uuid=state.gpu_uuid):
-                    removed.other.append(f"MPS control daemon of GPU {state.gpu_uuid}")
+                    removed.other.append(f"mps-daemon {state.gpu_uuid}")
             except MpsError as e:
                 log.error("MPS control daemon not stopped", gpu=state.gpu_uuid, error=str(e))
         return cp, removed

@@ -22,13 +22,14 @@ from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from e2e.fake_mps import FAKE_MPS_CONTROL
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.claims import NullClaimStatusWriter
 from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_TOOL_NAME
 from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.paths import PluginPaths
 from kubelet_plugin.prepare import Preparer
 from kubelet_plugin.results import ClaimRef
 from kubelet_plugin.steps import NO_OBSERVER
-from tests.support.claim_files import DirectoryClaimSource, NullClaimStatusWriter
+from tests.support.claim_files import DirectoryClaimSource
 from tests.support.faults import Faults
 
 BACKENDS = ("simulated", "nvml")

@@ -124,7 +124,7 @@ def test_the_daemon_outlives_a_restart_and_is_settled_at_start_up(node: Env) -> 
     node.claims.delete(namespace="ns", name="a")  # the claim went while the node daemon was down
     report = reconcile(node.preparer(boot_id="boot-1"))
     assert report.released_claims == (a.uid,) and daemons(node) == {}
-    assert any("MPS control daemon" in what for what in report.removed_other)
+    assert report.removed_other == (f"mps-daemon {FAKE_GPU1}",)
 
 
 def test_a_claim_holds_one_mps_device(node: Env) -> None:

@@ -7,7 +7,7 @@ gives a daemon (in-process, or `python -m tests.support.daemon --claims-dir-sour
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import yaml
 
 from dra_driver.errors import ClaimError, ClaimNotFoundError
 from dra_driver.files import atomic_write, remove_durably
-from kubelet_plugin.claims import DeviceStatus, claim_from_dict, to_api_dict
+from kubelet_plugin.claims import NullClaimStatusWriter, claim_from_dict, to_api_dict
 from kubelet_plugin.options import DaemonOptions
 from kubelet_plugin.wiring import ClaimAccess, ClaimsFrom, api_client
 
@@ -56,18 +56,6 @@ class DirectoryClaimSource:
 
     def delete(self, *, namespace: str, name: str) -> bool:
         return any([remove_durably(p) for p in self._files(namespace, name)])
-
-
-class NullClaimStatusWriter:
-    """Writes no claim status (claims in a directory have nowhere to keep it)."""
-
-    def publish(
-        self, *, namespace: str, name: str, uid: str, driver: str, devices: Sequence[DeviceStatus]
-    ) -> None:
-        return None
-
-    def clear(self, *, namespace: str, name: str, uid: str, driver: str) -> None:
-        return None
 
 
 def directory_claims(root: Path) -> ClaimsFrom:

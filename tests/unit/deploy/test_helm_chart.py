@@ -15,6 +15,7 @@ from dra_driver.device_order import DeviceOrder
 from dra_driver.families import gpu as whole
 from dra_driver.families import mig, vgpu
 from dra_driver.settings import NodeSettings
+from kubelet_plugin.cleanup_marker import CLEANUP_DONE_FILE
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"
@@ -278,7 +279,7 @@ def test_cleanup_mode_installs_only_the_cleanup_daemonset_and_its_identity() -> 
     pod = ds["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["command"] == ["tessera", "cleanup"] and "initContainers" not in pod
-    assert c["readinessProbe"]["exec"]["command"][:4] == ["tessera", "plugin", "probe", "--ready"]
+    assert c["readinessProbe"]["exec"]["command"] == ["test", "-e", str(CLEANUP_DONE_FILE)]
 
 
 @needs_helm
