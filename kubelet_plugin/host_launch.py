@@ -44,9 +44,9 @@ class HostLauncher:
 
     def _hierarchies(self) -> list[Path]:
         base = self.host_init / "root/sys/fs/cgroup"
-        if (base / "cgroup.controllers").exists():  # cgroup v2: one hierarchy
-            return [base]
         try:
+            if (base / "cgroup.controllers").exists():  # cgroup v2: one hierarchy
+                return [base]
             return sorted(p for p in base.iterdir() if (p / "cgroup.procs").exists())
         except OSError as e:
             raise MpsError(
@@ -62,10 +62,29 @@ class HostLauncher:
         for h in hierarchies:
             target = h / self.cgroup.strip("/")
             try:
-                target.mkdir(parents=True, exist_ok=True)
+                _make_cgroup(h, target)
                 (target / "cgroup.procs").write_text(f"{pid}\n")
             except OSError as e:
                 raise MpsError(
                     f"cannot move the MPS control daemon (pid {pid}) into cgroup {target} ({e.strerror}); it "
                     "would die with the plugin's container"
                 ) from e
+
+
+# cgroup v1 cpuset refuses a task (ENOSPC) in a cgroup whose CPUs and memory nodes are not set: a new one
+# inherits its parent's.
+_CPUSET_FILES = ("cpuset.cpus", "cpuset.mems")
+
+
+def _make_cgroup(hierarchy: Path, target: Path) -> None:
+    """`target` and the levels above it below `hierarchy`, each new cpuset level given its parent's sets."""
+    path = hierarchy
+    for part in target.relative_to(hierarchy).parts:
+        parent, path = path, path / part
+        if path.is_dir():
+            continue
+        path.mkdir(exist_ok=True)
+        for name in _CPUSET_FILES:
+            own = path / name
+            if own.exists() and not own.read_text().strip():
+                own.write_text((parent / name).read_text())

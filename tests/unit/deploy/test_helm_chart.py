@@ -16,6 +16,7 @@ from dra_driver.families import gpu as whole
 from dra_driver.families import mig, vgpu
 from dra_driver.settings import NodeSettings
 from kubelet_plugin.cleanup_marker import CLEANUP_DONE_FILE
+from kubelet_plugin.paths import PluginPaths
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"
@@ -106,7 +107,10 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
         "--kubelet-registry-dir=/var/lib/kubelet/plugins_registry",
     ]
     assert c["livenessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe", *dirs]
-    assert c["readinessProbe"]["exec"]["command"] == ["tessera", "plugin", "probe", "--ready", *dirs]
+    ready_file = (
+        f"/var/lib/kubelet/plugins/gpu.tessera.dev/{PluginPaths.defaults(pod_uid='$POD_UID').ready_file.name}"
+    )
+    assert c["readinessProbe"]["exec"]["command"] == ["/bin/sh", "-c", f"test -e {ready_file}"]
     assert "--log-format=json" in c["args"]
     assert not any(a.startswith("--mps-control") for a in c["args"])  # the driver root's
     assert "--mps-host-cgroup=/tessera-mps" in c["args"] and pod["hostPID"] is True

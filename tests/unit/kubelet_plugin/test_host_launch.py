@@ -72,3 +72,27 @@ def test_the_operators_driver_root_puts_its_libraries_on_the_daemons_loader_path
         DaemonOptions(node_name="n", driver_root="/", driver_root_mount=tmp_path, mps_host_cgroup="/m")
     )
     assert host.launcher is not None and host.launcher.env == {}
+
+
+def test_a_new_cpuset_cgroup_gets_its_parents_cpus_and_memory_nodes(tmp_path: Path) -> None:
+    cpuset = tmp_path / "root/sys/fs/cgroup/cpuset"
+    (cpuset / "node-x").mkdir(parents=True)
+    for d, cpus in ((cpuset, "0-1"), (cpuset / "node-x", "1")):
+        (d / "cgroup.procs").write_text("")
+        (d / "cpuset.cpus").write_text(f"{cpus}\n")
+        (d / "cpuset.mems").write_text("0\n")
+    # what the kernel shows in a fresh cpuset cgroup: the files, empty (the fake makes them on mkdir)
+    real_mkdir = Path.mkdir
+
+    def mkdir(self: Path, *args: object, **kwargs: object) -> None:
+        real_mkdir(self, *args, **kwargs)  # type: ignore[arg-type]
+        if self.is_relative_to(cpuset):
+            for name in ("cpuset.cpus", "cpuset.mems", "cgroup.procs"):
+                (self / name).write_text("")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Path, "mkdir", mkdir)
+        HostLauncher(cgroup="/node-x/tessera-mps", host_init=tmp_path).adopt(99)
+    made = cpuset / "node-x/tessera-mps"
+    assert (made / "cpuset.cpus").read_text() == "1\n" and (made / "cpuset.mems").read_text() == "0\n"
+    assert (made / "cgroup.procs").read_text() == "99\n"
