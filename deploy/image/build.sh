@@ -40,6 +40,9 @@ name="$(step name)"
 version="${name##*:}"
 archive="${out}/tessera-${version}.oci.tar"
 mkdir -p "${out}"
+# One build at a time per cache: checkouts share it (layer 1 files of other keys stay for them).
+exec 9> "${out}/.lock"
+flock 9
 
 # Layer 1, keyed by everything that decides its bytes (Debian's package index aside: see README.md).
 rootfs_key="$({ printf '%s\n' "${mmdebstrap_args[@]}" "${epoch}"; cat "${sources}"; mmdebstrap --version; } \
@@ -84,7 +87,6 @@ if [[ ! -f "${rootfs}" ]]; then
     # mmdebstrap picks the format from the name's suffix: the temporary name ends in .tar too
     mmdebstrap --quiet "${mmdebstrap_args[@]}" "${rootfs%.tar}.tmp.tar" - < "${sources}" >&2
     mv -f "${rootfs%.tar}.tmp.tar" "${rootfs}"
-    find "${out}" -maxdepth 1 -name 'rootfs-*.tar' ! -path "${rootfs}" -delete
     log "layer 1 done ($((SECONDS - start))s)"
 fi
 
@@ -101,6 +103,9 @@ make -s -C "${work}/interceptor" build/libtessera.so PYTHON=python3 \
 log "layer 2: the Python dependencies (deploy/image/requirements.txt) and tessera ..."
 step --python "${python}" site "${work}/site"
 step stage "${work}/root" --site "${work}/site" --library "${work}/interceptor/build/libtessera.so"
+mkdir "${work}/base"
+tar -x --numeric-owner -C "${work}/base" -f "${rootfs}"
+step compile --base "${work}/base" --root "${work}/root"
 
 log "the archive ..."
 read -r _ digest bytes < <(step archive --base "${rootfs}" --root "${work}/root" --out "${archive}.tmp")
