@@ -8,6 +8,8 @@ Steps:
     prune DIR                only the pruning (deploy/Dockerfile runs it on its own pip install)
     stage DIR --site S --library L
                              layer 2's tree in DIR: S at paths.site, L at paths.library, the launcher
+    compile --base B --root DIR
+                             precompiles DIR's site with the Python of B (layer 1 unpacked), if python.compile
     archive --base T --root DIR --out A
                              the OCI archive: T (a tar) below the layer made from DIR; prints the name,
                              the manifest digest and the layers' bytes
@@ -19,11 +21,9 @@ Steps:
 from __future__ import annotations
 
 import argparse
-import compileall
 import datetime as dt
 import json
 import os
-import py_compile
 import re
 import shutil
 import subprocess
@@ -49,6 +49,7 @@ SMOKE = (
     ("tessera", "plugin", "--help"),
     ("python3", "-c", "import kubelet_plugin.wiring, dra_driver.backends.nvml"),
 )
+MMDEBSTRAP_HOOKS = "/usr/share/mmdebstrap/hooks"
 _APP_VERSION = re.compile(r'^appVersion:\s*"?([^"\s]+)"?\s*$', re.MULTILINE)
 
 
@@ -78,6 +79,8 @@ def mmdebstrap_args(f: dict[str, Any]) -> list[str]:
     return [
         f"--variant={base['variant']}",
         f"--include={','.join(base['packages'])}",
+        # merged /usr made by symlinks, as debootstrap does: else usrmerge is installed, and perl with it
+        *(f"--hook-dir={MMDEBSTRAP_HOOKS}/{h}" for h in base["hooks"]),
         *(f"--dpkgopt=path-exclude={p}" for p in base["path_exclude"]),
         "--mode=root",
         base["release"],
@@ -147,13 +150,18 @@ def stage(root: Path, site: Path, library: Path, f: dict[str, Any]) -> None:
         target.chmod(0o755)
 
 
-def compile_site(root: Path, f: dict[str, Any]) -> None:
-    """Precompiles the site's modules with hashes of their sources (not times), for the image's Python."""
-    site = root / f["paths"]["site"].lstrip("/")
-    mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
-    ok = compileall.compile_dir(site, quiet=1, invalidation_mode=mode, ddir=f["paths"]["site"])
-    if not ok:
-        raise SystemExit(f"{site}: compileall failed")
+def compile_site(base: Path, root: Path, f: dict[str, Any]) -> None:
+    """Precompiles the site by the image's own Python (chroot into `base`, layer 1 unpacked), with hashes
+    of the sources, not times, unchecked: the image's files never change; the bytes are reproducible."""
+    inside = f["paths"]["site"]
+    staged, there = root / inside.lstrip("/"), base / inside.lstrip("/")
+    there.parent.mkdir(parents=True, exist_ok=True)
+    staged.rename(there)
+    try:
+        command = ["python3", "-m", "compileall", "-q", "--invalidation-mode", "unchecked-hash", inside]
+        subprocess.run(["chroot", str(base), *command], env=dict(f["env"]), check=True)
+    finally:
+        there.rename(staged)
 
 
 def iso(seconds: int) -> str:
@@ -271,7 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--site", type=Path, required=True)
     p.add_argument("--library", type=Path, required=True)
-    p.add_argument("--compile", action="store_true", help="precompile the site (unchecked-hash .pyc)")
+    p = sub.add_parser("compile", help="precompile layer 2's site with the Python of layer 1")
+    p.add_argument("--base", type=Path, required=True, help="layer 1, unpacked")
+    p.add_argument("--root", type=Path, required=True, help="layer 2's tree")
     p = sub.add_parser("archive")
     p.add_argument("--base", type=Path, required=True)
     p.add_argument("--root", type=Path, required=True)
@@ -293,8 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prune(args.dir, f)
     elif args.step == "stage":
         stage(args.dir, args.site, args.library, f)
-        if args.compile:
-            compile_site(args.dir, f)
+    elif args.step == "compile":
+        if f["python"]["compile"]:
+            compile_site(args.base, args.root, f)
     elif args.step == "archive":
         written = write_image(args.base, args.root, args.out, f)
         sys.stdout.write(f"{image_name(f)} {written.digest} {written.layers_size}\n")

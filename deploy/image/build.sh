@@ -40,21 +40,25 @@ name="$(step name)"
 version="${name##*:}"
 archive="${out}/tessera-${version}.oci.tar"
 mkdir -p "${out}"
+# One build at a time per cache: checkouts share it (layer 1 files of other keys stay for them).
+exec 9> "${out}/.lock"
+flock 9
 
 # Layer 1, keyed by everything that decides its bytes (Debian's package index aside: see README.md).
 rootfs_key="$({ printf '%s\n' "${mmdebstrap_args[@]}" "${epoch}"; cat "${sources}"; mmdebstrap --version; } \
     | sha256sum | cut -c1-16)"
 rootfs="${out}/rootfs-${rootfs_key}.tar"
 
-# The whole build's inputs: the product's sources, the library's, the image's own files, layer 1's key.
+# The whole build's inputs: the product's sources, the library's, the image's own files, its name (the chart's
+# appVersion, not the rest of the chart), layer 1's key.
 inputs_hash() {
     (
         cd "${repo}"
         find dra_driver kubelet_plugin cdi interceptor/src interceptor/include -type f \
             ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
-        sha256sum pyproject.toml interceptor/Makefile interceptor/tessera.map deploy/helm/tessera/Chart.yaml \
+        sha256sum pyproject.toml interceptor/Makefile interceptor/tessera.map \
             deploy/image/*.py deploy/image/image.json deploy/image/requirements.txt deploy/image/build.sh
-        echo "${rootfs_key} ${epoch} $("${python}" --version) $(cc --version | head -1)"
+        echo "${name} ${rootfs_key} ${epoch} $("${python}" --version) $(cc --version | head -1)"
     ) | sha256sum | cut -d' ' -f1
 }
 stamp="${out}/.tessera-${version}.oci.tar.stamp"
@@ -84,12 +88,11 @@ if [[ ! -f "${rootfs}" ]]; then
     # mmdebstrap picks the format from the name's suffix: the temporary name ends in .tar too
     mmdebstrap --quiet "${mmdebstrap_args[@]}" "${rootfs%.tar}.tmp.tar" - < "${sources}" >&2
     mv -f "${rootfs%.tar}.tmp.tar" "${rootfs}"
-    find "${out}" -maxdepth 1 -name 'rootfs-*.tar' ! -path "${rootfs}" -delete
     log "layer 1 done ($((SECONDS - start))s)"
 fi
 
 work="$(mktemp -d "${out}/work.XXXXXX")"
-trap 'rm -rf "${work}"' EXIT
+trap 'rm -rf "${work}" "${archive}.tmp"' EXIT
 
 # The library from a copy of its sources with the build path mapped away, so a clone elsewhere builds the same
 # bytes (the debug information would name the path otherwise).
@@ -99,15 +102,20 @@ make -s -C "${work}/interceptor" build/libtessera.so PYTHON=python3 \
     CC="cc -ffile-prefix-map=${work}/interceptor=/src/interceptor" >&2
 
 log "layer 2: the Python dependencies (deploy/image/requirements.txt) and tessera ..."
-step --python "${python}" site "${work}/site"
-step stage "${work}/root" --site "${work}/site" --library "${work}/interceptor/build/libtessera.so"
+# stdout carries only the summary: what the steps' tools print goes to stderr
+step --python "${python}" site "${work}/site" >&2
+step stage "${work}/root" --site "${work}/site" --library "${work}/interceptor/build/libtessera.so" >&2
+mkdir "${work}/base"
+tar -x --numeric-owner -C "${work}/base" -f "${rootfs}"
+step compile --base "${work}/base" --root "${work}/root" >&2
 
 log "the archive ..."
-read -r _ digest bytes < <(step archive --base "${rootfs}" --root "${work}/root" --out "${archive}.tmp")
+summary="$(step archive --base "${rootfs}" --root "${work}/root" --out "${archive}.tmp")"
+read -r _ digest bytes <<< "${summary}"
 
 log "smoke test: the plugin in the image's root file system (chroot) ..."
-step unpack "${archive}.tmp" "${work}/unpacked"
-step smoke "${work}/unpacked"
+step unpack "${archive}.tmp" "${work}/unpacked" >&2
+step smoke "${work}/unpacked" >&2
 
 mv -f "${archive}.tmp" "${archive}"
 printf 'tessera-image-stamp/v1\n%s\n%s\n%s\n' "${hash}" "${digest}" "${bytes}" > "${stamp}.tmp"

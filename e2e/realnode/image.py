@@ -29,6 +29,20 @@ PAUSE_IMAGE = "tessera.dev/e2e/pause:v1"
 PROBE_IMAGE = "tessera.dev/e2e/probe:v1"
 PROBE_PATH = "/usr/local/bin/cudaprobe"
 _PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Entry and directory come from deploy/image/oci.py, for the callers that build entries (the unit tests)
+__all__ = [
+    "PAUSE_IMAGE",
+    "PROBE_IMAGE",
+    "PROBE_PATH",
+    "Entry",
+    "base_entries",
+    "directory",
+    "file_from",
+    "main",
+    "probe_entries",
+    "shared_libraries",
+    "write_archive",
+]
 _LDD_LINE = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
 
 
