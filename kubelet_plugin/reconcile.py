@@ -113,7 +113,7 @@ class _Settled:
 def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileReport:
     """Converge the node with the checkpoint and the API; safe to run any number of times."""
     state = preparer.state
-    with state.dirs.removals_deferred(), state.lock:
+    with state.lock:
         cp, recovery = _load(state)
         boot_changed = cp.boot_id != state.boot_id
         if boot_changed:

@@ -186,7 +186,7 @@ class Node:
             pool_name=o.node_name,
             driver_library_dirs=tuple(str(d) for d in o.driver_library_dirs),
         )
-        with state.dirs.removals_deferred(), lock.held():
+        with lock.held():
             self._reconcile(preparer, events)  # its commit rewrites what derives from the checkpoint (views)
             state.forget()
         sharing = state.hosts[vgpu.NAME]
@@ -220,7 +220,6 @@ class Node:
             shared_state=paths.checkpoint_file,
             reload=state.forget,
             after=self._after_claims,
-            deferred=state.dirs.removals_deferred,
         )
         streams = StreamSlots()  # one capacity for both API versions' health streams
         self.server = PluginServer(

@@ -4,6 +4,7 @@ a scrape that finds the allocation, the live usage and the prepare histogram wit
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
@@ -15,9 +16,13 @@ import pytest
 from plugin_process import REPO, PluginProcess, cleanup, short_root
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.interceptor_programs import TCUDA, env, start
+from cdi.writer import read_spec
+from dra_driver.names import container_claim_dir
+from e2e.interceptor_programs import TCUDA, container_view, env, start
+from tests.support import tenant_container
 from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import claim_ref, vgpu_claim
+from tests.support.tenant_container import inside
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,7 +88,9 @@ def test_a_scrape_shows_allocation_live_usage_and_the_prepare_histogram(
 
     uid = busy["metadata"]["uid"]
     claim_dir = p.paths.claims_dir / uid
-    program = start(TCUDA, "usage", str(300 * MiB), "40", "2000", env=env(claim_dir, tmp_path / "gpu"))
+    program = start(
+        TCUDA, "usage", str(300 * MiB), "40", "2000", env=env(container_view(claim_dir), tmp_path / "gpu")
+    )
     try:
         assert program.stdout is not None and "ready" in program.stdout.readline()
         status, text = scrape(port)
@@ -150,3 +157,54 @@ def test_the_endpoint_goes_away_with_the_daemon(plugin: tuple[PluginProcess, int
     time.sleep(0.1)
     with pytest.raises(OSError):
         scrape(port, "/healthz")
+
+
+TENANT_ATTACK = """
+import errno, json, os, sys
+d = os.environ["CLAIM"]
+limits = os.path.join(d, "limits")
+out = {"read": open(limits).read()}
+def attempt(name, f):
+    try:
+        f()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+forged = "version 1\\ngpu GPU-x memory 4611686018427387904 cores 100\\n"
+attempt("write", lambda: open(limits, "w").write(forged))
+attempt("chmod", lambda: os.chmod(limits, 0o666))
+attempt("unlink", lambda: os.unlink(limits))
+attempt("rename", lambda: os.rename(limits, os.path.join(d, "old")))
+open(os.path.join(d, "new"), "w").write(forged)
+attempt("replace", lambda: os.replace(os.path.join(d, "new"), limits))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not tenant_container.available(), reason="needs root, unshare, mount and setpriv")
+def test_a_root_tenant_cannot_raise_its_own_limits(plugin: tuple[PluginProcess, int], tmp_path: Path) -> None:
+    """Issue #20, attack 3: a container running as root rewrote its claim's limits file (memory 4 EiB, cores
+    100) and the node's metrics reported it as allocated (GPU 0: 3 GiB -> 4 EiB). The container gets its claim
+    directory from the claim's real CDI spec here: the limits are a read-only mount point in it."""
+    p, port = plugin
+    claim = vgpu_claim("root", pool=POOL, gpu=0, memory="3Gi", cores="30")
+    p.claims.put(claim)
+    with DraClient(p.paths.dra_socket) as client:
+        assert not client.prepare([claim_ref(claim)]).claims[claim["metadata"]["uid"]].error
+    uid = claim["metadata"]["uid"]
+    host_limits = (p.paths.claim_dir(uid) / "limits").read_bytes()
+    spec = read_spec(p.paths.cdi_spec_file(uid))
+    mounts = [m for m in spec.container_edits.mounts if m.container_path.startswith(container_claim_dir(uid))]
+    rootfs = tmp_path / "rootfs"
+    program = TENANT_ATTACK.replace(
+        'os.environ["CLAIM"]', repr(str(inside(rootfs, container_claim_dir(uid))))
+    )
+    seen = json.loads(tenant_container.run(rootfs, mounts, program))
+    assert seen["read"].encode() == host_limits, "the library reads the daemon's limits"
+    assert seen["write"] == "EROFS" and seen["chmod"] == "EROFS"
+    assert seen["unlink"] == seen["rename"] == seen["replace"] == "EBUSY"
+    assert (p.paths.claim_dir(uid) / "limits").read_bytes() == host_limits
+    found = samples(scrape(port)[1])
+    g0 = {"gpu": "0", "gpu_uuid": GPU0}
+    assert value(found, "tessera_gpu_memory_allocated_bytes", **g0) == 3 * 1024 * MiB
+    assert value(found, "tessera_gpu_cores_allocated_ratio", **g0) == pytest.approx(0.3)
