@@ -162,8 +162,17 @@ class ClaimDirs:
                 log.warning("not a claim directory; left alone", path=str(self._root / name))
 
     def remove_stale_temps(self) -> list[Path]:
-        """Staging or set-aside dirs a killed process (or a removal stopped at its bound) left behind."""
+        """Staging or set-aside dirs a killed process left behind, and temp files of our limits writes in
+        each claim dir (or planted, under our names, in its shared dir)."""
         stale = [self._root / name for name in self._names() if is_temp(name)]
+        ours = f".{LIMITS_FILE_NAME}"
+        for uid in self.uids():
+            for d in (self.path(uid), self.shared(uid)):
+                try:
+                    names = os.listdir(d)
+                except OSError:
+                    continue
+                stale += [d / n for n in sorted(names) if is_temp(n) and n.startswith(ours)]
         for path in stale:
             self._discard(path)
         return stale

@@ -43,6 +43,7 @@ class ClaimDevice:
     mig_profile: str | None = None
     mig_uuid: str | None = None
     metered: bool = False  # the interception library keeps its usage in the claim's region
+    gpu_memory_bytes: int = 0  # the GPU's (what usage read from a region is clipped to)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,7 @@ def _device(entry: ClaimEntry, name: str, gpu: Gpu, limits: dict[GpuUUID, tuple[
         mig_profile=a.mig_profile,
         mig_uuid=a.mig_uuid,
         metered=limited is not None,
+        gpu_memory_bytes=gpu.memory_bytes,
     )
 
 

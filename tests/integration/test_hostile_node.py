@@ -29,6 +29,7 @@ from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_
 from kubelet_plugin.results import ClaimRef
 from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.tenant_container import fill
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -51,15 +52,6 @@ def swept_entries(p: PluginProcess, *, timeout: float = 60) -> list[str]:
     while (left := claims_root_entries(p)) and any(is_temp(n) for n in left) and time.monotonic() < end:
         time.sleep(0.02)
     return left
-
-
-def fill_dir(directory: Path, files: int) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for i in range(files):
-            os.close(os.open(f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
-    finally:
-        os.close(fd)
 
 
 def deep_tree(top: Path, depth: int, *, link_to: Path) -> None:
@@ -123,7 +115,7 @@ def test_a_1000_deep_tree_does_not_break_unprepare_or_any_later_start(root: Path
 def test_100k_files_are_removed_outside_the_node_lock(plugin: PluginProcess) -> None:
     ref = prepared(plugin, vgpu_claim("wide", pool=NODE, gpu=2))
     claim_dir = plugin.paths.claim_dir(ref.uid)
-    fill_dir(claim_dir / SHARED_DIR_NAME, 100_000)
+    fill(claim_dir / SHARED_DIR_NAME, 100_000)
     answer: list[str] = []
 
     def unprepare() -> None:
@@ -158,7 +150,7 @@ def test_another_tenants_prepare_and_unprepare_never_pay_for_a_big_cleanup(plugi
     prepare and an unprepare of another claim meanwhile stay fast (before: 250,000 entries per call, the rest
     inside whichever call came next: 4.8 s for another tenant's prepare beside 1M files)."""
     ref = prepared(plugin, vgpu_claim("filler", pool=NODE, gpu=2))
-    fill_dir(plugin.paths.claim_dir(ref.uid) / SHARED_DIR_NAME, 300_000)
+    fill(plugin.paths.claim_dir(ref.uid) / SHARED_DIR_NAME, 300_000)
     with DraClient(plugin.paths.dra_socket) as client:
         assert client.unprepare([ref]).claims[ref.uid].error == ""
         other = vgpu_claim("neighbour", pool=NODE, gpu=3)

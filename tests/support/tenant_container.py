@@ -16,6 +16,16 @@ from pathlib import Path
 from cdi.spec import Mount
 
 
+def fill(directory: Path, files: int) -> None:
+    """What a tenant can leave in its claim directory: `files` empty files."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(files):
+            os.close(os.open(f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
 def available() -> bool:
     return os.geteuid() == 0 and all(shutil.which(t) for t in ("unshare", "mount", "setpriv"))
 
