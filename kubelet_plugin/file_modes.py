@@ -39,7 +39,8 @@ VIEW_MODE = 0o644  # read by the library as any uid; written only by the daemon
 # parent stops every non-root server), so the tree is traversable; only root writes in it.
 MPS_ROOT_MODE = 0o755
 MPS_GPU_DIR_MODE = 0o755  # one per GPU: pipe/, log/, the daemon's record
-MPS_PIPE_DIR_MODE = 0o755  # bind-mounted into the GPU's MPS containers; the control socket itself is 0666
+MPS_PIPE_DIR_MODE = 0o755  # the daemon's sockets (control 0666, control_privileged 0600); never mounted
+MPS_CLIENT_DIR_MODE = 0o755  # clients/<uid>/: a link to the control socket, mounted read-only into the claim
 MPS_LOG_DIR_MODE = 0o755  # control.log, server.log: for humans and `kubectl debug`
 MPS_RECORD_MODE = 0o600
 

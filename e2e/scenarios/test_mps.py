@@ -91,8 +91,9 @@ def test_two_mps_claims_share_one_gpu_concurrently_and_keep_whole_gpu_use_off_it
         assert env[PIPE_DIRECTORY_ENV] == container_pipe_dir(gpu0)
         assert env["LD_PRELOAD"] == CONTAINER_LIBRARY_PATH  # exact memory accounting across the claim
         pipe = container(bed, ns, pods[name], "infer").mount_at(container_pipe_dir(gpu0))
-        assert pipe is not None and pipe.host_path.endswith(f"/mps/{gpu0}/pipe")
         uid = ClaimUID(claim_of(bed, ns, pods[name], "gpu")["metadata"]["uid"])
+        # the claim's own directory with a link to the control socket, read-only: never the pipe directory
+        assert pipe is not None and pipe.host_path.endswith(f"/mps/{gpu0}/clients/{uid}") and pipe.read_only
         limits = (bed.node(H100).claims_dir / uid / LIMITS_FILE_NAME).read_text()
         assert f"gpu {gpu0} memory {memory << 20} cores 0 " in limits  # MPS divides the SMs, not the library
         status = claim_of(bed, ns, pods[name], "gpu")["status"]["devices"][0]["data"]

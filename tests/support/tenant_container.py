@@ -15,6 +15,18 @@ from pathlib import Path
 
 from cdi.spec import Mount
 
+# What a tenant's program starts with: `attempt(name, f)` records in `out` "ok" or the errno's name of f().
+ATTEMPT = """
+import errno, json, os, socket
+out = {}
+def attempt(name, f):
+    try:
+        f()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+"""
+
 
 def fill(directory: Path, files: int) -> None:
     """What a tenant can leave in its claim directory: `files` empty files."""
