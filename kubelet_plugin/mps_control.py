@@ -52,6 +52,7 @@ from kubelet_plugin.mps_record import (
 DEFAULT_TOOL = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"  # the daemon writes it into its pipe directory
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
+LONGEST_SOCKET = "control_privileged"  # of the daemon's sockets in its pipe directory (the other: control)
 PROBE = "get_default_active_thread_percentage"  # any live daemon answers it with a number; it changes nothing
 _DAEMON_COMM = "nvidia-cuda-mps"  # the kernel's 15-character name of nvidia-cuda-mps-control
 log = structlog.get_logger(__name__)
@@ -127,7 +128,7 @@ class MpsControl:
     def ensure(self, *, gpu_uuid: GpuUUID) -> MpsDaemon:
         """The GPU's control daemon, started unless one already answers on its pipe (then it is adopted)."""
         dirs = self.dirs(gpu_uuid)
-        socket = dirs.pipe_dir / "control"
+        socket = dirs.pipe_dir / LONGEST_SOCKET
         if len(os.fsencode(socket)) > SOCKET_PATH_MAX:
             raise MpsError(
                 f"the MPS control socket {socket} would be {len(os.fsencode(socket))} bytes long, more "
