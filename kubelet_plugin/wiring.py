@@ -10,8 +10,9 @@ calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint,
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -201,7 +202,7 @@ class Node:
             daemon=True,
         )
         self._relay_thread.start()
-        self._start_mps_watch(state, events)
+        self._start_mps_watch(state, events, lock)
 
         self.board = board = HealthBoard(pool=o.node_name)
         self.poller = InventoryHealthPoller(
@@ -323,7 +324,7 @@ class Node:
             return "starting"
         return None
 
-    def _start_mps_watch(self, state: NodeState, events: NodeEvents | None) -> None:
+    def _start_mps_watch(self, state: NodeState, events: NodeEvents | None, lock: PluginLock) -> None:
         host = state.hosts[mps.NAME]
         assert isinstance(host, MpsHost)
 
@@ -334,10 +335,17 @@ class Node:
                 except TesseraError:
                     return set()  # an unreadable checkpoint: the next claim call rebuilds it
 
+        @contextlib.contextmanager
+        def both_locks() -> Iterator[None]:
+            # the file lock too: during a rolling update the other instance's watch and calls wait
+            with lock.held(), state.lock:
+                state.forget()  # the other instance may have changed the checkpoint
+                yield
+
         self.mps_watch = MpsWatch(
             control=host.control,
             in_use=in_use,
-            lock=lambda: state.lock,
+            lock=both_locks,
             warn=events.warn if events is not None else None,
         )
         threading.Thread(
