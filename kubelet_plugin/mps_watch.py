@@ -3,9 +3,10 @@ of the node daemon, and the Node gets a Warning Event saying so.
 
 Every INTERVAL it asks `MpsControl.problem` about each GPU that prepared MPS claims use (the checkpoint says
 which). A daemon found wanting is restarted (`MpsControl.restart`: the old one killed, a new one started,
-every claim's link to its control socket made again) under the node lock, so it never races a prepare or the
-unprepare that stops the GPU's last daemon. Clients that were connected to the old daemon lost it with it (a
-fault of the GPU's MPS domain, docs/mps.md); new processes of every MPS claim on the GPU get the new one.
+every claim's link to its control socket made again) under the locks the caller gives (the node daemon: its
+file lock and the node lock), so it never races a prepare or the unprepare that stops the GPU's last daemon.
+Clients that were connected to the old daemon lost it with it (a fault of the GPU's MPS domain,
+docs/mps.md); new processes of every MPS claim on the GPU get the new one.
 """
 
 from __future__ import annotations
