@@ -23,8 +23,10 @@ from dra_driver.names import (
     CONTAINER_LIBRARY_PATH,
     CUDA_VISIBLE_DEVICES_ENV,
     LD_PRELOAD_ENV,
+    LIMITS_FILE_NAME,
     NVIDIA_VISIBLE_DEVICES_VOID,
     REGION_FILE_NAME,
+    SHARED_DIR_NAME,
     DeviceName,
     HamiEnv,
     cdi_device_name,
@@ -43,7 +45,7 @@ class HostLayout:
     """Host paths the edits point at, as strings (this module does no I/O)."""
 
     library_path: str  # libtessera.so on the host
-    claim_dir: str  # this claim's host directory (limits file, accounting region)
+    claim_dir: str  # this claim's host directory (limits file; shared/ with the accounting region)
     driver_library_dirs: tuple[str, ...] = ()  # host driver library/tool dirs, mounted read-only in place
     gpus_dir: str = ""  # host root of the GPUs' view directories ("": none mounted)
     driver_files: DriverFiles = NO_DRIVER_FILES  # below the driver root (dra_driver.driver_root)
@@ -89,7 +91,14 @@ def _library_edits(plan: ClaimPlan, host: HostLayout) -> ContainerEdits:
     claim_dir = container_claim_dir(plan.uid)
     mounts = [
         Mount(host_path=host.library_path, container_path=CONTAINER_LIBRARY_PATH, options=RO_BIND),
-        Mount(host_path=host.claim_dir, container_path=claim_dir, options=RW_BIND),
+        # the claim's shared dir read-write, then its limits file read-only over the mount point in it: a
+        # root process in the container can neither rewrite nor replace the limits (docs/security.md)
+        Mount(host_path=f"{host.claim_dir}/{SHARED_DIR_NAME}", container_path=claim_dir, options=RW_BIND),
+        Mount(
+            host_path=f"{host.claim_dir}/{LIMITS_FILE_NAME}",
+            container_path=f"{claim_dir}/{LIMITS_FILE_NAME}",
+            options=RO_BIND,
+        ),
     ]
     if host.gpus_dir:
         # the node's view of each shared GPU: its time-division schedule and priority holds

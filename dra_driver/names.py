@@ -58,6 +58,9 @@ CONTAINER_LIBRARY_PATH = "/usr/local/tessera/lib/libtessera.so"
 CONTAINER_CLAIMS_ROOT = "/var/run/tessera/claims"
 LIMITS_FILE_NAME = "limits"
 REGION_FILE_NAME = "region"
+# On the host, <claims root>/<uid>/ is the daemon's (the limits file, mounted read-only over the container's
+# `limits`); only its SHARED_DIR_NAME subdirectory (the region) is mounted read-write as the claim directory.
+SHARED_DIR_NAME = "shared"
 # The node's read-only view of each GPU (time-division schedule, priority holds), one directory per GPU.
 CONTAINER_GPUS_ROOT = "/var/run/tessera/gpus"
 VIEW_FILE_NAME = "view"

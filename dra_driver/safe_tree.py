@@ -44,7 +44,7 @@ class _Budget:
         if self.used > self.limit:
             raise TreeLimitError(
                 f"{self.path}: stopped after {self.limit} entries; the rest is left in place and is "
-                "removed by a later cleanup (start-up or the next unprepare)"
+                "removed by a later cleanup (the next pass of the sweeper, or start-up)"
             )
 
 

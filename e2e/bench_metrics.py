@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dra_driver.backends.simulated import SimulatedBackend
-from e2e.interceptor_programs import TCUDA, env, start
+from e2e.interceptor_programs import TCUDA, container_view, env, start
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.paths import PluginPaths
@@ -75,7 +75,9 @@ def fill_regions(paths: PluginPaths, uids: Sequence[str], state: Path) -> list[s
                 "8" if i + k < LIMITED else "0",
                 "200",
                 # the fake GPU has 128 context channels: every 64 processes get a fake GPU of their own
-                env=env(paths.claims_dir / uid, state.with_name(f"{state.name}-{(i + k) // 64}")),
+                env=env(
+                    container_view(paths.claims_dir / uid), state.with_name(f"{state.name}-{(i + k) // 64}")
+                ),
             )
             for k, uid in enumerate(uids[i : i + batch])
         ]

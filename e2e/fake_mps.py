@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from e2e.fake_nvml import FAKE_LIBRARY_DIR
-from kubelet_plugin.mps_control import SOCKET_PATH_MAX, MpsControl
+from kubelet_plugin.mps_control import LONGEST_SOCKET, SOCKET_PATH_MAX, MpsControl
 from kubelet_plugin.paths import PluginPaths
 
 FAKE_MPS_CONTROL = FAKE_LIBRARY_DIR / "nvidia-cuda-mps-control"
@@ -34,7 +34,7 @@ def mps_dir_for(root: Path) -> Path:
     socket path, else a short directory in /tmp named after the root (a demo cloned deep in a home
     directory), so the same root always gets the same one."""
     own = PluginPaths.under(root).mps_dir
-    if len(os.fsencode(own)) + 1 + _UUID_LENGTH + len("/pipe/control") <= SOCKET_PATH_MAX:
+    if len(os.fsencode(own)) + 1 + _UUID_LENGTH + len(f"/pipe/{LONGEST_SOCKET}") <= SOCKET_PATH_MAX:
         return own
     digest = hashlib.sha256(os.fsencode(root.resolve())).hexdigest()[:10]
     return Path(tempfile.gettempdir()) / f"tessera-mps-{digest}"

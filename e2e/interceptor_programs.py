@@ -28,6 +28,16 @@ def claim_dir(root: Path, name: str, *lines: str) -> Path:
     return d
 
 
+def container_view(claim: Path) -> Path:
+    """What a container's claim directory shows, for a program run on the host without a mount namespace:
+    the claim's shared dir, whose limits mount point is replaced by a hard link to the daemon's limits file
+    (the file the read-only mount shows in a container)."""
+    shared = claim / "shared"
+    (shared / "limits").unlink(missing_ok=True)
+    os.link(claim / "limits", shared / "limits")
+    return shared
+
+
 def env(claim: Path | None, gpu_state: Path, **extra: str) -> dict[str, str]:
     e = {k: v for k, v in os.environ.items() if not k.startswith(("TESSERA_", "CUDA_", "FAKE_"))}
     e.update(LD_LIBRARY_PATH=str(BUILD / "fake"), FAKE_GPU_STATE=str(gpu_state), FAKE_CTX_BYTES="0")

@@ -1,23 +1,26 @@
-"""Per-claim host directories for claims whose devices use the interception library: the limits file the
-library reads and the accounting region it shares. Modes and why: `kubelet_plugin.file_modes`,
-docs/security.md.
+"""Per-claim host directories for claims whose devices use the interception library. Modes and why:
+`kubelet_plugin.file_modes`, docs/security.md.
 
-The directory appears atomically (built under a temp name, then renamed), so the library never sees a
-directory without its limits file. Nothing here is fsync'd: after a power loss the claim's containers are
-gone and start-up reconciliation rewrites or removes the directory (docs/architecture.md, "Durability").
-The daemon creates both files the library needs (`limits`, and `region` empty, which the library formats on
-first use), so the directory itself needs no write access for the container's users. A container can still
-fill it (a root process ignores modes): removal therefore renames the directory aside (cheap, under the node
-lock) and removes the tree later, outside the lock, with the bounded, link-safe
-`dra_driver.safe_tree.remove_tree` (`removals_deferred`).
+    <claims root>/<uid>/            the daemon's, never mounted: no container can reach it by a name
+        limits                      the limits file; mounted read-only (a file bind mount) over shared/limits
+        shared/                     mounted read-write as the container's claim directory
+            region                  the accounting region the claim's processes share (created empty here)
+            limits                  an empty mount point (0444) the read-only limits mount covers
+
+So the library finds `limits` and `region` in its claim directory as before, but a root process in the
+container cannot write, replace or rename `limits` (a read-only mount point), and what the node reports or
+decides comes from `<uid>/limits`, which only the daemon writes. The directory appears atomically (built under
+a temp name, then renamed), so the library never sees it without its limits file. Nothing here is fsync'd:
+after a power loss the claim's containers are gone and start-up reconciliation rewrites or removes the
+directory (docs/architecture.md, "Durability"). A container can still fill `shared/` (a root process ignores
+modes): removal therefore renames the directory aside (cheap, under the node lock) and hands the tree to the
+background `TreeSweeper`, so no kubelet call ever pays for a tenant's files.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,9 +28,18 @@ import structlog
 
 from dra_driver.errors import InvalidNameError, StorageError
 from dra_driver.files import WriteFault, atomic_write, is_temp, temp_name
-from dra_driver.names import LIMITS_FILE_NAME, REGION_FILE_NAME, ClaimUID
-from dra_driver.safe_tree import MAX_ENTRIES, is_plain_file, remove_tree
-from kubelet_plugin.file_modes import CLAIM_DIR_MODE, CLAIMS_ROOT_MODE, LIMITS_MODE, REGION_MODE, make_dir
+from dra_driver.names import LIMITS_FILE_NAME, REGION_FILE_NAME, SHARED_DIR_NAME, ClaimUID
+from dra_driver.safe_tree import is_plain_file, remove_tree
+from kubelet_plugin.file_modes import (
+    CLAIM_DIR_MODE,
+    CLAIMS_ROOT_MODE,
+    LIMITS_MODE,
+    MOUNT_POINT_MODE,
+    REGION_MODE,
+    SHARED_DIR_MODE,
+    make_dir,
+)
+from kubelet_plugin.tree_sweeper import TreeSweeper
 
 log = structlog.get_logger(__name__)
 
@@ -53,26 +65,33 @@ def _is_dir(path: Path) -> bool:
 
 
 class ClaimDirs:
-    def __init__(self, *, root: Path, max_entries: int = MAX_ENTRIES) -> None:
+    def __init__(self, *, root: Path, sweeper: TreeSweeper | None = None) -> None:
         self._root = root
-        self._max_entries = max_entries
-        self._local = threading.local()
-        self._leftovers: list[Path] = []  # trees a removal stopped on at its bound; later removals go on
-        self._leftovers_lock = threading.Lock()
+        self.sweeper = sweeper or TreeSweeper()
 
     def path(self, uid: ClaimUID) -> Path:
         return self._root / ClaimUID(uid)  # validated again: this is where a UID becomes a path
 
+    def shared(self, uid: ClaimUID) -> Path:
+        """The directory the claim's containers get read-write (the region)."""
+        return self.path(uid) / SHARED_DIR_NAME
+
     def write(self, uid: ClaimUID, *, limits: str, fault: WriteFault | None = None) -> Path:
-        """Create the claim dir with its limits and region files, or rewrite the limits of an existing one."""
+        """Create the claim dir with its limits, shared dir and region, or rewrite the limits of an existing
+        one (putting back what a tenant removed or replaced in its shared dir)."""
         final = self.path(uid)
         data = limits.encode()
         if _is_dir(final):
             try:
                 os.chmod(final, CLAIM_DIR_MODE)
                 self._only_a_file(final / LIMITS_FILE_NAME)
-                if not self._only_a_file(final / REGION_FILE_NAME):
-                    _create(final / REGION_FILE_NAME, b"", mode=REGION_MODE)
+                shared = final / SHARED_DIR_NAME
+                if not _is_dir(shared):
+                    if os.path.lexists(shared):
+                        self._set_aside(shared)
+                    os.mkdir(shared, SHARED_DIR_MODE)
+                os.chmod(shared, SHARED_DIR_MODE)
+                self._shared_files(shared)
             except OSError as e:
                 raise StorageError(f"claim directory {final}: {e.strerror or e}") from e
             atomic_write(final / LIMITS_FILE_NAME, data, mode=LIMITS_MODE, durable=False, fault=fault)
@@ -86,7 +105,9 @@ class ClaimDirs:
             os.chmod(staging, CLAIM_DIR_MODE)
             # The staging dir is the atomic unit: its files need no temp names of their own.
             _create(staging / LIMITS_FILE_NAME, data, mode=LIMITS_MODE, fault=fault)
-            _create(staging / REGION_FILE_NAME, b"", mode=REGION_MODE)
+            os.mkdir(staging / SHARED_DIR_NAME, SHARED_DIR_MODE)
+            os.chmod(staging / SHARED_DIR_NAME, SHARED_DIR_MODE)
+            self._shared_files(staging / SHARED_DIR_NAME)
             staging.rename(final)
         except (OSError, StorageError) as e:
             remove_tree(staging)
@@ -95,19 +116,29 @@ class ClaimDirs:
             raise StorageError(f"creating claim directory {final}: {e.strerror or e}") from e
         return final
 
+    def _shared_files(self, shared: Path) -> None:
+        """The region and the limits mount point, each a regular file (anything else is set aside)."""
+        if not self._only_a_file(shared / REGION_FILE_NAME):
+            _create(shared / REGION_FILE_NAME, b"", mode=REGION_MODE)
+        if not self._only_a_file(shared / LIMITS_FILE_NAME):
+            _create(shared / LIMITS_FILE_NAME, b"", mode=MOUNT_POINT_MODE)
+
     def _only_a_file(self, path: Path) -> bool:
         """Whether a regular file is at `path`; anything else a tenant put there (a link, a directory tree)
         is set aside into the claims root and removed like a claim directory."""
         if is_plain_file(path):
             return True
         if os.path.lexists(path):
-            aside = temp_name(self._root / f"{path.parent.name}-{path.name}")
-            os.rename(path, aside)
-            self._discard(aside)
+            self._set_aside(path)
         return False
 
+    def _set_aside(self, path: Path) -> None:
+        aside = temp_name(self._root / f"{path.parent.name}-{path.name}")
+        os.rename(path, aside)
+        self._discard(aside)
+
     def remove(self, uid: ClaimUID) -> bool:
-        """Set the claim dir aside under a temp name (atomic, cheap), then remove it (removals_deferred)."""
+        """Set the claim dir aside under a temp name (atomic, cheap); the sweeper removes it later."""
         final = self.path(uid)
         if not os.path.lexists(final):
             return False
@@ -131,8 +162,17 @@ class ClaimDirs:
                 log.warning("not a claim directory; left alone", path=str(self._root / name))
 
     def remove_stale_temps(self) -> list[Path]:
-        """Staging or set-aside dirs a killed process (or a removal stopped at its bound) left behind."""
+        """Staging or set-aside dirs a killed process left behind, and temp files of our limits writes in
+        each claim dir (or planted, under our names, in its shared dir)."""
         stale = [self._root / name for name in self._names() if is_temp(name)]
+        ours = f".{LIMITS_FILE_NAME}"
+        for uid in self.uids():
+            for d in (self.path(uid), self.shared(uid)):
+                try:
+                    names = os.listdir(d)
+                except OSError:
+                    continue
+                stale += [d / n for n in sorted(names) if is_temp(n) and n.startswith(ours)]
         for path in stale:
             self._discard(path)
         return stale
@@ -143,44 +183,5 @@ class ClaimDirs:
         except FileNotFoundError:
             return []
 
-    # ---- removal outside the lock -----------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def removals_deferred(self) -> Iterator[None]:
-        """Within the block, this thread's removals only set directories aside; they are removed on leaving.
-
-        Enter it outside the node lock and take the lock inside: a tenant's 100k files then never hold it.
-        """
-        depth: int = getattr(self._local, "depth", 0)
-        if depth == 0:
-            self._local.queue = []
-        self._local.depth = depth + 1
-        try:
-            yield
-        finally:
-            self._local.depth = depth
-            if depth == 0:
-                queue: list[Path] = self._local.queue
-                self._local.queue = []
-                self._remove_trees(queue)
-
     def _discard(self, path: Path) -> None:
-        if getattr(self._local, "depth", 0):
-            self._local.queue.append(path)
-        else:
-            self._remove_trees([path])
-
-    def _remove_trees(self, paths: list[Path]) -> None:
-        with self._leftovers_lock:
-            todo = list(dict.fromkeys([*self._leftovers, *paths]))
-            self._leftovers = []
-        for i, path in enumerate(todo):
-            try:
-                remove_tree(path, max_entries=self._max_entries)
-            except Exception as e:  # runs after the call's answers are settled: log, never raise
-                # The claim is gone all the same. What is left is retried by the next removal or start-up;
-                # stopping here keeps one call to one bound's worth of work past a too-large tree.
-                log.error("claim directory not fully removed", path=str(path), error=str(e))
-                with self._leftovers_lock:
-                    self._leftovers.extend(todo[i:])
-                return
+        self.sweeper.add(path)

@@ -7,9 +7,7 @@ A claim's UID is validated here (`ClaimUID`) before anything can use it as a pat
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -59,8 +57,6 @@ class ClaimCalls:
     Another instance (rolling update) may have changed the node between two of our calls. When
     `shared_state` (the checkpoint) is not as we left it, `reload` makes the preparer read it again.
     `after` runs after every call that reached the preparer (e.g. ask the publisher to look again).
-    `deferred` wraps each call outside the lock: work the preparer defers to its end (removing claim
-    directories set aside under the lock) then runs without holding the lock.
     """
 
     def __init__(
@@ -71,14 +67,12 @@ class ClaimCalls:
         shared_state: Path | None = None,
         reload: Callable[[], None] | None = None,
         after: Callable[[], None] | None = None,
-        deferred: Callable[[], AbstractContextManager[None]] | None = None,
     ) -> None:
         self._preparer = preparer
         self._lock = lock
         self._shared_state = shared_state
         self._reload = reload
         self._after = after
-        self._deferred = deferred or contextlib.nullcontext
         self._left: _Stamp | None = None  # how we left the shared state; None: unknown
 
     def prepare(self, claims: Sequence[KubeletClaim]) -> dict[str, PrepareResult]:
@@ -113,7 +107,7 @@ class ClaimCalls:
         valid = unique_claims(checked)
         if valid:
             try:
-                with self._deferred(), self._lock.held():
+                with self._lock.held():
                     self._refresh()
                     self._left = None
                     got = call(valid)

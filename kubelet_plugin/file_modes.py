@@ -27,8 +27,10 @@ LOCK_MODE = 0o600
 CDI_DIR_MODE = 0o755  # container runtimes read it, other vendors write theirs: never group/world-writable
 CDI_SPEC_MODE = SPEC_MODE  # 0644: runtimes read it; it holds no secret
 CLAIMS_ROOT_MODE = 0o700  # containers get their claim dir by bind mount, never through this root
-CLAIM_DIR_MODE = 0o755  # any uid in the container reads it; only the daemon adds or replaces files
-LIMITS_MODE = 0o644  # read by the library as any uid; written only by the daemon
+CLAIM_DIR_MODE = 0o755  # the daemon's per claim: limits + shared/; never mounted itself
+SHARED_DIR_MODE = 0o755  # mounted read-write as the container's claim dir; any uid reads it
+LIMITS_MODE = 0o644  # read by the library as any uid (a read-only file mount); written only by the daemon
+MOUNT_POINT_MODE = 0o444  # shared/limits: the empty file the read-only limits mount covers
 REGION_MODE = 0o666  # the one exception: any uid of the claim's containers maps it read-write
 GPUS_ROOT_MODE = 0o700  # containers get a GPU's view directory by bind mount, never through this root
 GPU_VIEW_DIR_MODE = 0o755  # mounted read-only into every vgpu container on the GPU
@@ -37,7 +39,8 @@ VIEW_MODE = 0o644  # read by the library as any uid; written only by the daemon
 # parent stops every non-root server), so the tree is traversable; only root writes in it.
 MPS_ROOT_MODE = 0o755
 MPS_GPU_DIR_MODE = 0o755  # one per GPU: pipe/, log/, the daemon's record
-MPS_PIPE_DIR_MODE = 0o755  # bind-mounted into the GPU's MPS containers; the control socket itself is 0666
+MPS_PIPE_DIR_MODE = 0o755  # the daemon's sockets (control 0666, control_privileged 0600); never mounted
+MPS_CLIENT_DIR_MODE = 0o755  # clients/<uid>/: a link to the control socket, mounted read-only into the claim
 MPS_LOG_DIR_MODE = 0o755  # control.log, server.log: for humans and `kubectl debug`
 MPS_RECORD_MODE = 0o600
 

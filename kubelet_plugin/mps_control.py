@@ -1,12 +1,14 @@
 """The node's MPS control daemons: one `nvidia-cuda-mps-control` per GPU that MPS claims use (I/O adapter).
 
-Each GPU gets `<root>/<GPU UUID>/` holding `pipe/` (its CUDA_MPS_PIPE_DIRECTORY: the control socket, which the
-GPU's MPS containers get by bind mount), `log/` (its CUDA_MPS_LOG_DIRECTORY: control.log, server.log, and
+Each GPU gets `<root>/<GPU UUID>/` holding `pipe/` (its CUDA_MPS_PIPE_DIRECTORY: the control sockets, which
+no container gets), `clients/<claim uid>/` (a link to `control` alone, mounted read-only into the claim's
+containers: `kubelet_plugin.mps_clients`), `log/` (its CUDA_MPS_LOG_DIRECTORY: control.log, server.log, and
 start.log with what `-d` printed) and `daemon.json` (the record, `kubelet_plugin.mps_record`). A daemon is
 started with CUDA_VISIBLE_DEVICES=<GPU UUID> in a session of its own, so it outlives a restart of the node
-daemon, which then adopts it (`ensure`) once it answers on its pipe. The tool is driven through its command
-line only, as an administrator would (the control protocol is not public): `-d` starts it, commands on stdin
-ask it. What MPS does and costs: docs/mps.md; what the real tool does: shared/facts/mps.md.
+daemon, which then adopts it (`ensure`) once it answers on its pipe; `problem` and `restart` serve the
+watch (`kubelet_plugin.mps_watch`) that replaces a daemon that died or was replaced. The tool is driven
+through its command line only, as an administrator would (the control protocol is not public): `-d` starts
+it, commands on stdin ask it. What MPS does and costs: docs/mps.md.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from kubelet_plugin.file_modes import (
 )
 from kubelet_plugin.host_launch import HostLauncher
 from kubelet_plugin.host_process import end_process, is_live_process, wait_gone
+from kubelet_plugin.mps_clients import MpsClientDirs
 from kubelet_plugin.mps_record import (
     MAX_RECORD_BYTES,
     MpsRecord,
@@ -50,6 +53,7 @@ from kubelet_plugin.mps_record import (
 DEFAULT_TOOL = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"  # the daemon writes it into its pipe directory
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
+LONGEST_SOCKET = "control_privileged"  # of the daemon's sockets in its pipe directory (the other: control)
 PROBE = "get_default_active_thread_percentage"  # any live daemon answers it with a number; it changes nothing
 _DAEMON_COMM = "nvidia-cuda-mps"  # the kernel's 15-character name of nvidia-cuda-mps-control
 log = structlog.get_logger(__name__)
@@ -127,7 +131,7 @@ class MpsControl:
     def ensure(self, *, gpu_uuid: GpuUUID) -> MpsDaemon:
         """The GPU's control daemon, started unless one already answers on its pipe (then it is adopted)."""
         dirs = self.dirs(gpu_uuid)
-        socket = dirs.pipe_dir / "control"
+        socket = dirs.pipe_dir / LONGEST_SOCKET
         if len(os.fsencode(socket)) > SOCKET_PATH_MAX:
             raise MpsError(
                 f"the MPS control socket {socket} would be {len(os.fsencode(socket))} bytes long, more "
@@ -149,6 +153,35 @@ class MpsControl:
                 log.warning("MPS control daemon does not answer; replacing it", gpu=gpu_uuid, pid=pid)
                 self._kill(pid)
             return self._start(gpu_uuid, dirs)
+
+    def clients(self, gpu_uuid: GpuUUID) -> MpsClientDirs:
+        return MpsClientDirs(gpu_dir=self.dirs(gpu_uuid).gpu_dir)
+
+    def problem(self, *, gpu_uuid: GpuUUID) -> str | None:
+        """Why the GPU's daemon cannot serve its clients now (None: it can): dead, mute, or its socket is not
+        the one the clients' links name (replaced)."""
+        dirs = self.dirs(gpu_uuid)
+        with self._locked(gpu_uuid):
+            pid = self._daemon_pid(dirs)
+            if pid is None:
+                return "its control daemon is not running"
+            if not self._answers(dirs):
+                return f"its control daemon (pid {pid}) does not answer"
+            stale = self.clients(gpu_uuid).stale()
+            if stale:
+                return f"its control socket is not the one linked for claim {stale[0]} (replaced or removed)"
+        return None
+
+    def restart(self, *, gpu_uuid: GpuUUID) -> MpsDaemon:
+        """A new daemon for the GPU, whatever answers now (killed), and every claim's link to its socket."""
+        dirs = self.dirs(gpu_uuid)
+        with self._locked(gpu_uuid):
+            pid = self._daemon_pid(dirs)
+            if pid is not None:
+                self._kill(pid)
+            daemon = self._start(gpu_uuid, dirs)
+            self.clients(gpu_uuid).link_all()
+        return daemon
 
     def stop(self, *, gpu_uuid: GpuUUID) -> bool:
         """Quit the GPU's daemon (killed if it does not go) and remove its directories; False if none."""
@@ -381,7 +414,8 @@ class MpsControl:
         atomic_write(dirs.record, encode(record), mode=MPS_RECORD_MODE)
 
     def _remove(self, dirs: MpsDirs) -> None:
-        remove_tree(dirs.pipe_dir)  # containers could write into it: removed without following links
+        remove_tree(dirs.gpu_dir / "clients")
+        remove_tree(dirs.pipe_dir)  # removed without following links
         remove_tree(dirs.log_dir)
         remove_durably(dirs.record)
         try:

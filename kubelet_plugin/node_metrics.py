@@ -28,6 +28,7 @@ from kubelet_plugin.checkpoint import Checkpoint
 from kubelet_plugin.health import HealthReport
 from kubelet_plugin.prepared_claims import ClaimDevice, PreparedClaim, prepared_claims
 from kubelet_plugin.region import Region, RegionGpu, RegionUnreadableError, read_region
+from kubelet_plugin.usage_bounds import UsageBounds, node_uptime_ns
 
 NS = 1e-9
 GPU_LABELS = ("gpu", "gpu_uuid")
@@ -240,10 +241,12 @@ class NodeMetrics:
         out[name].append(f"{name}{{{cache.claim_labels[claim.uid]}}} {1 if region else 0}\n")
         if region is None:
             return
+        uptime = node_uptime_ns()
         for d in claim.metered_devices:
             gpu = region.gpu(d.gpu_uuid)
             if gpu is not None:
-                _usage(out, region, gpu, cache.labels[(claim.uid, d.device)])
+                bounds = UsageBounds(gpu_memory_bytes=d.gpu_memory_bytes, uptime_ns=uptime)
+                _usage(out, region, bounds.gpu(gpu), cache.labels[(claim.uid, d.device)], bounds)
 
     def _health(self, out: dict[str, list[str]]) -> None:
         report = self._s.health()
@@ -255,7 +258,12 @@ class NodeMetrics:
             out[name].append(f"{name}{{{labels}}} 1\n")
 
 
-def _usage(out: dict[str, list[str]], region: Region, gpu: RegionGpu, labels: str) -> None:
+def _usage(
+    out: dict[str, list[str]], region: Region, gpu: RegionGpu, labels: str, bounds: UsageBounds
+) -> None:
+    """`gpu` already clipped to `bounds`; a process's series is keyed by its region slot too (two
+    containers' pid 1 are two processes)."""
+
     def put(name: str, value: float) -> None:
         out[f"{P}{name}"].append(f"{P}{name}{{{labels}}} {_number(value)}\n")
 
@@ -264,7 +272,8 @@ def _usage(out: dict[str, list[str]], region: Region, gpu: RegionGpu, labels: st
     per_process = out[f"{P}claim_process_memory_used_bytes"]
     for p in region.processes:
         per_process.append(
-            f'{P}claim_process_memory_used_bytes{{{labels},pid="{p.pid}"}} {p.used_bytes[gpu.entry]}\n'
+            f'{P}claim_process_memory_used_bytes{{{labels},pid="{p.pid}",slot="{p.slot}"}} '
+            f"{bounds.bytes(p.used_bytes[gpu.entry])}\n"
         )
     put("claim_gpu_seconds_total", gpu.gpu_ns * NS)
     put("claim_throttled_seconds_total", gpu.throttled_ns * NS)

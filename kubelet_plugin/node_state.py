@@ -129,7 +129,10 @@ class NodeState:
         answered = {i for d in entry.devices for i in d.cdi_device_ids}
         if set(spec.qualified_names()) != answered:
             return f"CDI spec {self.paths.cdi_spec_file(entry.uid)} lists other devices than were prepared"
-        if entry.has_claim_dir and not is_plain_file(self.dirs.path(entry.uid) / LIMITS_FILE_NAME):
+        if entry.has_claim_dir and not (
+            is_plain_file(self.dirs.path(entry.uid) / LIMITS_FILE_NAME)
+            and is_plain_file(self.dirs.shared(entry.uid) / LIMITS_FILE_NAME)  # the read-only mount's point
+        ):
             return f"claim directory {self.dirs.path(entry.uid)} or its limits file is missing"
         if inventory is not None:
             for host in self.hosts:

@@ -86,7 +86,7 @@ class Preparer:
 
     def prepare(self, claims: Sequence[ClaimRef]) -> dict[ClaimUID, PrepareResult]:
         state = self.state
-        with state.dirs.removals_deferred(), state.lock:
+        with state.lock:
             try:
                 state.checkpoint()
             except TesseraError as e:
@@ -340,7 +340,7 @@ class Preparer:
 
     def unprepare(self, claims: Sequence[ClaimRef]) -> dict[ClaimUID, UnprepareResult]:
         state = self.state
-        with state.dirs.removals_deferred(), state.lock:
+        with state.lock:
             answers = {c.uid: UnprepareResult() for c in claims}  # unknown claims: nothing to undo
             try:
                 cp = state.checkpoint()

@@ -1,8 +1,9 @@
 """What each prepared claim holds, for the readers beside prepare (metrics, usage in claim status).
 
 `prepared_claims` is the one place those readers learn it: the checkpoint's completed entries, the GPUs of
-the inventory, and each claim's limits file (the limits the library enforces); each device's family says
-what it holds (`DeviceFamily.allotment`). Nothing here writes.
+the inventory, and each claim's limits file (the limits the library enforces: the daemon's own copy, which no
+container can write; containers get it through a read-only mount); each device's family says what it holds
+(`DeviceFamily.allotment`). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from dra_driver.families import parse_device_name
 from dra_driver.files import read_bounded
 from dra_driver.limits_file import parse_limits
 from dra_driver.model import Gpu, Inventory
-from dra_driver.names import LIMITS_FILE_NAME, REGION_FILE_NAME, ClaimUID, DeviceName, Family, GpuUUID
+from dra_driver.names import (
+    LIMITS_FILE_NAME,
+    REGION_FILE_NAME,
+    SHARED_DIR_NAME,
+    ClaimUID,
+    DeviceName,
+    Family,
+    GpuUUID,
+)
 from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState
 
 MAX_LIMITS_BYTES = 64 * 1024
@@ -34,6 +43,7 @@ class ClaimDevice:
     mig_profile: str | None = None
     mig_uuid: str | None = None
     metered: bool = False  # the interception library keeps its usage in the claim's region
+    gpu_memory_bytes: int = 0  # the GPU's (what usage read from a region is clipped to)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +82,7 @@ def _device(entry: ClaimEntry, name: str, gpu: Gpu, limits: dict[GpuUUID, tuple[
         mig_profile=a.mig_profile,
         mig_uuid=a.mig_uuid,
         metered=limited is not None,
+        gpu_memory_bytes=gpu.memory_bytes,
     )
 
 
@@ -94,6 +105,6 @@ def prepared_claims(
             gpu = inventory.gpu_by_index(index)
             if gpu is not None:
                 devices.append(_device(entry, record.device_name, gpu, limits))
-        region = claim_dir / REGION_FILE_NAME if claim_dir is not None else None
+        region = claim_dir / SHARED_DIR_NAME / REGION_FILE_NAME if claim_dir is not None else None
         out.append(PreparedClaim(entry.uid, entry.namespace, entry.name, tuple(devices), region))
     return tuple(out)

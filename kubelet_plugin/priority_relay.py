@@ -1,11 +1,14 @@
 """The priority relay: while a high-priority claim on a GPU has work, the normal claims on it wait.
 
-A high-priority claim's library stamps each launch in its own region (active_ns, CLOCK_MONOTONIC); no other
-claim can read that region. The relay, part of the node daemon, reads those stamps and writes into the GPU's
-view, which every claim on the GPU maps read-only, until when normal launches must wait: HOLD after the last
-stamp. It polls every POLL, so a normal claim resumes at most HOLD + POLL (+ its own wait step, 5 ms) after
-the high one goes idle: 65 ms by default, under the 100 ms Tessera promises. A stamp from the future (a
-tenant writing its region) counts as now, so a hold never reaches past now + HOLD.
+A high-priority claim's library counts its launches in its own region (`launches`, settled every 5 ms while
+it launches); no other claim can read that region. The relay, part of the node daemon, polls those counts
+every POLL and writes into the GPU's view, which every claim on the GPU maps read-only, until when normal
+launches must wait: HOLD after the relay last *saw a count move*, on its own clock. The region is writable by
+the claim's containers, so no number in it is believed: a stamp (`active_ns`) is ignored, and a count written
+once (any value, by a process that then exits) moves once, which buys at most one hold. A hold therefore
+lasts only while a live process of the high claim keeps launching (or keeps rewriting its count, which only
+a live process of a claim an administrator made high can do), and ends at most HOLD + POLL after the count
+stops: 60 ms, plus the normal claim's wait step (5 ms), under the 100 ms Tessera promises.
 
 Run alone for a check on a real GPU:
     python3 -m kubelet_plugin.priority_relay --view FILE --gpu UUID --high CLAIM_DIR [--high …] --seconds N
@@ -17,7 +20,7 @@ import argparse
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kubelet_plugin.gpu_view import GpuView
@@ -34,32 +37,56 @@ class RelayedGpu:
     high_claim_dirs: tuple[Path, ...]
 
 
-def latest_stamp(uuid: str, claim_dirs: Sequence[Path], *, now_ns: int) -> tuple[int, int]:
-    """The latest launch stamp of the GPU's high claims (clamped to now) and how many stamped in HOLD."""
-    latest, active = 0, 0
-    for d in claim_dirs:
+@dataclass(frozen=True, slots=True)
+class Sighting:
+    launches: int  # the count as last read
+    moved_ns: int  # the relay's clock when it last saw the count move (0: never)
+
+
+@dataclass(slots=True)
+class LaunchEvidence:
+    """What the relay saw of each high claim's launch count, on its own clock."""
+
+    seen: dict[tuple[Path, str], Sighting] = field(default_factory=dict)
+
+    def observe(self, uuid: str, claim_dir: Path, *, now_ns: int) -> int:
+        """When the claim's count on the GPU last moved (0: not since the relay first read it)."""
+        key = (claim_dir, uuid.lower())
         try:
-            gpu = read_region(d / REGION_FILE_NAME, processes=False).gpu(uuid)
+            gpu = read_region(claim_dir / REGION_FILE_NAME, processes=False).gpu(uuid)
         except (RegionUnreadableError, OSError):
-            continue  # no region yet (nothing launched), or a broken one: no hold from it
-        if gpu is None or gpu.active_ns == 0:
-            continue
-        stamp = min(gpu.active_ns, now_ns)
-        latest = max(latest, stamp)
-        active += now_ns - stamp < HOLD_NS
-    return latest, active
+            gpu = None  # no region yet (nothing launched), or a broken one: no evidence from it
+        count = gpu.launches if gpu is not None else 0
+        before = self.seen.get(key)
+        # the first reading is a baseline: a count found already high proves nothing about now
+        moved = before is not None and count != before.launches
+        sighting = Sighting(count, now_ns if moved else (before.moved_ns if before else 0))
+        self.seen[key] = sighting
+        return sighting.moved_ns
+
+    def forget_except(self, keep: set[tuple[Path, str]]) -> None:
+        for key in [k for k in self.seen if k not in keep]:
+            del self.seen[key]
 
 
-def relay_once(gpus: Sequence[RelayedGpu], *, now_ns: int) -> None:
+def relay_once(gpus: Sequence[RelayedGpu], evidence: LaunchEvidence, *, now_ns: int) -> None:
+    keep: set[tuple[Path, str]] = set()
     for g in gpus:
-        latest, active = latest_stamp(g.uuid, g.high_claim_dirs, now_ns=now_ns)
+        latest, active = 0, 0
+        for d in g.high_claim_dirs:
+            keep.add((d, g.uuid.lower()))
+            moved = evidence.observe(g.uuid, d, now_ns=now_ns)
+            if moved and now_ns - moved < HOLD_NS:
+                latest, active = max(latest, moved), active + 1
         g.view.write_hold(hold_until_ns=latest + HOLD_NS if latest else 0, now_ns=now_ns, high_active=active)
+    evidence.forget_except(keep)
 
 
 def run(stop: threading.Event, gpus: Callable[[], Sequence[RelayedGpu]]) -> None:
     """Relays until stop is set; `gpus` says, each round, which GPUs have high-priority claims."""
+    evidence = LaunchEvidence()
     while not stop.is_set():
-        relay_once(gpus(), now_ns=time.monotonic_ns())
+        relay_once(gpus(), evidence, now_ns=time.monotonic_ns())
         stop.wait(POLL_S)
 
 

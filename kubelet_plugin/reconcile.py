@@ -12,7 +12,9 @@ it is.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import structlog
 
@@ -25,6 +27,7 @@ from dra_driver.errors import (
     TesseraError,
     UnsupportedVersionError,
 )
+from dra_driver.files import is_temp
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, GpuUUID
 from dra_driver.safe_tree import remove_tree
@@ -113,7 +116,7 @@ class _Settled:
 def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileReport:
     """Converge the node with the checkpoint and the API; safe to run any number of times."""
     state = preparer.state
-    with state.dirs.removals_deferred(), state.lock:
+    with state.lock:
         cp, recovery = _load(state)
         boot_changed = cp.boot_id != state.boot_id
         if boot_changed:
@@ -217,6 +220,14 @@ def _settle(preparer: Preparer, cp: Checkpoint, inventory: Inventory | None) -> 
     return _Settled(tuple(released), tuple(resume), tuple(kept), merged(removed), tuple(problems))
 
 
+def _temps_of(path: Path) -> list[Path]:
+    """Temp files in `path`'s directory (a killed write's, or planted under our names)."""
+    try:
+        return [path.parent / n for n in sorted(os.listdir(path.parent)) if is_temp(n)]
+    except FileNotFoundError:
+        return []
+
+
 def _remove_orphans(state: NodeState, *, known: set[ClaimUID]) -> tuple[Removed, list[str]]:
     """Files of claims the checkpoint does not know, and temp files a killed write left."""
     removed = Removed()
@@ -227,7 +238,9 @@ def _remove_orphans(state: NodeState, *, known: set[ClaimUID]) -> tuple[Removed,
             if uid not in known and remove_spec(cdi_dir, uid):
                 removed.cdi_files.append(str(path))
                 log.info("removed orphan CDI spec", path=str(path), claim=uid)
-        for path in list(stale_temp_files(cdi_dir)):
+        checkpoint = state.paths.checkpoint_file
+        ours = [p for p in _temps_of(checkpoint) if p.name.startswith(f".{checkpoint.name}")]
+        for path in [*stale_temp_files(cdi_dir), *ours]:
             if remove_tree(path):
                 log.info("removed stale temp file", path=str(path))
     except StorageError as e:

@@ -57,6 +57,7 @@ class RegionGpu:
 class RegionProcess:
     pid: int  # in the pid namespace of the container that wrote it
     used_bytes: tuple[int, ...]  # per GPU entry
+    slot: int = 0  # its slot in the region: unique among the claim's live processes, whatever their pids
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +119,7 @@ def read_region(path: Path, *, processes: bool = True) -> Region:
             for i in range(high):
                 pid, state, _attach, *used = PROC.unpack_from(body, i * PROC.size)
                 if state == 1 and _alive(fd, i):
-                    procs.append(RegionProcess(pid, tuple(min(u, 1 << 56) for u in used)))
+                    procs.append(RegionProcess(pid, tuple(min(u, 1 << 56) for u in used), slot=i))
         gpus = []
         for i in range(MAX_GPUS):
             if not head[GPUS_OFFSET + i * GPU.size]:

@@ -26,6 +26,7 @@ from kubelet_plugin import metrics
 from kubelet_plugin.claims import to_api_dict
 from kubelet_plugin.prepared_claims import PreparedClaim
 from kubelet_plugin.region import Region, RegionUnreadableError, read_region
+from kubelet_plugin.usage_bounds import UsageBounds, node_uptime_ns
 
 log = structlog.get_logger(__name__)
 
@@ -196,17 +197,20 @@ class UsageStatusLoop:
         except (RegionUnreadableError, OSError):
             return {}  # no process has run yet, or a tenant damaged it
         now = self._clock()
+        uptime = node_uptime_ns()
         new: dict[str, Usage] = {}
         for d in claim.metered_devices:
-            gpu = region.gpu(d.gpu_uuid)
-            if gpu is None:
+            found = region.gpu(d.gpu_uuid)
+            if found is None:
                 continue
+            gpu = UsageBounds(gpu_memory_bytes=d.gpu_memory_bytes, uptime_ns=uptime).gpu(found)
             sample = Sample(gpu.gpu_ns, gpu.throttled_ns, now)
             before = self._samples.get((claim.uid, d.device))
             self._samples[(claim.uid, d.device)] = sample
             if before is not None and sample.at_ns > before.at_ns:
-                limit = d.memory_limit_bytes or gpu.limit_bytes
-                new[d.device] = usage_between(before, sample, used_bytes=gpu.used_bytes, limit_bytes=limit)
+                new[d.device] = usage_between(
+                    before, sample, used_bytes=gpu.used_bytes, limit_bytes=d.memory_limit_bytes
+                )
         last = self._written.get(claim.uid, {})
         if not any(moved(last.get(device), u) for device, u in new.items()):
             return {}

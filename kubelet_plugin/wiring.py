@@ -10,8 +10,9 @@ calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint,
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,9 @@ from prometheus_client import generate_latest
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
-from dra_driver.families import vgpu
+from dra_driver.families import mps, vgpu
 from dra_driver.gpu_health import HealthPolicy
+from dra_driver.names import GpuUUID
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 from dra_driver.taints import gpu_taints
@@ -45,10 +47,12 @@ from kubelet_plugin.health import (
     InventoryHealthPoller,
 )
 from kubelet_plugin.health_events import HealthEvents
+from kubelet_plugin.hosts.mps import MpsHost, gpus_in_use
 from kubelet_plugin.hosts.vgpu import GpuSharing
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.metrics_server import MetricsServer
 from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
+from kubelet_plugin.mps_watch import MpsWatch
 from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
 from kubelet_plugin.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.node_state import NodeState
@@ -199,7 +203,7 @@ class Node:
         self.readiness = readiness = Readiness(
             paths.ready_file, needs_publish=access.api is not None and o.publish
         )
-        with state.dirs.removals_deferred(), lock.held():
+        with lock.held():
             self._reconcile(preparer, events)  # its commit rewrites what derives from the checkpoint (views)
             state.forget()
         sharing = state.hosts[vgpu.NAME]
@@ -211,6 +215,7 @@ class Node:
             daemon=True,
         )
         self._relay_thread.start()
+        self._start_mps_watch(state, events, lock)
 
         self.board = board = HealthBoard(pool=o.node_name)
         self.poller = InventoryHealthPoller(
@@ -233,7 +238,6 @@ class Node:
             shared_state=paths.checkpoint_file,
             reload=state.forget,
             after=self._after_claims,
-            deferred=state.dirs.removals_deferred,
         )
         self.server = PluginServer(
             paths=paths,
@@ -327,6 +331,34 @@ class Node:
         if self.server is None:
             return "starting"
         return None
+
+    def _start_mps_watch(self, state: NodeState, events: NodeEvents | None, lock: PluginLock) -> None:
+        host = state.hosts[mps.NAME]
+        assert isinstance(host, MpsHost)
+
+        def in_use() -> set[GpuUUID]:
+            with state.lock:
+                try:
+                    return gpus_in_use(state.checkpoint())
+                except TesseraError:
+                    return set()  # an unreadable checkpoint: the next claim call rebuilds it
+
+        @contextlib.contextmanager
+        def both_locks() -> Iterator[None]:
+            # the file lock too: during a rolling update the other instance's watch and calls wait
+            with lock.held(), state.lock:
+                state.forget()  # the other instance may have changed the checkpoint
+                yield
+
+        self.mps_watch = MpsWatch(
+            control=host.control,
+            in_use=in_use,
+            lock=both_locks,
+            warn=events.warn if events is not None else None,
+        )
+        threading.Thread(
+            target=self.mps_watch.run, args=(self.stop_event,), name="mps-watch", daemon=True
+        ).start()
 
     def _events(self, api: Any | None) -> NodeEvents | None:
         if api is None:

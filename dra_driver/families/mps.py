@@ -64,7 +64,8 @@ class MpsClient:
 
 @dataclass(frozen=True, slots=True)
 class MpsPipe:
-    """What the host part made for a device: the host path of its GPU's MPS pipe directory."""
+    """What the host part made for a device: the host path of the claim's client directory for its GPU's MPS
+    control daemon (a link to the daemon's `control` socket; kubelet_plugin/mps_clients.py)."""
 
     host_dir: str
 
@@ -186,8 +187,11 @@ class Mps(DeviceFamily):
         env = [f"{PIPE_DIRECTORY_ENV}={inside}", f"{PINNED_MEMORY_ENV}=0={limits.memory_bytes >> 20}M"]
         if limits.cores:
             env.append(f"{THREAD_PERCENTAGE_ENV}={limits.cores}")
+        # the claim's own client directory (a link to the daemon's control socket, nothing else), read-only:
+        # a root process in the container can connect, but not replace the socket or reach the daemon's
+        # privileged one (docs/mps.md, "Who may command the daemon")
         mount = Mount(
-            host_path=pipe.host_dir, container_path=inside, options=("rw", "nosuid", "nodev", "bind")
+            host_path=pipe.host_dir, container_path=inside, options=("ro", "nosuid", "nodev", "bind")
         )
         return ContainerEdits(env=tuple(env), mounts=(mount,))
 

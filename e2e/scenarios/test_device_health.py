@@ -25,7 +25,7 @@ from kubernetes import client as k8s
 
 from dra_driver.names import DRIVER_NAME
 from e2e.examples import pinned
-from e2e.interceptor_programs import TCUDA, env, start
+from e2e.interceptor_programs import TCUDA, container_view, env, start
 from e2e.kube import Json, get_pod, wait_for
 from e2e.node import NODES_DIR, REPO_ROOT, SimNode
 from e2e.scenarios.probes import apply, claim_of, results, running
@@ -223,7 +223,12 @@ def test_describe_resourceclaim_shows_usage(
     uid = claim["metadata"]["uid"]
     # a process of the claim, as the container would run it: under the library, in the claim's directory
     program = start(
-        TCUDA, "usage", str(300 * MiB), "40", "2000", env=env(health_node.claims_dir / uid, tmp_path / "gpu")
+        TCUDA,
+        "usage",
+        str(300 * MiB),
+        "40",
+        "2000",
+        env=env(container_view(health_node.claims_dir / uid), tmp_path / "gpu"),
     )
     try:
         assert program.stdout is not None and "ready" in program.stdout.readline()

@@ -15,7 +15,7 @@ from dra_driver.families.mps import (
 )
 from dra_driver.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME, Attr, Cap, ClaimUID, GpuUUID
 from e2e.examples import example, find, pinned, renamed
-from e2e.fake_mps import FAKE_MPS_CONTROL
+from e2e.fake_mps import FAKE_MPS_CONTROL, mps_dir_for
 from e2e.kube import Json, get_pod, wait_for
 from e2e.scenarios.probes import (
     H100,
@@ -30,7 +30,6 @@ from e2e.scenarios.probes import (
 )
 from e2e.testbed import SimCluster
 from kubelet_plugin.mps_control import MpsControl
-from kubelet_plugin.paths import PluginPaths
 
 pytestmark = pytest.mark.e2e
 
@@ -71,7 +70,7 @@ def whole_gpu_on(uuid: str, node: str) -> list[Json]:
 
 def daemons(bed: SimCluster, node: str) -> dict[GpuUUID, bool]:
     """GPU → whether its MPS control daemon answers, as the node's plugin would find them."""
-    control = MpsControl(root=PluginPaths.under(bed.node(node).root).mps_dir, tool=str(FAKE_MPS_CONTROL))
+    control = MpsControl(root=mps_dir_for(bed.node(node).root), tool=str(FAKE_MPS_CONTROL))
     return {s.gpu_uuid: s.answering for s in control.running()}
 
 
@@ -91,8 +90,9 @@ def test_two_mps_claims_share_one_gpu_concurrently_and_keep_whole_gpu_use_off_it
         assert env[PIPE_DIRECTORY_ENV] == container_pipe_dir(gpu0)
         assert env["LD_PRELOAD"] == CONTAINER_LIBRARY_PATH  # exact memory accounting across the claim
         pipe = container(bed, ns, pods[name], "infer").mount_at(container_pipe_dir(gpu0))
-        assert pipe is not None and pipe.host_path.endswith(f"/mps/{gpu0}/pipe")
         uid = ClaimUID(claim_of(bed, ns, pods[name], "gpu")["metadata"]["uid"])
+        # the claim's own directory with a link to the control socket, read-only: never the pipe directory
+        assert pipe is not None and pipe.host_path.endswith(f"/{gpu0}/clients/{uid}") and pipe.read_only
         limits = (bed.node(H100).claims_dir / uid / LIMITS_FILE_NAME).read_text()
         assert f"gpu {gpu0} memory {memory << 20} cores 0 " in limits  # MPS divides the SMs, not the library
         status = claim_of(bed, ns, pods[name], "gpu")["status"]["devices"][0]["data"]

@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 
 from e2e.fake_mps import mps_dir_for
-from kubelet_plugin.mps_control import SOCKET_PATH_MAX
+from kubelet_plugin.mps_control import LONGEST_SOCKET, SOCKET_PATH_MAX
 
 UUID = "GPU-7e55e7a0-1234-4567-89ab-cdef00000001"
 
 
 def socket_bytes(mps_dir: Path) -> int:
-    return len(os.fsencode(mps_dir / UUID / "pipe" / "control"))
+    return len(os.fsencode(mps_dir / UUID / "pipe" / LONGEST_SOCKET))
 
 
 def test_a_short_root_keeps_its_own_directory() -> None:

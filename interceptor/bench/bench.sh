@@ -153,20 +153,28 @@ for spec in "30 70"; do
     together bk5 "${cmds[@]//$KUS/500}"
     echo "  bucket contention 30:70, 0.5 ms kernels -> $(shares bk5 2)"
 done
-echo "MPS (fake nvidia-cuda-mps-control; a server's clients run concurrently, each on its active thread % of the SMs):"
+echo "MPS calibration (fake nvidia-cuda-mps-control; clients run concurrently at rates calibrated on the H100's"
+echo "4096² matmul, shared/facts/real-gpu-h100.md; target: each share within 5 points of the H100's):"
 export CUDA_MPS_PIPE_DIRECTORY=$WORK/mps/pipe CUDA_MPS_LOG_DIRECTORY=$WORK/mps/log
 trap 'echo quit | "$B/fake/nvidia-cuda-mps-control" >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 "$B/fake/nvidia-cuda-mps-control" -d
+mps_misses=0
 for p in 30 50 100; do
     together "mps_solo_$p" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$p $S sm -1 $SECS kernel $KUS"
-    echo "  one client at $p % -> $(shares "mps_solo_$p" 1)   (H100, 4096² matmul: $(case $p in 30) echo 24.8;; 50) echo 42.4;; *) echo 100.8;; esac) %)"
+    h100=$(case $p in 30) echo 24.8;; 50) echo 42.4;; *) echo 100.8;; esac)
+    v=$(verdict "$(share_of "$WORK/mps_solo_$p.1.out")" "$h100"); [ "$v" = ok ] || mps_misses=$((mps_misses + 1))
+    echo "  one client at $p % -> $(shares "mps_solo_$p" 1)   (H100: $h100 %, $v)"
 done
-for spec in "30 70" "50 50" "100 100"; do
+for spec in "30 70 22.6 54.0" "50 50 38.4 38.4" "100 100 55.6 55.9"; do
     set -- $spec
     together "mps_$1_$2" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$1 $S sm -1 $SECS kernel $KUS" \
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$2 $S sm -1 $SECS kernel $KUS"
-    h100=$(case $spec in "30 70") echo "22.6 % / 54.0 %";; "50 50") echo "38.4 % / 38.4 %";; *) echo "55.6 % / 55.9 %";; esac)
-    echo "  clients $1:$2 -> $(shares "mps_$1_$2" 2)   (GPU busy $(gpu_busy "mps_$1_$2") %; H100: $h100)"
+    v=ok
+    [ "$(verdict "$(share_of "$WORK/mps_$1_$2.1.out")" "$3")" = ok ] || v=MISS
+    [ "$(verdict "$(share_of "$WORK/mps_$1_$2.2.out")" "$4")" = ok ] || v=MISS
+    [ "$v" = ok ] || mps_misses=$((mps_misses + 1))
+    echo "  clients $1:$2 -> $(shares "mps_$1_$2" 2)   (GPU busy $(gpu_busy "mps_$1_$2") %; H100: $3 % / $4 %, $v)"
 done
+echo "MPS calibration: $mps_misses of 6 outside the targets"
 echo "  an MPS client beside a process without MPS (time-sliced) -> $(together mps_mixed "$S sm -1 $SECS kernel $KUS" \
     "CUDA_MPS_PIPE_DIRECTORY=$WORK/none $S sm -1 $SECS kernel $KUS"; shares mps_mixed 2)"

@@ -10,11 +10,11 @@
  * whichever process looks at it, so an event's timestamp includes the time its
  * work waited behind other contexts, as on a real GPU.
  * MPS: the clients of one MPS server (mps_client.c) are one context to the GPU.
- * While it holds the GPU their kernels run concurrently, each at its active
- * thread percentage of the SMs (scaled down together when the percentages of
- * the clients with work add up to more than 100); against other contexts the
- * server's clients are time-sliced like any context. A kernel's length is its
- * solo time on the whole GPU, so a client at 30 % runs it in 1/0.3 the time. */
+ * While it holds the GPU their kernels run concurrently, each at a rate
+ * calibrated on the H100 from its active thread percentage and its busy
+ * neighbours' (mps_rate); against other contexts the server's clients are
+ * time-sliced like any context. A kernel's length is its solo time on the
+ * whole GPU, so a client at rate 248 per mille runs it in 1/0.248 the time. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -345,8 +345,42 @@ static void run_holder(struct fg_dev *d, struct fg_chan *c, uint64_t until)
 
 static uint64_t mps_pct(const struct fg_chan *c) { return c->mps_pct ? c->mps_pct : 1000; }
 
+/* How fast MPS clients run, calibrated on the H100 with a 4096² fp32 matmul (shared/facts/real-gpu-h100.md),
+ * in per mille of the kernel's solo speed on the whole GPU. A client alone runs at its solo curve: the
+ * active thread % caps SMs, and a big GEMM loses to wave quantization (30 -> 24.8 %, 50 -> 42.4 %,
+ * 100 -> 100.8 %). Busy clients together overlap but contend for memory bandwidth: their total follows the
+ * sum of their percentages (30:70 and 50:50 both gave 76.7 %, 100:100 gave 111.5 %), split in proportion to
+ * each one's percentage (30:70 -> 22.6 / 54.0). Between the measured points: linear. */
+static const uint64_t SOLO_X[] = {0, 300, 500, 1000}, SOLO_Y[] = {0, 248, 424, 1000};
+static const uint64_t SUM_X[] = {0, 1000, 2000}, SUM_Y[] = {0, 767, 1115};
+
+static uint64_t curve(const uint64_t *x, const uint64_t *y, int n, uint64_t at)
+{
+    if (at >= x[n - 1])
+        return y[n - 1];
+    int i = 1;
+    while (at > x[i])
+        i++;
+    return y[i - 1] + (y[i] - y[i - 1]) * (at - x[i - 1]) / (x[i] - x[i - 1]);
+}
+
+static uint64_t solo_rate(const struct fg_chan *c)
+{
+    uint64_t r = curve(SOLO_X, SOLO_Y, 4, mps_pct(c));
+    return r ? r : 1;
+}
+
+/* Each busy client's rate (per mille of solo speed), given the sum of their percentages (x10) and their count. */
+static uint64_t mps_rate(const struct fg_chan *c, uint64_t total, int n)
+{
+    if (n == 1)
+        return solo_rate(c);
+    uint64_t r = curve(SUM_X, SUM_Y, 3, total) * mps_pct(c) / total;
+    return r ? r : 1;
+}
+
 /* Runs the MPS server whose client `cur` is until `until`: every client's head kernel at once, each at its
- * share of the SMs (the shares scaled down together when the busy clients' percentages add up past 100). */
+ * calibrated rate (mps_rate). */
 static void run_mps(struct fg_dev *d, int dev, int cur, uint64_t until)
 {
     int idx[FG_CHANNELS];
@@ -365,19 +399,19 @@ static void run_mps(struct fg_dev *d, int dev, int cur, uint64_t until)
         }
         if (!n)
             return;
-        uint64_t denom = total > 1000 ? total : 1000, dt = until - d->sim_ns;
+        uint64_t dt = until - d->sim_ns;
         for (int i = 0; i < n; i++) { /* up to the first kernel that completes */
             struct fg_chan *c = &g_f->chan[idx[i]];
-            uint64_t left = c->q[(c->completed + 1) % FG_QUEUE].ns_left;
-            uint64_t t = (left * denom + mps_pct(c) - 1) / mps_pct(c);
+            uint64_t left = c->q[(c->completed + 1) % FG_QUEUE].ns_left, r = mps_rate(c, total, n);
+            uint64_t t = (left * 1000 + r - 1) / r;
             if (t < dt)
                 dt = t;
         }
         for (int i = 0; i < n; i++) {
             struct fg_chan *c = &g_f->chan[idx[i]];
             struct fg_item *it = &c->q[(c->completed + 1) % FG_QUEUE];
-            uint64_t t = (it->ns_left * denom + mps_pct(c) - 1) / mps_pct(c);
-            uint64_t w = t <= dt ? it->ns_left : dt * mps_pct(c) / denom;
+            uint64_t r = mps_rate(c, total, n), t = (it->ns_left * 1000 + r - 1) / r;
+            uint64_t w = t <= dt ? it->ns_left : dt * r / 1000;
             it->ns_left -= w;
             c->busy_ns += w;
             d->busy_ns += w;
@@ -560,7 +594,7 @@ static void wait_phys(int dev, uint64_t seq)
         uint64_t left = 0;
         for (uint64_t s = c->completed + 1; s <= seq; s++)
             left += c->q[s % FG_QUEUE].ns_left;
-        left = left * 1000 / mps_pct(c);
+        left = left * 1000 / solo_rate(c); /* at least this long: it runs no faster than alone */
         if (d->cur != i)
             left += d->next == i ? d->switch_end - d->sim_ns : g_f->switch_ns;
         file_unlock();

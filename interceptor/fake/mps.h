@@ -3,8 +3,8 @@
  * shared/facts/mps.md); the messages on the control socket are this fake's own (the real protocol is not
  * public).
  *
- * The control socket is <pipe dir>/control, AF_UNIX SOCK_SEQPACKET, as the real one. A connection's first
- * message says who connects:
+ * The control sockets are <pipe dir>/control and control_privileged, AF_UNIX SOCK_SEQPACKET, as the real
+ * ones. A connection's first message says who connects:
  *   "ui"                       the command interface: then one command per message; each answer is one
  *                              message, '0' (done) or '1' (refused) followed by the text to print;
  *   "client\n<ATP>\n<LIMITS>"  a CUDA process (cuInit), with its CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
@@ -22,6 +22,9 @@
 #define MPS_DEFAULT_PIPE_DIR "/tmp/nvidia-mps"
 #define MPS_DEFAULT_LOG_DIR "/var/log/nvidia-mps"
 #define MPS_CONTROL "control"
+/* Commands that start, stop or change a server or the daemon are taken only here (0600, the daemon's user);
+ * `control` takes clients and the get_* queries from anyone (see interceptor/README.md, The fake MPS). */
+#define MPS_CONTROL_PRIVILEGED "control_privileged"
 #define MPS_LOCK "control_lock"
 #define MPS_PID_FILE "nvidia-cuda-mps-control.pid"
 #define MPS_MSG_MAX 4096

@@ -3,7 +3,8 @@
  *   nvidia-cuda-mps-control -d   start the control daemon in the background (returns once it answers)
  *   nvidia-cuda-mps-control -f   the same in the foreground (the log also goes to stderr)
  *   nvidia-cuda-mps-control      the command interface: commands on stdin, one per line, answers on stdout
- * CUDA_MPS_PIPE_DIRECTORY (/tmp/nvidia-mps) holds the control socket, control_lock and the pid file;
+ * CUDA_MPS_PIPE_DIRECTORY (/tmp/nvidia-mps) holds the control sockets (control: clients and queries from any
+ * user; control_privileged, 0600: every command), control_lock and the pid file;
  * CUDA_MPS_LOG_DIRECTORY (/var/log/nvidia-mps) control.log and server.log; CUDA_VISIBLE_DEVICES given to
  * the daemon selects the GPUs its clients see (FAKE_GPU_COUNT of them exist, as in the fake libcuda). */
 #define _GNU_SOURCE
@@ -26,10 +27,13 @@
 #include "mps_daemon.h"
 
 #define MAX_CONN 256
+#define FIRST 2 /* g_pfd[0]: the control socket, [1]: control_privileged; connections from FIRST on */
+#define LAST (MAX_CONN + 1)
 
 enum kind { K_FREE, K_NEW, K_UI, K_CLIENT };
-static struct pollfd g_pfd[MAX_CONN + 1]; /* [0]: the listening socket */
-static enum kind g_kind[MAX_CONN + 1];
+static struct pollfd g_pfd[LAST + 1];
+static enum kind g_kind[LAST + 1];
+static int g_priv[LAST + 1]; /* accepted on control_privileged: every command; else only queries */
 static int g_log[2] = { -1, -1 };
 static int g_foreground;
 static volatile sig_atomic_t g_term;
@@ -70,7 +74,7 @@ int conn_send(int fd, const char *msg)
 
 void conn_drop(int fd)
 {
-    for (int i = 1; i <= MAX_CONN; i++)
+    for (int i = FIRST; i <= LAST; i++)
         if (g_pfd[i].fd == fd && g_kind[i] != K_FREE) {
             close(fd);
             g_pfd[i].fd = -1;
@@ -104,7 +108,7 @@ static int mkdirs(const char *dir)
 }
 
 /* Everything the daemon needs before it answers; on failure returns the message the starter prints. */
-static const char *setup(int *listen_fd, char *why, size_t whylen)
+static const char *setup(int listen_fd[2], char *why, size_t whylen)
 {
     const char *pipe_dir = mps_pipe_dir(), *log_dir = mps_log_dir();
     char path[4200];
@@ -126,15 +130,23 @@ static const char *setup(int *listen_fd, char *why, size_t whylen)
         g_log[f] = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     }
     struct sockaddr_un a = { .sun_family = AF_UNIX };
-    if (snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", pipe_dir, MPS_CONTROL) >= (int)sizeof a.sun_path) {
-        snprintf(why, whylen, "The pipe directory %s is too long for a socket path", pipe_dir);
-        return why;
-    }
-    unlink(a.sun_path); /* left by a daemon that was killed: we hold the lock, so it is nobody's */
-    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || chmod(a.sun_path, 0666) != 0 || listen(s, 64) != 0) {
-        snprintf(why, whylen, "Cannot listen on %.110s: %s", a.sun_path, strerror(errno));
-        return why;
+    /* control (0666): clients and queries from anyone; control_privileged (0600, the daemon's user): every
+     * command. Sockets a killed daemon left are nobody's: we hold the lock. */
+    const char *names_s[2] = { MPS_CONTROL, MPS_CONTROL_PRIVILEGED };
+    const mode_t modes[2] = { 0666, 0600 };
+    for (int k = 0; k < 2; k++) {
+        if (snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", pipe_dir, names_s[k]) >= (int)sizeof a.sun_path) {
+            snprintf(why, whylen, "The pipe directory %s is too long for a socket path", pipe_dir);
+            return why;
+        }
+        unlink(a.sun_path);
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || chmod(a.sun_path, modes[k]) != 0 ||
+            listen(s, 64) != 0) {
+            snprintf(why, whylen, "Cannot listen on %.110s: %s", a.sun_path, strerror(errno));
+            return why;
+        }
+        listen_fd[k] = s;
     }
     path_in(path, sizeof path, pipe_dir, MPS_PID_FILE);
     FILE *pf = fopen(path, "we");
@@ -142,7 +154,6 @@ static const char *setup(int *listen_fd, char *why, size_t whylen)
         fprintf(pf, "%d\n", (int)getpid());
         fclose(pf);
     }
-    *listen_fd = s;
     return NULL;
 }
 
@@ -150,8 +161,8 @@ static void on_message(int i, const char *msg)
 {
     int fd = g_pfd[i].fd;
     if (g_kind[i] == K_UI) {
-        mps_log(LOG_CONTROL, "Control", getpid(), "Cmd:%s", msg);
-        state_command(fd, msg);
+        mps_log(LOG_CONTROL, "Control", getpid(), "Cmd:%s%s", msg, g_priv[i] ? "" : " (unprivileged)");
+        state_command(fd, msg, g_priv[i]);
     } else if (g_kind[i] == K_NEW && !strcmp(msg, "ui")) {
         g_kind[i] = K_UI;
         mps_log(LOG_CONTROL, "Control", getpid(), "NEW UI");
@@ -171,10 +182,20 @@ static void on_message(int i, const char *msg)
     }
 }
 
-static void serve(int listen_fd)
+/* A connection on control_privileged from a user other than root or the daemon's own is refused: the
+ * socket's mode keeps them out, this keeps them out of a socket whose mode someone loosened. */
+static int may_command(int fd)
 {
-    g_pfd[0] = (struct pollfd){ .fd = listen_fd, .events = POLLIN };
-    for (int i = 1; i <= MAX_CONN; i++)
+    struct ucred cr;
+    socklen_t len = sizeof cr;
+    return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) == 0 && (cr.uid == 0 || cr.uid == geteuid());
+}
+
+static void serve(const int listen_fd[2])
+{
+    for (int k = 0; k < 2; k++)
+        g_pfd[k] = (struct pollfd){ .fd = listen_fd[k], .events = POLLIN };
+    for (int i = FIRST; i <= LAST; i++)
         g_pfd[i] = (struct pollfd){ .fd = -1, .events = POLLIN };
     for (;;) {
         if (g_term) {
@@ -184,23 +205,28 @@ static void serve(int listen_fd)
         }
         if (state_tick())
             return;
-        if (poll(g_pfd, MAX_CONN + 1, 100) <= 0)
+        if (poll(g_pfd, LAST + 1, 100) <= 0)
             continue;
-        if (g_pfd[0].revents & POLLIN) {
-            int c = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        for (int k = 0; k < 2; k++) {
+            if (!(g_pfd[k].revents & POLLIN))
+                continue;
+            int c = accept4(listen_fd[k], NULL, NULL, SOCK_CLOEXEC);
             int slot = 0;
-            for (int i = 1; i <= MAX_CONN && c >= 0 && !slot; i++)
+            for (int i = FIRST; i <= LAST && c >= 0 && !slot; i++)
                 if (g_kind[i] == K_FREE)
                     slot = i;
-            if (c >= 0 && !slot)
+            if (c >= 0 && (!slot || (k == 1 && !may_command(c)))) {
+                if (slot)
+                    mps_log(LOG_CONTROL, "Control", getpid(), "Refusing a privileged connection from another user");
                 close(c);
-            else if (c >= 0) {
+            } else if (c >= 0) {
                 g_pfd[slot].fd = c;
                 g_kind[slot] = K_NEW;
+                g_priv[slot] = k == 1;
                 mps_log(LOG_CONTROL, "Control", getpid(), "Accepting connection...");
             }
         }
-        for (int i = 1; i <= MAX_CONN; i++) {
+        for (int i = FIRST; i <= LAST; i++) {
             if (g_kind[i] == K_FREE || !(g_pfd[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
             char msg[MPS_MSG_MAX + 1];
@@ -252,9 +278,9 @@ static int daemon_main(int foreground)
     int nvis = mps_visible(getenv("CUDA_VISIBLE_DEVICES"), count > MPS_MAX_GPUS ? MPS_MAX_GPUS : count, visible,
                            MPS_MAX_GPUS);
     state_init(visible, nvis);
-    int listen_fd = -1;
+    int listen_fd[2] = { -1, -1 };
     char why[512];
-    const char *err = setup(&listen_fd, why, sizeof why);
+    const char *err = setup(listen_fd, why, sizeof why);
     if (err) {
         if (ready[1] >= 0 && write(ready[1], err, strlen(err)) < 0) {
         }
@@ -282,6 +308,8 @@ static int daemon_main(int foreground)
     serve(listen_fd);
     char path[4200];
     path_in(path, sizeof path, pipe_dir, MPS_CONTROL);
+    unlink(path);
+    path_in(path, sizeof path, pipe_dir, MPS_CONTROL_PRIVILEGED);
     unlink(path);
     path_in(path, sizeof path, pipe_dir, MPS_PID_FILE);
     unlink(path);

@@ -22,8 +22,8 @@ void state_init(const int *visible, int n);
 void state_client_hello(int fd, pid_t pid, uid_t uid, const char *payload);
 /* a client's connection ended */
 void state_client_gone(int fd);
-/* one command of the command interface; answers on fd */
-void state_command(int fd, const char *line);
+/* one command of the command interface; answers on fd. Unprivileged (the control socket): get_* only. */
+void state_command(int fd, const char *line, int privileged);
 /* housekeeping: servers that exited, a quit's timeout; returns 1 when the daemon should exit now */
 int state_tick(void);
 /* quit at once (SIGTERM): servers and clients go */

@@ -448,7 +448,7 @@ static void run_command(struct reply *r, int argc, char **a)
     }
 }
 
-void state_command(int fd, const char *line)
+void state_command(int fd, const char *line, int privileged)
 {
     char buf[512], *a[8];
     snprintf(buf, sizeof buf, "%s", line);
@@ -457,7 +457,11 @@ void state_command(int fd, const char *line)
     for (char *t = strtok_r(buf, " \t\r\n", &save); t && argc < 8; t = strtok_r(NULL, " \t\r\n", &save))
         a[argc++] = t;
     struct reply r = { .len = 0 };
-    if (argc)
+    if (argc && !privileged && strncmp(a[0], "get_", 4)) {
+        /* a client's container reaches `control`: it must not stop or change what serves other claims */
+        r.refused = 1;
+        say(&r, "%s: permission denied (a privileged command: connect to %s)", a[0], MPS_CONTROL_PRIVILEGED);
+    } else if (argc)
         run_command(&r, argc, a);
     char msg[REPLY_MAX + 2];
     snprintf(msg, sizeof msg, "%c%s", r.refused ? '1' : '0', r.text);

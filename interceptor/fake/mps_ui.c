@@ -16,10 +16,19 @@ int mps_ui_main(void);
 
 int mps_ui_main(void)
 {
-    struct sockaddr_un a = { .sun_family = AF_UNIX };
-    snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", mps_pipe_dir(), MPS_CONTROL);
-    int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof a) != 0 || send(s, "ui", 2, MSG_NOSIGNAL) != 2) {
+    /* root (or the daemon's user) gets every command through control_privileged; anyone else only queries */
+    const char *names[2] = { MPS_CONTROL_PRIVILEGED, MPS_CONTROL };
+    int s = -1;
+    for (int k = 0; k < 2 && s < 0; k++) {
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", mps_pipe_dir(), names[k]);
+        s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (s >= 0 && (connect(s, (struct sockaddr *)&a, sizeof a) != 0 || send(s, "ui", 2, MSG_NOSIGNAL) != 2)) {
+            close(s);
+            s = -1;
+        }
+    }
+    if (s < 0) {
         fprintf(stderr, "Cannot find MPS control daemon process\n");
         return 1;
     }

@@ -6,8 +6,9 @@
  *   other streams are gated and charged their estimate only (no event is
  *   created, recorded, queried or synchronized: the capture modes may forbid
  *   it).
- * - Priority: a high-priority claim stamps its claim entry (active_ns, at most
- *   every STAMP_EVERY); the node daemon's relay turns that into the GPU's
+ * - Priority: a high-priority claim stamps its claim entry (active_ns and its
+ *   launch count, at most every STAMP_EVERY); the node daemon's relay holds
+ *   only while the count moves (a stamp alone is a tenant's word) through the GPU's
  *   read-only view (view.c), and a normal-priority claim waits while the view
  *   says a high one has work.
  * - The gate (gate.c), one read-modify-write of the claim's GPU entry under the
@@ -241,8 +242,13 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
     int capturing = capture_active();
     if (capturing && capture_stream_capturing(s, ptsz))
         return; /* captured, not run: it is charged when the graph is launched */
-    if (d->stamps)
+    if (d->stamps) {
+        /* a high claim has no part of the frame, so without an SM limit the gate never counts its launch:
+         * count it here, settled by the stamp; the relay holds others only while this count moves */
+        if (!d->sm_limited)
+            owe(&d->pend_launches, 1);
         stamp(d);
+    }
     if (d->view)
         priority_wait(d);
     const struct tv_phase *ph = cfg_priority_applies() ? phase_of(d) : NULL;

@@ -9,6 +9,7 @@ and at start-up (with whatever leftover directories a killed daemon left). The d
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Sequence
 
 import structlog
@@ -30,6 +31,11 @@ def _clients(entry: ClaimEntry) -> tuple[MpsClient, ...]:
     return tuple(r for r in entry.of(NAME) if isinstance(r, MpsClient))
 
 
+def gpus_in_use(cp: Checkpoint, *, leaving: Collection[ClaimUID] = ()) -> set[GpuUUID]:
+    """The GPUs whose control daemon the checkpoint's MPS claims (but those leaving) need."""
+    return {c.gpu_uuid for e in cp.claims.values() if e.uid not in leaving for c in _clients(e)}
+
+
 class MpsHost(FamilyHost):
     def __init__(self, control: MpsControl) -> None:
         super().__init__(NAME)
@@ -48,8 +54,17 @@ class MpsHost(FamilyHost):
             daemon = self.control.ensure(gpu_uuid=d.gpu_uuid)
             if not daemon.adopted:
                 log.info("MPS control daemon started", gpu=d.gpu_uuid, pid=daemon.pid, claim=plan.uid)
-            made[d.device] = MpsPipe(host_dir=str(daemon.dirs.pipe_dir))
+            made[d.device] = MpsPipe(host_dir=str(self.control.clients(d.gpu_uuid).link(plan.uid)))
         return Created(records=records, made=made)
+
+    def teardown(self, entry: ClaimEntry) -> Removed:
+        removed = Removed()
+        for c in _clients(entry):
+            with contextlib.suppress(MpsError):  # a GPU UUID no daemon directory can have: nothing was made
+                clients = self.control.clients(c.gpu_uuid)
+                if clients.remove(entry.uid):
+                    removed.other.append(f"MPS client directory {clients.path(entry.uid)}")
+        return removed
 
     def damage(self, entry: ClaimEntry, *, inventory: Inventory | None) -> str | None:
         wanted = {c.gpu_uuid for c in _clients(entry)}
@@ -57,14 +72,17 @@ class MpsHost(FamilyHost):
             return None
         answering = {s.gpu_uuid for s in self.control.running() if s.answering}
         missing = sorted(wanted - answering)
-        return f"the MPS control daemon of GPU {missing[0]} is not running" if missing else None
+        if missing:
+            return f"the MPS control daemon of GPU {missing[0]} is not running"
+        for gpu in sorted(wanted):
+            if entry.uid in self.control.clients(gpu).stale():
+                return f"the MPS client directory of GPU {gpu} does not lead to its control daemon"
+        return None
 
     def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
         """Stop the daemons (and remove the directories) of GPUs no remaining MPS claim uses."""
         removed = Removed()
-        in_use: set[GpuUUID] = {
-            c.gpu_uuid for e in cp.claims.values() if e.uid not in leaving for c in _clients(e)
-        }
+        in_use = gpus_in_use(cp, leaving=leaving)
         for state in self.control.running():
             if state.gpu_uuid in in_use:
                 continue

@@ -21,7 +21,7 @@ from dra_driver.errors import StorageError
 from dra_driver.families.base import PlannedDevice
 from dra_driver.families.vgpu import NAME, GpuShare
 from dra_driver.model import Inventory
-from dra_driver.names import VIEW_FILE_NAME, GpuUUID
+from dra_driver.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
 from dra_driver.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
 from kubelet_plugin.checkpoint import Checkpoint
 from kubelet_plugin.file_modes import GPU_VIEW_DIR_MODE, GPUS_ROOT_MODE, make_dir
@@ -92,7 +92,9 @@ class GpuSharing(FamilyHost):
                 except StorageError as e:
                     log.error("GPU view not written", gpu=gpu, error=str(e))
                     continue
-                high = tuple(self._claims_dir / uid for uid, s in members if s.high_priority)
+                high = tuple(
+                    self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority
+                )
                 if high:
                     relayed.append(RelayedGpu(gpu, self._views[gpu], high))
             self._relayed = tuple(relayed)

@@ -6,6 +6,7 @@ The backend is the simulated one or the NVML one driving the fake libnvidia-ml i
 
 from __future__ import annotations
 
+import time
 import uuid as uuidlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.families import mig
 from dra_driver.families.mig import MigRecord
+from dra_driver.files import is_temp
 from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from e2e.fake_mps import FAKE_MPS_CONTROL
@@ -160,8 +162,14 @@ class Env:
         return sorted(p.name for p in d.iterdir()) if d.exists() else []
 
     def claim_dirs(self) -> list[str]:
+        """The claims root once the background sweepers removed what was set aside (10 s at most)."""
         d = self.paths.claims_dir
-        return sorted(p.name for p in d.iterdir()) if d.exists() else []
+        end = time.monotonic() + 10
+        while True:
+            names = sorted(p.name for p in d.iterdir()) if d.exists() else []
+            if not any(is_temp(n) for n in names) or time.monotonic() > end:
+                return names
+            time.sleep(0.01)
 
     def checkpoint(self) -> Checkpoint:
         from kubelet_plugin.checkpoint_store import CheckpointStore  # noqa: PLC0415

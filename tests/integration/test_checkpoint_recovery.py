@@ -49,7 +49,8 @@ def files_of(p: PluginProcess, ref: ClaimRef) -> dict[str, bytes]:
     out = {"spec": p.paths.cdi_spec_file(ref.uid).read_bytes()}
     claim_dir = p.paths.claim_dir(ref.uid)
     if claim_dir.exists():
-        out.update({f"dir/{f.name}": f.read_bytes() for f in sorted(claim_dir.iterdir())})
+        files = [f for d in (claim_dir, claim_dir / "shared") if d.is_dir() for f in sorted(d.iterdir())]
+        out.update({f"dir/{f.relative_to(claim_dir)}": f.read_bytes() for f in files if f.is_file()})
     return out
 
 

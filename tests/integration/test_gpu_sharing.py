@@ -3,7 +3,10 @@ priority holds) is what the library reads, and the relay holds normal claims bac
 
 from __future__ import annotations
 
+import os
+import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,8 @@ import pytest
 from dra_driver.sm_schedule import SharingClaim, schedule
 from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 from kubelet_plugin.gpu_view import GpuView
-from kubelet_plugin.priority_relay import RelayedGpu, run
+from kubelet_plugin.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
+from kubelet_plugin.region import GPU, GPUS_OFFSET, REGION_FILE_NAME, read_region
 
 # SM shares are wall-clock measurements that a busy machine only lowers: like the library's own tests, the
 # checks are ceilings (never more than the share + 5) and floors far below (clearly used); a miss is retried.
@@ -75,3 +79,46 @@ def test_a_high_priority_claim_holds_normal_ones_back_through_the_relay(tmp_path
     pytest.fail(
         f"high share {hi_share} (solo {solo}), normal resumed {resumed_ms} ms after it stopped\n{lo_out}"
     )
+
+
+def _held_fraction(view: GpuView, seconds: float) -> float:
+    """The fraction of samples (every ms) at which the view held normal claims back."""
+    held = total = 0
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        total += 1
+        held += view.hold_until_ns() > time.monotonic_ns()
+        time.sleep(0.001)
+    return held / total
+
+
+def test_a_forged_far_future_stamp_of_an_exited_high_claim_holds_nobody(tmp_path: Path) -> None:
+    """Issue #20, attack 2: a high claim's process writes active_ns = 2^64-1 (and a launch count) into its
+    region once and exits. The relay believes only launch counts it sees move, so the normal claims are held
+    at most one HOLD after the write, then never again; before, they were held 100 % of the time."""
+    view = GpuView(tmp_path / "gpus" / FAKE_GPU0 / "view")
+    high = claim_dir(tmp_path, "high", f"gpu {FAKE_GPU0} cores 0 priority 0")
+    # a real process of the high claim formats the region (and launches), then exits
+    out = start(TSHARE, "gaps", "0.2", "1000", env=env(high, tmp_path / "gpu")).communicate(timeout=60)[0]
+    assert values(out, "share"), out
+    region = read_region(high / REGION_FILE_NAME, processes=False).gpu(FAKE_GPU0)
+    assert region is not None and region.launches > 0
+    entry = GPUS_OFFSET + region.entry * GPU.size
+    stop = threading.Event()
+    relay = threading.Thread(target=run, args=(stop, lambda: [RelayedGpu(FAKE_GPU0, view, (high,))]))
+    relay.start()
+    try:
+        time.sleep(0.1)  # the relay's first reading of the count is its baseline
+        fd = os.open(high / REGION_FILE_NAME, os.O_WRONLY)
+        try:  # the tenant's write: launches (offset 104) and active_ns (offset 112) of its entry
+            os.pwrite(fd, struct.pack("<QQ", region.launches + 1, 2**64 - 1), entry + 104)
+        finally:
+            os.close(fd)
+        first = _held_fraction(view, 0.5)  # includes the one hold the moved count bought
+        later = _held_fraction(view, 0.5)
+    finally:
+        stop.set()
+        relay.join()
+        view.close()
+    assert first <= (HOLD_NS / 1e9 + 2 * POLL_S) / 0.5, first
+    assert later == 0.0, later

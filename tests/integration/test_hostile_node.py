@@ -22,13 +22,14 @@ from plugin_process import NODE, PluginProcess, cleanup
 from cdi.writer import read_spec
 from dra_driver.families import mig as mig_family
 from dra_driver.files import is_temp
-from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID, cdi_spec_file_name
+from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, SHARED_DIR_NAME, ClaimUID, cdi_spec_file_name
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.health import HEALTH_STREAMS
 from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from kubelet_plugin.results import ClaimRef
 from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.tenant_container import fill
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -43,6 +44,14 @@ def prepared(p: PluginProcess, claim: dict[str, Any]) -> ClaimRef:
 
 def claims_root_entries(p: PluginProcess) -> list[str]:
     return sorted(os.listdir(p.paths.claims_dir))
+
+
+def swept_entries(p: PluginProcess, *, timeout: float = 60) -> list[str]:
+    """The claims root once the daemon's background sweeper has removed what was set aside (or timed out)."""
+    end = time.monotonic() + timeout
+    while (left := claims_root_entries(p)) and any(is_temp(n) for n in left) and time.monotonic() < end:
+        time.sleep(0.02)
+    return left
 
 
 def deep_tree(top: Path, depth: int, *, link_to: Path) -> None:
@@ -85,10 +94,10 @@ def test_a_1000_deep_tree_does_not_break_unprepare_or_any_later_start(root: Path
         victim.mkdir()
         (victim / "keep").write_text("mine")
         ref = prepared(p, vgpu_claim("deep", pool=NODE, gpu=0))
-        deep_tree(p.paths.claim_dir(ref.uid), 1000, link_to=victim)
+        deep_tree(p.paths.claim_dir(ref.uid) / SHARED_DIR_NAME, 1000, link_to=victim)
         with DraClient(p.paths.dra_socket) as client:
             assert client.unprepare([ref]).claims[ref.uid].error == ""
-        assert claims_root_entries(p) == [], "no claim dir and no .<uid>.tmp-… left behind"
+        assert swept_entries(p) == [], "no claim dir and no .<uid>.tmp-… left behind"
 
         # what a crash in the middle of a removal leaves: a set-aside deep tree; every later start copes
         stale = p.paths.claims_dir / f".{ref.uid}.tmp-0badf00d"
@@ -96,7 +105,7 @@ def test_a_1000_deep_tree_does_not_break_unprepare_or_any_later_start(root: Path
         deep_tree(stale, 1000, link_to=victim)
         p.kill()
         p.start()
-        assert claims_root_entries(p) == []
+        assert swept_entries(p) == []
         assert [x.name for x in victim.iterdir()] == ["keep"] and (victim / "keep").read_text() == "mine"
         prepared(p, vgpu_claim("next", pool=NODE, gpu=1))  # and it serves the next claim
     finally:
@@ -106,12 +115,7 @@ def test_a_1000_deep_tree_does_not_break_unprepare_or_any_later_start(root: Path
 def test_100k_files_are_removed_outside_the_node_lock(plugin: PluginProcess) -> None:
     ref = prepared(plugin, vgpu_claim("wide", pool=NODE, gpu=2))
     claim_dir = plugin.paths.claim_dir(ref.uid)
-    fd = os.open(claim_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for i in range(100_000):
-            os.close(os.open(f"f{i}", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
-    finally:
-        os.close(fd)
+    fill(claim_dir / SHARED_DIR_NAME, 100_000)
     answer: list[str] = []
 
     def unprepare() -> None:
@@ -138,7 +142,32 @@ def test_100k_files_are_removed_outside_the_node_lock(plugin: PluginProcess) -> 
     caller.join(60)
     assert answer == [""]
     assert aside, "the node lock was held until every file was gone"
-    assert claims_root_entries(plugin) == []
+    assert swept_entries(plugin) == []
+
+
+def test_another_tenants_prepare_and_unprepare_never_pay_for_a_big_cleanup(plugin: PluginProcess) -> None:
+    """Issue #20, attack 4: a claim directory with 300,000 files is removed by the background sweeper; a
+    prepare and an unprepare of another claim meanwhile stay fast (before: 250,000 entries per call, the rest
+    inside whichever call came next: 4.8 s for another tenant's prepare beside 1M files)."""
+    ref = prepared(plugin, vgpu_claim("filler", pool=NODE, gpu=2))
+    fill(plugin.paths.claim_dir(ref.uid) / SHARED_DIR_NAME, 300_000)
+    with DraClient(plugin.paths.dra_socket) as client:
+        assert client.unprepare([ref]).claims[ref.uid].error == ""
+        other = vgpu_claim("neighbour", pool=NODE, gpu=3)
+        plugin.claims.put(other)
+        other_ref = claim_ref(other)
+        timings = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            assert client.prepare([other_ref]).claims[other_ref.uid].error == ""
+            t1 = time.monotonic()
+            assert client.unprepare([other_ref]).claims[other_ref.uid].error == ""
+            timings.append((t1 - t0, time.monotonic() - t1))
+        still_sweeping = any(is_temp(n) for n in claims_root_entries(plugin))
+    assert still_sweeping, "the calls were timed beside the cleanup"
+    worst = max(max(t) for t in timings)
+    assert worst < 0.25, timings  # 50 ms targeted (notes/issue-20.md); headroom for a loaded 2-core machine
+    assert swept_entries(plugin, timeout=120) == []
 
 
 # ---- 3: one validated ClaimUID at the gRPC edge ---------------------------------------------------
@@ -324,7 +353,9 @@ def test_nothing_is_world_writable_with_an_inherited_umask_000(root: Path) -> No
             paths.claims_dir: 0o700,
             claim_dir: 0o755,
             claim_dir / "limits": 0o644,
-            claim_dir / "region": 0o666,
+            claim_dir / SHARED_DIR_NAME: 0o755,
+            claim_dir / SHARED_DIR_NAME / "limits": 0o444,
+            claim_dir / SHARED_DIR_NAME / "region": 0o666,
         }
         assert {path: stat.S_IMODE(path.lstat().st_mode) for path in expected} == expected
         test_made = {root / "claims", p.log_file}

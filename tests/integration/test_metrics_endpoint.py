@@ -4,7 +4,10 @@ a scrape that finds the allocation, the live usage and the prepare histogram wit
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import struct
 import subprocess
 import time
 import urllib.request
@@ -15,9 +18,14 @@ import pytest
 from plugin_process import REPO, PluginProcess, cleanup, short_root
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.interceptor_programs import TCUDA, env, start
+from cdi.writer import read_spec
+from dra_driver.names import container_claim_dir
+from e2e.interceptor_programs import TCUDA, container_view, env, start
+from kubelet_plugin.region import GPU, GPUS_OFFSET, MAX_PROCS, PROC, PROCS_OFFSET, read_region
+from tests.support import tenant_container
 from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import claim_ref, vgpu_claim
+from tests.support.tenant_container import inside
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,7 +91,9 @@ def test_a_scrape_shows_allocation_live_usage_and_the_prepare_histogram(
 
     uid = busy["metadata"]["uid"]
     claim_dir = p.paths.claims_dir / uid
-    program = start(TCUDA, "usage", str(300 * MiB), "40", "2000", env=env(claim_dir, tmp_path / "gpu"))
+    program = start(
+        TCUDA, "usage", str(300 * MiB), "40", "2000", env=env(container_view(claim_dir), tmp_path / "gpu")
+    )
     try:
         assert program.stdout is not None and "ready" in program.stdout.readline()
         status, text = scrape(port)
@@ -150,3 +160,108 @@ def test_the_endpoint_goes_away_with_the_daemon(plugin: tuple[PluginProcess, int
     time.sleep(0.1)
     with pytest.raises(OSError):
         scrape(port, "/healthz")
+
+
+TENANT_ATTACK = """
+d = os.environ["CLAIM"]
+limits = os.path.join(d, "limits")
+out["read"] = open(limits).read()
+forged = "version 1\\ngpu GPU-x memory 4611686018427387904 cores 100\\n"
+attempt("write", lambda: open(limits, "w").write(forged))
+attempt("chmod", lambda: os.chmod(limits, 0o666))
+attempt("unlink", lambda: os.unlink(limits))
+attempt("rename", lambda: os.rename(limits, os.path.join(d, "old")))
+open(os.path.join(d, "new"), "w").write(forged)
+attempt("replace", lambda: os.replace(os.path.join(d, "new"), limits))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not tenant_container.available(), reason="needs root, unshare, mount and setpriv")
+def test_a_root_tenant_cannot_raise_its_own_limits(plugin: tuple[PluginProcess, int], tmp_path: Path) -> None:
+    """Issue #20, attack 3: a container running as root rewrote its claim's limits file (memory 4 EiB, cores
+    100) and the node's metrics reported it as allocated (GPU 0: 3 GiB -> 4 EiB). The container gets its claim
+    directory from the claim's real CDI spec here: the limits are a read-only mount point in it."""
+    p, port = plugin
+    claim = vgpu_claim("root", pool=POOL, gpu=0, memory="3Gi", cores="30")
+    p.claims.put(claim)
+    with DraClient(p.paths.dra_socket) as client:
+        assert not client.prepare([claim_ref(claim)]).claims[claim["metadata"]["uid"]].error
+    uid = claim["metadata"]["uid"]
+    host_limits = (p.paths.claim_dir(uid) / "limits").read_bytes()
+    spec = read_spec(p.paths.cdi_spec_file(uid))
+    mounts = [m for m in spec.container_edits.mounts if m.container_path.startswith(container_claim_dir(uid))]
+    rootfs = tmp_path / "rootfs"
+    program = tenant_container.ATTEMPT + TENANT_ATTACK.replace(
+        'os.environ["CLAIM"]', repr(str(inside(rootfs, container_claim_dir(uid))))
+    )
+    seen = json.loads(tenant_container.run(rootfs, mounts, program))
+    assert seen["read"].encode() == host_limits, "the library reads the daemon's limits"
+    assert seen["write"] == "EROFS" and seen["chmod"] == "EROFS"
+    assert seen["unlink"] == seen["rename"] == seen["replace"] == "EBUSY"
+    assert (p.paths.claim_dir(uid) / "limits").read_bytes() == host_limits
+    found = samples(scrape(port)[1])
+    g0 = {"gpu": "0", "gpu_uuid": GPU0}
+    assert value(found, "tessera_gpu_memory_allocated_bytes", **g0) == 3 * 1024 * MiB
+    assert value(found, "tessera_gpu_cores_allocated_ratio", **g0) == pytest.approx(0.3)
+
+
+@pytest.mark.skipif(not tenant_container.available(), reason="needs root and unshare")
+def test_forged_region_numbers_are_clipped_and_two_pid_1s_are_two_series(
+    plugin: tuple[PluginProcess, int], tmp_path: Path
+) -> None:
+    """Issue #20, attack 5: forged region values reached the metrics as `memory_used_bytes 7.38e19` and
+    `launches_total 1.8e19`, and per-process series collided when two containers both had pid 1."""
+    p, port = plugin
+    claim = vgpu_claim("forger", pool=POOL, gpu=0, memory="1Gi", cores="0")
+    p.claims.put(claim)
+    uid = claim["metadata"]["uid"]
+    with DraClient(p.paths.dra_socket) as client:
+        assert not client.prepare([claim_ref(claim)]).claims[uid].error
+    view = container_view(p.paths.claims_dir / uid)
+    # two containers of the claim, each its own pid namespace: both programs are pid 1
+    programs = [
+        subprocess.Popen(
+            ["unshare", "--pid", "--fork", str(TCUDA), "usage", str(100 * MiB), "4", "100"],
+            env=env(view, tmp_path / "gpu"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for program in programs:
+            assert program.stdout is not None and "ready" in program.stdout.readline()
+        region = read_region(view / "region")
+        entry = GPUS_OFFSET + region.gpus[0].entry * GPU.size
+        fd = os.open(view / "region", os.O_WRONLY)
+        try:  # the tenant's forgery: launches, active_ns, gpu_ns, throttled_ns, oom_refusals; a slot's bytes
+            os.pwrite(fd, struct.pack("<5Q", *[2**64 - 1] * 5), entry + 104)
+            slot = region.processes[0].slot
+            os.pwrite(
+                fd,
+                struct.pack("<Q", 1 << 56),
+                PROCS_OFFSET + slot * PROC.size + 16 + 8 * region.gpus[0].entry,
+            )
+        finally:
+            os.close(fd)
+        found = samples(scrape(port)[1])
+    finally:
+        for program in programs:
+            program.kill()
+            program.wait()
+    mine = {"claim": "forger", "uid": uid}
+    gpu_memory = 81559 * MiB
+    assert value(found, "tessera_claim_memory_used_bytes", **mine) == gpu_memory
+    per_process = {
+        ls: v
+        for (n, ls), v in found.items()
+        if n == "tessera_claim_process_memory_used_bytes" and ("uid", uid) in ls
+    }
+    assert sorted(dict(ls)["pid"] for ls in per_process) == ["1", "1"]
+    assert len({dict(ls)["slot"] for ls in per_process}) == 2
+    assert sorted(per_process.values()) == [100 * MiB, gpu_memory]
+    uptime_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+    assert value(found, "tessera_claim_launches_total", **mine) <= (uptime_s + 1) * 1e6 * MAX_PROCS
+    assert value(found, "tessera_claim_gpu_seconds_total", **mine) <= (uptime_s + 1) * MAX_PROCS

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
+import tempfile
+import time
+import uuid
 from pathlib import Path
 
 import grpc
@@ -12,8 +16,11 @@ import pytest
 from plugin_process import NODE, PluginProcess, cleanup, node_backend
 
 from dra_driver.families import mig as mig_family
+from dra_driver.families import mps
 from dra_driver.names import cdi_device_name, cdi_qualified_name
+from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
 from kubelet_plugin.checkpoint_store import CheckpointStore
+from kubelet_plugin.mps_control import MpsControl
 from kubelet_plugin.proto.gen import health_v1_pb2
 from tests.support.kubelet_client import DraClient, register
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
@@ -167,3 +174,37 @@ def test_two_instances_share_the_node_and_serialise_on_the_lock(root: Path) -> N
         assert not old.paths.dra_socket.exists()
     finally:
         cleanup([old, new], root)
+
+
+def test_the_daemon_replaces_an_mps_control_daemon_that_died_without_a_restart(root: Path) -> None:
+    """Issue #20: after a GPU's control daemon was gone, only a plugin restart recovered. The node daemon's
+    MPS watch starts a new one within a round (2 s) while it keeps serving."""
+    mps_dir = Path(tempfile.mkdtemp(prefix="tmw-", dir="/tmp"))  # short: the sockets' paths must fit
+    p = PluginProcess(
+        root=root, extra_args=("--mps-control", str(FAKE_MPS_CONTROL), "--mps-dir", str(mps_dir))
+    ).start()
+    try:
+        c = allocated_claim(
+            "m", device="gpu-0-mps", family=mps.NAME, pool=NODE, consumed={"memory": "1Gi", "cores": "30"}
+        )
+        c["status"]["allocation"]["devices"]["results"][0]["shareID"] = str(uuid.uuid4())
+        p.claims.put(c)
+        with DraClient(p.paths.dra_socket) as client:
+            assert client.prepare([claim_ref(c)]).claims[c["metadata"]["uid"]].error == ""
+        control = MpsControl(root=mps_dir, tool=str(FAKE_MPS_CONTROL))
+        ((gpu, old),) = [(s.gpu_uuid, s.pid) for s in control.running()]
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            states = control.running()
+            if states and states[0].pid not in (None, old) and states[0].answering:
+                break
+            time.sleep(0.1)
+        assert [(s.gpu_uuid, s.answering) for s in control.running()] == [(gpu, True)]
+        assert control.running()[0].pid != old and control.problem(gpu_uuid=gpu) is None
+        assert "MPS control daemon replaced" in p.log_file.read_text()
+    finally:
+        cleanup([p], root)
+        stop_mps_daemons(mps_dir)
+        shutil.rmtree(mps_dir, ignore_errors=True)

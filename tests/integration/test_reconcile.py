@@ -6,6 +6,7 @@ SIGKILL); tests/integration/test_crash.py does the same with a real SIGKILL over
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,3 +223,26 @@ def test_a_lost_checkpoint_entry_is_adopted_from_the_spec(env: Env) -> None:
     assert mig_records(env.checkpoint().claims[kept.uid])[0].created_by_tessera
     assert env.preparer().unprepare([kept])[kept.uid].error is None
     assert_clean(env)
+
+
+def test_temp_files_under_our_names_are_swept_at_start_and_nothing_else(env: Env) -> None:
+    """Issue #20, attack 5: a planted `.checkpoint.json.tmp-*` or `.limits.tmp-*` survived a restart."""
+    (r,) = env.put(claim("a", vgpu(0)))
+    assert env.preparer().prepare([r])[r.uid].error is None
+    claim_dir, shared = env.paths.claim_dir(r.uid), env.paths.claim_dir(r.uid) / "shared"
+    planted = [
+        env.paths.plugin_dir / ".checkpoint.json.tmp-0badf00d",
+        claim_dir / ".limits.tmp-0badf00d",
+        shared / ".limits.tmp-0badf00d",
+    ]
+    for p in planted:
+        p.write_text("planted")
+    (shared / "work.tmp-1").write_text("the tenant's own")  # not a name of ours: the claim's to keep
+    reconcile(env.preparer())
+    assert env.claim_dirs() == [r.uid]
+    end = time.monotonic() + 10  # the sweeper removes them in the background
+    while [p for p in planted if p.exists()] and time.monotonic() < end:
+        time.sleep(0.01)
+    assert [p for p in planted if p.exists()] == []
+    assert (shared / "work.tmp-1").read_text() == "the tenant's own"
+    assert list(env.checkpoint().claims) == [r.uid]

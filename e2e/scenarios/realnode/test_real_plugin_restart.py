@@ -40,7 +40,7 @@ def test_plugin_killed_and_restarted_while_pods_run(
     [spec] = real_node.cdi_specs()
     spec_bytes = spec.read_bytes()
     [claim_dir] = real_node.claim_dirs()
-    region = (claim_dir / "region").read_bytes()
+    region = (claim_dir / "shared" / "region").read_bytes()
     container_id = before["status"]["containerStatuses"][0]["containerID"]
 
     plugin = real_node.chart.current
@@ -82,5 +82,6 @@ def test_plugin_killed_and_restarted_while_pods_run(
     status = before_now["status"]["containerStatuses"][0]
     assert status["containerID"] == container_id and status["restartCount"] == 0
     assert spec.read_bytes() == spec_bytes
-    assert (claim_dir / "region").exists() and len((claim_dir / "region").read_bytes()) == len(region)
+    assert (claim_dir / "shared" / "region").exists()
+    assert len((claim_dir / "shared" / "region").read_bytes()) == len(region)
     assert uid in real_node.plugin_prepared() and uid in real_node.kubelet_prepared()

@@ -128,7 +128,16 @@ def test_vgpu_carries_the_interception_library_contract() -> None:
     lib = mounts["/usr/local/tessera/lib/libtessera.so"]
     assert lib.host_path == HOST.library_path and "ro" in lib.options
     cdir = mounts[claim_dir]
-    assert cdir.host_path == HOST.claim_dir and "rw" in cdir.options
+    assert cdir.host_path == f"{HOST.claim_dir}/shared" and "rw" in cdir.options
+    # the limits reach the container read-only, mounted after (over) the read-write claim dir
+    limits = mounts[f"{claim_dir}/limits"]
+    assert (
+        limits.host_path == f"{HOST.claim_dir}/limits"
+        and "ro" in limits.options
+        and "rw" not in limits.options
+    )
+    order = [m.container_path for m in spec.container_edits.mounts]
+    assert order.index(claim_dir) < order.index(f"{claim_dir}/limits")
 
 
 def test_mig_gets_parent_node_caps_nodes_and_the_mig_uuid() -> None:

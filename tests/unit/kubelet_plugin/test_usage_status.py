@@ -67,7 +67,7 @@ class Gpu:
 
 
 def claim(name: str) -> PreparedClaim:
-    d = ClaimDevice("gpu-1-vgpu", vgpu.NAME, 1, GPU, GiB, 0.5, metered=True)
+    d = ClaimDevice("gpu-1-vgpu", vgpu.NAME, 1, GPU, GiB, 0.5, metered=True, gpu_memory_bytes=80 * GiB)
     return PreparedClaim(ClaimUID(f"uid-{name}"), "ns", name, (d,), Path(f"/claims/{name}/region"))
 
 
@@ -119,3 +119,18 @@ def test_nothing_is_written_for_a_steady_claim() -> None:
         gpu.gpu_ns += 12 * S
         loop.tick()
     assert len(writer.writes) == 1  # ten rounds, one write: the API write rate of a steady claim is ~0
+
+
+def test_forged_region_numbers_reach_the_status_clipped_to_the_gpu() -> None:
+    """Issue #20, attack 5: a forged region showed `memoryUsed: 70368744177664Mi`."""
+    gpu, writer, now = Gpu(), Writer(), [0]
+    loop = UsageStatusLoop(
+        claims=lambda: [claim("c1")], writer=writer, interval=60, read=gpu.read, clock=lambda: now[0]
+    )
+    loop.tick()
+    now[0] += 60 * S
+    gpu.used, gpu.gpu_ns, gpu.throttled_ns = 1 << 62, 1 << 62, 1 << 62
+    assert loop.tick() == 1
+    usage = writer.writes[-1][1]["gpu-1-vgpu"]
+    assert usage["memoryUsed"] == f"{80 * 1024}Mi" and usage["memoryUsedPercent"] == 100
+    assert usage["smTimeUsedPercent"] == 100 and usage["throttledPercent"] == 100
