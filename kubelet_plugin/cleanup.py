@@ -154,7 +154,7 @@ def _clean(preparer: Preparer) -> int:
     lock = PluginLock(paths.lock_file)
     settle_claims(preparer, lock)
     held = lock.held() if paths.plugin_dir.is_dir() else contextlib.nullcontext()
-    with state.dirs.removals_deferred(), held:
+    with held:
         outcome = sweep(preparer)
     if outcome.pending or outcome.serving:
         sys.stderr.write(_refusal(pending=outcome.pending, serving=outcome.serving))

@@ -117,7 +117,7 @@ def settle_claims(preparer: Preparer, lock: PluginLock) -> None:
     if not holds_claim_state(state.paths):
         return
     make_dir(state.paths.plugin_dir, PLUGIN_DIR_MODE)  # the lock's, and where reconciliation saves
-    with state.dirs.removals_deferred(), lock.held():
+    with lock.held():
         state.note(report_lines(reconcile(preparer, roll_forward=False)))
         state.forget()
 
@@ -162,7 +162,6 @@ class CleanupNode:
             shared_state=paths.checkpoint_file,
             reload=self.state.forget,
             after=self._called.set,
-            deferred=self.state.dirs.removals_deferred,
         )
         board = HealthBoard(pool=o.node_name)
         board.post(())  # no devices: nothing is offered here any more
@@ -185,7 +184,7 @@ class CleanupNode:
     def try_clean(self) -> SweepOutcome | None:
         assert self.state is not None and self.preparer is not None
         try:
-            with self.state.dirs.removals_deferred(), self.lock.held():
+            with self.lock.held():
                 outcome = sweep(self.preparer, serving=True)
         except Exception:  # a sweep never takes the instance down: it serves unprepares all the same
             log.exception("cleaning the node failed; trying again later", retry_s=RETRY_S)

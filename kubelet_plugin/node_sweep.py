@@ -47,6 +47,9 @@ class SweepOutcome:
         return not (self.pending or self.serving or self.problems)
 
 
+SWEEP_WAIT_S = 120.0
+
+
 def planned(state: NodeState, *, serving: bool = False) -> CleanupPlan:
     """The plan for the node as it is now (the checkpoint read from disk again)."""
     state.forget()
@@ -138,6 +141,9 @@ def sweep(preparer: Preparer, *, serving: bool = False) -> SweepOutcome:
                 )
         if any(i.kind in (LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE) for i in plan.leftovers):
             problems += _settle_mig_mode(state)  # what it switches off is recorded by the state
+        # claim directories set aside by the unprepares go in the background: gone before their parent goes
+        if not state.dirs.sweeper.wait_idle(timeout=SWEEP_WAIT_S):
+            problems.append(f"claim directories still being removed after {SWEEP_WAIT_S:g} s")
         state.hosts.close()  # the GPU views this process maps are removed next
         removed: list[str] = []
         kept = list(plan.kept)
