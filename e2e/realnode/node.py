@@ -124,6 +124,9 @@ class RealNode:
         self.image = image_archive()
         self._ports = KubeletPorts(*_free_ports(2))
         (self.metrics_port,) = _free_ports(1)
+        self.install_started = self.install_s = (
+            0.0  # `helm install`: when, and how long until the plugin served
+        )
         self._kubeconfig: Path | None = None
 
     # ---- paths ------------------------------------------------------------------------------------------
@@ -153,7 +156,7 @@ class RealNode:
         self.start_containerd()
         self.import_images()
         self.start_kubelet(timeout_s=max(10.0, deadline - time.monotonic()))
-        started = time.monotonic()
+        self.install_started = started = time.monotonic()
         self.chart.install(metrics_port=self.metrics_port, timeout_s=max(30.0, deadline - time.monotonic()))
         self.install_s = time.monotonic() - started
         log.info("realnode.ready", node=self.name, root=str(self.root), install_s=round(self.install_s, 1))

@@ -56,6 +56,8 @@ class UpgradeFigures:
     pods_created_during_switch: int
     pods_created_after: int
     pods_failed: int  # did not run, or were not finalized by the kubelet, in time
+    install_s: float  # `helm install` → the plugin's pod Ready and its pool complete
+    first_pod_s: float  # `helm install` → the first GPU pod Running
     switch_s: tuple[float, ...]  # per `helm upgrade`: the command → the old pod gone, a new one Ready
     ready_s: tuple[float, ...]  # per `helm upgrade`: the command → the new pod Ready
     start_p50_s: float
@@ -231,7 +233,10 @@ def run_upgrade(
     starts = sorted(o.start_s for o in outcomes if o.start_s is not None)
     plugin_failures = _plugin_failures(pods)
     current = pods[-1]
+    first = min((o.created_at + o.start_s for o in outcomes if o.start_s is not None), default=0.0)
     figures = UpgradeFigures(
+        install_s=round(node.install_s, 2),
+        first_pod_s=round(first - node.install_started, 2) if first else 0.0,
         pods_created=len(outcomes),
         pods_created_before=sum(1 for o in outcomes if o.created_at < switch_start),
         pods_created_during_switch=sum(1 for o in outcomes if switch_start <= o.created_at <= switch_end),

@@ -1,6 +1,7 @@
 """`helm uninstall` on the real node, then the chart's cleanup mode (docs/install.md, "Uninstalling"):
 
-install → vgpu, MIG and MPS pods run → `helm uninstall tessera` (the plugin goes; the pods keep running,
+install → a MIG and an MPS pod run (one GPU each: the node has two, and every family holds a GPU's counters
+alone) → `helm uninstall tessera` (the plugin goes; the pods keep running,
 untouched) → the pods are deleted (they wait in Terminating: the kubelet must unprepare their claims and no
 plugin answers) → `helm install tessera-cleanup --set cleanup.enabled=true` (its pod serves the kubelet's
 unprepare calls, then removes what Tessera left and turns Ready) → the pods are gone and nothing of Tessera is
@@ -14,21 +15,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import structlog
 from kubernetes import client as k8s
 
 from e2e.kube import get_pod, is_running, wait_for
 from e2e.plugin_identity import install_identity
 from e2e.realnode.chart import CLEANUP_LABELS, CLEANUP_RELEASE
 from e2e.realnode.node import RealNode
-from e2e.realnode.workloads import ProbeContainer, claim_template, mig, mps, probe_pod, vgpu
+from e2e.realnode.workloads import ProbeContainer, claim_template, mig, mps, probe_pod
 from e2e.testbed import SimCluster, apply_device_classes
 from kubelet_plugin.paths import PluginPaths
 
 from .helpers import apply, report, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+log = structlog.get_logger(__name__)
 
-PODS = {"sliced": "slice", "instance": "mig", "client": "mps"}
+PODS = {"instance": "mig", "client": "mps"}
 
 
 def tessera_files(root: Path) -> list[str]:
@@ -50,11 +53,7 @@ def test_uninstall_keeps_pods_running_and_cleanup_leaves_nothing(
     apply(
         bed,
         real_ns,
-        [
-            claim_template("slice", vgpu("1000Mi", "20")),
-            claim_template("mig", mig("1g.10gb")),
-            claim_template("mps", mps("1000Mi", "30")),
-        ],
+        [claim_template("mig", mig("1g.10gb")), claim_template("mps", mps("1000Mi", "30"))],
     )
     for name, template in PODS.items():
         apply(
@@ -96,6 +95,7 @@ def test_uninstall_keeps_pods_running_and_cleanup_leaves_nothing(
         cleanup = real_node.chart.wait_ready(labels=CLEANUP_LABELS, timeout_s=120)
         clean = [e for e in cleanup.events() if e.get("event") == "node clean"]
         assert clean, [e.get("event") for e in cleanup.events()]
+        log.info("realnode.cleanup", **{k: v for k, v in clean[-1].items() if k not in ("event", "level")})
         assert real_node.leftovers() == []
         assert real_node.kubelet_prepared() == {}
         left = [f for f in tessera_files(real_node.root) if cleanup.uid not in f]
