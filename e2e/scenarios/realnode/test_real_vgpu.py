@@ -79,6 +79,7 @@ def test_vgpu_limit_is_exact_and_the_region_is_shared_by_two_containers(
         assert m["/usr/local/tessera/lib/libtessera.so"].startswith("ro,")
         assert m[claim_dir].startswith("rw,")
         assert m[CONTAINER_LIBCUDA].startswith("ro,")
+        assert m[f"{claim_dir}/limits"].startswith("ro,")  # a root tenant cannot raise its own limits
         [seen] = r["claimDirs"]
         assert seen["path"] == claim_dir and sorted(seen["entries"]) == ["limits", "region"]
         nodes = device_nodes(r)
@@ -95,6 +96,8 @@ def test_vgpu_limit_is_exact_and_the_region_is_shared_by_two_containers(
     assert filler["waitedUsed"] >= HELD_MIB * MIB + context
     # ... and got exactly what was left: the claim ends at its limit, not a byte over or under
     assert filled["allocated"] == filled["freeBefore"] == limit - filler["waitedUsed"]
-    # the host side of the claim directory holds the region both containers wrote
+    # the host side of the claim directory: the node's limits (never mounted writable) and the shared
+    # directory holding the region both containers wrote
     [host_dir] = [d for d in real_node.claim_dirs() if d.name == claim_uid]
-    assert sorted(p.name for p in host_dir.iterdir()) == ["limits", "region"]
+    assert sorted(p.name for p in host_dir.iterdir()) == ["limits", "shared"]
+    assert "region" in {p.name for p in (host_dir / "shared").iterdir()}
