@@ -240,8 +240,9 @@ class ProcessTable:
             return {}
         with self._lock:
             known = self._known.get(key, {})
-            if all(s in known and self._still_holds(key, s, known[s]) for s in live) or self._scanned:
-                return {s: known[s] for s in live if s in known}
+            held = {s: known[s] for s in live if s in known and self._still_holds(key, s, known[s])}
+            if len(held) == len(live) or self._scanned:
+                return held  # a holder that fails its check is never shown, even after this scrape's scan
             found = scan(
                 proc=self._proc,
                 max_processes=self._limits[0],
