@@ -8,7 +8,9 @@ every region has a live process, its bytes and counters. (The other claims have 
 claims on one GPU would each wait for a 1/128 part of the frame, and filling the regions would take minutes;
 what a scrape reads from a region is the same either way.)
 Measured: reading the 256 regions and rendering the text (the daemon's own collector, in this process, over
-the daemon's files), and whole HTTP scrapes of the running daemon. Target: read + render < 50 ms.
+the daemon's files, with the check of each slot's remembered holder: its container), the same without any
+/proc, a full /proc scan (what a scrape pays when some holder changed), and whole HTTP scrapes of the running
+daemon. Target: read + render < 50 ms.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from dra_driver.backends.simulated import SimulatedBackend
 from e2e.interceptor_programs import TCUDA, container_view, env, start
+from kubelet_plugin import claim_processes
 from kubelet_plugin.checkpoint_store import CheckpointStore
 from kubelet_plugin.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.paths import PluginPaths
@@ -90,7 +93,7 @@ def fill_regions(paths: PluginPaths, uids: Sequence[str], state: Path) -> list[s
     return running
 
 
-def metrics_for(root: Path, paths: PluginPaths) -> NodeMetrics:
+def metrics_for(root: Path, paths: PluginPaths, *, proc: Path = claim_processes.PROC) -> NodeMetrics:
     """The daemon's collector over the daemon's files: the checkpoint, the claim dirs, the GPUs' state."""
     backend = SimulatedBackend.from_file(node_file=NODE_FILE, state_file=root / "sim-state.json")
     inventory = backend.inventory()
@@ -109,6 +112,7 @@ def metrics_for(root: Path, paths: PluginPaths) -> NodeMetrics:
             health=lambda: None,
             conditions=dict,
             vgpu_shares=10,
+            proc=proc,
         )
     )
 
@@ -162,6 +166,19 @@ def run(claims: int, rounds: int) -> int:
         print(
             f"  read {claims} regions + render: p50 {p50:.1f} ms  p99 {p99:.1f} ms  mean "
             f"{statistics.fmean(warm):.1f} ms  (first scrape, claim list built: {cold:.1f} ms)"
+        )
+        (root / "no-proc").mkdir()
+        blind = time_ms(scrape(metrics_for(root, paths, proc=root / "no-proc")), rounds)
+        print(
+            f"  the same without the /proc scan (nothing to see): p50 {percentile(blind, 0.5):.1f} ms  "
+            f"p99 {percentile(blind, 0.99):.1f} ms"
+        )
+        scans = time_ms(claim_processes.scan, rounds)  # what a scrape pays when a holder changed
+        entries = sum(1 for n in claim_processes.PROC.iterdir() if n.name.isdigit())
+        holders = sum(len(v) for v in claim_processes.scan().values())
+        print(
+            f"  a full /proc scan ({entries} processes, {holders} holding a region): p50 "
+            f"{percentile(scans, 0.5):.1f} ms  p99 {percentile(scans, 0.99):.1f} ms"
         )
         h50, h99 = percentile(http, 0.5), percentile(http, 0.99)
         print(f"  HTTP scrape of the daemon: p50 {h50:.1f} ms  p99 {h99:.1f} ms")

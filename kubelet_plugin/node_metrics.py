@@ -6,7 +6,10 @@ each claim's region (read with pread, `kubelet_plugin.region`).
 Cost: one checkpoint stat per scrape (the claim list and its label strings are rebuilt only when the
 checkpoint changed), one region read per vgpu claim, and the text written directly in the exposition format
 (prometheus_client's generic renderer validates and escapes every label of every sample again, which for 256
-claims alone takes longer than the 50 ms a scrape may cost). `make bench-metrics` measures it.
+claims alone takes longer than the 50 ms a scrape may cost). When some region has live processes, one bounded
+scan of /proc finds which containers hold them (`kubelet_plugin.claim_processes`: at most once per scrape, and
+only when a slot's remembered holder no longer holds it).
+`make bench-metrics` measures it.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ from dra_driver.gpu_health import GpuCondition
 from dra_driver.model import Inventory
 from dra_driver.names import METRICS_PREFIX as P
 from dra_driver.names import ClaimUID, GpuUUID
+from kubelet_plugin import claim_processes
 from kubelet_plugin.checkpoint import Checkpoint
+from kubelet_plugin.claim_processes import ClaimProcess
 from kubelet_plugin.health import HealthReport
 from kubelet_plugin.prepared_claims import ClaimDevice, PreparedClaim, prepared_claims
 from kubelet_plugin.region import Region, RegionGpu, RegionUnreadableError, read_region
@@ -75,8 +80,8 @@ FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     (
         f"{P}claim_process_memory_used_bytes",
         "gauge",
-        "Device memory one live process of the claim holds (pid in its container)",
-        (*CLAIM_LABELS, "pid"),
+        "Device memory one live process of the claim holds (pid in its container, container ID)",
+        (*CLAIM_LABELS, "pid", "slot", "container"),
     ),
     (f"{P}claim_processes", "gauge", "Live processes of the claim on a GPU", CLAIM_LABELS),
     (f"{P}claim_gpu_seconds_total", "counter", "GPU time the claim's kernels took", CLAIM_LABELS),
@@ -110,6 +115,7 @@ class NodeSources:
     vgpu_shares: int
     pods: Callable[[ClaimUID], str] = lambda _uid: ""  # the claim's pods where known ("a,b")
     pods_version: Callable[[], int] = lambda: 0  # moves when `pods` learnt something
+    proc: Path = claim_processes.PROC  # where the node's processes are listed (hostPID: all of them)
 
 
 def describe() -> Iterator[Metric]:
@@ -150,6 +156,7 @@ class NodeMetrics:
     def __init__(self, sources: NodeSources) -> None:
         self._s = sources
         self._cache: _Claims | None = None
+        self._table = claim_processes.ProcessTable(proc=sources.proc)
 
     def _claims(self, inventory: Inventory) -> _Claims:
         stamp = (self._s.checkpoint_stamp(), id(inventory), self._s.pods_version())
@@ -176,6 +183,7 @@ class NodeMetrics:
         if inventory is not None:
             cache = self._claims(inventory)
             self._gpus(out, inventory, cache.claims)
+            self._table.new_scrape()
             for claim in cache.claims:
                 self._claim(out, claim, cache)
         self._health(out)
@@ -242,11 +250,13 @@ class NodeMetrics:
         if region is None:
             return
         uptime = node_uptime_ns()
+        slots = self._table.holders(claim.region, [p.slot for p in region.processes])
         for d in claim.metered_devices:
             gpu = region.gpu(d.gpu_uuid)
             if gpu is not None:
                 bounds = UsageBounds(gpu_memory_bytes=d.gpu_memory_bytes, uptime_ns=uptime)
-                _usage(out, region, bounds.gpu(gpu), cache.labels[(claim.uid, d.device)], bounds)
+                labels = cache.labels[(claim.uid, d.device)]
+                _usage(out, region, bounds.gpu(gpu), labels, bounds, holders=slots)
 
     def _health(self, out: dict[str, list[str]]) -> None:
         report = self._s.health()
@@ -259,10 +269,17 @@ class NodeMetrics:
 
 
 def _usage(
-    out: dict[str, list[str]], region: Region, gpu: RegionGpu, labels: str, bounds: UsageBounds
+    out: dict[str, list[str]],
+    region: Region,
+    gpu: RegionGpu,
+    labels: str,
+    bounds: UsageBounds,
+    *,
+    holders: Mapping[int, ClaimProcess],
 ) -> None:
     """`gpu` already clipped to `bounds`; a process's series is keyed by its region slot too (two
-    containers' pid 1 are two processes)."""
+    containers' pid 1 are two processes). Where the kernel shows who holds a slot, its pid and container
+    are the kernel's; else the pid is the region's and the container "" (the region's numbers name no one)."""
 
     def put(name: str, value: float) -> None:
         out[f"{P}{name}"].append(f"{P}{name}{{{labels}}} {_number(value)}\n")
@@ -271,9 +288,11 @@ def _usage(
     put("claim_processes", len(region.processes))
     per_process = out[f"{P}claim_process_memory_used_bytes"]
     for p in region.processes:
+        holder = holders.get(p.slot)
+        pid, container = (holder.pid, holder.container) if holder else (p.pid, "")
         per_process.append(
-            f'{P}claim_process_memory_used_bytes{{{labels},pid="{p.pid}",slot="{p.slot}"}} '
-            f"{bounds.bytes(p.used_bytes[gpu.entry])}\n"
+            f'{P}claim_process_memory_used_bytes{{{labels},pid="{pid}",slot="{p.slot}",'
+            f'container="{container}"}} {bounds.bytes(p.used_bytes[gpu.entry])}\n'
         )
     put("claim_gpu_seconds_total", gpu.gpu_ns * NS)
     put("claim_throttled_seconds_total", gpu.throttled_ns * NS)

@@ -20,7 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cdi.writer import read_spec
 from dra_driver.names import container_claim_dir
+from e2e.bench_metrics import metrics_for
 from e2e.interceptor_programs import TCUDA, container_view, env, start
+from kubelet_plugin import claim_processes
 from kubelet_plugin.region import GPU, GPUS_OFFSET, MAX_PROCS, PROC, PROCS_OFFSET, read_region
 from tests.support import tenant_container
 from tests.support.kubelet_client import DraClient
@@ -120,7 +122,11 @@ def test_a_scrape_shows_allocation_live_usage_and_the_prepare_histogram(
     assert value(found, "tessera_claim_cores_limit_ratio", **claim) == pytest.approx(0.3)
     # live usage, read from the region the library filled: 300 MiB held by the program, 40 launches of 2 ms
     assert value(found, "tessera_claim_memory_used_bytes", **claim) == 300 * MiB
-    assert value(found, "tessera_claim_process_memory_used_bytes", pid=pid, **claim) == 300 * MiB
+    # a host process (no pid namespace): its own pid; its container is whatever this test runs in
+    here = claim_processes.container_id(Path("/proc/self/cgroup").read_text())
+    assert (
+        value(found, "tessera_claim_process_memory_used_bytes", pid=pid, container=here, **claim) == 300 * MiB
+    )
     assert value(found, "tessera_claim_processes", **claim) == 1
     assert value(found, "tessera_claim_launches_total", **claim) == 40
     assert value(found, "tessera_claim_oom_refusals_total", **claim) == 1
@@ -206,6 +212,30 @@ def test_a_root_tenant_cannot_raise_its_own_limits(plugin: tuple[PluginProcess, 
     assert value(found, "tessera_gpu_cores_allocated_ratio", **g0) == pytest.approx(0.3)
 
 
+def _prepared_view(p: PluginProcess, name: str) -> tuple[str, Path]:
+    """A vgpu claim (1 GiB, no SM limit) prepared over the DRA socket: its uid and its containers' view."""
+    claim = vgpu_claim(name, pool=POOL, gpu=0, memory="1Gi", cores="0")
+    p.claims.put(claim)
+    uid = claim["metadata"]["uid"]
+    with DraClient(p.paths.dra_socket) as client:
+        assert not client.prepare([claim_ref(claim)]).claims[uid].error
+    return uid, container_view(p.paths.claims_dir / uid)
+
+
+def _pid_1s(view: Path, gpu_state: Path, *usages: tuple[int, int, int]) -> list[subprocess.Popen[str]]:
+    """One fake-driver program per (bytes, launches, µs), each pid 1 of a pid namespace of its own."""
+    return [
+        subprocess.Popen(
+            ["unshare", "--pid", "--fork", str(TCUDA), "usage", *map(str, usage)],
+            env=env(view, gpu_state),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for usage in usages
+    ]
+
+
 @pytest.mark.skipif(not tenant_container.available(), reason="needs root and unshare")
 def test_forged_region_numbers_are_clipped_and_two_pid_1s_are_two_series(
     plugin: tuple[PluginProcess, int], tmp_path: Path
@@ -213,23 +243,9 @@ def test_forged_region_numbers_are_clipped_and_two_pid_1s_are_two_series(
     """Issue #20, attack 5: forged region values reached the metrics as `memory_used_bytes 7.38e19` and
     `launches_total 1.8e19`, and per-process series collided when two containers both had pid 1."""
     p, port = plugin
-    claim = vgpu_claim("forger", pool=POOL, gpu=0, memory="1Gi", cores="0")
-    p.claims.put(claim)
-    uid = claim["metadata"]["uid"]
-    with DraClient(p.paths.dra_socket) as client:
-        assert not client.prepare([claim_ref(claim)]).claims[uid].error
-    view = container_view(p.paths.claims_dir / uid)
+    uid, view = _prepared_view(p, "forger")
     # two containers of the claim, each its own pid namespace: both programs are pid 1
-    programs = [
-        subprocess.Popen(
-            ["unshare", "--pid", "--fork", str(TCUDA), "usage", str(100 * MiB), "4", "100"],
-            env=env(view, tmp_path / "gpu"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    programs = _pid_1s(view, tmp_path / "gpu", (100 * MiB, 4, 100), (100 * MiB, 4, 100))
     try:
         for program in programs:
             assert program.stdout is not None and "ready" in program.stdout.readline()
@@ -265,3 +281,82 @@ def test_forged_region_numbers_are_clipped_and_two_pid_1s_are_two_series(
     uptime_s = time.clock_gettime(time.CLOCK_BOOTTIME)
     assert value(found, "tessera_claim_launches_total", **mine) <= (uptime_s + 1) * 1e6 * MAX_PROCS
     assert value(found, "tessera_claim_gpu_seconds_total", **mine) <= (uptime_s + 1) * MAX_PROCS
+
+
+def _two_containers(proc: Path, holders: tuple[claim_processes.ClaimProcess, ...], ids: list[str]) -> None:
+    """A /proc where each real holder's fds, fdinfo, status and stat are its own, and its cgroup names a
+    container of its own (the test processes share this one's)."""
+    for p, cid in zip(holders, ids, strict=True):
+        d = proc / str(p.host_pid)
+        d.mkdir(parents=True)
+        for name in ("fd", "fdinfo", "status", "stat"):
+            (d / name).symlink_to(f"/proc/{p.host_pid}/{name}")
+        (d / "cgroup").write_text(f"0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{cid}.scope\n")
+
+
+@pytest.mark.skipif(not tenant_container.available(), reason="needs root and unshare")
+def test_two_containers_pid_1s_carry_their_own_container_from_proc(
+    plugin: tuple[PluginProcess, int], tmp_path: Path
+) -> None:
+    """Issue #20, item 5: a per-process series names its container, as the kernel says (the process holding
+    the slot's lock, its cgroup), not only the pid a tenant wrote into the region."""
+    p, port = plugin
+    uid, view = _prepared_view(p, "pair")
+    programs = _pid_1s(view, tmp_path / "gpu", (100 * MiB, 0, 0), (200 * MiB, 0, 0))
+    ids = ["a" * 64, "b" * 64]
+    proc = tmp_path / "proc"
+    try:
+        for program in programs:
+            assert program.stdout is not None and "ready" in program.stdout.readline()
+        key = claim_processes.region_key(view / "region")
+        assert key is not None
+        holders = claim_processes.scan()[key]  # the real /proc: both programs, each pid 1 in its namespace
+        assert sorted(h.pid for h in holders) == [1, 1]
+        _two_containers(proc, holders, ids)
+        seen = samples(metrics_for(p.root, p.paths, proc=proc).render().decode())
+        # the region's slots, as the daemon (real /proc) sees them
+        daemons = samples(scrape(port)[1])
+    finally:
+        for program in programs:
+            program.kill()
+            program.wait()
+
+    def per_process(found: Samples) -> dict[str, tuple[str, str, float]]:
+        return {
+            dict(ls)["slot"]: (dict(ls)["pid"], dict(ls)["container"], v)
+            for (n, ls), v in found.items()
+            if n == "tessera_claim_process_memory_used_bytes" and ("uid", uid) in ls
+        }
+
+    series = per_process(seen)
+    assert sorted(series.values()) == [("1", ids[0], 100 * MiB), ("1", ids[1], 200 * MiB)]
+    # each slot's container is the one of the process that holds it
+    by_slot = claim_processes.by_slot(holders)
+    assert {slot: c for slot, (_, c, _) in series.items()} == {
+        str(s): ids[holders.index(h)] for s, h in by_slot.items()
+    }
+    # the daemon's own scrape: the same slots; both processes share this test's cgroup, so one container
+    here = claim_processes.container_id(Path("/proc/self/cgroup").read_text())
+    assert {s: c for s, (_, c, _) in per_process(daemons).items()} == {s: here for s in series}
+
+
+def test_without_a_view_of_the_holders_the_container_is_empty(
+    plugin: tuple[PluginProcess, int], tmp_path: Path
+) -> None:
+    """A daemon that cannot see the tenants' processes (no hostPID: an empty /proc) labels container=""
+    and keeps the region's pid."""
+    p, _port = plugin
+    uid, view = _prepared_view(p, "alone")
+    program = start(TCUDA, "usage", str(100 * MiB), "0", "0", env=env(view, tmp_path / "g"))
+    try:
+        assert program.stdout is not None and "ready" in program.stdout.readline()
+        (tmp_path / "proc").mkdir()
+        found = samples(metrics_for(p.root, p.paths, proc=tmp_path / "proc").render().decode())
+    finally:
+        program.kill()
+        program.wait()
+    claim_labels = {"uid": uid, "device": "gpu-0-vgpu"}
+    got = value(
+        found, "tessera_claim_process_memory_used_bytes", pid=str(program.pid), container="", **claim_labels
+    )
+    assert got == 100 * MiB
