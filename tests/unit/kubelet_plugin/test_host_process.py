@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from pathlib import Path
 
 from kubelet_plugin.host_process import end_process, is_live_process, wait_gone
 
@@ -12,6 +14,10 @@ def test_a_process_is_ours_only_with_our_environment_entry() -> None:
     marked = {"PATH": os.environ["PATH"], "MARK": "a"}
     p = subprocess.Popen(["sleep", "30"], env=marked, start_new_session=True)
     try:
+        # until the child has exec'd: before that, /proc shows the parent's copy (its environment, its name)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{p.pid}/comm").read_text().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert is_live_process(p.pid, env_entry="MARK=a", comm="sleep")
         assert not is_live_process(p.pid, env_entry="MARK=b", comm="sleep")  # a reused pid is not ours
         assert not wait_gone(p.pid, 0.05)
