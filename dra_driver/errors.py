@@ -53,3 +53,8 @@ class MpsToolError(MpsError):
 
 class PublishError(TesseraError):
     """Publishing ResourceSlices failed."""
+
+
+class ExclusivityError(ClaimError):
+    """A claim's device would share a GPU with another prepared claim's in a way the two exclude each other
+    (whole vs vGPU vs MPS vs overlapping MIG placements): the scheduler handed out conflicting devices."""

@@ -21,6 +21,7 @@ from cdi.writer import write_spec
 from dra_driver import families
 from dra_driver.allocation import ClaimPlan, plan_claim
 from dra_driver.errors import ClaimError, TesseraError
+from dra_driver.exclusivity import Holding, check_exclusive
 from dra_driver.limits_file import limits_file, render_limits
 from dra_driver.model import NO_DRIVER_FILES, DriverFiles, Inventory
 from dra_driver.names import DRIVER_NAME, ClaimUID, DeviceName, Family
@@ -103,6 +104,7 @@ class Preparer:
         work: list[_Work] = []
         snapshot: Inventory | None = None
         planned: dict[Family, list[object]] = {}  # records of this call's claims, so none is booked twice
+        taken: list[Holding] = []  # devices of this call's claims planned so far
         for ref in claims:
             entry = self.state.checkpoint().entry(ref.uid)
             repair = False
@@ -130,6 +132,12 @@ class Preparer:
                     inventory=snapshot,
                     holds=holds,
                 )
+                check_exclusive(
+                    plan.devices,
+                    claim=f"{ref.namespace}/{ref.name}",
+                    held=[*self._held(ref.uid), *taken],
+                    inventory=snapshot,
+                )
                 records = {
                     f.name: f.records(plan.of(f.name), holds.of(f.name))
                     for f in families.FAMILIES
@@ -146,10 +154,20 @@ class Preparer:
                     has_claim_dir=plan.library is not None,
                 )
                 work.append(_Work(ref=ref, plan=plan, entry=started, repair=repair))
+                taken.extend(Holding(f"{ref.namespace}/{ref.name}", d.device) for d in plan.devices)
             except Exception as e:
                 _log_failure("prepare", ref, e)
                 answers[ref.uid] = PrepareResult(error=describe_failure(e))
         return answers, work, snapshot
+
+    def _held(self, uid: ClaimUID) -> list[Holding]:
+        """The devices every other claim in the checkpoint answered with (prepared, or being unprepared)."""
+        return [
+            Holding(f"{e.namespace}/{e.name}", d.device_name)
+            for e in self.state.checkpoint().claims.values()
+            if e.uid != uid
+            for d in e.devices
+        ]
 
     def _claim(self, ref: ClaimRef) -> Any:  # kubernetes.client.ResourceV1ResourceClaim
         claim = self.claim_source.get(namespace=ref.namespace, name=ref.name)

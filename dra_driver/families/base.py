@@ -124,6 +124,28 @@ class Allotment:
     mig_uuid: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    """What of its GPU one allocated device takes, for the prepare side's own exclusivity check
+    (dra_driver/exclusivity.py): the GPU's memory slices it covers, and whether other devices of its family
+    may take the same slices at once (a multi-allocatable device: vgpu, MPS)."""
+
+    family: Family
+    slices: frozenset[int]
+    shared: bool = False
+    what: str = "a whole GPU"  # how an error names it: "a vGPU share", "MIG 1g.10gb at slice 3"
+
+    def excludes(self, other: Footprint) -> bool:
+        if self.shared and other.shared and self.family == other.family:
+            return False
+        return bool(self.slices & other.slices)
+
+
+def all_slices(gpu: Gpu) -> frozenset[int]:
+    """Every memory slice of the GPU (one for a GPU without MIG, which is then one indivisible slice)."""
+    return frozenset(range(max(gpu.memory_slice_count, 1)))
+
+
 def device_node(node: HostNode) -> DeviceNode:
     """A host character device as CDI names it; major/minor let the runtime skip stat() on the host."""
     return DeviceNode(path=node.path, host_path=node.path, type="c", major=node.major, minor=node.minor)
@@ -179,6 +201,11 @@ class DeviceFamily(ABC):
     @abstractmethod
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         """Plan one allocated device, or raise ClaimError/ConfigError naming the problem and the fix."""
+
+    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+        """What of the GPU a device of this family takes (`detail`: `parse_name`'s reading of its name). By
+        default all of it, alone."""
+        return Footprint(family=self.name, slices=all_slices(gpu))
 
     def check_claim(self, devices: Sequence[PlannedDevice]) -> None:  # noqa: B027 - optional, no rules
         """Rules across one claim's devices of this family (e.g. one GPU at most once)."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from dra_driver.errors import ClaimError, ConfigError
 from dra_driver.excerpt import excerpt
-from dra_driver.families.base import Allocated, GpuOffer, Json
+from dra_driver.families.base import Allocated, Footprint, GpuOffer, Json, all_slices
 from dra_driver.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
 from dra_driver.model import Gpu
 from dra_driver.names import Attr, Cap, Family, gpu_device_name, qualified
@@ -44,6 +44,12 @@ def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Jso
         "capacity": shared_capacity(gpu, shares=shares),
         "consumesCounters": consumes(gpu, o.counters),
     }
+
+
+def shared_footprint(gpu: Gpu, *, family: Family, what: str) -> Footprint:
+    """A shared device takes the whole GPU (its counters, at its first allocation), together with the other
+    claims of its own family only."""
+    return Footprint(family=family, slices=all_slices(gpu), shared=True, what=what)
 
 
 def shared_capacity(gpu: Gpu, *, shares: int) -> Json:

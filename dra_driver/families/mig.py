@@ -25,10 +25,12 @@ from dra_driver.families.base import (
     Allocated,
     Allotment,
     DeviceFamily,
+    Footprint,
     GpuOffer,
     Held,
     Json,
     PlannedDevice,
+    all_slices,
     device_node,
 )
 from dra_driver.families.published import attribute, consumes, gpu_attributes, profile_counters, string
@@ -333,6 +335,18 @@ class Mig(DeviceFamily):
         return device
 
     # -- plan --
+
+    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+        """The placement's memory slices; a profile the GPU does not know (yet) is taken as all of them."""
+        assert isinstance(detail, MigName)
+        profile = gpu.profile_by_name(detail.profile)
+        slices = (
+            frozenset(range(detail.start, detail.start + profile.memory_slices))
+            if profile is not None
+            else all_slices(gpu)
+        )
+        what = f"MIG {detail.profile} at memory slice {detail.start}"
+        return Footprint(family=NAME, slices=slices, what=what)
 
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         assert isinstance(d.detail, MigName)

@@ -23,6 +23,7 @@ from dra_driver.families.base import (
     Allocated,
     Allotment,
     DeviceFamily,
+    Footprint,
     GpuOffer,
     Held,
     Json,
@@ -30,7 +31,7 @@ from dra_driver.families.base import (
     PlannedDevice,
     not_in_mig_mode,
 )
-from dra_driver.families.capacity import SharedLimits, shared_device, shared_limits
+from dra_driver.families.capacity import SharedLimits, shared_device, shared_footprint, shared_limits
 from dra_driver.model import Gpu
 from dra_driver.names import DeviceName, Family, GpuUUID, gpu_device_name
 
@@ -108,6 +109,9 @@ class Mps(DeviceFamily):
             return ()
         shares = min(o.settings.vgpu_shares, MAX_CLIENTS)
         return (shared_device(o, family=NAME, part=_PART, shares=shares),)
+
+    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+        return shared_footprint(gpu, family=NAME, what="an MPS share")
 
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         not_in_mig_mode(d, "an MPS share")

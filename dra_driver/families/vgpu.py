@@ -19,6 +19,7 @@ from dra_driver.families.base import (
     Allocated,
     Allotment,
     DeviceFamily,
+    Footprint,
     GpuOffer,
     Held,
     Json,
@@ -26,7 +27,7 @@ from dra_driver.families.base import (
     PlannedDevice,
     not_in_mig_mode,
 )
-from dra_driver.families.capacity import SharedLimits, shared_device, shared_limits
+from dra_driver.families.capacity import SharedLimits, shared_device, shared_footprint, shared_limits
 from dra_driver.model import Gpu
 from dra_driver.names import DeviceName, Family, GpuUUID, gpu_device_name
 from dra_driver.sm_schedule import free_slot
@@ -124,6 +125,9 @@ class Vgpu(DeviceFamily):
         if not o.shareable or o.counters is None:
             return ()
         return (shared_device(o, family=NAME, part=_PART, shares=o.settings.vgpu_shares),)
+
+    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+        return shared_footprint(gpu, family=NAME, what="a vGPU share")
 
     def plan(self, d: Allocated, held: Held) -> PlannedDevice:
         not_in_mig_mode(d, "a vGPU")

@@ -95,7 +95,7 @@ def test_crash_then_reconcile_rolls_a_live_claim_forward(env: Env) -> None:
 
 
 def test_claims_gone_from_the_api_are_released(env: Env) -> None:
-    gone, kept = mixed(env, "gone"), env.put(claim("kept", vgpu(1)))[0]
+    gone, kept = mixed(env, "gone"), env.put(claim("kept", vgpu(0)))[0]
     assert all(a.error is None for a in env.preparer().prepare([gone, kept]).values())
     mig_uuid = env.inventory().gpus[1].mig_instances[0].uuid
     env.claims.delete(namespace=gone.namespace, name=gone.name)
@@ -212,7 +212,7 @@ def test_a_rebuilt_checkpoint_keeps_what_it_cannot_attribute_until_the_kubelet_n
 
 
 def test_a_lost_checkpoint_entry_is_adopted_from_the_spec(env: Env) -> None:
-    kept, gone = mixed(env, "kept"), env.put(claim("gone", vgpu(1)))[0]
+    kept, gone = mixed(env, "kept"), env.put(claim("gone", vgpu(0)))[0]
     assert all(a.error is None for a in env.preparer().prepare([kept, gone]).values())
     env.paths.checkpoint_file.unlink()  # removed by hand
     env.claims.delete(namespace=gone.namespace, name=gone.name)
