@@ -25,6 +25,7 @@ from dra_driver.explain.cel_env import (
 )
 from dra_driver.explain.request import ALL, ClaimSpec, DeviceClassSpec, Request, Toleration
 from dra_driver.explain.verdict import ClaimVerdict, DeviceVerdict, Reason, ReasonKind, RequestVerdict
+from dra_driver.names import DRIVER_NAME
 from dra_driver.quantity import format_quantity
 
 MAX_STEPS = 200_000  # device checks before giving up, like the scheduler's allocation timeout
@@ -350,6 +351,20 @@ class Explainer:
 
     # ---- the report ---------------------------------------------------------------------------
 
+    def _degraded_pool(self) -> str | None:
+        """Why only whole GPUs are on offer when Tessera's pool on the node has no counter sets: the publisher
+        fell back because the API server drops them (None: it has them, or Tessera has no pool here)."""
+        ours = [d for d in self._catalog.devices if d.key.driver == DRIVER_NAME]
+        if not ours or any(driver == DRIVER_NAME for driver, _, _ in self._catalog.counter_sets):
+            return None
+        return (
+            f"this cluster does not serve shared counters: Tessera's pool {ours[0].key.pool} has whole GPUs "
+            "only, because the API server drops sharedCounters (DRAPartitionableDevices off) and "
+            "multi-allocatable devices (DRAConsumableCapacity off); vgpu, MPS and MIG devices need both "
+            "gates on kube-apiserver, kube-scheduler, kube-controller-manager and every kubelet "
+            "(docs/install.md)"
+        )
+
     def _report(self, path: list[_Step] | None) -> tuple[RequestVerdict, ...]:
         steps: list[_Step] = path if path is not None else (self._best[1] if self._best else [])
         failed_at = len(steps) if path is None else None
@@ -390,6 +405,8 @@ class Explainer:
                         )
                     else:
                         problem = f"needs {req.count} device(s), {fits} fit"
+                        if fits == 0 and (degraded := self._degraded_pool()) is not None:
+                            problem += f"; {degraded}"
                 names = tuple(f"{d.key.pool}/{d.name}" for d in picked)
                 out.append(RequestVerdict(req.name, bool(picked), names, devices, problem, reached))
         return tuple(out)

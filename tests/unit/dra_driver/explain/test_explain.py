@@ -1,18 +1,23 @@
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.errors import ConfigError
 from dra_driver.explain.catalog import allocations_of, build_catalog
 from dra_driver.explain.explain import explain_claim
 from dra_driver.explain.request import parse_claim, parse_device_class
 from dra_driver.explain.sources import REPO_DEVICECLASSES, load_files
 from dra_driver.explain.verdict import ClaimVerdict, ReasonKind, RequestVerdict, render
+from dra_driver.settings import NodeSettings
+from dra_driver.slices import build_slices
 
 from .slicegen import NODE, allocated_claim, claim, exactly, node_slices
 
 CLASSES = {c.name: c for c in map(parse_device_class, load_files([REPO_DEVICECLASSES]).classes)}
 PRODUCT = 'device.attributes["gpu.tessera.dev"].productName'
+H100X8 = Path(__file__).resolve().parents[4] / "e2e" / "nodes" / "h100x8.yaml"
 
 
 def run(raw_claim: dict[str, Any], *existing: dict[str, Any], gpus: int = 2, shares: int = 2) -> ClaimVerdict:
@@ -243,3 +248,33 @@ def test_render_folds_other_classes_and_json_round_trips() -> None:
 def test_bad_claims_are_config_errors_naming_the_field(bad: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"spec\.devices\.requests\[0\]"):
         parse_claim(claim(bad))
+
+
+def test_a_pool_without_counter_sets_names_the_gates_the_cluster_lacks() -> None:
+    # What the publisher falls back to on an API server that drops sharedCounters (Kubernetes 1.35 defaults).
+    backend = SimulatedBackend.from_file(node_file=H100X8, state_file=None)
+    degraded = build_slices(backend.inventory(), NodeSettings(node_name=NODE), degraded=True)
+    full = build_slices(backend.inventory(), NodeSettings(node_name=NODE))
+
+    def verdict(slices: list[dict[str, Any]], request: dict[str, Any]) -> ClaimVerdict:
+        return explain_claim(
+            claim=parse_claim(claim(request)),
+            classes=CLASSES,
+            catalog=build_catalog(slices, node=NODE),
+            allocations=(),
+            node=NODE,
+        )
+
+    for request in (vgpu(), exactly("gpu", "mig.tessera.dev"), exactly("gpu", "mps.tessera.dev")):
+        (req,) = verdict(degraded, request).requests
+        assert not req.satisfied
+        assert req.problem.startswith(
+            "needs 1 device(s), 0 fit; this cluster does not serve shared counters: Tessera's pool "
+            f"{NODE} has whole GPUs only"
+        )
+        assert "DRAPartitionableDevices" in req.problem and "DRAConsumableCapacity" in req.problem
+        assert verdict(full, request).satisfiable
+    # a whole GPU still fits there, and a full pool whose GPUs are taken says nothing about gates
+    assert verdict(degraded, exactly("gpu", "gpu.tessera.dev")).satisfiable
+    (req,) = run(claim(vgpu(memory="200Gi"))).requests
+    assert "shared counters" not in req.problem
