@@ -33,6 +33,15 @@ if [[ ! -f "${repo}/kubelet_plugin/proto/gen/__init__.py" ]]; then
     exit 2
 fi
 
+# A fresh machine has no mmdebstrap: Debian packages it (root, like the rest of this build).
+if ! command -v mmdebstrap > /dev/null 2>&1; then
+    log "installing mmdebstrap with apt-get ..."
+    if ! apt-get install -y -q mmdebstrap >&2; then
+        apt-get update -q >&2
+        apt-get install -y -q mmdebstrap >&2
+    fi
+fi
+
 epoch="${SOURCE_DATE_EPOCH:-$(sed -n 's/^ *"source_date_epoch": *\([0-9]*\).*/\1/p' "${here}/image.json")}"
 export SOURCE_DATE_EPOCH="${epoch}"
 mapfile -t mmdebstrap_args < <(step mmdebstrap-args)

@@ -157,6 +157,12 @@ class ChartPlugin:
             "metrics": {"enabled": True, "port": metrics_port, "service": True},
             "healthInterval": 2,
             "logLevel": "info",
+            # The testbed applied the chart's DeviceClasses, policies and the stand-in plugins' account (their
+            # tokens are bound to it): this release has an account and role of its own and leaves the shared
+            # objects alone, so that `helm uninstall` (test_real_uninstall.py) takes nothing from them.
+            "serviceAccount": {"name": "tessera-realnode-plugin"},
+            "deviceClasses": {"install": False},
+            "admissionPolicies": {"opaqueConfig": False, "nodeSlices": False},
         }
 
     def helm(self, *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
@@ -184,13 +190,11 @@ class ChartPlugin:
         return path
 
     def install(self, *, metrics_port: int, timeout_s: float = 180.0) -> PluginPod:
-        """`helm install` (taking over the identity objects the testbed applied from the same chart), then
-        until the plugin pod is Ready — registered and its pool published — and the pool complete."""
+        """`helm install`, then until the plugin pod is Ready (registered, its pool published) and the pool is
+        complete."""
         values = self._values_file(RELEASE, self.values(metrics_port=metrics_port))
         started = time.monotonic()
-        self.helm(
-            "install", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--take-ownership", "-f", str(values)
-        )
+        self.helm("install", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "-f", str(values))
         pod = self.wait_ready(timeout_s=timeout_s)
         log.info("realnode.chart_installed", node=self.name, seconds=round(time.monotonic() - started, 1))
         return pod

@@ -7,7 +7,7 @@ plugin answers) → `helm install tessera-cleanup --set cleanup.enabled=true` (i
 unprepare calls, then removes what Tessera left and turns Ready) → the pods are gone and nothing of Tessera is
 left on the node: no CDI spec, claim or GPU-view directory, library, MPS daemon or directory, MIG instance,
 checkpoint, socket, or claim in the kubelet's checkpoint. Afterwards the chart is installed again for the
-scenarios that follow, and the testbed's objects the uninstall removed are applied again.
+scenarios that follow.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import structlog
 from kubernetes import client as k8s
 
 from e2e.kube import get_pod, is_running, wait_for
-from e2e.plugin_identity import install_identity
 from e2e.realnode.chart import CLEANUP_LABELS, CLEANUP_RELEASE
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, mps, probe_pod
-from e2e.testbed import SimCluster, apply_device_classes
+from e2e.testbed import SimCluster
 from kubelet_plugin.paths import PluginPaths
 
 from .helpers import apply, report, running
@@ -102,7 +101,4 @@ def test_uninstall_keeps_pods_running_and_cleanup_leaves_nothing(
         assert left == [], left
     finally:
         real_node.chart.uninstall(CLEANUP_RELEASE)
-        # the uninstalls deleted the objects the testbed had applied and the chart had taken over
-        apply_device_classes(bed.kubectl)
-        install_identity(bed.kubectl)
         real_node.chart.install(metrics_port=real_node.metrics_port)
