@@ -145,7 +145,10 @@ def test_the_daemon_outlives_a_restart_and_is_settled_at_start_up(node: Env) -> 
     node.claims.delete(namespace="ns", name="a")  # the claim went while the node daemon was down
     report = reconcile(node.preparer(boot_id="boot-1"))
     assert report.released_claims == (a.uid,) and daemons(node) == {}
-    assert report.removed_other == (f"mps-daemon {FAKE_GPU1}",)
+    # the released claim's client directory (its link to the daemon's socket), then the daemon no claim uses
+    client_dir, daemon = report.removed_other
+    assert client_dir.startswith("MPS client directory ") and client_dir.endswith(f"/clients/{a.uid}")
+    assert daemon == f"mps-daemon {FAKE_GPU1}"
 
 
 def test_a_claim_holds_one_mps_device(node: Env) -> None:
