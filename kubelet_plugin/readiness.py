@@ -27,10 +27,6 @@ class Readiness:
         self._ready = False
         self._lock = threading.Lock()
 
-    @property
-    def path(self) -> Path:
-        return self._path
-
     def registration(self, registered: bool) -> None:
         with self._lock:
             self._registered = registered

@@ -28,7 +28,7 @@ from e2e.controlplane.processes import is_alive
 from e2e.kube import Json, wait_for
 from e2e.node import REPO_ROOT, driver_slices, pool_complete
 from e2e.plugin_identity import SYSTEM_NS
-from e2e.realnode.driver import CONTAINER_ROOT, FakeDriverRoot
+from e2e.realnode.driver import FakeDriverRoot
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.pod_logs import parse_cri_log
 from kubelet_plugin.paths import PluginPaths
@@ -288,6 +288,3 @@ class ChartPlugin:
         os.kill(pid, signal.SIGKILL)
         while is_alive(pid):
             time.sleep(0.05)
-
-
-__all__ = ["CONTAINER_ROOT", "ChartPlugin", "PluginPod"]

@@ -71,10 +71,6 @@ class FakeDriverRoot:
         """The fake's state as this process reads it (MIG instances)."""
         return FakeNvmlNode(node_file=self.node_file, state_dir=self.state_dir)
 
-    @property
-    def library_dir(self) -> Path:
-        return self.root / LIBRARY_DIR
-
     def mig_cap_minors(self) -> dict[str, tuple[int, int]]:
         """MIG UUID → the (GI, CI) minors of its /dev/nvidia-caps nodes, as the fake's /proc tree shows them
         (the GPU's minor is its position in the node file, as NVML numbers it)."""
