@@ -6,10 +6,17 @@ BIN := $(VENV)/bin
 PROTO_SRC := kubelet_plugin/proto
 PROTO_GEN := kubelet_plugin/proto/gen
 STAMP := $(VENV)/.installed
+# The Kubernetes release of the e2e control plane and the real node: e2e/cluster/k8s/default-version unless
+# K8S_VERSION=1.36.3 (or v1.36.3) is given; KV is it with its "v".
+KV = $(if $(K8S_VERSION),v$(patsubst v%,%,$(K8S_VERSION)))
+# The newest release whose default gates lack shared counters: `make test` runs the degraded path on it.
+LEGACY_KV = $$($(BIN)/python -c 'from e2e.controlplane.releases import legacy_release as r; print(r().version)')
+# make test-k8s: the gates the matrix run switches on; `sharing` = what a user of that release must enable
+GATES ?= sharing
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
         bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade proto interceptor cluster realnode helm \
-        manifests clean image
+        manifests clean image test-k8s
 
 dev: $(STAMP) proto interceptor
 
@@ -44,14 +51,14 @@ test-interceptor: dev
 	$(MAKE) -C interceptor test
 
 cluster:
-	bash e2e/cluster/build.sh
+	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
 
 # kubelet, containerd, runc, CNI plugins and the test images for the real e2e node (e2e/realnode)
 realnode: interceptor
-	bash e2e/realnode/build.sh
+	K8S_VERSION=$(KV) bash e2e/realnode/build.sh
 
 # When the real node does not build, its scenarios (marker realnode) are skipped and say why.
-REALNODE_OR_SKIP = bash e2e/realnode/build.sh || echo "make: the real node did not build (see above); \
+REALNODE_OR_SKIP = K8S_VERSION=$(KV) bash e2e/realnode/build.sh || echo "make: the real node did not build (see above); \
 its scenarios will be skipped" >&2
 
 helm:
@@ -65,6 +72,7 @@ manifests: helm
 	bash deploy/render-manifests.sh
 
 test-e2e: dev cluster
+	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
@@ -72,11 +80,22 @@ test-e2e: dev cluster
 
 test: dev lint
 	$(MAKE) -C interceptor test
-	bash e2e/cluster/build.sh
+	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
+	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
 	$(BIN)/pytest -q tests e2e
+
+# One release of the version matrix (docs/install.md, "Tested releases"): the e2e cluster tests and the
+# simulated-node scenarios of every family on it, e.g. make test-k8s K8S_VERSION=1.35.4 [GATES=default].
+# The real node stays on the default release (make test).
+test-k8s: dev
+	@test -n "$(K8S_VERSION)" || { echo "make test-k8s: name a release, e.g. K8S_VERSION=1.35.4" >&2; exit 2; }
+	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
+	K8S_VERSION=$(KV) bash -c 'K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh'
+	K8S_VERSION=$(KV) TESSERA_K8S_GATES=$(GATES) $(BIN)/pytest -q -m e2e tests/e2e_cluster e2e/scenarios \
+		--ignore=e2e/scenarios/realnode
 
 # make demo NVML=fake: the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake)
 demo: dev cluster

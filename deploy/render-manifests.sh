@@ -18,7 +18,7 @@ out="${here}/manifests/tessera.yaml"
     echo "kind: Namespace"
     echo "metadata:"
     echo "  name: tessera-system"
-    "${helm}" template tessera "${here}/helm/tessera" --namespace tessera-system --kube-version 1.36.3
+    "${helm}" template tessera "${here}/helm/tessera" --namespace tessera-system --kube-version "$(sed "s/^v//" "${repo}/e2e/cluster/k8s/default-version")"
 } > "${out}.tmp"
 mv -f "${out}.tmp" "${out}"
 echo "${out}"

@@ -4,11 +4,14 @@
 `pool.generation`, retries on 409 Conflict with a fresh read, and reads back: when the API server dropped
 fields (a feature gate off: consumable capacity, partitionable devices) it logs, emits a Warning Event on the
 Node and reports `degraded`, so the caller republishes whole GPUs only. `run(...)` watches the pool and
-republishes on foreign changes, watch errors, API-server restarts, requests and a periodic resync.
+republishes on foreign changes, watch errors, API-server restarts, requests and a periodic resync; while
+degraded, each resync first asks the API server (dry-run creates, nothing stored) whether it would now keep
+the full pool, so turning the gates on is enough to get the sharing families back.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -25,8 +28,9 @@ from kubernetes.client.exceptions import ApiException
 # ProtocolError): they become PublishError here, so `run` retries instead of dying.
 from urllib3.exceptions import HTTPError as TransportError
 
+from dra_driver.cluster_features import sharing_advice
 from dra_driver.errors import PublishError
-from dra_driver.names import DRIVER_NAME
+from dra_driver.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
 from kubelet_plugin import metrics
 from kubelet_plugin.node_events import NodeEvents
 from kubelet_plugin.slice_plan import Json, Plan, Verb, dropped_fields, plan
@@ -35,6 +39,7 @@ log = structlog.get_logger(__name__)
 
 DEGRADED_REASON = "ResourceSliceFieldsDropped"
 TAINTS_DROPPED_REASON = "DeviceTaintsDropped"
+RESTORED_REASON = "ResourceSliceFieldsKept"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +210,7 @@ class SlicePublisher:
         message = (
             f"the API server dropped fields of Tessera's ResourceSlices ({shown}); the "
             "DRAConsumableCapacity or DRAPartitionableDevices feature gate is probably off: "
-            "publishing whole GPUs only"
+            f"publishing whole GPUs only until the API server keeps them; {sharing_advice()}"
         )
         log.error("publisher.degraded", node=self._node, dropped=list(result.dropped), message=message)
         if self._events is not None:
@@ -221,6 +226,54 @@ class SlicePublisher:
         log.error("publisher.taints_dropped", node=self._node, message=message)
         if self._events is not None:
             self._events.warn(reason=TAINTS_DROPPED_REASON, message=message)
+
+    # -- leaving the fallback ----------------------------------------------------------------------
+
+    def probe(self, slices: Sequence[Json]) -> tuple[str, ...]:
+        """The fields of `slices` the API server would drop now, asked with dry-run creates under generated
+        names: nothing is stored, and the live pool is not touched. A slice it refuses counts as dropped."""
+        dropped: list[str] = []
+        for wanted in slices:
+            name = str(wanted["metadata"]["name"])
+            body = copy.deepcopy(dict(wanted))
+            body["metadata"] = {"generateName": f"{name}-probe-"}
+            model = k8s.V1ResourceSlice.from_dict(body)
+            assert model is not None
+            try:
+                response: Any = self._api.create_resource_slice(
+                    body=model,
+                    dry_run="All",
+                    field_validation="Strict",
+                    _preload_content=False,
+                )
+                answered = json.loads(response.data)
+            except ApiException as e:
+                dropped.append(f"{name}: refused ({e.status} {e.reason})")
+                continue
+            except TransportError as e:
+                raise PublishError(f"probing ResourceSlices of node {self._node}: {e}") from e
+            answered["metadata"]["name"] = name
+            dropped += dropped_fields([wanted], [answered])
+        return tuple(dropped)
+
+    def try_restore(self, desired: Callable[[bool], Sequence[Json]]) -> None:
+        """While degraded (or without device taints): when the API server now keeps what it dropped, leave the
+        fallback, so the next publish is the full pool again."""
+        dropped = self.probe(with_probe_taint(desired(False)))
+        taints_kept = not any(_is_taint(d) for d in dropped)
+        fields_kept = not any(not _is_taint(d) for d in dropped)
+        restored = []
+        if self.degraded and fields_kept:
+            self.degraded = False
+            restored.append("shared counters and multi-allocatable devices: publishing every family again")
+        if not self.taints_supported and taints_kept:
+            self.taints_supported = True
+            restored.append("device taints: unhealthy GPUs are tainted again instead of withdrawn")
+        if restored:
+            message = "the API server keeps Tessera's ResourceSlice fields now: " + "; ".join(restored)
+            log.warning("publisher.restored", node=self._node, message=message)
+            if self._events is not None:
+                self._events.normal(reason=RESTORED_REASON, message=message)
 
     # -- keeping it published ----------------------------------------------------------------------
 
@@ -274,6 +327,8 @@ class SlicePublisher:
                 self._resync.clear()
                 metrics.SLICE_RESYNCS.labels(self._trigger if requested else "periodic").inc()
                 try:
+                    if self.degraded or not self.taints_supported:
+                        self.try_restore(desired)
                     result = self.publish(desired(self.degraded))
                     if result.degraded or result.taints_dropped:
                         self.publish(desired(self.degraded))
@@ -328,6 +383,17 @@ class SlicePublisher:
 def _is_taint(dropped: str) -> bool:
     """Whether a dropped field (`<slice>: spec.devices[3].taints`) is a device's taints."""
     return dropped.rsplit(".", 1)[-1] == "taints" or ".taints[" in dropped
+
+
+def with_probe_taint(slices: Sequence[Json]) -> list[Json]:
+    """`slices` with a taint on the first device that has none, so a probe also asks about taints."""
+    out = [copy.deepcopy(dict(s)) for s in slices]
+    for s in out:
+        for device in s["spec"].get("devices") or []:
+            if not device.get("taints"):
+                device["taints"] = [{"key": UNHEALTHY_TAINT_KEY, "value": "probe", "effect": "NoSchedule"}]
+                return out
+    return out
 
 
 def _versions(slices: Sequence[Json]) -> dict[str, str]:

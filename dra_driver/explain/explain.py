@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from dra_driver.cluster_features import sharing_advice
 from dra_driver.errors import TesseraError
 from dra_driver.explain.capacity import consumed_capacity
 from dra_driver.explain.catalog import Allocation, Catalog, CatalogDevice, DeviceKey, qualify
@@ -360,9 +361,7 @@ class Explainer:
         return (
             f"this cluster does not serve shared counters: Tessera's pool {ours[0].key.pool} has whole GPUs "
             "only, because the API server drops sharedCounters (DRAPartitionableDevices off) and "
-            "multi-allocatable devices (DRAConsumableCapacity off); vgpu, MPS and MIG devices need both "
-            "gates on kube-apiserver, kube-scheduler, kube-controller-manager and every kubelet "
-            "(docs/install.md)"
+            f"multi-allocatable devices (DRAConsumableCapacity off); {sharing_advice()}"
         )
 
     def _report(self, path: list[_Step] | None) -> tuple[RequestVerdict, ...]:

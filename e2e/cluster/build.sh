@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds the upstream Kubernetes control-plane binaries and etcd from the Go
-# module in this directory into ${TESSERA_CACHE:-$HOME/.cache/tessera}/k8s-<ver>/bin.
-# A stamp (hash of go.mod, go.sum, this script and the Go version) makes a second
-# run a no-op. Prints the bin directory as its last line on stdout.
-# Usage: build.sh [--check]   (--check: exit 0 when up to date, 3 when a build is needed; builds nothing)
+# Builds one release's upstream Kubernetes control-plane binaries and etcd from the Go module
+# k8s/<version>/ into ${TESSERA_CACHE:-$HOME/.cache/tessera}/k8s-<version>/bin. The release is $K8S_VERSION,
+# by default the one in k8s/default-version. A stamp (hash of go.mod, go.sum, this script and the Go version)
+# makes a second run a no-op. Prints the bin directory as its last line on stdout.
+# Usage: [K8S_VERSION=v1.36.3] build.sh [--check]   (--check: exit 0 when up to date, 3 when a build is needed)
 set -euo pipefail
 
 check_only=0
@@ -13,10 +13,15 @@ case "${1:-}" in
     *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 
-K8S_VERSION=v1.36.3
-ETCD_VERSION=v3.6.8
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+K8S_VERSION="${K8S_VERSION:-$(cat "${here}/k8s/default-version")}"
+module="${here}/k8s/${K8S_VERSION}"
+if [[ ! -f "${module}/go.mod" ]]; then
+    echo "$0: no module for Kubernetes ${K8S_VERSION} in e2e/cluster/k8s/ (have: $(cd "${here}/k8s" \
+&& ls -d v* | tr '\n' ' ')); lay one out with: bash e2e/cluster/new-version.sh ${K8S_VERSION}" >&2
+    exit 2
+fi
+ETCD_VERSION="$(sed -n 's/^[[:space:]]*go.etcd.io\/etcd\/server\/v3 \(v[^[:space:]]*\).*/\1/p' "${module}/go.mod" | head -1)"
 cache_root="${TESSERA_CACHE:-$HOME/.cache/tessera}"
 bin_dir="${cache_root}/k8s-${K8S_VERSION}/bin"
 stamp="${bin_dir}/.build-stamp"
@@ -25,7 +30,7 @@ binaries=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd)
 log() { printf '[build.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 inputs_hash() {
-    { cat "${here}/go.mod" "${here}/go.sum" "${here}/build.sh"; go version; } \
+    { cat "${module}/go.mod" "${module}/go.sum" "${here}/build.sh"; go version; } \
         | sha256sum | cut -d' ' -f1
 }
 
@@ -73,7 +78,7 @@ etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}"
 
 export CGO_ENABLED=0
 export GOFLAGS="-buildvcs=false -mod=readonly"
-cd "${here}"
+cd "${module}"
 
 total_start=${SECONDS}
 for b in "${binaries[@]}"; do

@@ -45,7 +45,7 @@ def apiserver_args(
         f"--service-cluster-ip-range={settings.SERVICE_CLUSTER_IP_RANGE}",
         "--authorization-mode=Node,RBAC",
         f"--enable-admission-plugins={','.join(settings.ENABLED_ADMISSION_PLUGINS)}",
-        f"--feature-gates={settings.feature_gates_flag(gates)}",
+        *settings.feature_gates_args(gates),
         f"--runtime-config={settings.RUNTIME_CONFIG}",
         # Endpoints may not hold loopback addresses; nothing in the tests needs the kubernetes Endpoints.
         "--endpoint-reconciler-type=none",
@@ -60,6 +60,7 @@ def controller_manager_args(
     port: int,
     *,
     gates: Mapping[str, bool] = settings.FEATURE_GATES,
+    controllers: tuple[str, ...] = settings.KCM_CONTROLLERS,
     rate: settings.ClientRate = settings.UPSTREAM_DEFAULTS.controller_manager,
 ) -> list[str]:
     return [
@@ -67,13 +68,13 @@ def controller_manager_args(
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         f"--cert-dir={state_dir / 'run' / 'kcm'}",
-        f"--controllers={','.join(settings.KCM_CONTROLLERS)}",
+        f"--controllers={','.join(controllers)}",
         "--leader-elect=false",
         # Each controller acts as its own service account, with the RBAC roles a real cluster gives it.
         "--use-service-account-credentials=true",
         f"--service-account-private-key-file={pki.service_account_key}",
         f"--root-ca-file={pki.ca.cert}",
-        f"--feature-gates={settings.feature_gates_flag(gates)}",
+        *settings.feature_gates_args(gates),
         f"--kube-api-qps={rate.qps:g}",
         f"--kube-api-burst={rate.burst}",
     ]
@@ -108,6 +109,6 @@ def scheduler_args(
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         f"--cert-dir={state_dir / 'run' / 'scheduler'}",
-        f"--feature-gates={settings.feature_gates_flag(gates)}",
+        *settings.feature_gates_args(gates),
         "--v=2",
     ]

@@ -34,6 +34,7 @@ from e2e.controlplane.flags import (
 from e2e.controlplane.kubeconfig import write_kubeconfig
 from e2e.controlplane.processes import Component, spawn, stop_component, stop_record
 from e2e.controlplane.readiness import insecure_context, wait_for_http_ok, wait_until
+from e2e.controlplane.releases import Release
 from e2e.controlplane.state import ControlPlaneState, load_state, save_state, state_path
 
 log = structlog.get_logger(__name__)
@@ -81,6 +82,7 @@ class ControlPlane:
         feature_gates: Mapping[str, bool] = settings.FEATURE_GATES,
         client_rates: settings.ClientRates = settings.UPSTREAM_DEFAULTS,
         die_with_parent: bool = True,
+        release: Release = settings.RELEASE,
     ) -> None:
         self.state_dir = state_dir
         self.binaries = binaries
@@ -88,6 +90,7 @@ class ControlPlane:
         self.server = server
         self.etcd = etcd
         self.feature_gates = dict(feature_gates)
+        self.release = release
         self.client_rates = client_rates
         self.die_with_parent = die_with_parent
         self.kubeconfig = state_dir / "admin.kubeconfig"
@@ -115,9 +118,9 @@ class ControlPlane:
         return component
 
     @contextmanager
-    def stopped(self, name: str, *, grace_s: float = 10.0) -> Iterator[None]:
+    def stopped(self, name: str, *, grace_s: float = 10.0, args: list[str] | None = None) -> Iterator[None]:
         """Component `name` is down for the body of the with-block, then runs again with the same command
-        line (same port, same data) and is ready: for tests of clients that must survive a restart.
+        line (or `args`; same port, same data) and is ready: for tests of clients that must survive a restart.
         It gets `grace_s` after SIGTERM before SIGKILL; 0 plays a crash (a kube-apiserver with clients
         connected takes longer than 10 s to end on SIGTERM)."""
         if self._stopped:
@@ -135,7 +138,7 @@ class ControlPlane:
             new = spawn(
                 name=old.name,
                 binary=old.binary,
-                args=list(old.args),
+                args=list(old.args) if args is None else args,
                 log_path=old.log,
                 die_with_parent=self.die_with_parent,
             )
@@ -151,6 +154,22 @@ class ControlPlane:
         with self.stopped(name, grace_s=grace_s):
             pass
         return next(c for c in self.components if c.name == name)
+
+    def switch_gates(self, override: Mapping[str, bool]) -> None:
+        """Restarts kube-apiserver, kube-controller-manager and kube-scheduler with the release's default
+        gates and `override`, one after the other, as an administrator turning a gate on does; etcd keeps
+        its data."""
+        gates = settings.feature_gates(override, of=self.release, profile="default")
+        for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+            old = next(c for c in self.components if c.name == component)
+            args = [a for a in old.args if not a.startswith(("--feature-gates=", "--controllers="))]
+            args += settings.feature_gates_args(gates)
+            if component == "kube-controller-manager":
+                args.append(f"--controllers={','.join(settings.kcm_controllers(gates, of=self.release))}")
+            with self.stopped(component, args=args):
+                pass
+        self.feature_gates = gates
+        log.info("controlplane.gates_switched", gates=settings.feature_gates_args(gates))
 
     def api_client(self) -> k8s.ApiClient:
         """A client with the admin (system:masters) identity."""
@@ -281,7 +300,12 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
             name="kube-controller-manager",
             binary=binaries.kube_controller_manager,
             args=controller_manager_args(
-                state_dir, pki, kcm_port, gates=gates, rate=rates.controller_manager
+                state_dir,
+                pki,
+                kcm_port,
+                gates=gates,
+                controllers=settings.kcm_controllers(gates, of=plane.release),
+                rate=rates.controller_manager,
             ),
             log_path=logs / "kube-controller-manager.log",
             die_with_parent=die_with_parent,
@@ -319,11 +343,15 @@ def start_control_plane(
     timeout_s: float = 120.0,
     feature_gates: Mapping[str, bool] | None = None,
     client_rates: settings.ClientRates = settings.UPSTREAM_DEFAULTS,
+    release: Release = settings.RELEASE,
+    gate_profile: str = settings.GATE_PROFILE,
 ) -> ControlPlane:
     """Starts a fresh control plane in `state_dir` (stopping and wiping one left there before).
 
-    `feature_gates` is merged over `settings.FEATURE_GATES` (e.g. `{"DRAConsumableCapacity": False}` for an
-    API server that drops consumable-capacity fields); every component gets the same gates. `client_rates`:
+    `release` is the Kubernetes release `binaries` were built for (the session's by default); it runs with
+    the gates of `gate_profile` (`default`: the release's own), `feature_gates` merged over them (e.g.
+    `{"DRAConsumableCapacity": True}` on a release where it is off); every component gets the same gates.
+    `client_rates`:
     the controller manager's and the scheduler's client QPS/burst (upstream defaults unless told).
 
     With `die_with_parent` the components are killed when this process exits, however it exits; the CLI's `up`
@@ -331,7 +359,8 @@ def start_control_plane(
     that lives as long as the control plane should (the main thread in pytest).
     """
     started = time.monotonic()
-    gates = settings.feature_gates(feature_gates)  # a bad gate name fails before anything starts
+    # a bad gate fails before anything starts
+    gates = settings.feature_gates(feature_gates, of=release, profile=gate_profile)
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     stop_control_plane(state_dir)
@@ -352,6 +381,7 @@ def start_control_plane(
         feature_gates=gates,
         client_rates=client_rates,
         die_with_parent=die_with_parent,
+        release=release,
     )
     if die_with_parent:
         atexit.register(plane.stop)
@@ -362,6 +392,8 @@ def start_control_plane(
         raise
     log.info(
         "controlplane.ready",
+        version=release.version,
+        gates=settings.feature_gates_args(gates),
         client_rates=client_rates.name,
         server=plane.server,
         kubeconfig=str(plane.kubeconfig),

@@ -20,6 +20,8 @@ from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import ControlPlane, start_control_plane
 from e2e.controlplane.nodes import create_node, delete_node
+from e2e.controlplane.releases import Release
+from e2e.controlplane.settings import GATE_PROFILE, RELEASE
 
 log = structlog.get_logger(__name__)
 
@@ -28,12 +30,25 @@ NodeFactory = Callable[..., Any]
 
 @contextmanager
 def private_control_plane(
-    state_dir: Path, *, feature_gates: Mapping[str, bool] | None = None
+    state_dir: Path,
+    *,
+    feature_gates: Mapping[str, bool] | None = None,
+    release: Release = RELEASE,
+    gate_profile: str = GATE_PROFILE,
 ) -> Iterator[ControlPlane]:
-    """A control plane for a test or module (builds only with TESSERA_E2E_BUILD=1), stopped on exit."""
+    """A control plane of `release` for a test or module (builds only with TESSERA_E2E_BUILD=1), stopped on
+    exit; its gates are `gate_profile`'s (the session's by default) with `feature_gates` over them."""
     try:
-        binaries = ensure_built(allow_build=os.environ.get("TESSERA_E2E_BUILD") == "1")
-        plane = start_control_plane(state_dir=state_dir, binaries=binaries, feature_gates=feature_gates)
+        binaries = ensure_built(
+            allow_build=os.environ.get("TESSERA_E2E_BUILD") == "1", version=release.version
+        )
+        plane = start_control_plane(
+            state_dir=state_dir,
+            binaries=binaries,
+            feature_gates=feature_gates,
+            release=release,
+            gate_profile=gate_profile,
+        )
     except ControlPlaneError as e:
         pytest.fail(str(e), pytrace=False)
     try:

@@ -1,44 +1,35 @@
-"""The Kubernetes version and every knob that depends on it, in one place.
+"""The Kubernetes release and every knob that depends on it, in one place.
 
-The gate list was checked against the real 1.36.3 binaries: an unknown gate, or a locked gate set the
-other way, makes every component refuse to start.
+The release is `$K8S_VERSION` or the repository's default (`releases.py`); its components run with that
+release's **default** feature gates. `$TESSERA_K8S_GATES=sharing` switches on what a user of an older
+release must enable for Tessera's sharing families (nothing on 1.36 and newer). A test that needs another
+gate starts a plane of its own with it, and says why.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.releases import GATE_PROFILES, Release, release
 
-K8S_VERSION: Final = "v1.36.3"
-ETCD_VERSION: Final = "v3.6.8"
-
-# Every DRA gate the 1.36.3 binaries know that is not locked, switched on. Locked on (so absent, though on):
-# DynamicResourceAllocation and DRAAdminAccess. GenericWorkload is no DRA gate but DRAWorkloadResourceClaims
-# depends on it, and a gate whose dependency is off is a start-up error.
-FEATURE_GATES: Final[dict[str, bool]] = {
-    "DRAConsumableCapacity": True,
-    "DRADeviceBindingConditions": True,
-    "DRADeviceTaintRules": True,
-    "DRADeviceTaints": True,
-    "DRAExtendedResource": True,
-    "DRAListTypeAttributes": True,
-    "DRANodeAllocatableResources": True,
-    "DRAPartitionableDevices": True,
-    "DRAPrioritizedList": True,
-    "DRAResourceClaimDeviceStatus": True,
-    "DRAResourceClaimGranularStatusAuthorization": True,
-    "DRAResourcePoolStatus": True,
-    "DRASchedulerFilterTimeout": True,
-    "DRAWorkloadResourceClaims": True,
-    "GenericWorkload": True,
-}
+RELEASE: Final[Release] = release()
+K8S_VERSION: Final = RELEASE.version
+GATE_PROFILE: Final = os.environ.get("TESSERA_K8S_GATES") or "default"
+if GATE_PROFILE not in GATE_PROFILES:
+    raise ControlPlaneError(
+        f"TESSERA_K8S_GATES={GATE_PROFILE!r} is unknown; use one of {', '.join(GATE_PROFILES)}"
+    )
+# The gates the session's plane (and the real node's kubelet) set: none, or the sharing profile's.
+FEATURE_GATES: Final[dict[str, bool]] = RELEASE.profile(GATE_PROFILE)
 
 RUNTIME_CONFIG: Final = "api/all=true"
 
-# Controllers DRA needs, plus what pods and namespaces need to be admitted and cleaned up.
+# Controllers DRA needs, plus what pods and namespaces need to be admitted and cleaned up. Those behind a
+# gate are asked for only where the gate is on (`kcm_controllers`).
 KCM_CONTROLLERS: Final[tuple[str, ...]] = (
     "resourceclaim-controller",
     "device-taint-eviction-controller",
@@ -59,20 +50,39 @@ SERVICE_CLUSTER_IP_RANGE: Final = "10.96.0.0/16"
 SERVICE_ACCOUNT_ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 
 
-def feature_gates(override: Mapping[str, bool] | None = None) -> dict[str, bool]:
-    """FEATURE_GATES with `override` merged over it (e.g. a gate switched off to test degrading). Only gates
-    listed above may be overridden, so every gate the plane knows stays in this one place."""
-    unknown = sorted(set(override or {}) - set(FEATURE_GATES))
+GATED_CONTROLLERS: Final[dict[str, str]] = {
+    "device-taint-eviction-controller": "DRADeviceTaints",
+    "resourcepoolstatusrequest-controller": "DRAResourcePoolStatus",
+}
+
+
+def feature_gates(
+    override: Mapping[str, bool] | None = None, *, of: Release = RELEASE, profile: str = GATE_PROFILE
+) -> dict[str, bool]:
+    """The gates of `profile` on release `of` with `override` merged over them (e.g. a gate switched on or off
+    to test degrading). Only gates the release knows may be set: an unknown gate is a start-up error of every
+    component."""
+    unknown = sorted(set(override or {}) - set(of.defaults))
     if unknown:
         raise ControlPlaneError(
-            f"feature gate {unknown[0]!r} is not in e2e.controlplane.settings.FEATURE_GATES; "
-            f"add it there (known: {', '.join(sorted(FEATURE_GATES))})"
+            f"feature gate {unknown[0]!r} is not a gate Kubernetes {of.version} knows "
+            f"(e2e/controlplane/releases.py; known: {', '.join(sorted(of.defaults))})"
         )
-    return {**FEATURE_GATES, **(override or {})}
+    return {**of.profile(profile), **(override or {})}
 
 
-def feature_gates_flag(gates: Mapping[str, bool] = FEATURE_GATES) -> str:
-    return ",".join(f"{name}={'true' if on else 'false'}" for name, on in sorted(gates.items()))
+def feature_gates_args(gates: Mapping[str, bool]) -> list[str]:
+    """`--feature-gates=...`, or nothing when the release's defaults are all there is."""
+    if not gates:
+        return []
+    return [
+        "--feature-gates=" + ",".join(f"{n}={'true' if on else 'false'}" for n, on in sorted(gates.items()))
+    ]
+
+
+def kcm_controllers(gates: Mapping[str, bool], *, of: Release = RELEASE) -> tuple[str, ...]:
+    on = of.effective(gates)
+    return tuple(c for c in KCM_CONTROLLERS if on.get(GATED_CONTROLLERS.get(c, "DynamicResourceAllocation")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.controlplane.settings import K8S_VERSION
 from e2e.realnode.errors import RealNodeError
 
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
@@ -24,10 +25,6 @@ class NodeBinaries:
     cni_dir: Path
     images: tuple[Path, ...]  # OCI archives to import into containerd's k8s.io namespace
 
-    @property
-    def bin_dir(self) -> Path:
-        return self.kubelet.parent
-
 
 def output_dir() -> Path:
     cache = os.environ.get("TESSERA_CACHE") or str(Path.home() / ".cache" / "tessera")
@@ -37,7 +34,7 @@ def output_dir() -> Path:
 def binaries_in(directory: Path) -> NodeBinaries:
     bin_dir = directory / "bin"
     return NodeBinaries(
-        kubelet=bin_dir / "kubelet",
+        kubelet=directory / f"k8s-{K8S_VERSION}" / "kubelet",  # the control plane's release
         containerd=bin_dir / "containerd",
         shim=bin_dir / "containerd-shim-runc-v2",
         ctr=bin_dir / "ctr",

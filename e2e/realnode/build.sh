@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Builds what a real e2e node runs, offline, into ${TESSERA_CACHE:-$HOME/.cache/tessera}/realnode/:
-#   bin/kubelet                      k8s.io/kubernetes/cmd/kubelet from e2e/realnode/kubelet, a module cut from
-#                                    e2e/cluster/go.mod (the control plane's k8s.io/kubernetes and dependency versions)
+#   k8s-<version>/kubelet            k8s.io/kubernetes/cmd/kubelet from e2e/cluster/k8s/<version>, the module the
+#                                    control plane of that release is built from ($K8S_VERSION, by default
+#                                    e2e/cluster/k8s/default-version)
 #   bin/containerd, bin/containerd-shim-runc-v2, bin/ctr, bin/runc, cni/{loopback,tap,host-local}
 #                                    from the module in e2e/realnode/gomod (containerd 2.x, runc, CNI plugins)
 #   images/*.oci.tar, bin/pause      the sandbox (pause) image and the probe image (e2e/realnode/image.py)
 # Every output has its own stamp (a hash of its inputs and the toolchain): a matching stamp skips it, so a second
 # run is a no-op and an interrupted run resumes. Prints the output directory as its last line on stdout.
-# Usage: build.sh [--check]   (--check: exit 0 when up to date, 3 when something needs building; builds nothing)
+# Usage: [K8S_VERSION=v1.36.3] build.sh [--check]   (--check: exit 0 when up to date, 3 when something needs building; builds nothing)
 set -euo pipefail
 
 check_only=0
@@ -17,7 +18,6 @@ case "${1:-}" in
     *) echo "usage: $0 [--check]" >&2; exit 2 ;;
 esac
 
-K8S_VERSION=v1.36.3
 CONTAINERD_VERSION=v2.4.2
 RUNC_VERSION=v1.5.2
 CNI_VERSION=v1.9.1
@@ -25,11 +25,17 @@ BUSYBOX_PACKAGE=busybox-static
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
-cluster_mod="${repo}/e2e/cluster"
-kubelet_mod="${here}/kubelet"
+K8S_VERSION="${K8S_VERSION:-$(cat "${repo}/e2e/cluster/k8s/default-version")}"
+kubelet_mod="${repo}/e2e/cluster/k8s/${K8S_VERSION}"
+if [[ ! -f "${kubelet_mod}/go.mod" ]]; then
+    echo "$0: no module for Kubernetes ${K8S_VERSION} in e2e/cluster/k8s/; lay one out with:" \
+        "bash e2e/cluster/new-version.sh ${K8S_VERSION}" >&2
+    exit 2
+fi
 node_mod="${here}/gomod"
 out="${TESSERA_CACHE:-$HOME/.cache/tessera}/realnode"
 bin="${out}/bin"
+kubelet_dir="${out}/k8s-${K8S_VERSION}"
 cni="${out}/cni"
 images="${out}/images"
 debs="${out}/debs"
@@ -56,15 +62,6 @@ stamp() {  # stamp <output> <hash>
     mv -f "${s}.tmp" "${s}"
 }
 
-# The kubelet must come from the control plane's Kubernetes: the two modules require the same version.
-k8s_required() { sed -n 's/^[[:space:]]*\(require \)\{0,1\}k8s.io\/kubernetes \(v[^[:space:]]*\).*/\2/p' "$1"; }
-if [[ "$(k8s_required "${cluster_mod}/go.mod")" != "${K8S_VERSION}" \
-    || "$(k8s_required "${kubelet_mod}/go.mod")" != "${K8S_VERSION}" ]]; then
-    echo "$0: e2e/cluster/go.mod and e2e/realnode/kubelet/go.mod must both require k8s.io/kubernetes" \
-        "${K8S_VERSION} (K8S_VERSION here); update them together" >&2
-    exit 2
-fi
-
 kubelet_hash="$(hash_of "${kubelet_inputs[@]}")"
 node_hash="$(hash_of "${node_inputs[@]}")"
 image_hash="$(hash_of "${image_inputs[@]}")"
@@ -80,7 +77,7 @@ ctrd_ldflags+=" -X github.com/containerd/containerd/v2/version.Revision=tessera-
 cni_ldflags="-s -w -X github.com/containernetworking/plugins/pkg/utils/buildversion.BuildVersion=${CNI_VERSION}"
 ctrd_tags="no_btrfs no_devmapper no_zfs"
 go_targets=(
-    "kubelet|${bin}/kubelet|${kubelet_mod}|k8s.io/kubernetes/cmd/kubelet|0||${k8s_ldflags}"
+    "kubelet|${kubelet_dir}/kubelet|${kubelet_mod}|k8s.io/kubernetes/cmd/kubelet|0||${k8s_ldflags}"
     "containerd|${bin}/containerd|${node_mod}|github.com/containerd/containerd/v2/cmd/containerd|0|${ctrd_tags}|${ctrd_ldflags}"
     "containerd-shim-runc-v2|${bin}/containerd-shim-runc-v2|${node_mod}|github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2|0|${ctrd_tags}|${ctrd_ldflags}"
     "ctr|${bin}/ctr|${node_mod}|github.com/containerd/containerd/v2/cmd/ctr|0|${ctrd_tags}|${ctrd_ldflags}"
@@ -113,7 +110,7 @@ if [[ ${check_only} -eq 1 ]]; then
     exit 3
 fi
 
-mkdir -p "${bin}" "${cni}" "${images}" "${debs}"
+mkdir -p "${bin}" "${kubelet_dir}" "${cni}" "${images}" "${debs}"
 
 # Debian packages the build needs: libseccomp-dev (runc's seccomp support). Installed once, as CI does.
 apt_install() {

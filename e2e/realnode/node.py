@@ -182,9 +182,8 @@ class RealNode:
         )
 
     def _env(self) -> dict[str, str]:
-        return {
-            "PATH": f"{self.binaries.bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-        }
+        system = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        return {"PATH": f"{self.binaries.containerd.parent}:{system}"}
 
     def start_containerd(self, *, timeout_s: float = 30.0) -> None:
         self.containerd = self.namespaces.spawn(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -13,7 +15,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.controlplane import K8S_VERSION
+from e2e.controlplane import K8S_VERSION, settings
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.pytest_fixture import NodeFactory
 
@@ -94,7 +96,6 @@ def dra_objects(k8s_api: k8s.ApiClient, node_factory: NodeFactory) -> Iterator[d
                             "name": "dev-0",
                             "attributes": {
                                 kind_attr: {"string": "plain"},
-                                f"{DRIVER}/modes": {"strings": ["compute", "graphics"]},
                             },
                         },
                         {"name": "dev-1", "attributes": {kind_attr: {"string": "plain"}}},
@@ -208,8 +209,6 @@ def test_feature_gated_slice_fields_survive(k8s_api: k8s.ApiClient, dra_objects:
     assert devices["gpu-0-part"]["consumesCounters"] == [
         {"counterSet": "gpu-0-counters", "counters": {"memory": {"value": "20Gi"}}}
     ]
-    # DRAListTypeAttributes (alpha): a list-valued attribute is dropped when the gate is off.
-    assert devices["dev-0"]["attributes"][f"{DRIVER}/modes"] == {"strings": ["compute", "graphics"]}
     # DRAConsumableCapacity: without it both fields would be silently dropped.
     assert devices["shared-0"]["allowMultipleAllocations"] is True
     assert devices["shared-0"]["capacity"]["memory"]["requestPolicy"] == {
@@ -307,3 +306,17 @@ def test_unknown_claim_request_is_rejected(k8s_api: k8s.ApiClient, e2e_namespace
             e2e_namespace, claim_body("bad", "no-such-class", [{"name": "Not_A_DNS_Label", "exactly": {}}])
         )
     assert info.value.status == 422
+
+
+def test_the_release_table_matches_the_binaries(control_plane: ControlPlane) -> None:
+    """Every gate e2e/controlplane/releases.py lists for this release, with its default, as the binary's own
+    --help prints it (`Gate=true|false (BETA - default=true)`; GA gates are listed or locked on)."""
+    shown = subprocess.run(
+        [str(control_plane.binaries.kube_apiserver), "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    for gate, default in settings.RELEASE.defaults.items():
+        match = re.search(rf"\b{gate}=true\|false \((\w+) - default=(true|false)\)", shown)
+        if match is None:  # a GA gate locked on is no longer listed
+            assert default, f"{gate} is not in kube-apiserver --help, yet the table says default off"
+            continue
+        assert (match.group(2) == "true") == default, f"{gate}: the binary's default is {match.group(2)}"

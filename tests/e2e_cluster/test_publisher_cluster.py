@@ -1,4 +1,4 @@
-"""The publisher against the real API server (resource.k8s.io/v1 with every DRA gate on)."""
+"""The publisher against the real API server (resource.k8s.io/v1, the release's default gates)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from kubelet_plugin.publisher import SlicePublisher
+from kubelet_plugin.publisher import SlicePublisher, with_probe_taint
 
 pytestmark = pytest.mark.e2e
 NODES = Path(__file__).resolve().parents[2] / "e2e" / "nodes"
@@ -139,3 +139,14 @@ def test_run_repairs_foreign_changes(k8s_api: k8s.ApiClient, node: str) -> None:
         stop.set()
         loop.join(timeout=30)
     assert not loop.is_alive()
+
+
+def test_a_probe_finds_everything_kept_and_stores_nothing(k8s_api: k8s.ApiClient, node: str) -> None:
+    api = CountingApi(k8s_api)
+    pub = SlicePublisher(api=api, node_name=node)
+    full = slices_for(node, "h100x8.yaml")
+    tainted = with_probe_taint(full)
+    assert tainted[1]["spec"]["devices"][0]["taints"][0]["value"] == "probe" and "taints" not in str(full)
+    assert pub.probe(tainted) == ()
+    assert api.writes == len(full)  # one dry-run create each
+    assert pool(api, node) == []

@@ -1,11 +1,12 @@
-"""The publisher against an API server whose partitionable-devices, consumable-capacity and device-taints
-gates are off (what an older cluster is).
+"""The publisher against a real Kubernetes release whose default gates do not serve shared counters,
+consumable capacity or device taints (1.34 and 1.35: the gates are alpha and off there).
 
 Such a server silently drops the fields those gates guard (`sharedCounters`, `consumesCounters`,
 `allowMultipleAllocations`, capacity `requestPolicy`). The publisher must notice on read-back, say so in
 its log and in a Warning Event on the Node, and fall back to whole GPUs without counters. A second,
-module-scoped control plane provides that server; the session's plane keeps every gate on. Device taints
-the server drops make the publisher withdraw an unhealthy GPU's devices instead.
+module-scoped control plane of that release (`LEGACY`: the session's own release when it lacks them, else the
+newest that does) provides that server. Device taints the server drops make the publisher withdraw an
+unhealthy GPU's devices instead.
 """
 
 from __future__ import annotations
@@ -28,33 +29,31 @@ from dra_driver.model import FaultKind, GpuFault
 from dra_driver.names import DRIVER_NAME
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from e2e.controlplane import settings
-from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
+from e2e.controlplane.releases import legacy_release
 from kubelet_plugin.node_events import EVENT_NAMESPACE
 from kubelet_plugin.options import DaemonOptions
-from kubelet_plugin.publisher import DEGRADED_REASON, TAINTS_DROPPED_REASON, SlicePublisher
+from kubelet_plugin.publisher import (
+    DEGRADED_REASON,
+    TAINTS_DROPPED_REASON,
+    SlicePublisher,
+    with_probe_taint,
+)
 from kubelet_plugin.wiring import Node
 from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e
 NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"
-# DRAListTypeAttributes may stay on; DRADeviceTaintRules depends on DRADeviceTaints.
-GATES_OFF = {
-    "DRAConsumableCapacity": False,
-    "DRAPartitionableDevices": False,
-    "DRADeviceTaints": False,
-    "DRADeviceTaintRules": False,
-}
+LEGACY = legacy_release()
 WHOLE_GPUS = [f"gpu-{i}" for i in range(8)]
 
 
 @pytest.fixture(scope="module")
 def gates_off_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with private_control_plane(
-        tmp_path_factory.mktemp("controlplane-gates-off"), feature_gates=GATES_OFF
+        tmp_path_factory.mktemp("controlplane-legacy"), release=LEGACY, gate_profile="default"
     ) as plane:
         yield plane
 
@@ -127,12 +126,10 @@ def wait_for(what: str, probe: Any, *, timeout_s: float = 30.0) -> Any:
     return value
 
 
-def test_gate_overrides_merge_over_the_one_list() -> None:
-    gates = settings.feature_gates(GATES_OFF)
-    assert gates == {**settings.FEATURE_GATES, **GATES_OFF}
-    assert "DRAConsumableCapacity=false" in settings.feature_gates_flag(gates)
-    with pytest.raises(ControlPlaneError, match=r"'DRAConsumableCapacty' is not in .*FEATURE_GATES"):
-        settings.feature_gates({"DRAConsumableCapacty": False})
+def test_the_legacy_release_really_lacks_the_gates(gates_off_plane: ControlPlane, api: k8s.ApiClient) -> None:
+    assert not LEGACY.serves_sharing() and gates_off_plane.feature_gates == {}
+    info = k8s.VersionApi(api).get_code()
+    assert info.git_version == LEGACY.version
 
 
 def test_dropped_fields_are_noticed_reported_and_degraded(api: k8s.ApiClient, node: str) -> None:
@@ -154,6 +151,7 @@ def test_dropped_fields_are_noticed_reported_and_degraded(api: k8s.ApiClient, no
     assert event.involved_object.kind == "Node" and event.involved_object.name == node
     assert "whole GPUs only" in (event.message or "")
     assert "sharedCounters" in (event.message or "")
+    assert "DRAPartitionableDevices and DRAConsumableCapacity" in (event.message or "")
 
     # What `run()` does next: republish the degraded form.
     fallback = pub.publish(slices_for(node, degraded=True))
@@ -239,3 +237,15 @@ def test_daemon_publishes_whole_gpus_only(
     finally:
         plugin.stop(grace=0)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_probe_reports_what_would_be_dropped_and_stores_nothing(api: k8s.ApiClient, node: str) -> None:
+    pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node)
+    dropped = pub.probe(with_probe_taint(slices_for(node)))
+    assert any(d.endswith("spec.sharedCounters") for d in dropped), dropped
+    assert any(d.endswith(".taints") for d in dropped), dropped
+    assert any("allowMultipleAllocations" in d for d in dropped), dropped
+    assert stored_pool(api, node) == []
+    pub.degraded, pub.taints_supported = True, False
+    pub.try_restore(lambda degraded: slices_for(node, degraded=degraded))
+    assert pub.degraded and not pub.taints_supported  # still dropped: the fallback stays

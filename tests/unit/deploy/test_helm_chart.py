@@ -15,13 +15,15 @@ from dra_driver.device_order import DeviceOrder
 from dra_driver.families import gpu as whole
 from dra_driver.families import mig, vgpu
 from dra_driver.settings import NodeSettings
+from e2e.controlplane.releases import default_version
 from kubelet_plugin.cleanup_marker import CLEANUP_DONE_FILE
 from kubelet_plugin.paths import PluginPaths
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"
 NON_DEFAULT = ROOT / "deploy" / "helm" / "ci" / "non-default-values.yaml"
-KUBE = "1.36.3"  # the e2e control plane's version; helm template assumes 1.20 otherwise
+# the e2e control plane's release; helm template assumes 1.20 otherwise
+KUBE = default_version().removeprefix("v")
 CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
 
 
@@ -299,3 +301,36 @@ def test_cleanup_mode_installs_only_the_cleanup_daemonset_and_its_identity() -> 
 def test_the_schema_refuses_unknown_keys_and_bad_paths(flag: str, message: str) -> None:
     done = helm("template", "tessera", str(CHART), "--kube-version", KUBE, "--set", flag)
     assert done.returncode != 0 and message in done.stderr, done.stderr
+
+
+def notes(tmp_path: Path, kube: str) -> str:
+    """NOTES.txt as `helm install` prints it on Kubernetes `kube` (helm template renders no NOTES, so a copy of
+    the chart carries it as an ordinary template)."""
+    chart = tmp_path / f"chart-{kube}"
+    shutil.copytree(CHART, chart)
+    text = (chart / "templates" / "NOTES.txt").read_text()
+    (chart / "templates" / "NOTES.txt").unlink()
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "notes: |\n" + "".join(f"  {line}\n" for line in text.splitlines())
+    )
+    done = helm("template", "t", str(chart), "--kube-version", kube, "--show-only", "templates/zz-notes.yaml")
+    assert done.returncode == 0, done.stderr
+    return str(yaml.safe_load(done.stdout)["notes"])
+
+
+@needs_helm
+@pytest.mark.parametrize("kube", ["1.34.12", "1.35.4"])
+def test_notes_on_a_release_without_sharing_name_the_gates_and_components(tmp_path: Path, kube: str) -> None:
+    text = " ".join(notes(tmp_path, kube).split())
+    assert f"This cluster runs Kubernetes v{kube}" in text
+    assert (
+        "DRAPartitionableDevices and DRAConsumableCapacity are on for kube-apiserver, kube-scheduler" in text
+    )
+    assert "every kubelet" in text and "whole GPUs only" in text and "DRADeviceTaints" in text
+
+
+@needs_helm
+@pytest.mark.parametrize("kube", ["1.36.3", "1.37.2"])
+def test_notes_on_a_release_with_sharing_say_every_family_is_served(tmp_path: Path, kube: str) -> None:
+    text = " ".join(notes(tmp_path, kube).split())
+    assert f"Kubernetes v{kube} serves every family" in text and "DRAPartitionableDevices" not in text

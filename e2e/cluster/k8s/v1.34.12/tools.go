@@ -1,7 +1,7 @@
 //go:build tools
 
-// Package tools pins the upstream commands build.sh compiles, so `go mod tidy`
-// keeps their dependencies in go.mod/go.sum.
+// Package tools pins the upstream commands e2e/cluster/build.sh and e2e/realnode/build.sh compile, so
+// `go mod tidy` keeps their dependencies in go.mod/go.sum; the kubelet comes from the same release.
 package tools
 
 import (
@@ -10,4 +10,5 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )

@@ -1,0 +1,187 @@
+"""The Kubernetes releases the e2e control plane and the real node are built for, and what each knows.
+
+Each release's DRA feature gates with their defaults, as its `pkg/features/kube_features.go` declares them
+(the last versioned spec of each gate). The plane runs a release with these defaults; a gate goes on only
+where a caller says why (`profile("sharing")`: what a user of that release must switch on for Tessera's
+sharing families). Which release: `$K8S_VERSION` (`1.35.4` or `v1.35.4`), else the repository's default
+(`e2e/cluster/k8s/default-version`, the file build.sh reads too).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from dra_driver.cluster_features import SHARING_GATES
+from e2e.controlplane.errors import ControlPlaneError
+
+MODULES_DIR: Final = Path(__file__).resolve().parent.parent / "cluster" / "k8s"
+DEFAULT_VERSION_FILE: Final = MODULES_DIR / "default-version"
+GATE_PROFILES: Final = ("default", "sharing")
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    version: str  # "v1.37.2"
+    defaults: Mapping[str, bool]  # every DRA-related gate the release knows → its default
+
+    @property
+    def minor(self) -> int:
+        return int(self.version.split(".")[1])
+
+    def knows(self, gate: str) -> bool:
+        return gate in self.defaults
+
+    def serves_sharing(self) -> bool:
+        """Whether shared counters and consumable capacity are on with this release's default gates."""
+        return all(self.defaults.get(g, False) for g in SHARING_GATES)
+
+    def profile(self, name: str) -> dict[str, bool]:
+        """The gates a plane of this release is started with: `default` sets none; `sharing` switches on
+        the sharing families' gates (and, where off, device taints and extended resources a Tessera user
+        relies on) that this release has but does not enable."""
+        if name == "default":
+            return {}
+        if name == "sharing":
+            wanted = (*SHARING_GATES, "DRADeviceTaints", "DRAExtendedResource")
+            return {g: True for g in wanted if self.knows(g) and not self.defaults[g]}
+        raise ControlPlaneError(f"gate profile {name!r} is unknown; use one of {', '.join(GATE_PROFILES)}")
+
+    def effective(self, gates: Mapping[str, bool]) -> dict[str, bool]:
+        return {**self.defaults, **gates}
+
+
+def _gates(**on: bool) -> dict[str, bool]:
+    return dict(on)
+
+
+# From each release's pkg/features/kube_features.go: its DRA gates (GA ones too, on) and the two the
+# DRA ones depend on.
+RELEASES: Final[dict[str, Release]] = {
+    r.version: r
+    for r in (
+        Release(
+            "v1.34.12",
+            _gates(
+                DynamicResourceAllocation=True,
+                DRAAdminAccess=True,
+                DRAConsumableCapacity=False,
+                DRADeviceBindingConditions=False,
+                DRADeviceTaints=False,
+                DRAExtendedResource=False,
+                DRAPartitionableDevices=False,
+                DRAPrioritizedList=True,
+                DRAResourceClaimDeviceStatus=True,
+                DRASchedulerFilterTimeout=True,
+                ResourceHealthStatus=False,
+            ),
+        ),
+        Release(
+            "v1.35.4",
+            _gates(
+                DynamicResourceAllocation=True,
+                DRAAdminAccess=True,
+                DRAConsumableCapacity=False,
+                DRADeviceBindingConditions=False,
+                DRADeviceTaintRules=False,
+                DRADeviceTaints=False,
+                DRAExtendedResource=False,
+                DRAPartitionableDevices=False,
+                DRAPrioritizedList=True,
+                DRAResourceClaimDeviceStatus=True,
+                DRASchedulerFilterTimeout=True,
+                GenericWorkload=False,
+                ResourceHealthStatus=False,
+            ),
+        ),
+        Release(
+            "v1.36.3",
+            _gates(
+                DynamicResourceAllocation=True,
+                DRAAdminAccess=True,
+                DRAPrioritizedList=True,
+                DRAConsumableCapacity=True,
+                DRADeviceBindingConditions=True,
+                DRADeviceTaintRules=False,
+                DRADeviceTaints=True,
+                DRAExtendedResource=True,
+                DRAListTypeAttributes=False,
+                DRANodeAllocatableResources=False,
+                DRAPartitionableDevices=True,
+                DRAResourceClaimDeviceStatus=True,
+                DRAResourceClaimGranularStatusAuthorization=True,
+                DRAResourcePoolStatus=False,
+                DRASchedulerFilterTimeout=True,
+                DRAWorkloadResourceClaims=False,
+                GenericWorkload=False,
+                ResourceHealthStatus=True,
+            ),
+        ),
+        Release(
+            "v1.37.2",
+            _gates(
+                DynamicResourceAllocation=True,
+                DRAAdminAccess=True,
+                DRADeviceTaintRules=True,
+                DRADeviceTaints=True,
+                DRAExtendedResource=True,
+                DRAPrioritizedList=True,
+                DRAResourceClaimDeviceStatus=True,
+                DRAConsumableCapacity=True,
+                DRADerivedAttributes=False,
+                DRADeviceBindingConditions=True,
+                DRADeviceCompatibilityGroups=False,
+                DRAFractionalCapacityRange=False,  # on only with --min-compatibility-version>=1.37
+                DRAListTypeAttributes=False,
+                DRANodeAllocatableResources=False,
+                DRAOptionalNodeOperations=False,
+                DRAPartitionableDevices=True,
+                DRAPartitionableDevicesType=False,
+                DRAResourceClaimGranularStatusAuthorization=True,
+                DRAResourcePoolStatus=False,
+                DRASchedulerFilterTimeout=True,
+                DRAWorkloadResourceClaims=False,
+                GenericWorkload=False,
+                ResourceHealthStatus=True,
+            ),
+        ),
+    )
+}
+
+
+def normalize(version: str) -> str:
+    v = version.strip()
+    return v if v.startswith("v") else f"v{v}"
+
+
+def default_version() -> str:
+    return normalize(DEFAULT_VERSION_FILE.read_text(encoding="utf-8"))
+
+
+def release(version: str | None = None) -> Release:
+    """The release named (or `$K8S_VERSION`, or the default); an error names the releases there are."""
+    wanted = normalize(version or os.environ.get("K8S_VERSION") or default_version())
+    try:
+        return RELEASES[wanted]
+    except KeyError:
+        raise ControlPlaneError(
+            f"Kubernetes {wanted} is not a release the e2e plane knows (K8S_VERSION); known: "
+            f"{', '.join(RELEASES)}. A new one needs `bash e2e/cluster/new-version.sh {wanted}` and its "
+            "gates in e2e/controlplane/releases.py"
+        ) from None
+
+
+def newest_without_sharing() -> Release:
+    """The newest release whose default gates do not serve shared counters (the degraded path runs there)."""
+    older = [r for r in RELEASES.values() if not r.serves_sharing()]
+    return max(older, key=lambda r: r.minor)
+
+
+def legacy_release() -> Release:
+    """The release the degraded path is tested on: the session's own when its default gates lack sharing,
+    else the newest release that lacks it."""
+    current = release()
+    return current if not current.serves_sharing() else newest_without_sharing()

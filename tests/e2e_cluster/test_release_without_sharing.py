@@ -1,0 +1,158 @@
+"""A whole cluster of a release that cannot enforce sharing (1.35 or 1.34 with their default gates), with a
+simulated 8 x H100 node: its plugin and kubelet stand-in as users run them.
+
+Shown in order, on one node: only whole GPUs are published, with a Warning Event on the Node; a whole-GPU pod
+runs; a vgpu claim stays pending and `tessera explain` names the reason; then the administrator turns the
+gates on (kube-apiserver, kube-controller-manager and kube-scheduler restarted with them) and, with nothing
+else done, the plugin publishes every family again and the waiting vgpu pod runs.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from e2e.controlplane.launcher import ControlPlane
+from e2e.controlplane.pytest_fixture import private_control_plane, wait_for_service_account
+from e2e.controlplane.releases import legacy_release
+from e2e.kube import get_claim, get_pod, is_running, wait_for, wait_running
+from e2e.node import driver_slices
+from e2e.testbed import H100_NODE, SimCluster, make_testbed, start_node
+from e2e.verdicts import explain_verdict
+from kubelet_plugin.node_events import EVENT_NAMESPACE
+from kubelet_plugin.publisher import DEGRADED_REASON, RESTORED_REASON
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+LEGACY = legacy_release()
+NAMESPACE = "legacy"
+Json = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with private_control_plane(
+        tmp_path_factory.mktemp("controlplane-legacy-node"), release=LEGACY, gate_profile="default"
+    ) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def bed(plane: ControlPlane) -> Iterator[SimCluster]:
+    with plane.api_client() as api:
+        testbed = make_testbed(plane, api)
+        k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": NAMESPACE}}))
+        wait_for_service_account(api, NAMESPACE)
+        root = Path(tempfile.mkdtemp(prefix="te-leg-", dir="/tmp"))
+        node = start_node(testbed, H100_NODE, root=root / "h100")
+        try:
+            yield testbed
+        finally:
+            node.stop()
+
+
+def device_names(bed: SimCluster) -> list[str]:
+    (node,) = bed.nodes.values()
+    return sorted(
+        d["name"] for s in driver_slices(bed.api, node.name) for d in s["spec"].get("devices") or []
+    )
+
+
+def node_events(bed: SimCluster, reason: str) -> list[k8s.CoreV1Event]:
+    (node,) = bed.nodes.values()
+    listed = k8s.CoreV1Api(bed.api).list_namespaced_event(
+        EVENT_NAMESPACE, field_selector=f"involvedObject.name={node.name},reason={reason}"
+    )
+    return list(listed.items or [])
+
+
+def pod_with_claim(name: str, device_class: str, capacity: Json | None = None) -> list[Json]:
+    exactly: Json = {"deviceClassName": device_class}
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
+    }
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "containers": [{"name": "app", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+        },
+    }
+    return [claim, pod]
+
+
+def test_the_release_is_what_users_run(plane: ControlPlane) -> None:
+    assert not LEGACY.serves_sharing()
+    assert plane.feature_gates == {}, "a legacy release runs with its default gates"
+    with plane.api_client() as api:
+        assert k8s.VersionApi(api).get_code().git_version == LEGACY.version
+
+
+def test_only_whole_gpus_are_published_with_a_warning(bed: SimCluster) -> None:
+    assert device_names(bed) == [f"gpu-{i}" for i in range(8)]
+    (node,) = bed.nodes.values()
+    assert not any(s["spec"].get("sharedCounters") for s in driver_slices(bed.api, node.name))
+    (event,) = wait_for("the Warning Event", lambda: node_events(bed, DEGRADED_REASON))
+    assert event.type == "Warning"
+    assert "DRAPartitionableDevices and DRAConsumableCapacity" in (event.message or "")
+
+
+def test_a_whole_gpu_pod_runs(bed: SimCluster) -> None:
+    bed.kubectl.apply(pod_with_claim("whole", "gpu.tessera.dev"), namespace=NAMESPACE)
+    pod = wait_running(bed.api, NAMESPACE, "whole", timeout_s=60)
+    claim = get_claim(bed.api, NAMESPACE, "whole")
+    assert claim is not None
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert result["device"].startswith("gpu-") and result["device"].count("-") == 1
+    assert pod["spec"]["nodeName"] == next(iter(bed.nodes))
+
+
+def test_a_vgpu_claim_waits_and_explain_names_the_reason(bed: SimCluster) -> None:
+    bed.kubectl.apply(
+        pod_with_claim("slice", "vgpu.tessera.dev", {"memory": "3000Mi", "cores": "30"}), namespace=NAMESPACE
+    )
+
+    def unschedulable() -> bool:
+        pod = get_pod(bed.api, NAMESPACE, "slice") or {}
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
+
+    wait_for("the scheduler to give up on the vgpu pod", unschedulable, timeout_s=60)
+    code, verdict = explain_verdict(
+        [f"{NAMESPACE}/slice"], node=next(iter(bed.nodes)), kubeconfig=bed.plane.kubeconfig
+    )
+    assert code != 0
+    problems = " ".join(str(r.get("problem") or "") for r in verdict["requests"])
+    assert "this cluster does not serve shared counters" in problems, verdict
+    assert "DRAPartitionableDevices and DRAConsumableCapacity" in problems
+
+
+def test_turning_the_gates_on_brings_every_family_back(bed: SimCluster) -> None:
+    bed.plane.switch_gates(LEGACY.profile("sharing"))
+    # The API server restart breaks the plugin's watch; its resync asks (dry-run) whether the fields are kept.
+    wait_for(
+        "the full pool",
+        lambda: "gpu-0-vgpu" in device_names(bed) and "gpu-0-mps" in device_names(bed),
+        timeout_s=90,
+    )
+    assert any(n.startswith("gpu-0-mig-") for n in device_names(bed))
+    (event,) = wait_for("the Normal Event", lambda: node_events(bed, RESTORED_REASON))
+    assert event.type == "Normal" and "every family" in (event.message or "")
+    # The pod that waited is scheduled by itself once the devices are there.
+    pod = wait_running(bed.api, NAMESPACE, "slice", timeout_s=120)
+    claim = get_claim(bed.api, NAMESPACE, "slice")
+    assert claim is not None
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    assert result["device"].endswith("-vgpu") and result["consumedCapacity"]["cores"] == "30"
+    assert is_running(pod)
