@@ -248,6 +248,11 @@ class SlicePublisher:
                 )
                 answered = json.loads(response.data)
             except ApiException as e:
+                if e.status not in (400, 422):
+                    # Not an answer about the fields (a server still starting, throttling): ask again later.
+                    raise PublishError(
+                        f"probing ResourceSlices of node {self._node}: {e.status} {e.reason}"
+                    ) from e
                 dropped.append(f"{name}: refused ({e.status} {e.reason})")
                 continue
             except TransportError as e:
@@ -269,7 +274,9 @@ class SlicePublisher:
         if not self.taints_supported and taints_kept:
             self.taints_supported = True
             restored.append("device taints: unhealthy GPUs are tainted again instead of withdrawn")
-        if restored:
+        if not restored:
+            log.info("publisher.still_dropped", node=self._node, dropped=list(dropped[:5]))
+        else:
             message = "the API server keeps Tessera's ResourceSlice fields now: " + "; ".join(restored)
             log.warning("publisher.restored", node=self._node, message=message)
             if self._events is not None:
@@ -302,13 +309,15 @@ class SlicePublisher:
         desired: Callable[[bool], Sequence[Json]],
         stop: threading.Event,
         resync_s: float = 300.0,
+        degraded_resync_s: float = 60.0,
         watch_s: int = 10,
         backoff_s: float = 1.0,
         poll_s: float = 0.2,
         on_published: Callable[[], None] | None = None,
     ) -> None:
         """Publish `desired(degraded)` and keep it published until `stop` is set; `on_published` is told after
-        each successful publish.
+        each successful publish. While degraded it resyncs every `degraded_resync_s`, so gates turned on
+        behind a load balancer (the watch may never break) are noticed within that time.
 
         The watch runs in a thread of its own, so a `request_resync()` (health, MIG mode) and `stop` take
         effect within `poll_s` instead of waiting for an open watch to end.
@@ -332,7 +341,8 @@ class SlicePublisher:
                     result = self.publish(desired(self.degraded))
                     if result.degraded or result.taints_dropped:
                         self.publish(desired(self.degraded))
-                    next_resync = time.monotonic() + resync_s
+                    fallback = self.degraded or not self.taints_supported
+                    next_resync = time.monotonic() + (degraded_resync_s if fallback else resync_s)
                     if on_published is not None:
                         on_published()
                 except (PublishError, ApiException, OSError) as e:

@@ -48,7 +48,9 @@ H100, MIXED = "classes-h100x8", "classes-mixed-a100-l4"
 NODE_FILES = {H100: NODES_DIR / "h100x8.yaml", MIXED: NODES_DIR / "mixed-a100-l4.yaml"}
 RESULTS_LIMIT = 32  # resource.k8s.io AllocationResultsMaxSize
 # 1.36: "number of requested devices N exceeds the claim limit of 32"; 1.37: "adding N devices exceeds ..."
-OVER_LIMIT = re.compile(r"(?:number of requested devices|adding) (\d+) (?:devices )?exceeds the claim limit of (\d+)")
+OVER_LIMIT = re.compile(
+    r"(?:number of requested devices|adding) (\d+) (?:devices )?exceeds the claim limit of (\d+)"
+)
 ATTRS = f'device.attributes["{DRIVER_NAME}"]'
 FAMILIES = families.names()  # every family has its class (deviceclasses/<family>.yaml)
 

@@ -100,7 +100,9 @@ def test_the_release_is_what_users_run(plane: ControlPlane) -> None:
 
 
 def test_only_whole_gpus_are_published_with_a_warning(bed: SimCluster) -> None:
-    assert device_names(bed) == [f"gpu-{i}" for i in range(8)]
+    # The first publish is the full pool, which the server strips; the fallback follows at once.
+    whole = [f"gpu-{i}" for i in range(8)]
+    wait_for("the whole-GPU fallback", lambda: device_names(bed) == whole, timeout_s=30)
     (node,) = bed.nodes.values()
     assert not any(s["spec"].get("sharedCounters") for s in driver_slices(bed.api, node.name))
     (event,) = wait_for("the Warning Event", lambda: node_events(bed, DEGRADED_REASON))
@@ -129,6 +131,9 @@ def test_a_vgpu_claim_waits_and_explain_names_the_reason(bed: SimCluster) -> Non
         return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
 
     wait_for("the scheduler to give up on the vgpu pod", unschedulable, timeout_s=60)
+    # DRAConsumableCapacity off: the API server dropped the claim's capacity requests when it stored it.
+    stored = get_claim(bed.api, NAMESPACE, "slice")
+    assert stored is not None and "capacity" not in stored["spec"]["devices"]["requests"][0]["exactly"]
     code, verdict = explain_verdict(
         [f"{NAMESPACE}/slice"], node=next(iter(bed.nodes)), kubeconfig=bed.plane.kubeconfig
     )
@@ -149,10 +154,22 @@ def test_turning_the_gates_on_brings_every_family_back(bed: SimCluster) -> None:
     assert any(n.startswith("gpu-0-mig-") for n in device_names(bed))
     (event,) = wait_for("the Normal Event", lambda: node_events(bed, RESTORED_REASON))
     assert event.type == "Normal" and "every family" in (event.message or "")
-    # The pod that waited is scheduled by itself once the devices are there.
-    pod = wait_running(bed.api, NAMESPACE, "slice", timeout_s=120)
-    claim = get_claim(bed.api, NAMESPACE, "slice")
+    # The pod that waited is scheduled by itself once the devices are there, with the class defaults in place
+    # of the requests the server dropped: all of the GPU's memory, so it shares that GPU with nobody.
+    wait_running(bed.api, NAMESPACE, "slice", timeout_s=120)
+    old = allocated(bed, "slice")
+    assert old["device"].endswith("-vgpu") and old["consumedCapacity"]["memory"] == "81559Mi"
+    # A claim made now keeps its requests.
+    bed.kubectl.apply(
+        pod_with_claim("slice2", "vgpu.tessera.dev", {"memory": "3000Mi", "cores": "30"}), namespace=NAMESPACE
+    )
+    assert is_running(wait_running(bed.api, NAMESPACE, "slice2", timeout_s=60))
+    new = allocated(bed, "slice2")
+    assert new["consumedCapacity"] == {"memory": "3000Mi", "cores": "30", "shares": "1"}
+
+
+def allocated(bed: SimCluster, claim_name: str) -> Json:
+    claim = get_claim(bed.api, NAMESPACE, claim_name)
     assert claim is not None
     (result,) = claim["status"]["allocation"]["devices"]["results"]
-    assert result["device"].endswith("-vgpu") and result["consumedCapacity"]["cores"] == "30"
-    assert is_running(pod)
+    return dict(result)

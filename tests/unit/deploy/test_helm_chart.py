@@ -304,8 +304,8 @@ def test_the_schema_refuses_unknown_keys_and_bad_paths(flag: str, message: str) 
 
 
 def notes(tmp_path: Path, kube: str) -> str:
-    """NOTES.txt as `helm install` prints it on Kubernetes `kube` (helm template renders no NOTES, so a copy of
-    the chart carries it as an ordinary template)."""
+    """NOTES.txt as `helm install` prints it on Kubernetes `kube` (helm template renders no NOTES, so a copy
+    of the chart carries it as an ordinary template)."""
     chart = tmp_path / f"chart-{kube}"
     shutil.copytree(CHART, chart)
     text = (chart / "templates" / "NOTES.txt").read_text()
