@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # K8S_VERSION=1.36.3 (or v1.36.3) is given; KV is it with its "v".
 KV = $(if $(K8S_VERSION),v$(patsubst v%,%,$(K8S_VERSION)))
 # The newest release whose default gates lack shared counters: `make test` runs the degraded path on it.
-LEGACY_KV = $$($(BIN)/python -c 'from e2e.controlplane.releases import legacy_release as r; print(r().version)')
+LEGACY_KV = $$(K8S_VERSION=$(KV) $(BIN)/python -m e2e.controlplane.releases)
 # make test-k8s: the gates the matrix run switches on; `sharing` = what a user of that release must enable
 GATES ?= sharing
 
@@ -93,7 +93,7 @@ test: dev lint
 test-k8s: dev
 	@test -n "$(K8S_VERSION)" || { echo "make test-k8s: name a release, e.g. K8S_VERSION=1.35.4" >&2; exit 2; }
 	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
-	K8S_VERSION=$(KV) bash -c 'K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh'
+	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh
 	K8S_VERSION=$(KV) TESSERA_K8S_GATES=$(GATES) $(BIN)/pytest -q -m e2e tests/e2e_cluster e2e/scenarios \
 		--ignore=e2e/scenarios/realnode
 

@@ -21,6 +21,8 @@ from dra_driver.names import DRIVER_NAME
 EVENT_NAMESPACE = "default"
 CHECKPOINT_REBUILT_REASON = "CheckpointRebuilt"  # unreadable: set aside, rebuilt from the node
 CHECKPOINT_NEWER_REASON = "CheckpointFromNewerVersion"  # start-up refused, nothing changed
+# the scheduler cannot keep a shared family apart from the others: it is not published
+SHARING_UNENFORCED_REASON = "SharingUnenforced"
 MAX_MESSAGE_CHARS = 1024  # the API server keeps at most this much of an Event's message
 
 log = structlog.get_logger(__name__)

@@ -11,6 +11,7 @@ calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,10 +24,11 @@ from prometheus_client import generate_latest
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
+from dra_driver.cluster_features import enforceable_families, server_minor, unenforced_message
 from dra_driver.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
 from dra_driver.families import mps, vgpu
 from dra_driver.gpu_health import HealthPolicy
-from dra_driver.names import GpuUUID
+from dra_driver.names import Family, GpuUUID
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 from dra_driver.taints import gpu_taints
@@ -53,7 +55,12 @@ from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.metrics_server import MetricsServer
 from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.mps_watch import MpsWatch
-from kubelet_plugin.node_events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, NodeEvents
+from kubelet_plugin.node_events import (
+    CHECKPOINT_NEWER_REASON,
+    CHECKPOINT_REBUILT_REASON,
+    SHARING_UNENFORCED_REASON,
+    NodeEvents,
+)
 from kubelet_plugin.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.options import DaemonOptions
@@ -386,6 +393,8 @@ class Node:
 
         from kubelet_plugin.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
 
+        settings = self._enforceable(api, settings)
+
         def desired(degraded: bool) -> Sequence[dict[str, object]]:
             conditions = self.poller.conditions if self.poller is not None else {}
             return build_slices(
@@ -407,6 +416,30 @@ class Node:
             daemon=True,
         )
         self._publisher_thread.start()
+
+    def _enforceable(self, api: Any, settings: NodeSettings) -> NodeSettings:
+        """`settings` less the families the cluster's scheduler cannot keep apart (a Warning Event says
+        so). The API server's version stands for the scheduler's (the skew policy allows one older)."""
+        from kubernetes import client as k8s  # noqa: PLC0415
+        from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
+
+        try:
+            git_version = str(k8s.VersionApi(api).get_code().git_version)
+        except (ApiException, OSError) as e:
+            log.warning("plugin.server_version_unknown", error=str(e))
+            return settings
+        server = server_minor(git_version)
+        if server is None:
+            return settings
+        offered = enforceable_families(frozenset(settings.families), server)
+        if offered == settings.families:
+            return settings
+        message = unenforced_message(git_version, frozenset(settings.families - offered))
+        log.warning("plugin.sharing_unenforced", server=git_version, message=message)
+        events = self._events(api)
+        if events is not None:
+            events.warn(reason=SHARING_UNENFORCED_REASON, message=message)
+        return dataclasses.replace(settings, families=frozenset(Family(f) for f in offered))
 
     def stop(self, *, grace: float) -> None:
         self.stop_event.set()

@@ -185,3 +185,7 @@ def legacy_release() -> Release:
     else the newest release that lacks it."""
     current = release()
     return current if not current.serves_sharing() else newest_without_sharing()
+
+
+if __name__ == "__main__":  # `python -m e2e.controlplane.releases`: the legacy release, for the Makefile
+    print(legacy_release().version)

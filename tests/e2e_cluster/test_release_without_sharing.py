@@ -1,10 +1,12 @@
 """A whole cluster of a release that cannot enforce sharing (1.35 or 1.34 with their default gates), with a
 simulated 8 x H100 node: its plugin and kubelet stand-in as users run them.
 
-Shown in order, on one node: only whole GPUs are published, with a Warning Event on the Node; a whole-GPU pod
-runs; a vgpu claim stays pending and `tessera explain` names the reason; then the administrator turns the
-gates on (kube-apiserver, kube-controller-manager and kube-scheduler restarted with them) and, with nothing
-else done, the plugin publishes every family again and the waiting vgpu pod runs.
+Shown in order, on a node offering every family: only whole GPUs are published, with a Warning Event on the
+Node; a whole-GPU pod runs; a vgpu claim stays pending and `tessera explain` names the reason; then the
+administrator turns the gates on (kube-apiserver, kube-controller-manager and kube-scheduler restarted with
+them) and, with nothing else done, the plugin publishes MIG again. It never publishes vgpu or MPS beside
+whole GPUs and MIG there: these releases' kube-scheduler ignores the counters shared devices hold
+(kubernetes/kubernetes#139040). A second node, whose group offers vgpu alone, serves the waiting claim.
 """
 
 from __future__ import annotations
@@ -22,15 +24,16 @@ from e2e.controlplane.pytest_fixture import private_control_plane, wait_for_serv
 from e2e.controlplane.releases import legacy_release
 from e2e.kube import get_claim, get_pod, is_running, wait_for, wait_running
 from e2e.node import driver_slices
-from e2e.testbed import H100_NODE, SimCluster, make_testbed, start_node
+from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 from e2e.verdicts import explain_verdict
-from kubelet_plugin.node_events import EVENT_NAMESPACE
+from kubelet_plugin.node_events import EVENT_NAMESPACE, SHARING_UNENFORCED_REASON
 from kubelet_plugin.publisher import DEGRADED_REASON, RESTORED_REASON
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 LEGACY = legacy_release()
 NAMESPACE = "legacy"
 Json = dict[str, Any]
+H100 = "sim-h100x8"
 
 
 @pytest.fixture(scope="module")
@@ -48,24 +51,22 @@ def bed(plane: ControlPlane) -> Iterator[SimCluster]:
         k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": NAMESPACE}}))
         wait_for_service_account(api, NAMESPACE)
         root = Path(tempfile.mkdtemp(prefix="te-leg-", dir="/tmp"))
-        node = start_node(testbed, H100_NODE, root=root / "h100")
+        start_node(testbed, H100_NODE, root=root / "h100")
         try:
             yield testbed
         finally:
-            node.stop()
+            for node in testbed.nodes.values():
+                node.stop()
 
 
-def device_names(bed: SimCluster) -> list[str]:
-    (node,) = bed.nodes.values()
-    return sorted(
-        d["name"] for s in driver_slices(bed.api, node.name) for d in s["spec"].get("devices") or []
-    )
+def device_names(bed: SimCluster, node: str = H100) -> list[str]:
+    slices = driver_slices(bed.api, node)
+    return sorted(d["name"] for s in slices for d in s["spec"].get("devices") or [])
 
 
-def node_events(bed: SimCluster, reason: str) -> list[k8s.CoreV1Event]:
-    (node,) = bed.nodes.values()
+def node_events(bed: SimCluster, reason: str, node: str = H100) -> list[k8s.CoreV1Event]:
     listed = k8s.CoreV1Api(bed.api).list_namespaced_event(
-        EVENT_NAMESPACE, field_selector=f"involvedObject.name={node.name},reason={reason}"
+        EVENT_NAMESPACE, field_selector=f"involvedObject.name={node},reason={reason}"
     )
     return list(listed.items or [])
 
@@ -103,8 +104,7 @@ def test_only_whole_gpus_are_published_with_a_warning(bed: SimCluster) -> None:
     # The first publish is the full pool, which the server strips; the fallback follows at once.
     whole = [f"gpu-{i}" for i in range(8)]
     wait_for("the whole-GPU fallback", lambda: device_names(bed) == whole, timeout_s=30)
-    (node,) = bed.nodes.values()
-    assert not any(s["spec"].get("sharedCounters") for s in driver_slices(bed.api, node.name))
+    assert not any(s["spec"].get("sharedCounters") for s in driver_slices(bed.api, H100))
     (event,) = wait_for("the Warning Event", lambda: node_events(bed, DEGRADED_REASON))
     assert event.type == "Warning"
     assert "DRAPartitionableDevices and DRAConsumableCapacity" in (event.message or "")
@@ -117,7 +117,7 @@ def test_a_whole_gpu_pod_runs(bed: SimCluster) -> None:
     assert claim is not None
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert result["device"].startswith("gpu-") and result["device"].count("-") == 1
-    assert pod["spec"]["nodeName"] == next(iter(bed.nodes))
+    assert pod["spec"]["nodeName"] == H100
 
 
 def test_a_vgpu_claim_waits_and_explain_names_the_reason(bed: SimCluster) -> None:
@@ -134,31 +134,46 @@ def test_a_vgpu_claim_waits_and_explain_names_the_reason(bed: SimCluster) -> Non
     # DRAConsumableCapacity off: the API server dropped the claim's capacity requests when it stored it.
     stored = get_claim(bed.api, NAMESPACE, "slice")
     assert stored is not None and "capacity" not in stored["spec"]["devices"]["requests"][0]["exactly"]
-    code, verdict = explain_verdict(
-        [f"{NAMESPACE}/slice"], node=next(iter(bed.nodes)), kubeconfig=bed.plane.kubeconfig
-    )
+    code, verdict = explain_verdict([f"{NAMESPACE}/slice"], node=H100, kubeconfig=bed.plane.kubeconfig)
     assert code != 0
     problems = " ".join(str(r.get("problem") or "") for r in verdict["requests"])
     assert "this cluster does not serve shared counters" in problems, verdict
     assert "DRAPartitionableDevices and DRAConsumableCapacity" in problems
 
 
-def test_turning_the_gates_on_brings_every_family_back(bed: SimCluster) -> None:
+def test_turning_the_gates_on_brings_mig_back_but_never_sharing_beside_it(bed: SimCluster) -> None:
     bed.plane.switch_gates(LEGACY.profile("sharing"))
     # The API server restart breaks the plugin's watch; its resync asks (dry-run) whether the fields are kept.
-    wait_for(
-        "the full pool",
-        lambda: "gpu-0-vgpu" in device_names(bed) and "gpu-0-mps" in device_names(bed),
-        timeout_s=90,
+    wait_for("MIG devices", lambda: "gpu-0-mig-1g10gb-0" in device_names(bed), timeout_s=90)
+    names = device_names(bed)
+    assert not any(n.endswith(("-vgpu", "-mps")) for n in names), names
+    assert any(s["spec"].get("sharedCounters") for s in driver_slices(bed.api, H100))
+    (restored,) = wait_for("the Normal Event", lambda: node_events(bed, RESTORED_REASON))
+    assert restored.type == "Normal" and "every family" in (restored.message or "")
+    (unenforced,) = node_events(bed, SHARING_UNENFORCED_REASON)
+    assert unenforced.type == "Warning"
+    assert f"not publishing mps, vgpu: kube-scheduler {LEGACY.version}" in (unenforced.message or "")
+    assert "#139040" in (unenforced.message or "")
+    pod = get_pod(bed.api, NAMESPACE, "slice") or {}
+    assert not is_running(pod) and not (pod.get("spec") or {}).get("nodeName")
+
+
+def test_a_node_group_offering_vgpu_alone_serves_the_waiting_claim(bed: SimCluster, tmp_path: Path) -> None:
+    settings = tmp_path / "vgpu-only.yaml"
+    settings.write_text(
+        "apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\n"
+        "families: {gpu: false, mig: false, mps: false}\n"
     )
-    assert any(n.startswith("gpu-0-mig-") for n in device_names(bed))
-    (event,) = wait_for("the Normal Event", lambda: node_events(bed, RESTORED_REASON))
-    assert event.type == "Normal" and "every family" in (event.message or "")
-    # The pod that waited is scheduled by itself once the devices are there, with the class defaults in place
-    # of the requests the server dropped: all of the GPU's memory, so it shares that GPU with nobody.
-    wait_running(bed.api, NAMESPACE, "slice", timeout_s=120)
+    root = Path(tempfile.mkdtemp(prefix="te-leg-", dir="/tmp"))
+    node = start_node(bed, MIXED_NODE, root=root / "mixed", settings_file=settings)
+    assert device_names(bed, node.name) == [f"gpu-{i}-vgpu" for i in range(4)]
+    assert not node_events(bed, SHARING_UNENFORCED_REASON, node.name)
+    # The pod that waited is scheduled there by itself, with the class defaults in place of the requests the
+    # server dropped: all of the GPU's memory and no SM limit, so it shares that GPU with nobody.
+    running = wait_running(bed.api, NAMESPACE, "slice", timeout_s=120)
+    assert running["spec"]["nodeName"] == node.name
     old = allocated(bed, "slice")
-    assert old["device"].endswith("-vgpu") and old["consumedCapacity"]["memory"] == "81559Mi"
+    assert old["device"].endswith("-vgpu") and old["consumedCapacity"]["cores"] == "0"
     # A claim made now keeps its requests.
     bed.kubectl.apply(
         pod_with_claim("slice2", "vgpu.tessera.dev", {"memory": "3000Mi", "cores": "30"}), namespace=NAMESPACE
