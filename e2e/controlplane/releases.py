@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from dra_driver.cluster_features import SHARING_GATES
+from dra_driver.cluster_features import SHARED_COUNTERS_COUNTED_FROM, SHARING_GATES
 from e2e.controlplane.errors import ControlPlaneError
 
 MODULES_DIR: Final = Path(__file__).resolve().parent.parent / "cluster" / "k8s"
@@ -34,6 +34,11 @@ class Release:
 
     def knows(self, gate: str) -> bool:
         return gate in self.defaults
+
+    def mixes_families(self) -> bool:
+        """Whether its kube-scheduler keeps a shared family apart from the others on one node
+        (`dra_driver.cluster_features`): Tessera publishes shared families beside others only there."""
+        return (1, self.minor) >= SHARED_COUNTERS_COUNTED_FROM
 
     def serves_sharing(self) -> bool:
         """Whether shared counters and consumable capacity are on with this release's default gates."""

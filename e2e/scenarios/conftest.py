@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.controlplane.pytest_fixture import control_plane, k8s_api, wait_for_service_account
+from e2e.controlplane.pytest_fixture import control_plane, k8s_api, skip_unmixable, wait_for_service_account
 from e2e.kube import WaitTimeoutError, delete_namespace_contents, wait_for
 from e2e.node import BackendKind
 from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
@@ -81,3 +81,7 @@ def ns(bed: SimCluster) -> Iterator[str]:
             wait_for("the nodes to be clean", lambda: not leftovers(bed), timeout_s=15)
         except WaitTimeoutError:
             pytest.fail(f"scenario left behind: {leftovers(bed)}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    skip_unmixable(items)

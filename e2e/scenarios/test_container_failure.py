@@ -11,7 +11,7 @@ from e2e.kube import get_pod, wait_for
 from e2e.scenarios.probes import H100, apply, running, runtime
 from e2e.testbed import SimCluster
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
 
 def waiting_reason(pod: dict[str, object] | None) -> str:

@@ -9,7 +9,7 @@ from e2e.examples import example, find, pinned
 from e2e.scenarios.probes import H100, apply, claim_of, running
 from e2e.testbed import SimCluster
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
 
 def test_describe_shows_device_limits_and_mig_uuid(bed: SimCluster, ns: str) -> None:

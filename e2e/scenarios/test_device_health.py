@@ -24,6 +24,7 @@ import yaml
 from kubernetes import client as k8s
 
 from dra_driver.names import DRIVER_NAME
+from e2e.controlplane.settings import RELEASE
 from e2e.examples import pinned
 from e2e.interceptor_programs import TCUDA, container_view, env, start
 from e2e.kube import Json, get_pod, wait_for
@@ -37,7 +38,8 @@ pytestmark = pytest.mark.e2e
 
 NODE = "sim-health-h100x2"
 MiB = 1 << 20
-DEVICES_PER_GPU = 28  # an H100: whole, vgpu, MPS and 25 MIG placements
+# an H100: whole, vgpu, MPS and 25 MIG placements; without vgpu and MPS where the release cannot mix them
+DEVICES_PER_GPU = 28 if RELEASE.mixes_families() else 26
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +191,7 @@ def test_a_fatal_xid_holds_its_taint_until_the_plugin_restarts(
     wait_for("GPU 1 untainted after the restart", lambda: untainted(health_node, 1))
 
 
+@pytest.mark.mixes_families
 def test_describe_resourceclaim_shows_usage(
     bed: SimCluster, health_node: SimNode, ns: str, tmp_path: Path
 ) -> None:

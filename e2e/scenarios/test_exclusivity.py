@@ -13,7 +13,7 @@ from e2e.kube import Json, get_pod, wait_for
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, results, running, stays_pending
 from e2e.testbed import SimCluster
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
 MEMORY, CORES = Cap.MEMORY, Cap.CORES
 

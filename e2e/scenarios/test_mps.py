@@ -31,7 +31,7 @@ from e2e.scenarios.probes import (
 from e2e.testbed import SimCluster
 from kubelet_plugin.mps_control import MpsControl
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
 
 def mps_docs(node: str) -> list[Json]:

@@ -9,7 +9,7 @@ from e2e.examples import example, find, pinned
 from e2e.scenarios.probes import H100, apply, claim_of, container, running
 from e2e.testbed import SimCluster
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
 
 def test_restart_with_prepared_claims(bed: SimCluster, ns: str) -> None:

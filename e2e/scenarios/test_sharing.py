@@ -13,6 +13,7 @@ from e2e.testbed import SimCluster
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.mixes_families
 def test_one_claim_shared_by_two_containers_and_two_pods(bed: SimCluster, ns: str) -> None:
     apply(bed, ns, example("05-shared-claim"))
     first = running(bed, ns, "shared-two-containers")
@@ -44,6 +45,7 @@ def test_one_claim_shared_by_two_containers_and_two_pods(bed: SimCluster, ns: st
     )
 
 
+@pytest.mark.mixes_families
 def test_first_available_prefers_mig_then_falls_back_to_vgpu(bed: SimCluster, ns: str) -> None:
     docs = example("06-first-available")
     template, pod = find(docs, "ResourceClaimTemplate", "mig-or-vgpu"), find(docs, "Pod", "mig-or-vgpu")

@@ -39,7 +39,7 @@ from e2e.scenarios.probes import (
 from e2e.testbed import SimCluster
 from kubelet_plugin.gpu_view import GpuView
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
 
 def vgpu_template(name: str, memory: str, cores: str) -> Json:

@@ -18,7 +18,7 @@ from e2e.scale.workloads import mig, vgpu, whole
 from e2e.testbed import apply_device_classes
 from e2e.verdicts import explain_verdict
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 
 # On 3 x H100: a slice, a whole GPU, then MIG. by-gpu puts the whole GPU on GPU 1 and the 1g.10gb on GPU 2
 # at slot 0, where the 4g.40gb would have to go; fragmentation-aware takes the whole GPU from the far end

@@ -41,7 +41,7 @@ from e2e.examples import DEVICECLASSES_DIR, load
 from e2e.kube import Kubectl, allocated_results, get_claim, get_pod, list_claims, wait_for
 from e2e.published_node import NODES_DIR, PublishedNode, attribute, device_type, published_node
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 
 Json = dict[str, Any]
 H100, MIXED = "classes-h100x8", "classes-mixed-a100-l4"

@@ -26,7 +26,7 @@ from e2e.kube import Kubectl, list_claims, pod_claim_name
 from e2e.published_node import NODES_DIR, PublishedNode, published_node
 from e2e.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 
 Json = dict[str, Any]
 H100, MIXED = "sim-h100x8", "sim-mixed-a100-l4"  # the names the examples (gpu-by-uuid) were written for

@@ -25,7 +25,7 @@ from e2e.kube import Kubectl, get_claim, wait_for
 from e2e.published_node import published_node
 from e2e.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 
 NODE = "explain-h100x2"
 Json = dict[str, Any]
