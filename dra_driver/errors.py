@@ -55,6 +55,11 @@ class PublishError(TesseraError):
     """Publishing ResourceSlices failed."""
 
 
+class SliceRefusedError(PublishError):
+    """The API server refused a ResourceSlice as invalid (422): a shape this release does not accept, such as
+    counter sets in slices of their own before Kubernetes 1.35."""
+
+
 class ExclusivityError(ClaimError):
     """A claim's device would share a GPU with another prepared claim's in a way the two exclude each other
     (whole vs vGPU vs MPS vs overlapping MIG placements): the scheduler handed out conflicting devices."""

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.cluster_features import sharing_advice
-from dra_driver.errors import PublishError
+from dra_driver.errors import PublishError, SliceRefusedError
 from dra_driver.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
 from kubelet_plugin import metrics
 from kubelet_plugin.node_events import NodeEvents
@@ -158,6 +158,9 @@ class SlicePublisher:
                         totals[i] += n
                     break
                 except ApiException as e:
+                    if e.status == 422:
+                        refused = f"ResourceSlices of node {self._node}: {_status_message(e)}"
+                        raise SliceRefusedError(f"the API server refused {refused}") from e
                     if e.status != 409 or conflicts >= self._max_conflicts:
                         raise PublishError(
                             f"writing ResourceSlices of node {self._node}: {e.status} {e.reason}: {e.body}"
@@ -204,14 +207,21 @@ class SlicePublisher:
                 self._no_taints()
             return result
 
-    def _degrade(self, result: PublishResult) -> None:
+    def _degrade(self, result: PublishResult, *, refused: bool = False) -> None:
         self.degraded = True
         shown = "; ".join(result.dropped[:5]) + (" …" if len(result.dropped) > 5 else "")
-        message = (
-            f"the API server dropped fields of Tessera's ResourceSlices ({shown}); the "
-            "DRAConsumableCapacity or DRAPartitionableDevices feature gate is probably off: "
-            f"publishing whole GPUs only until the API server keeps them; {sharing_advice()}"
-        )
+        if refused:
+            message = (
+                f"{shown}; Tessera keeps each node's counter sets in slices of their own, which the API "
+                "accepts from Kubernetes 1.35 on (1.34's alpha API wants them beside the devices, at most 32 "
+                "counters a slice): publishing whole GPUs only; upgrade to 1.36 or newer for every family"
+            )
+        else:
+            message = (
+                f"the API server dropped fields of Tessera's ResourceSlices ({shown}); the "
+                "DRAConsumableCapacity or DRAPartitionableDevices feature gate is probably off: "
+                f"publishing whole GPUs only until the API server keeps them; {sharing_advice()}"
+            )
         log.error("publisher.degraded", node=self._node, dropped=list(result.dropped), message=message)
         if self._events is not None:
             self._events.warn(reason=DEGRADED_REASON, message=message)
@@ -253,7 +263,7 @@ class SlicePublisher:
                     raise PublishError(
                         f"probing ResourceSlices of node {self._node}: {e.status} {e.reason}"
                     ) from e
-                dropped.append(f"{name}: refused ({e.status} {e.reason})")
+                dropped.append(f"{name}: refused: {_status_message(e)}")
                 continue
             except TransportError as e:
                 raise PublishError(f"probing ResourceSlices of node {self._node}: {e}") from e
@@ -338,7 +348,13 @@ class SlicePublisher:
                 try:
                     if self.degraded or not self.taints_supported:
                         self.try_restore(desired)
-                    result = self.publish(desired(self.degraded))
+                    try:
+                        result = self.publish(desired(self.degraded))
+                    except SliceRefusedError as e:
+                        if self.degraded:
+                            raise
+                        self._degrade(PublishResult(generation=0, dropped=(str(e),)), refused=True)
+                        result = self.publish(desired(self.degraded))
                     if result.degraded or result.taints_dropped:
                         self.publish(desired(self.degraded))
                     fallback = self.degraded or not self.taints_supported
@@ -393,6 +409,14 @@ class SlicePublisher:
 def _is_taint(dropped: str) -> bool:
     """Whether a dropped field (`<slice>: spec.devices[3].taints`) is a device's taints."""
     return dropped.rsplit(".", 1)[-1] == "taints" or ".taints[" in dropped
+
+
+def _status_message(e: ApiException) -> str:
+    """The API server's own message in a Status body, else the reason."""
+    try:
+        return str(json.loads(e.body or "{}").get("message") or e.reason)
+    except ValueError:
+        return str(e.reason)
 
 
 def with_probe_taint(slices: Sequence[Json]) -> list[Json]:

@@ -21,6 +21,7 @@ from e2e.controlplane.errors import ControlPlaneError
 MODULES_DIR: Final = Path(__file__).resolve().parent.parent / "cluster" / "k8s"
 DEFAULT_VERSION_FILE: Final = MODULES_DIR / "default-version"
 GATE_PROFILES: Final = ("default", "sharing")
+COUNTER_SLICES_FROM_MINOR: Final = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +40,21 @@ class Release:
         """Whether its kube-scheduler keeps a shared family apart from the others on one node
         (`dra_driver.cluster_features`): Tessera publishes shared families beside others only there."""
         return (1, self.minor) >= SHARED_COUNTERS_COUNTED_FROM
+
+    def accepts_counter_slices(self) -> bool:
+        """Whether its API takes counter sets in slices of their own (Tessera's layout): from 1.35 on; 1.34's
+        alpha API wants them beside the devices, so Tessera publishes whole GPUs only there."""
+        return self.minor >= COUNTER_SLICES_FROM_MINOR
+
+    def suite(self) -> tuple[str, ...]:
+        """What `make test-k8s` runs on this release: every e2e cluster test and simulated-node scenario, or,
+        where only whole GPUs can be published, the degraded path."""
+        if self.accepts_counter_slices():
+            return ("tests/e2e_cluster", "e2e/scenarios")
+        return (
+            "tests/e2e_cluster/test_publisher_degraded.py",
+            "tests/e2e_cluster/test_release_without_sharing.py",
+        )
 
     def serves_sharing(self) -> bool:
         """Whether shared counters and consumable capacity are on with this release's default gates."""
@@ -192,5 +208,9 @@ def legacy_release() -> Release:
     return current if not current.serves_sharing() else newest_without_sharing()
 
 
-if __name__ == "__main__":  # `python -m e2e.controlplane.releases`: the legacy release, for the Makefile
-    print(legacy_release().version)
+if __name__ == "__main__":  # for the Makefile: `... releases` (the legacy release) or `... releases suite`
+    import sys
+    import warnings
+
+    warnings.simplefilter("ignore", RuntimeWarning)  # runpy: this module was imported by the package first
+    print(" ".join(release().suite()) if sys.argv[1:] == ["suite"] else legacy_release().version)
