@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # K8S_VERSION=1.36.3 (or v1.36.3) is given; KV is it with its "v".
 KV = $(if $(K8S_VERSION),v$(patsubst v%,%,$(K8S_VERSION)))
 # The newest release whose default gates lack shared counters: `make test` runs the degraded path on it.
-LEGACY_KV = $$(K8S_VERSION=$(KV) $(BIN)/python -m e2e.controlplane.releases)
+LEGACY_KV = $$(K8S_VERSION=$(KV) $(BIN)/python -W ignore::RuntimeWarning -m e2e.controlplane.releases)
 # make test-k8s: the gates the matrix run switches on; `sharing` = what a user of that release must enable
 GATES ?= sharing
 
@@ -96,7 +96,7 @@ test-k8s: dev
 	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
 	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh
 	K8S_VERSION=$(KV) TESSERA_K8S_GATES=$(GATES) $(BIN)/pytest -q -m e2e \
-		$$(K8S_VERSION=$(KV) $(BIN)/python -m e2e.controlplane.releases suite) --ignore=e2e/scenarios/realnode
+		$$(K8S_VERSION=$(KV) $(BIN)/python -W ignore::RuntimeWarning -m e2e.controlplane.releases suite) --ignore=e2e/scenarios/realnode
 
 # make demo NVML=fake: the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake)
 demo: dev cluster

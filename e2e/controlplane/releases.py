@@ -210,7 +210,5 @@ def legacy_release() -> Release:
 
 if __name__ == "__main__":  # for the Makefile: `... releases` (the legacy release) or `... releases suite`
     import sys
-    import warnings
 
-    warnings.simplefilter("ignore", RuntimeWarning)  # runpy: this module was imported by the package first
     print(" ".join(release().suite()) if sys.argv[1:] == ["suite"] else legacy_release().version)

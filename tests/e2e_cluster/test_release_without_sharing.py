@@ -175,7 +175,8 @@ def test_a_node_group_offering_vgpu_alone_serves_the_waiting_claim(bed: SimClust
     if not LEGACY.accepts_counter_slices():
         pytest.skip(
             f"Tessera offers the sharing families from 1.35 on; on {LEGACY.version} with the gates on, a "
-            "3000Mi/30 % claim stayed unschedulable on a vgpu-only node with free GPUs (seen, not investigated)"
+            "3000Mi/30 % claim stayed unschedulable on a vgpu-only node with free GPUs (seen, not "
+            "investigated)"
         )
     settings = tmp_path / "vgpu-only.yaml"
     settings.write_text(
