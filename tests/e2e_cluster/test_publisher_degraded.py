@@ -187,20 +187,27 @@ def test_run_falls_back_to_whole_gpus_and_stays_there(api: k8s.ApiClient, node: 
         return slices_for(node, degraded=degraded)
 
     stop = threading.Event()
-    loop = threading.Thread(target=pub.run, kwargs={"desired": desired, "stop": stop, "watch_s": 1})
-    loop.start()
-    try:
-        wait_for("a degraded pool", lambda: pub.degraded and len(stored_pool(api, node)) == 1)
-        settled = stored_pool(api, node)
-        assert_whole_gpus_only(settled)
-        assert asked[:2] == [False, True]
-        # Stable: no rewrite loop over fields the server keeps dropping (the watch runs ≥ 2 rounds).
-        time.sleep(2.5)
-        assert stored_pool(api, node) == settled
-        assert degrade_events(api, node)
-    finally:
-        stop.set()
-        loop.join(timeout=15)
+    loop = threading.Thread(
+        target=pub.run,
+        kwargs={"desired": desired, "stop": stop, "watch_s": 1, "degraded_resync_s": 0.3},
+    )
+    with capture_logs() as logs:
+        loop.start()
+        try:
+            wait_for("a degraded pool", lambda: pub.degraded and len(stored_pool(api, node)) == 1)
+            settled = stored_pool(api, node)
+            assert_whole_gpus_only(settled)
+            assert asked[:2] == [False, True]
+            # Stable: three more resyncs, each probing the server and republishing the fallback, rewrite
+            # nothing.
+            rounds = len(asked)
+            wait_for("three resyncs", lambda: len(asked) >= rounds + 6)
+            assert stored_pool(api, node) == settled
+            assert degrade_events(api, node)
+            assert sum(e["event"] == "publisher.still_dropped" for e in logs) >= 3
+        finally:
+            stop.set()
+            loop.join(timeout=15)
     assert not loop.is_alive()
 
 
