@@ -235,7 +235,7 @@ class Node:
         )
         self.poller.poll_once()  # the first slices already carry the taints of unhealthy GPUs
         if access.api is not None and o.publish:
-            self._start_publisher(access.api, state, settings, readiness)
+            self._start_publisher(access.api, state, settings, readiness, events)
         self.poller.start()
         self._start_observability(access, settings)
 
@@ -387,13 +387,18 @@ class Node:
         return report
 
     def _start_publisher(
-        self, api: Any, state: NodeState, settings: NodeSettings, readiness: Readiness
+        self,
+        api: Any,
+        state: NodeState,
+        settings: NodeSettings,
+        readiness: Readiness,
+        events: NodeEvents | None,
     ) -> None:
         from kubernetes import client as k8s  # noqa: PLC0415
 
         from kubelet_plugin.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
 
-        settings = self._enforceable(api, settings)
+        settings = self._enforceable(api, settings, events)
 
         def desired(degraded: bool) -> Sequence[dict[str, object]]:
             conditions = self.poller.conditions if self.poller is not None else {}
@@ -417,7 +422,8 @@ class Node:
         )
         self._publisher_thread.start()
 
-    def _enforceable(self, api: Any, settings: NodeSettings) -> NodeSettings:
+    @staticmethod
+    def _enforceable(api: Any, settings: NodeSettings, events: NodeEvents | None) -> NodeSettings:
         """`settings` less the families the cluster's scheduler cannot keep apart (a Warning Event says
         so). The API server's version stands for the scheduler's (the skew policy allows one older)."""
         from kubernetes import client as k8s  # noqa: PLC0415
@@ -436,7 +442,6 @@ class Node:
             return settings
         message = unenforced_message(git_version, frozenset(settings.families - offered))
         log.warning("plugin.sharing_unenforced", server=git_version, message=message)
-        events = self._events(api)
         if events is not None:
             events.warn(reason=SHARING_UNENFORCED_REASON, message=message)
         return dataclasses.replace(settings, families=frozenset(Family(f) for f in offered))

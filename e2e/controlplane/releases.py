@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from dra_driver.cluster_features import SHARED_COUNTERS_COUNTED_FROM, SHARING_GATES
+from dra_driver.cluster_features import GATES, SHARED_COUNTERS_COUNTED_FROM, SHARING_GATES
 from e2e.controlplane.errors import ControlPlaneError
 
 MODULES_DIR: Final = Path(__file__).resolve().parent.parent / "cluster" / "k8s"
@@ -62,13 +62,12 @@ class Release:
 
     def profile(self, name: str) -> dict[str, bool]:
         """The gates a plane of this release is started with: `default` sets none; `sharing` switches on
-        the sharing families' gates (and, where off, device taints and extended resources a Tessera user
-        relies on) that this release has but does not enable."""
+        every gate Tessera uses (`dra_driver.cluster_features.GATES`) that this release has but does not
+        enable."""
         if name == "default":
             return {}
         if name == "sharing":
-            wanted = (*SHARING_GATES, "DRADeviceTaints", "DRAExtendedResource")
-            return {g: True for g in wanted if self.knows(g) and not self.defaults[g]}
+            return {g.name: True for g in GATES if self.knows(g.name) and not self.defaults[g.name]}
         raise ControlPlaneError(f"gate profile {name!r} is unknown; use one of {', '.join(GATE_PROFILES)}")
 
     def effective(self, gates: Mapping[str, bool]) -> dict[str, bool]:
