@@ -202,14 +202,14 @@ class SlicePublisher:
                 deleted=result.deleted,
             )
             if result.degraded:
-                self._degrade(result)
+                self._degrade(result.dropped)
             if result.taints_dropped and self.taints_supported:
                 self._no_taints()
             return result
 
-    def _degrade(self, result: PublishResult, *, refused: bool = False) -> None:
+    def _degrade(self, dropped: Sequence[str], *, refused: bool = False) -> None:
         self.degraded = True
-        shown = "; ".join(result.dropped[:5]) + (" …" if len(result.dropped) > 5 else "")
+        shown = "; ".join(dropped[:5]) + (" …" if len(dropped) > 5 else "")
         if refused:
             message = (
                 f"{shown}; Tessera keeps each node's counter sets in slices of their own, which the API "
@@ -222,7 +222,7 @@ class SlicePublisher:
                 "DRAConsumableCapacity or DRAPartitionableDevices feature gate is probably off: "
                 f"publishing whole GPUs only until the API server keeps them; {sharing_advice()}"
             )
-        log.error("publisher.degraded", node=self._node, dropped=list(result.dropped), message=message)
+        log.error("publisher.degraded", node=self._node, dropped=list(dropped), message=message)
         if self._events is not None:
             self._events.warn(reason=DEGRADED_REASON, message=message)
 
@@ -353,7 +353,7 @@ class SlicePublisher:
                     except SliceRefusedError as e:
                         if self.degraded:
                             raise
-                        self._degrade(PublishResult(generation=0, dropped=(str(e),)), refused=True)
+                        self._degrade((str(e),), refused=True)
                         result = self.publish(desired(self.degraded))
                     if result.degraded or result.taints_dropped:
                         self.publish(desired(self.degraded))
