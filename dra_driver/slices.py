@@ -3,8 +3,10 @@
 Pure. Packing respects every API limit: counter sets and devices in separate slices (Kubernetes ≥ 1.35),
 ≤ 8 counter sets per slice, ≤ 32 counters per set, ≤ 64 devices per slice when any device consumes
 counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters.
-The families offer each GPU's devices (the MIG family only the settings' `migProfiles`); here they lose
-the counter sets that can never bind and are put in the settings' `deviceOrder` (dra_driver.device_order),
+The families offer each GPU's devices (the MIG family only the settings' `migProfiles`); here each GPU's
+counter model is reduced to the consumptions that decide something (dra_driver.counter_reduction: the same
+combinations stay allowed, a set that can never bind goes) and the devices are put in the settings'
+`deviceOrder` (dra_driver.device_order),
 in one place, then cut into slices in that order: kube-scheduler visits a pool's slices by name and
 allocates first-fit, so this order is the placement policy inside a node. Any
 change rewrites every slice of the pool anyway (a new pool generation), so nothing is gained by keeping a
@@ -15,15 +17,14 @@ is given.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from fractions import Fraction
 
+from dra_driver.counter_reduction import reduce_counters
 from dra_driver.device_order import order_devices
 from dra_driver.devices import GpuDevices, gpu_devices
 from dra_driver.errors import InventoryError
 from dra_driver.families.base import Json
 from dra_driver.model import Inventory, Placement
 from dra_driver.names import DRIVER_NAME, resource_slice_name
-from dra_driver.quantity import parse_quantity
 from dra_driver.settings import NodeSettings
 from dra_driver.taints import GpuTaints, inventory_taints, tainted
 
@@ -65,40 +66,11 @@ def pack_devices(devices: Sequence[Json]) -> list[list[Json]]:
     return [list(devices[i : i + limit]) for i in range(0, len(devices), limit)]
 
 
-def _binding(devices: Sequence[Json], counter_sets: Sequence[Json]) -> set[str]:
-    """Names of the counter sets that can ever stop an allocation: those whose devices, all allocated at
-    once, would consume more than the set holds. A set that cannot bind (one device alone on its GPU, or
-    MIG placements that never overlap) changes no allocation, so it is left out: kube-scheduler 1.36 reads
-    every node's counter slices when it filters any node (fixed upstream in 1.37, kubernetes#138917), so a
-    pool without counters keeps scheduling cost linear in the number of nodes."""
-    demand: dict[str, dict[str, Fraction]] = {}
-    for d in devices:
-        for use in d.get("consumesCounters") or ():
-            wanted = demand.setdefault(use["counterSet"], {})
-            for name, amount in use["counters"].items():
-                wanted[name] = wanted.get(name, Fraction(0)) + parse_quantity(amount["value"]).value
-    return {
-        cs["name"]
-        for cs in counter_sets
-        if any(
-            total > parse_quantity(cs["counters"][name]["value"]).value
-            for name, total in demand.get(cs["name"], {}).items()
-        )
-    }
-
-
-def _without_idle_counters(devices: Sequence[Json], keep: set[str]) -> list[Json]:
-    out = []
-    for d in devices:
-        uses = d.get("consumesCounters")
-        if uses is None or all(u["counterSet"] in keep for u in uses):
-            out.append(d)
-            continue
-        lighter = {k: v for k, v in d.items() if k != "consumesCounters"}
-        if kept := [u for u in uses if u["counterSet"] in keep]:
-            lighter["consumesCounters"] = kept
-        out.append(lighter)
-    return out
+def _reduced(group: GpuDevices) -> GpuDevices:
+    if group.counter_set is None:
+        return group
+    counter_set, devices = reduce_counters(group.counter_set, group.devices)
+    return GpuDevices(group.index, counter_set, devices)
 
 
 def _slice(node_name: str, k: int, generation: int, count: int, body: Json) -> Json:
@@ -145,11 +117,9 @@ def build_slices(
         groups.append(group)
     for group in groups:
         _check(group)
-    built = [d for g in groups for d in g.devices]
-    sets = [g.counter_set for g in groups if g.counter_set is not None]
-    keep = _binding(built, sets)
-    devices = order_devices(_without_idle_counters(built, keep), settings.device_order)
-    counter_sets = [cs for cs in sets if cs["name"] in keep]
+    groups = [_reduced(g) for g in groups]
+    devices = order_devices([d for g in groups for d in g.devices], settings.device_order)
+    counter_sets = [g.counter_set for g in groups if g.counter_set is not None]
     bodies: list[Json] = [
         {"sharedCounters": counter_sets[i : i + MAX_COUNTER_SETS]}
         for i in range(0, len(counter_sets), MAX_COUNTER_SETS)

@@ -109,6 +109,8 @@ def scheduler_args(
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         f"--cert-dir={state_dir / 'run' / 'scheduler'}",
+        # the plane listens on 127.0.0.1 only; the scale bench reads CPU profiles from here
+        "--authorization-always-allow-paths=/healthz,/readyz,/livez,/debug/pprof/*",
         *settings.feature_gates_args(gates),
         "--v=2",
     ]

@@ -74,3 +74,19 @@ def check_slices(slices: Sequence[Json], node: str) -> None:
             for counter, value in use["counters"].items():
                 assert counter in available, f"{d['name']}: no counter {counter}"
                 assert quantity(value["value"]) <= available[counter]
+
+
+def consumption(device: Json, set_name: str) -> dict[str, int]:
+    for use in device.get("consumesCounters") or ():
+        if use["counterSet"] == set_name:
+            return {k: quantity(v["value"]) for k, v in use["counters"].items()}
+    return {}
+
+
+def fits(group: Sequence[Json], set_name: str, limits: dict[str, int]) -> bool:
+    """Whether the devices can be allocated together as far as counter set `set_name` decides."""
+    totals: dict[str, int] = {}
+    for d in group:
+        for k, v in consumption(d, set_name).items():
+            totals[k] = totals.get(k, 0) + v
+    return all(v <= limits.get(k, 0) for k, v in totals.items())

@@ -17,7 +17,7 @@ def test_summary_shows_every_family_per_gpu(capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     for i in range(8):
         assert f"gpu-{i}: gpu 1, vgpu 1, mps 1, mig 25" in out
-        assert f"gpu-{i}-counters: 14 counters" in out
+        assert f"gpu-{i}-counters: 8 counters" in out
     assert "5 slices, 224 devices" in out
 
 

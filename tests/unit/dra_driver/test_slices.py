@@ -8,15 +8,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from inventories import make_gpu, make_inventory
-from slice_checks import check_slices, counter_sets, devices, quantity
+from slice_checks import check_slices, consumption, counter_sets, devices, fits, quantity
 
 from dra_driver import families as registry
 from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.device_order import DeviceOrder
+from dra_driver.devices import gpu_devices
 from dra_driver.errors import MigError
 from dra_driver.families import gpu as whole
 from dra_driver.families import mig, mps, parse_device_name, vgpu
+from dra_driver.families.base import Json
 from dra_driver.families.mig import MigName
 from dra_driver.families.published import attribute_version, pci_bus_id
 from dra_driver.model import Gpu, Inventory, Placement
@@ -128,25 +130,68 @@ def test_instances_tessera_owns_stay_ordinary_placements() -> None:
     assert "consumesCounters" in devs["gpu-0-mig-2g20gb-2"]
 
 
-def test_whole_and_vgpu_consume_every_counter_and_placements_their_slices() -> None:
-    slices = build_slices(make_inventory(make_gpu(0, "H100-80GB-PCIE"), make_gpu(1, "L4")), ALL)
+def full_model(
+    inv: Inventory, settings_: NodeSettings, owned: frozenset[Placement]
+) -> dict[int, tuple[Json | None, tuple[Json, ...]]]:
+    """Per GPU index: the counter set and devices the families describe, before the slices reduce them."""
+    out = {}
+    for g in inv.gpus:
+        group = gpu_devices(g, inv, settings_, owned=owned)
+        out[g.index] = (group.counter_set, group.devices)
+    return out
+
+
+def assert_same_exclusions(
+    inv: Inventory,
+    settings_: NodeSettings,
+    slices: list[dict[str, Any]],
+    *,
+    owned: frozenset[Placement] = frozenset(),
+    up_to: int = 3,
+) -> None:
+    """Every group of up to `up_to` devices of one GPU fits the published counters exactly when it fits
+    the families' full counter model: the reduction changed what is published, not what can be allocated."""
+    published = by_name(slices)
     sets = counter_sets(slices)
+    for index, (full_set, full_devices) in full_model(inv, settings_, owned).items():
+        if full_set is None:
+            continue
+        name = str(full_set["name"])
+        full_limits = {k: quantity(v["value"]) for k, v in full_set["counters"].items()}
+        mine = [d for d in full_devices if str(d["name"]) in published]
+        for size in range(2, up_to + 1):
+            for group in combinations(mine, size):
+                shown = [published[str(d["name"])] for d in group]
+                assert fits(group, name, full_limits) == fits(shown, name, sets.get(name, {})), (
+                    index,
+                    [d["name"] for d in group],
+                )
+
+
+def test_placements_keep_their_memory_slices_and_gpu_wide_devices_hold_them_all() -> None:
+    inv = make_inventory(make_gpu(0, "H100-80GB-PCIE"), make_gpu(1, "L4"))
+    slices = build_slices(inv, ALL)
+    sets = counter_sets(slices)
+    gpu0 = counter_set_name(0)
+    assert sorted(sets[gpu0]) == [f"memory-slice-{k}" for k in range(7)] + ["ofa-engines"]
     for name, d in by_name(slices).items():
-        (use,) = d["consumesCounters"]
-        consumed = {k: quantity(v["value"]) for k, v in use["counters"].items()}
         parsed = parse_device_name(name)
-        assert use["counterSet"] == counter_set_name(parsed.index)
-        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME):
-            assert consumed == sets[use["counterSet"]]
+        consumed = consumption(d, counter_set_name(parsed.index))
+        if parsed.index == 1:
+            # L4: whole, vgpu and MPS exclude each other through one counter
+            assert len(consumed) == 1 and len(sets[counter_set_name(1)]) == 1
+        elif parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME):
+            assert set(consumed) == {f"memory-slice-{k}" for k in range(7)}
         else:
             assert isinstance(parsed.detail, MigName)
             profile, start = parsed.detail.profile, parsed.detail.start
             size = {"1g": 1, "2g": 2, "3g": 4, "4g": 4, "7g": 8}[profile[:2]]
             if profile == "1g.20gb":
                 size = 2
-            slices_used = {k for k in consumed if k.startswith("memory-slice-")}
-            assert slices_used == {f"memory-slice-{k}" for k in range(start, start + size)}
-    assert "memory-slice-0" not in sets[counter_set_name(1)]  # the L4 has a set, without MIG slices
+            covered = {f"memory-slice-{k}" for k in range(start, start + size)} - {"memory-slice-7"}
+            assert {k for k in consumed if k.startswith("memory-slice-")} == covered
+            assert ("ofa-engines" in consumed) == profile.endswith("+me")
+    assert_same_exclusions(inv, ALL, slices)
 
 
 def test_family_settings() -> None:
@@ -332,9 +377,6 @@ def test_random_inventories_respect_every_limit(
         static = "gpu.tessera.dev/migStatic" in d["attributes"]
         profile = parsed.detail.profile if isinstance(parsed.detail, MigName) else None
         assert profile is None or static or settings_.publishes_profile(profile)
-        if parsed.family.name in (whole.NAME, vgpu.NAME, mps.NAME) and "consumesCounters" in d:
-            (use,) = d["consumesCounters"]
-            assert {k: quantity(v["value"]) for k, v in use["counters"].items()} == sets[use["counterSet"]]
     # every published set can bind: its devices together want more than it holds
     demand: dict[str, Count[str]] = {}
     for d in devices(slices):
@@ -352,6 +394,8 @@ def test_random_inventories_respect_every_limit(
             assert "consumesCounters" in d, d["name"]
     if degraded:
         assert sets == {}
+    else:
+        assert_same_exclusions(inv, settings_, slices, owned=owned, up_to=2)
 
 
 def sim_node(product_key: str, admin: tuple[tuple[str, int], ...]) -> SimulatedNode:
