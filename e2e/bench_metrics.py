@@ -29,11 +29,11 @@ from pathlib import Path
 
 from dra_driver.backends.simulated import SimulatedBackend
 from e2e.interceptor_programs import TCUDA, container_view, env, start
-from kubelet_plugin import claim_processes
-from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.node_metrics import NodeMetrics, NodeSources
-from kubelet_plugin.paths import PluginPaths
-from kubelet_plugin.wiring import scrape
+from kubelet_plugin.claims import claim_processes
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
+from kubelet_plugin.serving.wiring import scrape
 from tests.support.claim_files import DirectoryClaimSource
 from tests.support.kubelet_client import DraClient, register, wait_for_socket
 from tests.support.sample_claims import claim_ref, vgpu_claim

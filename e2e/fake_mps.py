@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 from e2e.fake_nvml import FAKE_LIBRARY_DIR
-from kubelet_plugin.mps_control import LONGEST_SOCKET, SOCKET_PATH_MAX, MpsControl
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.hosts.mps.control import LONGEST_SOCKET, SOCKET_PATH_MAX, MpsControl
+from kubelet_plugin.node.paths import PluginPaths
 
 FAKE_MPS_CONTROL = FAKE_LIBRARY_DIR / "nvidia-cuda-mps-control"
 

@@ -17,7 +17,7 @@ from dra_driver.names import Attr, qualified
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
 from e2e.controlplane.nodes import create_node, delete_node
-from kubelet_plugin.publisher import SlicePublisher
+from kubelet_plugin.publish.publisher import SlicePublisher
 
 Json = dict[str, Any]
 NODES_DIR = Path(__file__).resolve().parent / "nodes"

@@ -25,17 +25,17 @@ import structlog
 
 from dra_driver.errors import ConfigError, StorageError, TesseraError
 from dra_driver.logs import configure
-from kubelet_plugin.cleanup_marker import cleanup_done_file
-from kubelet_plugin.cleanup_plan import PendingClaim
 from kubelet_plugin.daemon import STOP_GRACE_S, add_arguments, options_from, stop_on_signals
-from kubelet_plugin.file_modes import set_umask
-from kubelet_plugin.options import DaemonOptions
-from kubelet_plugin.sockets import PluginLock
+from kubelet_plugin.node.file_modes import set_umask
+from kubelet_plugin.node.sockets import PluginLock
+from kubelet_plugin.removal.cleanup_marker import cleanup_done_file
+from kubelet_plugin.removal.cleanup_plan import PendingClaim
+from kubelet_plugin.serving.options import DaemonOptions
 
 if TYPE_CHECKING:
-    from kubelet_plugin.prepare import Preparer
-    from kubelet_plugin.removal_record import RecordedState
-    from kubelet_plugin.wiring import ClaimAccess, ClaimsFrom
+    from kubelet_plugin.claims.prepare import Preparer
+    from kubelet_plugin.removal.removal_record import RecordedState
+    from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom
 
 EXIT_CLEAN, EXIT_PENDING, EXIT_FAILED = 0, 1, 2
 log = structlog.get_logger(__name__)
@@ -74,7 +74,7 @@ def run_from_args(args: argparse.Namespace, *, claims: ClaimsFrom | None = None)
     configure(level=options.log_level, fmt="json" if options.log_format == "json" else "console")
     if args.once or args.dry_run:
         return once(options, dry_run=args.dry_run, claims=claims)
-    from kubelet_plugin.wiring import claim_access  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.serving.wiring import claim_access  # noqa: PLC0415 - keeps `--help` fast
 
     done_file = args.done_file or cleanup_done_file(options.root)
     return serve(options, claims=claims or claim_access, done_file=done_file)
@@ -100,8 +100,8 @@ def _refusal(*, pending: tuple[PendingClaim, ...], serving: tuple[str, ...]) -> 
 
 
 def _access(options: DaemonOptions, claims: ClaimsFrom | None) -> ClaimAccess:
-    from kubelet_plugin.cleanup_node import offline_access  # noqa: PLC0415 - keeps `--help` fast
-    from kubelet_plugin.wiring import claim_access  # noqa: PLC0415
+    from kubelet_plugin.removal.cleanup_node import offline_access  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.serving.wiring import claim_access  # noqa: PLC0415
 
     if claims is not None:
         return claims(options)
@@ -113,7 +113,7 @@ def _access(options: DaemonOptions, claims: ClaimsFrom | None) -> ClaimAccess:
 
 
 def once(options: DaemonOptions, *, dry_run: bool, claims: ClaimsFrom | None = None) -> int:
-    from kubelet_plugin.cleanup_node import open_backend_of, open_preparer  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.removal.cleanup_node import open_backend_of, open_preparer  # noqa: PLC0415 - keeps `--help` fast
 
     backend = open_backend_of(options)
     try:
@@ -127,7 +127,7 @@ def once(options: DaemonOptions, *, dry_run: bool, claims: ClaimsFrom | None = N
 
 
 def _dry_run(state: RecordedState) -> int:
-    from kubelet_plugin.node_sweep import planned  # noqa: PLC0415
+    from kubelet_plugin.removal.node_sweep import planned  # noqa: PLC0415
 
     try:
         plan = planned(state)
@@ -143,9 +143,9 @@ def _dry_run(state: RecordedState) -> int:
 
 
 def _clean(preparer: Preparer) -> int:
-    from kubelet_plugin.cleanup_node import settle_claims  # noqa: PLC0415
-    from kubelet_plugin.node_sweep import sweep  # noqa: PLC0415
-    from kubelet_plugin.removal_record import RecordedState, distinct  # noqa: PLC0415
+    from kubelet_plugin.removal.cleanup_node import settle_claims  # noqa: PLC0415
+    from kubelet_plugin.removal.node_sweep import sweep  # noqa: PLC0415
+    from kubelet_plugin.removal.removal_record import RecordedState, distinct  # noqa: PLC0415
 
     state = preparer.state
     assert isinstance(state, RecordedState)
@@ -173,7 +173,7 @@ def _clean(preparer: Preparer) -> int:
 
 def serve(options: DaemonOptions, *, claims: ClaimsFrom, done_file: Path) -> int:
     """Run until SIGTERM/SIGINT; 1 when the instance cannot start."""
-    from kubelet_plugin.cleanup_node import CleanupNode  # noqa: PLC0415
+    from kubelet_plugin.removal.cleanup_node import CleanupNode  # noqa: PLC0415
 
     set_umask()
     stop = stop_on_signals()

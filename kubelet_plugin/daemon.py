@@ -1,4 +1,4 @@
-"""The node daemon's command line and life cycle (`kubelet_plugin.wiring` assembles the parts).
+"""The node daemon's command line and life cycle (`kubelet_plugin.serving.wiring` assembles the parts).
 
 Start: `tessera plugin --node-name N [...]` or `python -m kubelet_plugin.daemon --node-name N [...]`.
 SIGTERM or SIGINT stops it gracefully: the sockets go away, calls in flight get `STOP_GRACE_S` to finish.
@@ -20,10 +20,11 @@ import structlog
 
 from dra_driver.errors import ConfigError, TesseraError
 from dra_driver.logs import configure
-from kubelet_plugin.file_modes import UMASK, set_umask
-from kubelet_plugin.metrics_server import parse_address
-from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_CONTROL_TOOL
-from kubelet_plugin.options import (
+from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
+from kubelet_plugin.node.file_modes import UMASK, set_umask
+from kubelet_plugin.observability.metrics_server import parse_address
+from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
+from kubelet_plugin.serving.options import (
     HEALTH_INTERVAL_S,
     LOG_FORMAT,
     LOG_LEVEL,
@@ -32,11 +33,10 @@ from kubelet_plugin.options import (
     add_path_arguments,
     with_paths,
 )
-from kubelet_plugin.probe import add_probe_command
-from kubelet_plugin.steps import NO_OBSERVER, StepObserver
+from kubelet_plugin.serving.probe import add_probe_command
 
 if TYPE_CHECKING:
-    from kubelet_plugin.wiring import ClaimsFrom
+    from kubelet_plugin.serving.wiring import ClaimsFrom
 
 STOP_GRACE_S = 5.0
 log = structlog.get_logger(__name__)
@@ -211,7 +211,7 @@ def stop_on_signals() -> threading.Event:
 def run(
     options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom | None = None
 ) -> int:
-    from kubelet_plugin.wiring import Node, claim_access  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.serving.wiring import Node, claim_access  # noqa: PLC0415 - keeps `--help` fast
 
     inherited = set_umask()
     if inherited != UMASK:

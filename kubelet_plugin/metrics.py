@@ -1,8 +1,8 @@
 """The node daemon's own Prometheus metrics: what its parts count as they work (docs/metrics.md).
 
 One registry per process (`REGISTRY`); the scrape-time families of allocation, usage and health are added to
-it by `kubelet_plugin.node_metrics`. Every name has the `tessera_` prefix and a base unit; counters end in
-`_total`. The parts call the small functions below, so none of them imports prometheus_client.
+it by `kubelet_plugin.observability.node_metrics`. Every name has the `tessera_` prefix and a base unit;
+counters end in `_total`. The parts call the small functions below, so none of them imports prometheus_client.
 """
 
 from __future__ import annotations

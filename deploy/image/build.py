@@ -47,7 +47,7 @@ PRODUCT = ("dra_driver", "kubelet_plugin", "cdi")
 SMOKE = (
     ("tessera", "--help"),
     ("tessera", "plugin", "--help"),
-    ("python3", "-c", "import kubelet_plugin.wiring, dra_driver.backends.nvml"),
+    ("python3", "-c", "import kubelet_plugin.serving.wiring, dra_driver.backends.nvml"),
 )
 MMDEBSTRAP_HOOKS = "/usr/share/mmdebstrap/hooks"
 _APP_VERSION = re.compile(r'^appVersion:\s*"?([^"\s]+)"?\s*$', re.MULTILINE)

@@ -4,9 +4,10 @@ DeviceClass `mps.tessera.dev`, config kind `MpsConfig`. docs/mps.md.
 One multi-allocatable device per GPU (Volta or newer), with the same consumable capacity as `vgpu`: every
 claim takes one share with the memory and SM share it asks for, and consumes the GPU's counters, so MPS, vgpu,
 whole GPUs and MIG exclude each other on one GPU through the scheduler. The claims on a GPU are clients of one
-MPS control daemon (the host part, kubelet_plugin/hosts/mps.py) and run concurrently: `cores` becomes the
-client's active thread percentage and `memory` its pinned device memory limit, and the interception library
-accounts the claim's memory exactly (it sets no SM limit of its own: MPS divides the SMs).
+MPS control daemon (the host part, kubelet_plugin/hosts/mps/__init__.py) and run concurrently: `cores`
+becomes the client's active thread percentage and `memory` its pinned device memory limit, and the
+interception library accounts the claim's memory exactly (it sets no SM limit of its own: MPS divides the
+SMs).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class MpsClient:
 @dataclass(frozen=True, slots=True)
 class MpsPipe:
     """What the host part made for a device: the host path of the claim's client directory for its GPU's MPS
-    control daemon (a link to the daemon's `control` socket; kubelet_plugin/mps_clients.py)."""
+    control daemon (a link to the daemon's `control` socket; kubelet_plugin/hosts/mps/clients.py)."""
 
     host_dir: str
 

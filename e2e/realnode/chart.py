@@ -31,7 +31,7 @@ from e2e.plugin_identity import SYSTEM_NS
 from e2e.realnode.driver import FakeDriverRoot
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.pod_logs import parse_cri_log
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.node.paths import PluginPaths
 
 log = structlog.get_logger(__name__)
 

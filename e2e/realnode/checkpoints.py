@@ -11,8 +11,8 @@ from typing import Any
 
 from dra_driver.names import DRIVER_NAME
 from e2e.realnode.errors import RealNodeError
-from kubelet_plugin.checkpoint import ClaimState
-from kubelet_plugin.checkpoint_store import CheckpointStore
+from kubelet_plugin.record.checkpoint import ClaimState
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
 
 KUBELET_CHECKPOINT_KIND = "DRACheckpoint"
 

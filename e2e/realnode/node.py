@@ -54,7 +54,7 @@ from e2e.realnode.errors import RealNodeError
 from e2e.realnode.metrics import DraCounts, fetch_metrics, parse_dra_counts
 from e2e.realnode.namespaces import NodeNamespaces, NodeProcess
 from e2e.realnode.pod_logs import container_log_dir, probe_report
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.node.paths import PluginPaths
 
 log = structlog.get_logger(__name__)
 

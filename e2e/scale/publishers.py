@@ -27,8 +27,8 @@ from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.logs import configure
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from kubelet_plugin.publisher import SlicePublisher
-from kubelet_plugin.wiring import load_settings
+from kubelet_plugin.publish.publisher import SlicePublisher
+from kubelet_plugin.serving.wiring import load_settings
 
 log = structlog.get_logger(__name__)
 

@@ -31,8 +31,8 @@ from e2e.kube import Json, get_pod, wait_for
 from e2e.node import NODES_DIR, REPO_ROOT, SimNode
 from e2e.scenarios.probes import apply, claim_of, results, running
 from e2e.testbed import SimCluster, start_node
-from kubelet_plugin.health_events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON
-from kubelet_plugin.node_events import EVENT_NAMESPACE
+from kubelet_plugin.health.events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON
+from kubelet_plugin.node.events import EVENT_NAMESPACE
 
 pytestmark = pytest.mark.e2e
 

@@ -29,7 +29,7 @@ from e2e.scenarios.probes import (
     stays_pending,
 )
 from e2e.testbed import SimCluster
-from kubelet_plugin.mps_control import MpsControl
+from kubelet_plugin.hosts.mps.control import MpsControl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -37,7 +37,7 @@ from e2e.scenarios.probes import (
     unschedulable_message,
 )
 from e2e.testbed import SimCluster
-from kubelet_plugin.gpu_view import GpuView
+from kubelet_plugin.library.gpu_view import GpuView
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -4,7 +4,7 @@
  * an OFD lock on byte 2^30 - 1; byte 2^30 + i is slot i's liveness lock.
  * Version 2 (1 had a 128-byte tr_gpu without the usage counters and a robust
  * mutex in the header). Any change to this layout must bump TR_VERSION. The node daemon reads it too (metrics,
- * the priority relay): kubelet_plugin/region.py mirrors this layout. */
+ * the priority relay): kubelet_plugin/library/region.py mirrors this layout. */
 #ifndef TESSERA_REGION_H
 #define TESSERA_REGION_H
 

@@ -8,7 +8,7 @@
  *   every frame in which its kernels run. Claims with an SM share get disjoint
  *   parts, so none ever waits behind another's timeslices.
  * Fixed-width fields, magic "TSGPUVW", version 1, in a 4096-byte file;
- * kubelet_plugin/gpu_view.py writes it. The schedule is written under a
+ * kubelet_plugin/library/gpu_view.py writes it. The schedule is written under a
  * sequence lock: seq is odd while it changes. */
 #ifndef TESSERA_VIEW_H
 #define TESSERA_VIEW_H

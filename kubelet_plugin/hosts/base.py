@@ -15,10 +15,10 @@ from dra_driver.backends.base import GpuBackend
 from dra_driver.families.base import PlannedDevice
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.host_launch import HostLauncher
-from kubelet_plugin.paths import PluginPaths
-from kubelet_plugin.steps import StepObserver
+from kubelet_plugin.node.host_launch import HostLauncher
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.record.steps import StepObserver
 
 
 @dataclass(frozen=True, slots=True)

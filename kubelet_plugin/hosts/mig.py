@@ -17,9 +17,9 @@ from dra_driver.families.base import PlannedDevice
 from dra_driver.families.mig import NAME, MigAction, MigRecord, mig_mode_restore, mig_plan
 from dra_driver.model import Inventory, MigInstance
 from dra_driver.names import ClaimUID, DeviceName, GpuUUID
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed
-from kubelet_plugin.steps import Step
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.record.steps import Step
 
 log = structlog.get_logger(__name__)
 

@@ -30,11 +30,11 @@ from dra_driver.families import mig
 from dra_driver.files import fsync_count, is_temp
 from dra_driver.logs import configure
 from dra_driver.names import SHARED_DIR_NAME
-from kubelet_plugin.claims import NullClaimStatusWriter
-from kubelet_plugin.node_state import NodeState
-from kubelet_plugin.paths import PluginPaths
-from kubelet_plugin.prepare import Preparer
-from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.claims.api import NullClaimStatusWriter
+from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.prepare import Preparer
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.record.results import ClaimRef
 from tests.support.claim_files import DirectoryClaimSource
 from tests.support.kubelet_client import DraClient, register, wait_for_socket
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim

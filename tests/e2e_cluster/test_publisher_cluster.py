@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from kubelet_plugin.publisher import SlicePublisher, with_probe_taint
+from kubelet_plugin.publish.publisher import SlicePublisher, with_probe_taint
 
 pytestmark = pytest.mark.e2e
 NODES = Path(__file__).resolve().parents[2] / "e2e" / "nodes"

@@ -33,15 +33,15 @@ from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
 from e2e.controlplane.releases import legacy_release
-from kubelet_plugin.node_events import EVENT_NAMESPACE
-from kubelet_plugin.options import DaemonOptions
-from kubelet_plugin.publisher import (
+from kubelet_plugin.node.events import EVENT_NAMESPACE
+from kubelet_plugin.publish.publisher import (
     DEGRADED_REASON,
     TAINTS_DROPPED_REASON,
     SlicePublisher,
     with_probe_taint,
 )
-from kubelet_plugin.wiring import Node
+from kubelet_plugin.serving.options import DaemonOptions
+from kubelet_plugin.serving.wiring import Node
 from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e

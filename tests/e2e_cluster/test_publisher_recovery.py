@@ -24,8 +24,8 @@ from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
 from e2e.kube import wait_for
-from kubelet_plugin.health import HealthBoard, InventoryHealthPoller
-from kubelet_plugin.publisher import SlicePublisher
+from kubelet_plugin.health.service import HealthBoard, InventoryHealthPoller
+from kubelet_plugin.publish.publisher import SlicePublisher
 
 pytestmark = pytest.mark.e2e
 NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"

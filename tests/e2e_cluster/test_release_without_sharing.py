@@ -26,8 +26,8 @@ from e2e.kube import get_claim, get_pod, is_running, wait_for, wait_running
 from e2e.node import driver_slices
 from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 from e2e.verdicts import explain_verdict
-from kubelet_plugin.node_events import EVENT_NAMESPACE, SHARING_UNENFORCED_REASON
-from kubelet_plugin.publisher import DEGRADED_REASON, RESTORED_REASON
+from kubelet_plugin.node.events import EVENT_NAMESPACE, SHARING_UNENFORCED_REASON
+from kubelet_plugin.publish.publisher import DEGRADED_REASON, RESTORED_REASON
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 LEGACY = legacy_release()

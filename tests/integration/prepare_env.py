@@ -23,14 +23,14 @@ from dra_driver.model import Inventory
 from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from e2e.fake_mps import FAKE_MPS_CONTROL
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.claims import NullClaimStatusWriter
-from kubelet_plugin.mps_control import DEFAULT_TOOL as MPS_TOOL_NAME
-from kubelet_plugin.node_state import NodeState
-from kubelet_plugin.paths import PluginPaths
-from kubelet_plugin.prepare import Preparer
-from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.steps import NO_OBSERVER
+from kubelet_plugin.claims.api import NullClaimStatusWriter
+from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.prepare import Preparer
+from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_TOOL_NAME
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.record.results import ClaimRef
+from kubelet_plugin.record.steps import NO_OBSERVER
 from tests.support.claim_files import DirectoryClaimSource
 from tests.support.faults import Faults
 
@@ -172,7 +172,7 @@ class Env:
             time.sleep(0.01)
 
     def checkpoint(self) -> Checkpoint:
-        from kubelet_plugin.checkpoint_store import CheckpointStore  # noqa: PLC0415
+        from kubelet_plugin.record.checkpoint_store import CheckpointStore  # noqa: PLC0415
 
         return CheckpointStore(path=self.paths.checkpoint_file).load(boot_id="none")
 

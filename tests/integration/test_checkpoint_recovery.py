@@ -20,9 +20,9 @@ from test_crash import node_state
 
 from dra_driver.backends import open_backend
 from dra_driver.families import mig as mig_family
-from kubelet_plugin.checkpoint import ClaimState
-from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.record.checkpoint import ClaimState
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
+from kubelet_plugin.record.results import ClaimRef
 from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 

@@ -22,12 +22,12 @@ from dra_driver.families import mig, mps, vgpu
 from dra_driver.names import GpuUUID
 from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
 from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1
-from kubelet_plugin.cleanup_marker import cleanup_done, cleanup_done_file
-from kubelet_plugin.cleanup_node import REMOVAL_MESSAGE
-from kubelet_plugin.host_process import wait_gone
-from kubelet_plugin.mps_control import MpsControl
-from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.steps import Step
+from kubelet_plugin.hosts.mps.control import MpsControl
+from kubelet_plugin.node.host_process import wait_gone
+from kubelet_plugin.record.results import ClaimRef
+from kubelet_plugin.record.steps import Step
+from kubelet_plugin.removal.cleanup_marker import cleanup_done, cleanup_done_file
+from kubelet_plugin.removal.cleanup_node import REMOVAL_MESSAGE
 from tests.support.faults import Faults
 from tests.support.kubelet_client import DraClient, register
 from tests.support.sample_claims import allocated_claim, claim_ref

@@ -18,9 +18,9 @@ import pytest
 from plugin_process import NODE, PluginProcess, cleanup, node_backend
 
 from dra_driver.names import DRIVER_NAME
-from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.steps import Step
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
+from kubelet_plugin.record.results import ClaimRef
+from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults
 from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import claim_ref

@@ -13,9 +13,9 @@ import pytest
 
 from dra_driver.sm_schedule import SharingClaim, schedule
 from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
-from kubelet_plugin.gpu_view import GpuView
-from kubelet_plugin.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
-from kubelet_plugin.region import GPU, GPUS_OFFSET, REGION_FILE_NAME, read_region
+from kubelet_plugin.hosts.vgpu.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
+from kubelet_plugin.library.gpu_view import GpuView
+from kubelet_plugin.library.region import GPU, GPUS_OFFSET, REGION_FILE_NAME, read_region
 
 # SM shares are wall-clock measurements that a busy machine only lowers: like the library's own tests, the
 # checks are ceilings (never more than the share + 5) and floors far below (clearly used); a miss is retried.

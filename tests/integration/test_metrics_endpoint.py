@@ -22,8 +22,8 @@ from cdi.writer import read_spec
 from dra_driver.names import container_claim_dir
 from e2e.bench_metrics import metrics_for
 from e2e.interceptor_programs import TCUDA, container_view, env, start
-from kubelet_plugin import claim_processes
-from kubelet_plugin.region import GPU, GPUS_OFFSET, MAX_PROCS, PROC, PROCS_OFFSET, read_region
+from kubelet_plugin.claims import claim_processes
+from kubelet_plugin.library.region import GPU, GPUS_OFFSET, MAX_PROCS, PROC, PROCS_OFFSET, read_region
 from tests.support import tenant_container
 from tests.support.kubelet_client import DraClient
 from tests.support.sample_claims import claim_ref, vgpu_claim

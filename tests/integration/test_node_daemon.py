@@ -19,9 +19,9 @@ from dra_driver.families import mig as mig_family
 from dra_driver.families import mps
 from dra_driver.names import cdi_device_name, cdi_qualified_name
 from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
-from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.mps_control import MpsControl
+from kubelet_plugin.hosts.mps.control import MpsControl
 from kubelet_plugin.proto.gen import health_v1_pb2
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from tests.support.kubelet_client import DraClient, register
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 

@@ -12,10 +12,10 @@ from prepare_env import BACKENDS, POOL, Env, backend_env, claim, mig_records, op
 
 from dra_driver.families import mig as mig_family
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID
-from kubelet_plugin.checkpoint import ClaimState
-from kubelet_plugin.gpu_view import GpuView
-from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.steps import Step
+from kubelet_plugin.library.gpu_view import GpuView
+from kubelet_plugin.record.checkpoint import ClaimState
+from kubelet_plugin.record.results import ClaimRef
+from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults
 
 

@@ -15,10 +15,10 @@ from prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, 
 
 from dra_driver.families import mig as mig_family
 from dra_driver.names import ClaimUID, cdi_spec_file_name
-from kubelet_plugin.checkpoint import ClaimState
-from kubelet_plugin.reconcile import reconcile
-from kubelet_plugin.results import ClaimRef
-from kubelet_plugin.steps import Step
+from kubelet_plugin.claims.reconcile import reconcile
+from kubelet_plugin.record.checkpoint import ClaimState
+from kubelet_plugin.record.results import ClaimRef
+from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults
 
 

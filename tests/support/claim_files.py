@@ -15,9 +15,9 @@ import yaml
 
 from dra_driver.errors import ClaimError, ClaimNotFoundError
 from dra_driver.files import atomic_write, remove_durably
-from kubelet_plugin.claims import NullClaimStatusWriter, claim_from_dict, to_api_dict
-from kubelet_plugin.options import DaemonOptions
-from kubelet_plugin.wiring import ClaimAccess, ClaimsFrom, api_client
+from kubelet_plugin.claims.api import NullClaimStatusWriter, claim_from_dict, to_api_dict
+from kubelet_plugin.serving.options import DaemonOptions
+from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom, api_client
 
 
 class DirectoryClaimSource:

@@ -1,7 +1,7 @@
 """Fault injection for crash tests: die (SIGKILL) when a claim reaches a named step of prepare/unprepare, or
 make its CDI spec write fail with ENOSPC half-way.
 
-An observer of the daemon's steps (`kubelet_plugin.steps.StepObserver`). A daemon started through
+An observer of the daemon's steps (`kubelet_plugin.record.steps.StepObserver`). A daemon started through
 `python -m tests.support.daemon` reads it from its environment: `TESSERA_FAULT=<name>[,<name>...]` (step
 names, plus `disk-full-cdi`) and optionally `TESSERA_FAULT_CLAIM=<uid>` to fire only for one claim.
 """
@@ -18,7 +18,7 @@ import structlog
 
 from dra_driver.files import WriteFault
 from dra_driver.names import ClaimUID
-from kubelet_plugin.steps import Step
+from kubelet_plugin.record.steps import Step
 
 FAULT_ENV = "TESSERA_FAULT"
 FAULT_CLAIM_ENV = "TESSERA_FAULT_CLAIM"

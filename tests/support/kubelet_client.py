@@ -25,7 +25,7 @@ from kubelet_plugin.proto.gen import (
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
-from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.record.results import ClaimRef
 
 KUBELET_TIMEOUT_S = 45.0
 

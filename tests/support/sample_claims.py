@@ -11,7 +11,7 @@ from typing import Any
 
 from dra_driver.families import vgpu
 from dra_driver.names import DRIVER_NAME, ClaimUID, Family, device_class_name
-from kubelet_plugin.results import ClaimRef
+from kubelet_plugin.record.results import ClaimRef
 
 REQUEST = "gpu"
 

@@ -10,9 +10,9 @@ import pytest
 from dra_driver.names import ClaimUID
 from e2e.realnode.checkpoints import kubelet_claim_pods, kubelet_prepared, plugin_entries, plugin_prepared
 from e2e.realnode.errors import RealNodeError
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState
-from kubelet_plugin.checkpoint_store import CheckpointStore
-from kubelet_plugin.results import PreparedDevice
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
+from kubelet_plugin.record.results import PreparedDevice
 
 UID = "697be8bd-8ca7-4b03-b01c-42cc59196c4f"
 SHARE = "87faf374-434e-4e05-84a2-2e75d8435980"

@@ -16,7 +16,7 @@ from e2e.realnode.config import (
     containerd_config,
     kubelet_config,
 )
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.node.paths import PluginPaths
 
 LAYOUT = NodeLayout(root=Path("/tmp/rnabc"))
 

@@ -23,8 +23,8 @@ from e2e.realnode.node import RealNode
 from e2e.realnode.upgrade import roll
 from e2e.realnode.workloads import ProbeContainer, claim_template, mps, probe_pod
 from e2e.testbed import SimCluster
-from kubelet_plugin.mps_control import MpsControl
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.hosts.mps.control import MpsControl
+from kubelet_plugin.node.paths import PluginPaths
 
 from .helpers import apply, delete_pod, mounts, report, results, running
 

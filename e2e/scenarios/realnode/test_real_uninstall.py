@@ -23,7 +23,7 @@ from e2e.realnode.chart import CLEANUP_LABELS, CLEANUP_RELEASE
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, mps, probe_pod
 from e2e.testbed import SimCluster
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.node.paths import PluginPaths
 
 from .helpers import apply, report, running
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kubelet_plugin.metrics import REGISTRY
-from kubelet_plugin.node_metrics import FAMILIES
+from kubelet_plugin.observability.node_metrics import FAMILIES
 
 ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "deploy" / "grafana" / "tessera-gpus.json"

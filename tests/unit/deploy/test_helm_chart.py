@@ -16,8 +16,8 @@ from dra_driver.families import gpu as whole
 from dra_driver.families import mig, vgpu
 from dra_driver.settings import NodeSettings
 from e2e.controlplane.releases import default_version
-from kubelet_plugin.cleanup_marker import CLEANUP_DONE_FILE
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.removal.cleanup_marker import CLEANUP_DONE_FILE
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"

@@ -107,7 +107,11 @@ def permissions_of(call: Call) -> set[Permission]:
 
 
 def plugin_sources() -> dict[str, str]:
-    return {str(p.relative_to(ROOT)): p.read_text(encoding="utf-8") for p in sorted(PLUGIN.glob("*.py"))}
+    return {
+        str(p.relative_to(ROOT)): p.read_text(encoding="utf-8")
+        for p in sorted(PLUGIN.rglob("*.py"))
+        if "proto" not in p.parts
+    }
 
 
 def granted() -> set[Permission]:

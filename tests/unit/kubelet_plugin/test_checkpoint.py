@@ -12,7 +12,7 @@ from dra_driver.families.mig import MigRecord
 from dra_driver.families.vgpu import GpuShare
 from dra_driver.model import Placement
 from dra_driver.names import ClaimUID, GpuUUID
-from kubelet_plugin.checkpoint import (
+from kubelet_plugin.record.checkpoint import (
     API_VERSION,
     KIND,
     Checkpoint,
@@ -22,8 +22,8 @@ from kubelet_plugin.checkpoint import (
     encode,
     records_of,
 )
-from kubelet_plugin.checkpoint_store import CheckpointStore, read_boot_id
-from kubelet_plugin.results import PreparedDevice
+from kubelet_plugin.record.checkpoint_store import CheckpointStore, read_boot_id
+from kubelet_plugin.record.results import PreparedDevice
 
 DATA = Path(__file__).parent / "data"
 

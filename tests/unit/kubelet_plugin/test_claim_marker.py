@@ -11,8 +11,13 @@ from dra_driver.families import mig
 from dra_driver.families.mig import MigRecord
 from dra_driver.model import Placement
 from dra_driver.names import ClaimUID, GpuUUID
-from kubelet_plugin.checkpoint import ClaimEntry, ClaimState, records_of
-from kubelet_plugin.claim_marker import ENTRY_ANNOTATION, marker_annotations, owned_annotation, parse_marker
+from kubelet_plugin.record.checkpoint import ClaimEntry, ClaimState, records_of
+from kubelet_plugin.record.claim_marker import (
+    ENTRY_ANNOTATION,
+    marker_annotations,
+    owned_annotation,
+    parse_marker,
+)
 
 MIG_MODE_ANNOTATION = "gpu.tessera.dev/mig-mode-owned"  # the name the first layout wrote; specs outlive us
 ENTRY = ClaimEntry(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kubelet_plugin.claim_processes import (
+from kubelet_plugin.claims.claim_processes import (
     ClaimProcess,
     ProcessTable,
     by_slot,
@@ -23,7 +23,7 @@ from kubelet_plugin.claim_processes import (
     scan,
     start_time,
 )
-from kubelet_plugin.region import MAX_PROCS, SLOT_LOCK_BASE
+from kubelet_plugin.library.region import MAX_PROCS, SLOT_LOCK_BASE
 
 A = "a" * 56 + "0123abcd"
 B = "f" * 64

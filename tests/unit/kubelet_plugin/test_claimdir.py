@@ -9,8 +9,8 @@ import pytest
 
 from dra_driver.errors import StorageError
 from dra_driver.names import ClaimUID
-from kubelet_plugin.claimdir import ClaimDirs
-from kubelet_plugin.tree_sweeper import TreeSweeper
+from kubelet_plugin.claims.claimdir import ClaimDirs
+from kubelet_plugin.claims.tree_sweeper import TreeSweeper
 
 
 def test_write_rewrite_remove(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from kubelet_plugin.claims import DeviceStatus, claim_from_dict, status_devices, to_api_dict
+from kubelet_plugin.claims.api import DeviceStatus, claim_from_dict, status_devices, to_api_dict
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 CLAIM = {

@@ -9,7 +9,7 @@ import pytest
 
 from dra_driver.cli import build_parser
 from kubelet_plugin.daemon import add_arguments, options_from
-from kubelet_plugin.options import DaemonOptions
+from kubelet_plugin.serving.options import DaemonOptions
 
 
 def parse(*argv: str) -> DaemonOptions:

@@ -15,14 +15,14 @@ import pytest
 
 from dra_driver.errors import ClaimNotFoundError
 from dra_driver.names import ClaimUID, cdi_device_name, cdi_qualified_name
-from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
-from kubelet_plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.health.service import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.proto.gen import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
-from kubelet_plugin.registration import RegistrationServicer
-from kubelet_plugin.results import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
-from kubelet_plugin.server import PluginServer, Services
-from kubelet_plugin.sockets import PluginLock
+from kubelet_plugin.record.results import ClaimRef, PreparedDevice, PrepareResult, UnprepareResult
+from kubelet_plugin.serving.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
+from kubelet_plugin.serving.registration import RegistrationServicer
+from kubelet_plugin.serving.server import PluginServer, Services
 
 
 class LedgerPreparer:

@@ -17,7 +17,7 @@ import pytest
 from dra_driver.errors import InventoryError
 from dra_driver.model import Architecture, DeviceNode, Gpu, Inventory, MigProfile
 from dra_driver.names import GpuUUID
-from kubelet_plugin.health import (
+from kubelet_plugin.health.service import (
     DeviceHealthState,
     Health,
     HealthBoard,

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import MpsError
-from kubelet_plugin.driver_setup import driver_setup
-from kubelet_plugin.host_launch import HostLauncher
-from kubelet_plugin.options import DaemonOptions
+from kubelet_plugin.node.host_launch import HostLauncher
+from kubelet_plugin.serving.driver_setup import driver_setup
+from kubelet_plugin.serving.options import DaemonOptions
 from tests.support.driver_root import install_driver as install
 
 

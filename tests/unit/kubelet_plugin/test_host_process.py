@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kubelet_plugin.host_process import end_process, is_live_process, wait_gone
+from kubelet_plugin.node.host_process import end_process, is_live_process, wait_gone
 
 
 def test_a_process_is_ours_only_with_our_environment_entry() -> None:

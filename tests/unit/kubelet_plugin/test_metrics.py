@@ -9,8 +9,8 @@ from dra_driver.gpu_health import GpuCondition
 from dra_driver.model import FaultKind, GpuFault
 from dra_driver.names import GpuUUID
 from kubelet_plugin import metrics
-from kubelet_plugin.health_events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON, change_message
-from kubelet_plugin.metrics_server import parse_address
+from kubelet_plugin.health.events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON, change_message
+from kubelet_plugin.observability.metrics_server import parse_address
 
 
 def test_addresses() -> None:
@@ -58,7 +58,7 @@ def test_a_taken_port_is_retried_until_the_other_instance_lets_it_go() -> None:
     import time  # noqa: PLC0415
     import urllib.request  # noqa: PLC0415
 
-    from kubelet_plugin.metrics_server import MetricsServer  # noqa: PLC0415
+    from kubelet_plugin.observability.metrics_server import MetricsServer  # noqa: PLC0415
 
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))

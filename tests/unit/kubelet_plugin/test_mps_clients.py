@@ -6,7 +6,7 @@ import stat
 from pathlib import Path
 
 from dra_driver.names import ClaimUID
-from kubelet_plugin.mps_clients import MpsClientDirs
+from kubelet_plugin.hosts.mps.clients import MpsClientDirs
 
 A, B = ClaimUID("uid-a"), ClaimUID("uid-b")
 

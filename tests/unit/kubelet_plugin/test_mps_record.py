@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from dra_driver.errors import StorageError, UnsupportedVersionError
 from dra_driver.names import GpuUUID
-from kubelet_plugin.mps_record import (
+from kubelet_plugin.hosts.mps.record import (
     GIB,
     MIB,
     MpsRecord,

@@ -8,8 +8,8 @@ from typing import Any
 
 from dra_driver.errors import MpsError
 from dra_driver.names import GpuUUID
-from kubelet_plugin.mps_control import MpsDaemon, MpsDirs
-from kubelet_plugin.mps_watch import FAILED_REASON, RECOVERED_REASON, MpsWatch
+from kubelet_plugin.hosts.mps.control import MpsDaemon, MpsDirs
+from kubelet_plugin.hosts.mps.watch import FAILED_REASON, RECOVERED_REASON, MpsWatch
 
 G0, G1 = GpuUUID("GPU-0"), GpuUUID("GPU-1")
 

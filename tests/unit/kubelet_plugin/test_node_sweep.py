@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import cast
 
 from dra_driver.names import ClaimUID
-from kubelet_plugin.cleanup_marker import cleanup_done, cleanup_done_file, mark_clean
-from kubelet_plugin.cleanup_node import REMOVAL_MESSAGE, Refusal
-from kubelet_plugin.dra_service import ClaimCalls
-from kubelet_plugin.node_sweep import release_plugin_dir
-from kubelet_plugin.prepare import Preparer
+from kubelet_plugin.claims.prepare import Preparer
+from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.proto.gen import dra_v1_pb2
-from kubelet_plugin.results import ClaimRef, PrepareResult, UnprepareResult
-from kubelet_plugin.sockets import PluginLock
+from kubelet_plugin.record.results import ClaimRef, PrepareResult, UnprepareResult
+from kubelet_plugin.removal.cleanup_marker import cleanup_done, cleanup_done_file, mark_clean
+from kubelet_plugin.removal.cleanup_node import REMOVAL_MESSAGE, Refusal
+from kubelet_plugin.removal.node_sweep import release_plugin_dir
+from kubelet_plugin.serving.dra_service import ClaimCalls
 
 
 class Unpreparer:

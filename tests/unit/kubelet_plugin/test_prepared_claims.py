@@ -14,9 +14,9 @@ from dra_driver.families.mps import MpsClient
 from dra_driver.limits_file import GpuLimitLine, LimitsFile, render_limits
 from dra_driver.model import Inventory, Placement
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID, Family, GpuUUID
-from kubelet_plugin.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
-from kubelet_plugin.prepared_claims import prepared_claims
-from kubelet_plugin.results import PreparedDevice
+from kubelet_plugin.claims.prepared_claims import prepared_claims
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
+from kubelet_plugin.record.results import PreparedDevice
 
 NODE_FILE = Path(__file__).resolve().parents[3] / "e2e" / "nodes" / "realnode-h100x2.yaml"
 GiB = 1 << 30

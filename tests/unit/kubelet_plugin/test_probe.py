@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from dra_driver.cli import build_parser
-from kubelet_plugin.options import DaemonOptions
-from kubelet_plugin.paths import PluginPaths
-from kubelet_plugin.probe import DEFAULT_TIMEOUT_S, probe
+from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.proto.gen import pluginregistration_pb2_grpc
-from kubelet_plugin.registration import RegistrationServicer
-from kubelet_plugin.wiring import Node
+from kubelet_plugin.serving.options import DaemonOptions
+from kubelet_plugin.serving.probe import DEFAULT_TIMEOUT_S, probe
+from kubelet_plugin.serving.registration import RegistrationServicer
+from kubelet_plugin.serving.wiring import Node
 from tests.support.claim_files import directory_claims
 
 REPO = Path(__file__).resolve().parents[3]
@@ -202,7 +202,7 @@ def test_the_charts_liveness_command_is_the_probe() -> None:
         command = lp["exec"]["command"]
         assert command[:3] == ["tessera", "plugin", "probe"]
         args = build_parser().parse_args(command[1:])
-        assert args.handler.__module__ == "kubelet_plugin.probe"
+        assert args.handler.__module__ == "kubelet_plugin.serving.probe"
         # the probe gives up before the kubelet kills it, so the kubelet sees our reason
         assert args.timeout < lp["timeoutSeconds"]
         assert args.root is None  # the real kubelet paths

@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client as k8s
 
 from dra_driver.errors import PublishError
-from kubelet_plugin.publisher import PublishResult, SlicePublisher
+from kubelet_plugin.publish.publisher import PublishResult, SlicePublisher
 
 
 def publisher() -> SlicePublisher:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
-from kubelet_plugin.region import Region, read_region
+from kubelet_plugin.library.region import Region, read_region
 
 MiB = 1 << 20
 GiB = 1 << 30

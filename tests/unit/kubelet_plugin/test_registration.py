@@ -13,7 +13,7 @@ import pytest
 
 from kubelet_plugin.proto.gen import pluginregistration_pb2 as pb
 from kubelet_plugin.proto.gen import pluginregistration_pb2_grpc as pb_grpc
-from kubelet_plugin.registration import RegistrationOutcome, RegistrationServicer
+from kubelet_plugin.serving.registration import RegistrationOutcome, RegistrationServicer
 
 
 @pytest.fixture

@@ -14,14 +14,14 @@ import pytest
 
 from dra_driver.errors import ConfigError
 from dra_driver.names import ClaimUID
-from kubelet_plugin.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
-from kubelet_plugin.health import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
-from kubelet_plugin.paths import PluginPaths
+from kubelet_plugin.health.service import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.proto.gen import pluginregistration_pb2, pluginregistration_pb2_grpc
-from kubelet_plugin.registration import RegistrationServicer
-from kubelet_plugin.results import ClaimRef, PrepareResult, UnprepareResult
-from kubelet_plugin.server import PluginServer, Services
-from kubelet_plugin.sockets import PluginLock
+from kubelet_plugin.record.results import ClaimRef, PrepareResult, UnprepareResult
+from kubelet_plugin.serving.dra_service import ClaimCalls, DraV1beta1Servicer, DraV1Servicer
+from kubelet_plugin.serving.registration import RegistrationServicer
+from kubelet_plugin.serving.server import PluginServer, Services
 
 
 class NothingPreparer:

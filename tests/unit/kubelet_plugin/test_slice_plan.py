@@ -7,7 +7,7 @@ from typing import Any
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-from kubelet_plugin.slice_plan import Verb, canonical, dropped_fields, plan, with_generation
+from kubelet_plugin.publish.slice_plan import Verb, canonical, dropped_fields, plan, with_generation
 
 NODES = Path(__file__).resolve().parents[3] / "e2e" / "nodes"
 NODE = "sim-h100x8"

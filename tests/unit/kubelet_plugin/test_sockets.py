@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import ConfigError
-from kubelet_plugin.sockets import (
+from kubelet_plugin.node.sockets import (
     PluginLock,
     check_socket_path,
     clear_stale_socket,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver import safe_tree
-from kubelet_plugin.tree_sweeper import TreeSweeper
+from kubelet_plugin.claims.tree_sweeper import TreeSweeper
 
 
 def tree(root: Path, name: str, files: int) -> Path:
@@ -25,7 +25,7 @@ def test_trees_take_turns_a_bounded_pass_each(tmp_path: Path, monkeypatch: pytes
         passes.append((path.name, max_entries))
         return real(path, max_entries=max_entries)
 
-    monkeypatch.setattr("kubelet_plugin.tree_sweeper.remove_tree", counted)
+    monkeypatch.setattr("kubelet_plugin.claims.tree_sweeper.remove_tree", counted)
     sweeper = TreeSweeper(pass_entries=25, pause_s=0)
     big, small = tree(tmp_path, "big", 100), tree(tmp_path, "small", 10)
     sweeper.add(big)
@@ -45,7 +45,7 @@ def test_a_tree_that_cannot_be_removed_is_given_up_and_the_thread_goes_on(
             raise RuntimeError("disk on fire")
         return safe_tree.remove_tree(path, max_entries=max_entries)
 
-    monkeypatch.setattr("kubelet_plugin.tree_sweeper.remove_tree", broken)
+    monkeypatch.setattr("kubelet_plugin.claims.tree_sweeper.remove_tree", broken)
     sweeper = TreeSweeper(pass_entries=1000, pause_s=0)
     sweeper.add(tree(tmp_path, "bad", 1))
     sweeper.add(tree(tmp_path, "good", 3))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from dra_driver.families import vgpu
 from dra_driver.names import ClaimUID, GpuUUID
-from kubelet_plugin.prepared_claims import ClaimDevice, PreparedClaim
-from kubelet_plugin.region import Region, RegionGpu, RegionUnreadableError
-from kubelet_plugin.usage_status import Sample, Usage, UsageStatusLoop, moved, usage_between
+from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim
+from kubelet_plugin.library.region import Region, RegionGpu, RegionUnreadableError
+from kubelet_plugin.observability.usage_status import Sample, Usage, UsageStatusLoop, moved, usage_between
 
 GPU = GpuUUID("GPU-1")
 GiB = 1 << 30

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.errors import ClaimError, ClaimNotFoundError
-from kubelet_plugin.claims import to_api_dict
-from kubelet_plugin.options import DaemonOptions
+from kubelet_plugin.claims.api import to_api_dict
+from kubelet_plugin.serving.options import DaemonOptions
 from tests.support.claim_files import DirectoryClaimSource, directory_claims
 from tests.support.sample_claims import claim_ref, vgpu_claim
 

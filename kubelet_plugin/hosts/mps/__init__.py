@@ -1,0 +1,99 @@
+"""The MPS family's host part: one MPS control daemon per GPU that MPS claims use (docs/mps.md).
+
+A claim's prepare starts its GPU's daemon, or finds it running (a restarted node daemon adopts the daemons it
+started: they run in sessions of their own), before the containers can start: a client that finds no daemon
+would run without MPS. Settling stops the daemons of GPUs no MPS claim uses any more, after the last unprepare
+and at start-up (with whatever leftover directories a killed daemon left). The daemons are driven through
+`kubelet_plugin.hosts.mps.control`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection, Sequence
+
+import structlog
+
+from dra_driver.allocation import ClaimPlan
+from dra_driver.errors import MpsError
+from dra_driver.families.base import PlannedDevice
+from dra_driver.families.mps import NAME, MpsClient, MpsPipe
+from dra_driver.model import Inventory
+from dra_driver.names import ClaimUID, DeviceName, GpuUUID
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed
+from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL, MpsControl
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+
+log = structlog.get_logger(__name__)
+
+
+def _clients(entry: ClaimEntry) -> tuple[MpsClient, ...]:
+    return tuple(r for r in entry.of(NAME) if isinstance(r, MpsClient))
+
+
+def gpus_in_use(cp: Checkpoint, *, leaving: Collection[ClaimUID] = ()) -> set[GpuUUID]:
+    """The GPUs whose control daemon the checkpoint's MPS claims (but those leaving) need."""
+    return {c.gpu_uuid for e in cp.claims.values() if e.uid not in leaving for c in _clients(e)}
+
+
+class MpsHost(FamilyHost):
+    def __init__(self, control: MpsControl) -> None:
+        super().__init__(NAME)
+        self.control = control
+
+    def create(
+        self,
+        *,
+        plan: ClaimPlan,
+        devices: Sequence[PlannedDevice],
+        records: tuple[object, ...],
+        snapshot: Inventory,
+    ) -> Created:
+        made: dict[DeviceName, object] = {}
+        for d in devices:
+            daemon = self.control.ensure(gpu_uuid=d.gpu_uuid)
+            if not daemon.adopted:
+                log.info("MPS control daemon started", gpu=d.gpu_uuid, pid=daemon.pid, claim=plan.uid)
+            made[d.device] = MpsPipe(host_dir=str(self.control.clients(d.gpu_uuid).link(plan.uid)))
+        return Created(records=records, made=made)
+
+    def teardown(self, entry: ClaimEntry) -> Removed:
+        removed = Removed()
+        for c in _clients(entry):
+            with contextlib.suppress(MpsError):  # a GPU UUID no daemon directory can have: nothing was made
+                clients = self.control.clients(c.gpu_uuid)
+                if clients.remove(entry.uid):
+                    removed.other.append(f"MPS client directory {clients.path(entry.uid)}")
+        return removed
+
+    def damage(self, entry: ClaimEntry, *, inventory: Inventory | None) -> str | None:
+        wanted = {c.gpu_uuid for c in _clients(entry)}
+        if not wanted:
+            return None
+        answering = {s.gpu_uuid for s in self.control.running() if s.answering}
+        missing = sorted(wanted - answering)
+        if missing:
+            return f"the MPS control daemon of GPU {missing[0]} is not running"
+        for gpu in sorted(wanted):
+            if entry.uid in self.control.clients(gpu).stale():
+                return f"the MPS client directory of GPU {gpu} does not lead to its control daemon"
+        return None
+
+    def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
+        """Stop the daemons (and remove the directories) of GPUs no remaining MPS claim uses."""
+        removed = Removed()
+        in_use = gpus_in_use(cp, leaving=leaving)
+        for state in self.control.running():
+            if state.gpu_uuid in in_use:
+                continue
+            try:
+                if self.control.stop(gpu_uuid=state.gpu_uuid):
+                    removed.other.append(f"mps-daemon {state.gpu_uuid}")
+            except MpsError as e:
+                log.error("MPS control daemon not stopped", gpu=state.gpu_uuid, error=str(e))
+        return cp, removed
+
+
+def make(ctx: HostContext) -> FamilyHost:
+    tool = ctx.tools.get(DEFAULT_TOOL, DEFAULT_TOOL)
+    return MpsHost(MpsControl(root=ctx.paths.mps_dir, tool=tool, launcher=ctx.launcher))

@@ -1,0 +1,115 @@
+"""The vgpu family's host part: each shared GPU's view, and which GPUs the priority relay watches.
+
+Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuShare`, dra_driver/families/
+vgpu.py), so the schedule is a function of the checkpoint: after every prepare, unprepare and start-up the
+views are written again from it (dra_driver/sm_schedule.py decides the parts). The views live in one directory
+per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this daemon
+writes them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import structlog
+
+from dra_driver.allocation import ClaimPlan
+from dra_driver.errors import StorageError
+from dra_driver.families.base import PlannedDevice
+from dra_driver.families.vgpu import NAME, GpuShare
+from dra_driver.model import Inventory
+from dra_driver.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
+from dra_driver.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext
+from kubelet_plugin.hosts.vgpu.priority_relay import RelayedGpu
+from kubelet_plugin.library.gpu_view import GpuView
+from kubelet_plugin.node.file_modes import GPU_VIEW_DIR_MODE, GPUS_ROOT_MODE, make_dir
+from kubelet_plugin.record.checkpoint import Checkpoint
+
+log = structlog.get_logger(__name__)
+
+
+class GpuSharing(FamilyHost):
+    """The views of the node's shared GPUs (thread-safe: prepare, unprepare and the relay all use it)."""
+
+    def __init__(self, *, gpus_dir: Path, claims_dir: Path, frame_us: int = DEFAULT_FRAME_US) -> None:
+        super().__init__(NAME)
+        self._root = gpus_dir
+        self._claims_dir = claims_dir
+        self._frame_us = frame_us
+        self._views: dict[GpuUUID, GpuView] = {}
+        self._relayed: tuple[RelayedGpu, ...] = ()
+        self._lock = threading.Lock()
+
+    def view_dir(self, gpu: GpuUUID) -> Path:
+        return self._root / gpu
+
+    def _view(self, gpu: GpuUUID) -> GpuView:
+        view = self._views.get(gpu)
+        if view is None:
+            make_dir(self._root, GPUS_ROOT_MODE)
+            make_dir(self.view_dir(gpu), GPU_VIEW_DIR_MODE)
+            view = self._views[gpu] = GpuView(self.view_dir(gpu) / VIEW_FILE_NAME)
+        return view
+
+    def ensure(self, gpus: Iterable[GpuUUID]) -> None:
+        """Create the views a claim about to be prepared will mount (an empty schedule until refresh)."""
+        with self._lock:
+            for gpu in gpus:
+                self._view(gpu)
+
+    def create(
+        self,
+        *,
+        plan: ClaimPlan,
+        devices: Sequence[PlannedDevice],
+        records: tuple[object, ...],
+        snapshot: Inventory,
+    ) -> Created:
+        self.ensure(r.gpu_uuid for r in records if isinstance(r, GpuShare))
+        return Created(records=records)
+
+    def refresh(self, cp: Checkpoint) -> None:
+        """Write every shared GPU's schedule from the checkpoint (a GPU whose last claim left keeps an empty
+        one). A view that cannot be written is logged: the claims on that GPU then run on their buckets."""
+        by_gpu: dict[GpuUUID, list[tuple[str, GpuShare]]] = defaultdict(list)
+        for entry in cp.claims.values():
+            for share in entry.of(NAME):
+                if isinstance(share, GpuShare):
+                    by_gpu[share.gpu_uuid].append((entry.uid, share))
+        relayed = []
+        with self._lock:
+            for gpu in sorted(set(by_gpu) | set(self._views)):
+                members = by_gpu.get(gpu, [])
+                claims = [SharingClaim(s.slot, s.cores, s.high_priority) for _, s in members]
+                try:
+                    self._view(gpu).write_schedule(
+                        schedule(claims, frame_us=self._frame_us), frame_us=self._frame_us
+                    )
+                except StorageError as e:
+                    log.error("GPU view not written", gpu=gpu, error=str(e))
+                    continue
+                high = tuple(
+                    self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority
+                )
+                if high:
+                    relayed.append(RelayedGpu(gpu, self._views[gpu], high))
+            self._relayed = tuple(relayed)
+
+    def relayed(self) -> Sequence[RelayedGpu]:
+        """The GPUs with a high-priority claim, for the priority relay."""
+        return self._relayed
+
+    def close(self) -> None:
+        with self._lock:
+            for view in self._views.values():
+                view.close()
+            self._views.clear()
+            self._relayed = ()
+
+
+def make(ctx: HostContext) -> FamilyHost:
+    return GpuSharing(gpus_dir=ctx.paths.gpus_dir, claims_dir=ctx.paths.claims_dir)

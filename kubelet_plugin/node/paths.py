@@ -1,0 +1,83 @@
+"""Where the node daemon keeps and finds things on the host; one root can relocate all of it for tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dra_driver.names import (
+    DRIVER_NAME,
+    ClaimUID,
+    cdi_spec_file_name,
+    dra_socket_name,
+    registration_socket_name,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PluginPaths:
+    plugin_dir: Path  # /var/lib/kubelet/plugins/<driver>: DRA socket, checkpoint, lock
+    registry_dir: Path  # /var/lib/kubelet/plugins_registry: registration socket
+    cdi_dir: Path  # /var/run/cdi: one transient spec per claim
+    claims_dir: Path  # host side of the per-claim directories (limits file, accounting region)
+    gpus_dir: (
+        Path  # one directory per shared GPU: its view (schedule, priority holds), read-only in containers
+    )
+    library_path: Path  # host path of libtessera.so, mounted read-only into vgpu containers
+    mps_dir: Path  # one directory per GPU used by MPS claims: its control daemon's pipe and log directories
+    pod_uid: str | None = None  # set during rolling updates: sockets get per-pod names
+
+    @classmethod
+    def defaults(cls, *, pod_uid: str | None = None) -> PluginPaths:
+        return cls(
+            plugin_dir=Path("/var/lib/kubelet/plugins") / DRIVER_NAME,
+            registry_dir=Path("/var/lib/kubelet/plugins_registry"),
+            cdi_dir=Path("/var/run/cdi"),
+            claims_dir=Path("/var/lib/tessera/claims"),
+            gpus_dir=Path("/var/lib/tessera/gpus"),
+            library_path=Path("/var/lib/tessera/lib/libtessera.so"),
+            mps_dir=Path("/var/lib/tessera/mps"),
+            pod_uid=pod_uid,
+        )
+
+    @classmethod
+    def under(cls, root: Path, *, pod_uid: str | None = None) -> PluginPaths:
+        """The same layout below `root` (tests, the e2e stand-in nodes)."""
+        return cls(
+            plugin_dir=root / "var/lib/kubelet/plugins" / DRIVER_NAME,
+            registry_dir=root / "var/lib/kubelet/plugins_registry",
+            cdi_dir=root / "var/run/cdi",
+            claims_dir=root / "var/lib/tessera/claims",
+            gpus_dir=root / "var/lib/tessera/gpus",
+            library_path=root / "var/lib/tessera/lib/libtessera.so",
+            mps_dir=root / "var/lib/tessera/mps",
+            pod_uid=pod_uid,
+        )
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.plugin_dir / dra_socket_name(self.pod_uid)
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / registration_socket_name(self.pod_uid)
+
+    @property
+    def ready_file(self) -> Path:
+        """Written while this instance is registered and published (kubelet_plugin.serving.readiness)."""
+        return self.plugin_dir / (f".ready-{self.pod_uid}" if self.pod_uid else ".ready")
+
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.plugin_dir / "checkpoint.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.plugin_dir / "plugin.lock"
+
+    # ClaimUID(...) again: where a UID becomes a path, a plain str that slipped past the types is checked too
+    def cdi_spec_file(self, claim_uid: ClaimUID) -> Path:
+        return self.cdi_dir / cdi_spec_file_name(ClaimUID(claim_uid))
+
+    def claim_dir(self, claim_uid: ClaimUID) -> Path:
+        return self.claims_dir / ClaimUID(claim_uid)

@@ -1,0 +1,86 @@
+"""What a `tessera cleanup` instance removed from the node through the node daemon's own code.
+
+The unprepares it serves, and start-up reconciliation, remove claims' files, MIG instances, MIG mode and MPS
+control daemons through `NodeState.teardown` and `NodeState.settle`; `RecordedState` is the same state
+keeping a line for each thing they removed, so that the `node clean` event lists everything that went, not
+only what the final sweep removed. Lines read like the sweep's (`<kind> <target>`, `cleanup_plan`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterable, Mapping
+
+from dra_driver.backends.base import GpuBackend
+from dra_driver.names import ClaimUID
+from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.reconcile import ReconcileReport
+from kubelet_plugin.hosts.base import Removed
+from kubelet_plugin.node.host_launch import HostLauncher
+from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.removal.cleanup_plan import Leftover, LeftoverKind
+
+
+def removal_lines(removed: Removed) -> list[str]:
+    kinds = (
+        (LeftoverKind.CDI_SPEC, removed.cdi_files),
+        (LeftoverKind.CLAIM_DIR, removed.claim_dirs),
+        (LeftoverKind.MIG_INSTANCE, removed.mig_instances),
+        (LeftoverKind.MIG_MODE, removed.mig_mode_disabled),
+    )
+    lines = [str(Leftover(kind, target)) for kind, targets in kinds for target in targets]
+    return lines + list(removed.other)
+
+
+def report_lines(report: ReconcileReport) -> list[str]:
+    """What start-up reconciliation removed (orphans included, which no teardown saw)."""
+    return removal_lines(
+        Removed(
+            cdi_files=list(report.removed_cdi_files),
+            claim_dirs=list(report.removed_claim_dirs),
+            mig_instances=list(report.destroyed_mig_instances),
+            mig_mode_disabled=list(report.disabled_mig_mode),
+            other=list(report.removed_other),
+        )
+    )
+
+
+def distinct(lines: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(lines))
+
+
+class RecordedState(NodeState):
+    """A `NodeState` that remembers what its teardowns and settling removed."""
+
+    def __init__(
+        self,
+        *,
+        backend: GpuBackend,
+        paths: PluginPaths,
+        tools: Mapping[str, str] | None = None,
+        launcher: HostLauncher | None = None,
+        boot_id: str | None = None,
+    ) -> None:
+        super().__init__(backend=backend, paths=paths, tools=tools, launcher=launcher, boot_id=boot_id)
+        self._went: list[str] = []
+        self._went_lock = threading.Lock()
+
+    @property
+    def went(self) -> list[str]:
+        with self._went_lock:
+            return distinct(self._went)
+
+    def note(self, lines: Iterable[str]) -> None:
+        with self._went_lock:
+            self._went.extend(lines)
+
+    def teardown(self, entry: ClaimEntry) -> Removed:
+        removed = super().teardown(entry)
+        self.note(removal_lines(removed))
+        return removed
+
+    def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
+        cp, removed = super().settle(cp, leaving=leaving)
+        self.note(removal_lines(removed))
+        return cp, removed
