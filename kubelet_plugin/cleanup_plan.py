@@ -35,6 +35,10 @@ class LeftoverKind(StrEnum):
     DIRECTORY = "directory"  # a directory only Tessera uses, removed once empty
 
 
+# What settling the host parts (`NodeState.settle`) takes down, rather than the sweep one by one.
+SETTLED_BY_HOSTS = frozenset({LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE})
+
+
 @dataclass(frozen=True, slots=True)
 class Leftover:
     kind: LeftoverKind

@@ -23,7 +23,14 @@ from dra_driver.errors import StorageError, TesseraError
 from dra_driver.families import mps
 from dra_driver.names import GpuUUID
 from dra_driver.safe_tree import remove_tree
-from kubelet_plugin.cleanup_plan import CleanupPlan, Leftover, LeftoverKind, PendingClaim, plan_cleanup
+from kubelet_plugin.cleanup_plan import (
+    SETTLED_BY_HOSTS,
+    CleanupPlan,
+    Leftover,
+    LeftoverKind,
+    PendingClaim,
+    plan_cleanup,
+)
 from kubelet_plugin.hosts.mps import MpsHost
 from kubelet_plugin.node_state import NodeState
 from kubelet_plugin.node_survey import survey_node
@@ -113,12 +120,13 @@ def _finish_unprepares(preparer: Preparer, plan: CleanupPlan) -> list[str]:
     return problems
 
 
-def _settle_mig_mode(state: NodeState) -> list[str]:
+def _settle_hosts(state: NodeState) -> list[str]:
+    """Node-wide state the host parts restore (MIG mode, ...); a failure, in the host part's own words."""
     try:
         cp, _ = state.settle(state.checkpoint(), leaving=())
         state.commit(cp)
     except TesseraError as e:
-        return [f"switching MIG mode off: {e}"]
+        return [str(e)]
     return []
 
 
@@ -139,8 +147,8 @@ def sweep(preparer: Preparer, *, serving: bool = False) -> SweepOutcome:
                     serving=plan.serving,
                     problems=(*problems, "unprepares left unfinished"),
                 )
-        if any(i.kind in (LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE) for i in plan.leftovers):
-            problems += _settle_mig_mode(state)  # what it switches off is recorded by the state
+        if any(i.kind in SETTLED_BY_HOSTS for i in plan.leftovers):
+            problems += _settle_hosts(state)  # what it takes down is recorded by the state
         # claim directories set aside by the unprepares go in the background: gone before their parent goes
         if not state.dirs.sweeper.wait_idle(timeout=SWEEP_WAIT_S):
             problems.append(f"claim directories still being removed after {SWEEP_WAIT_S:g} s")
@@ -148,7 +156,7 @@ def sweep(preparer: Preparer, *, serving: bool = False) -> SweepOutcome:
         removed: list[str] = []
         kept = list(plan.kept)
         for item in plan.leftovers:
-            if item.kind in (LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE):
+            if item.kind in SETTLED_BY_HOSTS:
                 continue
             try:
                 done = _carry_out(state, item)

@@ -331,8 +331,8 @@ class Preparer:
         if rolled_back:
             try:
                 cp, _ = state.settle(cp, leaving=rolled_back)
-            except TesseraError as e:
-                log.error("switching MIG mode back off failed", error=str(e))
+            except TesseraError as e:  # the host part's message says what it was undoing
+                log.error("settling the node after a rollback failed", error=str(e))
         try:
             state.commit(
                 cp.without(rolled_back)
