@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cdi.spec import Spec
-from dra_driver.errors import ConfigError, StorageError
+from dra_driver.errors import CdiSpecError, ConfigError, StorageError
 from dra_driver.files import WriteFault, atomic_write, is_temp, read_bounded
 from dra_driver.names import ClaimUID, cdi_spec_file_name, cdi_spec_temp_prefix, parse_cdi_spec_file_name
 from dra_driver.safe_tree import is_plain_file, remove_tree
@@ -26,32 +26,41 @@ def spec_path(cdi_dir: Path, claim_uid: ClaimUID) -> Path:
 
 
 def write_spec(cdi_dir: Path, claim_uid: ClaimUID, spec: Spec, *, fault: WriteFault | None = None) -> Path:
+    """Write the claim's spec; CdiSpecError when it cannot."""
     path = spec_path(cdi_dir, claim_uid)
     data = json.dumps(spec.to_dict(), indent=1, sort_keys=True).encode()
-    if os.path.lexists(path) and not is_plain_file(path):
-        remove_tree(path)  # a directory or link under our name cannot be replaced by a rename
-    # not fsync'd: after a power loss the containers are gone and start-up checks every spec again
-    atomic_write(path, data, mode=SPEC_MODE, durable=False, fault=fault)
+    try:
+        if os.path.lexists(path) and not is_plain_file(path):
+            remove_tree(path)  # a directory or link under our name cannot be replaced by a rename
+        # not fsync'd: after a power loss the containers are gone and start-up checks every spec again
+        atomic_write(path, data, mode=SPEC_MODE, durable=False, fault=fault)
+    except StorageError as e:
+        raise CdiSpecError(str(e)) from e
     return path
 
 
 def read_spec(path: Path) -> Spec:
-    """The spec in `path`; StorageError when it is missing, not a regular file, too large or not a spec."""
+    """The spec in `path`; CdiSpecError when it is missing, not a regular file, too large or not a spec."""
     try:
         doc = json.loads(read_bounded(path, max_bytes=MAX_SPEC_BYTES))
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
         return Spec.from_dict(doc)
     except FileNotFoundError as e:
-        raise StorageError(f"reading CDI spec {path}: it is missing") from e
+        raise CdiSpecError(f"reading CDI spec {path}: it is missing") from e
     except (ValueError, RecursionError, ConfigError) as e:
-        raise StorageError(f"reading CDI spec {path}: not a valid spec ({e})") from e
+        raise CdiSpecError(f"reading CDI spec {path}: not a valid spec ({e})") from e
+    except StorageError as e:  # not a regular file, or too large
+        raise CdiSpecError(str(e)) from e
 
 
 def remove_spec(cdi_dir: Path, claim_uid: ClaimUID) -> bool:
-    """Remove whatever is under the claim's spec name; False if nothing was."""
+    """Remove whatever is under the claim's spec name; False if nothing was. CdiSpecError when it cannot."""
     path = spec_path(cdi_dir, claim_uid)
-    return remove_tree(path) > 0
+    try:
+        return remove_tree(path) > 0
+    except StorageError as e:
+        raise CdiSpecError(str(e)) from e
 
 
 def list_specs(cdi_dir: Path) -> Iterator[tuple[ClaimUID, Path]]:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Renders the opaque-config policy from the config kinds, then the chart with default values into
-# deploy/manifests/tessera.yaml for users without Helm.
+# Renders the DeviceClasses from the family registry and the opaque-config policy from the config kinds (into
+# deviceclasses/ and the chart's files/), then the chart with default values into deploy/manifests/tessera.yaml
+# for users without Helm.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "${here}")"
@@ -10,6 +11,14 @@ python="${repo}/.venv/bin/python"
 (cd "${repo}" && "${python}" -m dra_driver.config_policy policy) > "${repo}/deviceclasses/opaque-config-policy.yaml.tmp"
 mv -f "${repo}/deviceclasses/opaque-config-policy.yaml.tmp" "${repo}/deviceclasses/opaque-config-policy.yaml"
 cp "${repo}/deviceclasses/opaque-config-policy.yaml" "${here}/helm/tessera/files/opaque-config-policy.yaml"
+# the DeviceClasses and the chart's list of families come from the family registry (dra_driver/device_classes.py)
+generate() { (cd "${repo}" && "${python}" -m dra_driver.device_classes "$@"); }
+for name in $(generate list); do
+    generate manifest "${name}" > "${repo}/deviceclasses/${name}.tmp"
+    mv -f "${repo}/deviceclasses/${name}.tmp" "${repo}/deviceclasses/${name}"
+done
+generate chart > "${here}/helm/tessera/files/families.yaml.tmp"
+mv -f "${here}/helm/tessera/files/families.yaml.tmp" "${here}/helm/tessera/files/families.yaml"
 helm="$("${here}/helm/build-helm.sh" | tail -n1)"
 out="${here}/manifests/tessera.yaml"
 {

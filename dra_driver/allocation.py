@@ -13,7 +13,7 @@ from typing import Protocol
 
 from dra_driver import config as cfg
 from dra_driver import families
-from dra_driver.errors import ClaimError, ConfigError, InvalidNameError
+from dra_driver.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
 from dra_driver.excerpt import excerpt
 from dra_driver.families.base import Allocated, Held, LibraryLimits, PlannedDevice
 from dra_driver.model import Inventory
@@ -140,7 +140,7 @@ def _our_results(
     allocation = claim.status.allocation if claim.status else None
     devices = allocation.devices if allocation else None
     if devices is None:
-        raise ClaimError("claim is not allocated (status.allocation.devices is empty)")
+        raise NotAllocatedError("claim is not allocated (status.allocation.devices is empty)")
     ours = [r for r in devices.results or () if r.driver == driver]
     if not ours:
         raise ClaimError(f"claim has no allocation results for driver {driver}")

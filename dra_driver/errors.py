@@ -1,18 +1,44 @@
-"""Tessera's one error hierarchy. Library errors are translated at the edges with `raise ... from e`."""
+"""Tessera's one error hierarchy. Library errors are translated at the edges with `raise ... from e`.
+
+Each class names the `reason` a claim that fails with it counts under in `tessera_claim_errors_total`
+(docs/metrics.md): a small, fixed set, so a label never carries a message. A subclass inherits its parent's.
+"""
 
 from __future__ import annotations
+
+from typing import ClassVar
+
+# Every `reason` a claim error can carry; `internal` is any exception that is not a TesseraError (a bug).
+CLAIM_ERROR_REASONS = (
+    "checkpoint",
+    "claim_not_found",
+    "claim_replaced",
+    "mig",
+    "claim_directory",
+    "cdi",
+    "internal",
+    "invalid_request",
+    "not_allocated",
+    "other",
+)
 
 
 class TesseraError(Exception):
     """Base of every error Tessera raises on purpose."""
 
+    reason: ClassVar[str] = "other"
+
 
 class InvalidNameError(TesseraError):
     """A name (device, profile, CDI) does not parse."""
 
+    reason = "invalid_request"  # a name the kubelet or the allocation gave
+
 
 class ConfigError(TesseraError):
     """User input (opaque config, node file, settings) is invalid; the message names the field and the fix."""
+
+    reason = "invalid_request"  # for a claim: its opaque config
 
 
 class InventoryError(TesseraError):
@@ -21,6 +47,8 @@ class InventoryError(TesseraError):
 
 class MigError(InventoryError):
     """A MIG operation failed (placement taken, mode cannot change, instance missing)."""
+
+    reason = "mig"
 
 
 class PlacementTakenError(MigError):
@@ -34,9 +62,42 @@ class ClaimError(TesseraError):
 class ClaimNotFoundError(ClaimError):
     """The ResourceClaim does not exist in the API server."""
 
+    reason = "claim_not_found"
+
+
+class ClaimReplacedError(ClaimError):
+    """The ResourceClaim of that namespace and name has another UID than the kubelet asked for: it was deleted
+    and re-created."""
+
+    reason = "claim_replaced"
+
+
+class NotAllocatedError(ClaimError):
+    """The ResourceClaim has no allocation (the scheduler has not allocated it, or it was deallocated)."""
+
+    reason = "not_allocated"
+
 
 class StorageError(TesseraError):
     """Writing or reading Tessera's files failed (disk full, permissions, corrupt file)."""
+
+
+class CheckpointError(StorageError):
+    """The checkpoint cannot be read or saved."""
+
+    reason = "checkpoint"
+
+
+class ClaimDirectoryError(StorageError):
+    """A claim's directory (its limits file, its shared directory) cannot be written or removed."""
+
+    reason = "claim_directory"
+
+
+class CdiSpecError(StorageError):
+    """A claim's CDI spec cannot be written, read or removed."""
+
+    reason = "cdi"
 
 
 class UnsupportedVersionError(StorageError):

@@ -80,6 +80,16 @@ def device_class_name(family: Family) -> str:
     return f"{family}.{CLASS_DOMAIN}"
 
 
+def class_label(profile: str) -> str:
+    """`1g.10gb+me` → `1g.10gb-me`: a profile as it is spelled in DeviceClass names and label values."""
+    return profile.replace("+", "-")
+
+
+def profile_class_name(family: Family, profile: str) -> str:
+    """`mig-1g.10gb-me.gpu.tessera.dev`: the DeviceClass of one of a family's profiles."""
+    return f"{family}-{class_label(profile)}.{DRIVER_NAME}"
+
+
 # Attribute and capacity names (unqualified; qualified with ATTRIBUTE_DOMAIN when published).
 class Attr:
     TYPE = "type"

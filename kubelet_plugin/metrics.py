@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from dra_driver.errors import TesseraError
 from dra_driver.names import METRICS_PREFIX as P
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -81,23 +82,15 @@ STATUS_WRITES = Counter(
 )
 
 
-def failure_reason(message: str) -> str:
-    """A small, fixed set of reasons for a claim's error message (a label must not carry the message)."""
-    text = message.lower()
-    for needle, reason in (
-        ("checkpoint", "checkpoint"),
-        ("not found", "claim_not_found"),
-        ("has uid", "claim_replaced"),
-        ("mig", "mig"),
-        ("claim directory", "claim_directory"),
-        ("cdi", "cdi"),
-        ("internal error", "internal"),
-        ("invalid", "invalid_request"),
-        ("not allocated", "not_allocated"),
-    ):
-        if needle in text:
-            return reason
-    return "other"
+def failure_reason(cause: BaseException | type[BaseException] | None) -> str:
+    """The `reason` label of a claim that failed with `cause` (an error or its type): our own errors name
+    theirs (`TesseraError.reason`, one of CLAIM_ERROR_REASONS), anything else is `internal` (a bug; the
+    message points at the plugin log). None, a failure known only by its message (the cleanup instance's
+    refusal to prepare), counts as `other`: a message is never parsed for a label."""
+    if cause is None:
+        return "other"
+    kind = cause if isinstance(cause, type) else type(cause)
+    return kind.reason if issubclass(kind, TesseraError) else "internal"
 
 
 @contextmanager

@@ -174,6 +174,14 @@ class DeviceFamily(ABC):
     record_key: ClassVar[str | None] = None
     # The checkpoint's JSON key for GPUs whose state this family changed node-wide and must restore.
     owned_key: ClassVar[str | None] = None
+    # What its DeviceClass (`<name>.tessera.dev`) selects, in a sentence: the generated class's comment
+    # (dra_driver.device_classes).
+    class_meaning: ClassVar[str]
+
+    def class_profiles(self) -> tuple[str, ...]:
+        """Profiles that get a DeviceClass each besides the family's (`<name>-<profile>.gpu.tessera.dev`,
+        for extended resources); none by default."""
+        return ()
 
     # -- names -----------------------------------------------------------------------------------------
 

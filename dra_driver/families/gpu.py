@@ -35,6 +35,7 @@ class WholeGpu(DeviceFamily):
     rank = 0
     order_group = 2
     config = ConfigKind(kind="GpuConfig", family=NAME, type=GpuConfig, meaning="a whole GPU")
+    class_meaning = "a whole GPU, exclusively."
 
     def parse_name(self, part: str) -> object | None:
         return () if part == "" else None

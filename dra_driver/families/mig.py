@@ -36,7 +36,6 @@ from dra_driver.families.base import (
 from dra_driver.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.model import Gpu, Inventory, MigInstance, MigProfile, Placement
 from dra_driver.names import (
-    DRIVER_NAME,
     Attr,
     Cap,
     DeviceName,
@@ -44,8 +43,10 @@ from dra_driver.names import (
     GpuUUID,
     gpu_device_name,
     memory_slice_counter,
+    profile_class_name,
     qualified,
 )
+from dra_driver.profiles import PRODUCTS
 
 NAME = Family("mig")
 
@@ -87,7 +88,7 @@ def mig_device_name(index: int, profile: str, start: int) -> DeviceName:
 
 def mig_device_class_name(profile: str) -> str:
     """`1g.10gb+me` → `mig-1g.10gb-me.gpu.tessera.dev`: one class per profile for extended resources."""
-    return f"mig-{profile.replace('+', '-')}.{DRIVER_NAME}"
+    return profile_class_name(NAME, profile)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +252,11 @@ class Mig(DeviceFamily):
     config = ConfigKind(kind="MigConfig", family=NAME, type=MigConfig, meaning="a MIG instance")
     record_key = "mig"
     owned_key = "migModeOwned"  # GPUs whose MIG mode Tessera switched on: it switches them off after its last
+    class_meaning = "a MIG instance of any profile, created when the claim is prepared."
+
+    def class_profiles(self) -> tuple[str, ...]:
+        """Every profile of the GPUs Tessera knows, GPU by GPU (`mig-1g.10gb.gpu.tessera.dev`, ...)."""
+        return tuple(dict.fromkeys(p.name for product in PRODUCTS for p in product.mig_profiles))
 
     def parse_name(self, part: str) -> object | None:
         m = _LABEL_RE.match(part)

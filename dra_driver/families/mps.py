@@ -98,6 +98,10 @@ class Mps(DeviceFamily):
         ),
     )
     record_key = "mps"
+    class_meaning = (
+        "a share of a GPU run by NVIDIA MPS (memory and SM share from capacity.requests; the claims on one "
+        "GPU run concurrently as clients of its MPS control daemon). docs/mps.md."
+    )
 
     def parse_name(self, part: str) -> object | None:
         return () if part == _PART else None

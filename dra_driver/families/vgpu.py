@@ -114,6 +114,7 @@ class Vgpu(DeviceFamily):
     order_group = 0
     config = _CONFIG
     record_key = "sharing"
+    class_meaning = "a software slice of a GPU (memory and SM share from capacity.requests)."
 
     def parse_name(self, part: str) -> object | None:
         return () if part == _PART else None

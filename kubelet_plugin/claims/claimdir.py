@@ -26,7 +26,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.errors import InvalidNameError, StorageError
+from dra_driver.errors import ClaimDirectoryError, InvalidNameError, StorageError
 from dra_driver.files import WriteFault, atomic_write, is_temp, temp_name
 from dra_driver.names import LIMITS_FILE_NAME, REGION_FILE_NAME, SHARED_DIR_NAME, ClaimUID
 from dra_driver.safe_tree import is_plain_file, remove_tree
@@ -78,9 +78,16 @@ class ClaimDirs:
 
     def write(self, uid: ClaimUID, *, limits: str, fault: WriteFault | None = None) -> Path:
         """Create the claim dir with its limits, shared dir and region, or rewrite the limits of an existing
-        one (putting back what a tenant removed or replaced in its shared dir)."""
-        final = self.path(uid)
-        data = limits.encode()
+        one (putting back what a tenant removed or replaced in its shared dir). ClaimDirectoryError when it
+        cannot."""
+        try:
+            return self._write(self.path(uid), limits.encode(), fault)
+        except ClaimDirectoryError:
+            raise
+        except StorageError as e:  # a file in it (the limits file, a tenant's tree in the way)
+            raise ClaimDirectoryError(str(e)) from e
+
+    def _write(self, final: Path, data: bytes, fault: WriteFault | None) -> Path:
         if _is_dir(final):
             try:
                 os.chmod(final, CLAIM_DIR_MODE)
@@ -93,7 +100,7 @@ class ClaimDirs:
                 os.chmod(shared, SHARED_DIR_MODE)
                 self._shared_files(shared)
             except OSError as e:
-                raise StorageError(f"claim directory {final}: {e.strerror or e}") from e
+                raise ClaimDirectoryError(f"claim directory {final}: {e.strerror or e}") from e
             atomic_write(final / LIMITS_FILE_NAME, data, mode=LIMITS_MODE, durable=False, fault=fault)
             return final
         if os.path.lexists(final):
@@ -113,7 +120,7 @@ class ClaimDirs:
             remove_tree(staging)
             if isinstance(e, StorageError):
                 raise
-            raise StorageError(f"creating claim directory {final}: {e.strerror or e}") from e
+            raise ClaimDirectoryError(f"creating claim directory {final}: {e.strerror or e}") from e
         return final
 
     def _shared_files(self, shared: Path) -> None:
@@ -148,7 +155,7 @@ class ClaimDirs:
         except FileNotFoundError:
             return False
         except OSError as e:
-            raise StorageError(f"removing claim directory {final}: {e.strerror or e}") from e
+            raise ClaimDirectoryError(f"removing claim directory {final}: {e.strerror or e}") from e
         self._discard(doomed)
         return True
 

@@ -174,7 +174,5 @@ def merged(parts: Iterable[Removed]) -> Removed:
     for p in parts:
         out.cdi_files += p.cdi_files
         out.claim_dirs += p.claim_dirs
-        out.mig_instances += p.mig_instances
-        out.mig_mode_disabled += p.mig_mode_disabled
-        out.other += p.other
+        out.host += p.host
     return out

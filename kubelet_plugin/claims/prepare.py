@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -20,7 +20,7 @@ from cdi.edits import HostLayout, cdi_ids, claim_spec
 from cdi.writer import write_spec
 from dra_driver import families
 from dra_driver.allocation import ClaimPlan, plan_claim
-from dra_driver.errors import ClaimError, TesseraError
+from dra_driver.errors import CheckpointError, ClaimReplacedError, TesseraError
 from dra_driver.exclusivity import Holding, check_exclusive
 from dra_driver.limits_file import limits_file, render_limits
 from dra_driver.model import NO_DRIVER_FILES, DriverFiles, Inventory
@@ -41,6 +41,7 @@ from kubelet_plugin.record.steps import Step
 
 log = structlog.get_logger(__name__)
 _IO_THREADS = 8
+R = TypeVar("R", PrepareResult, UnprepareResult)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +92,7 @@ class Preparer:
             try:
                 state.checkpoint()
             except TesseraError as e:
-                return {c.uid: PrepareResult(error=str(e)) for c in claims}
+                return {c.uid: PrepareResult(error=str(e), cause=CheckpointError) for c in claims}
             answers, work, snapshot = self._plan_all(unique_claims(claims))
             if work and snapshot is not None:
                 answers.update(self._run(work, snapshot))
@@ -157,7 +158,7 @@ class Preparer:
                 taken.extend(Holding(f"{ref.namespace}/{ref.name}", d.device) for d in plan.devices)
             except Exception as e:
                 _log_failure("prepare", ref, e)
-                answers[ref.uid] = PrepareResult(error=describe_failure(e))
+                answers[ref.uid] = PrepareResult.failed(e)
         return answers, work, snapshot
 
     def _held(self, uid: ClaimUID) -> list[Holding]:
@@ -173,7 +174,7 @@ class Preparer:
         claim = self.claim_source.get(namespace=ref.namespace, name=ref.name)
         uid = claim.metadata.uid if claim.metadata else None
         if uid != ref.uid:
-            raise ClaimError(
+            raise ClaimReplacedError(
                 f"ResourceClaim {ref.namespace}/{ref.name} has UID {uid}, the kubelet asked for {ref.uid}: "
                 "the claim was deleted and re-created; the kubelet will retry with the new one"
             )
@@ -204,7 +205,7 @@ class Preparer:
         try:
             self._write_ahead(work)
         except TesseraError as e:
-            return {w.ref.uid: PrepareResult(error=f"checkpoint: {e}") for w in work}
+            return {w.ref.uid: _checkpoint_failed(PrepareResult, e) for w in work}
         for w in work:
             self.state.steps.reached(Step.AFTER_CHECKPOINT_STARTED, w.ref.uid)
         answers: dict[ClaimUID, PrepareResult] = {}
@@ -217,11 +218,11 @@ class Preparer:
             _log_failure("prepare", w.ref, outcome)
             if w.repair:  # never tear down what running containers use; a retry repairs it
                 answers[w.ref.uid] = PrepareResult(
-                    error=f"repairing the claim's files: {describe_failure(outcome)}"
+                    error=f"repairing the claim's files: {describe_failure(outcome)}", cause=type(outcome)
                 )
                 continue
             message, ok = self._roll_back(w, outcome)
-            answers[w.ref.uid] = PrepareResult(error=message)
+            answers[w.ref.uid] = PrepareResult(error=message, cause=type(outcome))
             if ok:
                 rolled_back.append(w.ref.uid)
         answers.update(self._finish(done, rolled_back))
@@ -330,15 +331,15 @@ class Preparer:
         if rolled_back:
             try:
                 cp, _ = state.settle(cp, leaving=rolled_back)
-            except TesseraError as e:
-                log.error("switching MIG mode back off failed", error=str(e))
+            except TesseraError as e:  # the host part's message says what it was undoing
+                log.error("settling the node after a rollback failed", error=str(e))
         try:
             state.commit(
                 cp.without(rolled_back)
             )  # the new claims' parts of their GPUs' views are written too
         except TesseraError as e:
             # The artifacts exist and the entries stay PrepareStarted: a retry rolls forward.
-            return {d.entry.uid: PrepareResult(error=f"checkpoint: {e}") for d in done}
+            return {d.entry.uid: _checkpoint_failed(PrepareResult, e) for d in done}
         for d in done:
             state.steps.reached(Step.AFTER_CHECKPOINT_COMPLETED, d.entry.uid)
             self._publish_status(d)
@@ -367,7 +368,7 @@ class Preparer:
                     return answers
                 state.commit(cp.with_entries(e.with_state(ClaimState.UNPREPARE_STARTED) for e in known))
             except TesseraError as e:
-                return {c.uid: UnprepareResult(error=f"checkpoint: {e}") for c in claims}
+                return {c.uid: _checkpoint_failed(UnprepareResult, e) for c in claims}
             for entry in known:
                 state.steps.reached(Step.UNPREPARE_AFTER_CHECKPOINT_STARTED, entry.uid)
             gone: list[ClaimEntry] = []
@@ -377,7 +378,7 @@ class Preparer:
                     gone.append(entry)
                 except Exception as e:
                     _log_failure("unprepare", ClaimRef(entry.namespace, entry.name, entry.uid), e)
-                    answers[entry.uid] = UnprepareResult(error=describe_failure(e))
+                    answers[entry.uid] = UnprepareResult.failed(e)
             answers.update(self._drop([e.uid for e in gone]))
             for entry in gone:
                 if answers[entry.uid].error is None:
@@ -392,7 +393,7 @@ class Preparer:
                 state.steps.reached(Step.UNPREPARE_AFTER_MIG_MODE, uid)
             state.commit(cp.without(uids))  # the claims left on those GPUs get the freed time
         except TesseraError as e:
-            return {uid: UnprepareResult(error=f"checkpoint: {e}") for uid in uids}
+            return {uid: _checkpoint_failed(UnprepareResult, e) for uid in uids}
         for uid in uids:
             state.steps.reached(Step.UNPREPARE_AFTER_CHECKPOINT_REMOVED, uid)
         return {}
@@ -404,6 +405,12 @@ class Preparer:
             )
         except Exception as e:
             log.warning("claim status not cleared", claim=entry.uid, error=describe_failure(e))
+
+
+def _checkpoint_failed(result: type[R], e: TesseraError) -> R:
+    """A claim failed where its checkpoint entry is written: counted as a checkpoint failure, whatever
+    failed beneath (the store, or settling the node and refreshing views around the save)."""
+    return result(error=f"checkpoint: {e}", cause=CheckpointError)
 
 
 def _log_failure(op: str, ref: ClaimRef, e: Exception) -> None:

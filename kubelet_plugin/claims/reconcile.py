@@ -29,12 +29,12 @@ from dra_driver.errors import (
 )
 from dra_driver.files import is_temp
 from dra_driver.model import Inventory
-from dra_driver.names import ClaimUID, GpuUUID
+from dra_driver.names import ClaimUID
 from dra_driver.safe_tree import remove_tree
 from kubelet_plugin.claims.node_state import NodeState, merged
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.claims.recovery import Recovery, adopt_marked, rebuild
-from kubelet_plugin.hosts.base import Removed
+from kubelet_plugin.hosts.base import Removed, Went
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from kubelet_plugin.record.results import ClaimRef
 
@@ -51,9 +51,8 @@ class ReconcileReport:
     kept_claims: tuple[ClaimUID, ...]  # live and complete
     removed_cdi_files: tuple[str, ...]
     removed_claim_dirs: tuple[str, ...]
-    destroyed_mig_instances: tuple[str, ...]
-    disabled_mig_mode: tuple[GpuUUID, ...]
-    removed_other: tuple[str, ...]  # what host parts took down besides (an unused MPS control daemon, ...)
+    # what the host parts took down, each in its own words (MIG instances and mode, MPS daemons, ...)
+    removed_on_host: tuple[Went, ...]
     problems: tuple[str, ...]  # what could not be settled now (left for the next start or call)
 
     @property
@@ -63,13 +62,12 @@ class ReconcileReport:
     @property
     def removed_anything(self) -> bool:
         return bool(
-            self.released_claims
-            or self.removed_cdi_files
-            or self.removed_claim_dirs
-            or self.destroyed_mig_instances
-            or self.disabled_mig_mode
-            or self.removed_other
+            self.released_claims or self.removed_cdi_files or self.removed_claim_dirs or self.removed_on_host
         )
+
+    def removed_on_host_of(self, kind: str) -> tuple[str, ...]:
+        """The targets of what host parts took down of that kind (`mig-instance`: the instances' UUIDs)."""
+        return tuple(w.target for w in self.removed_on_host if w.kind == kind)
 
 
 def _claim_is_live(preparer: Preparer, entry: ClaimEntry) -> bool:
@@ -136,8 +134,8 @@ def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileRepo
         node_wide = Removed()
         try:
             cp, node_wide = state.settle(cp, leaving=settled.released)
-        except TesseraError as e:
-            problems.append(f"switching MIG mode off: {e}")
+        except TesseraError as e:  # the host part's message says what it was undoing
+            problems.append(str(e))
         state.commit(replace(cp.without(settled.released), boot_id=state.boot_id))
         rolled: list[ClaimUID] = []
         if roll_forward and settled.resume:
@@ -158,9 +156,7 @@ def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileRepo
         kept_claims=settled.kept,
         removed_cdi_files=tuple(removed.cdi_files),
         removed_claim_dirs=tuple(removed.claim_dirs),
-        destroyed_mig_instances=tuple(removed.mig_instances),
-        disabled_mig_mode=tuple(GpuUUID(g) for g in removed.mig_mode_disabled),
-        removed_other=tuple(removed.other),
+        removed_on_host=tuple(removed.host),
         problems=tuple(problems),
     )
     log.info(
@@ -171,8 +167,7 @@ def reconcile(preparer: Preparer, *, roll_forward: bool = True) -> ReconcileRepo
         adopted=len(report.adopted_claims),
         cdi_files=len(report.removed_cdi_files),
         claim_dirs=len(report.removed_claim_dirs),
-        mig_instances=len(report.destroyed_mig_instances),
-        other=list(report.removed_other),
+        host=[str(w) for w in report.removed_on_host],
         problems=list(report.problems),
     )
     return report

@@ -38,15 +38,25 @@ class Created:
     made: Mapping[DeviceName, object] = field(default_factory=dict)  # per device, what its CDI edits need
 
 
+@dataclass(frozen=True, slots=True)
+class Went:
+    """One thing a host part took down, in its own words: `kind` what it was (`mig-instance`, `mig-mode`,
+    `mps-daemon`, ...), `target` which one (a UUID, a path); it reads `<kind> <target>`, as cleanup's do."""
+
+    kind: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target}"
+
+
 @dataclass(slots=True)
 class Removed:
     """What teardowns and settling removed, for the log and the reconcile report."""
 
     cdi_files: list[str] = field(default_factory=list)
     claim_dirs: list[str] = field(default_factory=list)
-    mig_instances: list[str] = field(default_factory=list)
-    mig_mode_disabled: list[str] = field(default_factory=list)
-    other: list[str] = field(default_factory=list)  # anything else a host part took down ("mps daemon on …")
+    host: list[Went] = field(default_factory=list)  # what the host parts took down, whatever their family
 
 
 class FamilyHost:
@@ -91,7 +101,8 @@ class FamilyHost:
 
     def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
         """After claims leave (and at start-up): undo node-wide state no remaining claim needs; the checkpoint
-        to commit next, and what went."""
+        to commit next, and what went. A failure is a TesseraError whose message says what was being undone
+        (callers report it as it is)."""
         return cp, Removed()
 
     def refresh(self, cp: Checkpoint) -> None:

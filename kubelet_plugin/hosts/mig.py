@@ -13,12 +13,14 @@ from dataclasses import replace
 import structlog
 
 from dra_driver.allocation import ClaimPlan
+from dra_driver.errors import MigError, TesseraError
 from dra_driver.families.base import PlannedDevice
 from dra_driver.families.mig import NAME, MigAction, MigRecord, mig_mode_restore, mig_plan
 from dra_driver.model import Inventory, MigInstance
 from dra_driver.names import ClaimUID, DeviceName, GpuUUID
-from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed, Went
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.record.leftovers import LeftoverKind
 from kubelet_plugin.record.steps import Step
 
 log = structlog.get_logger(__name__)
@@ -88,7 +90,7 @@ class MigHost(FamilyHost):
             live = inventory.instance_at(record.placement)
             if live is not None:
                 self._ctx.backend.destroy_mig_instance(gpu=record.placement.gpu_uuid, gi_id=live.gi_id)
-                removed.mig_instances.append(live.uuid)
+                removed.host.append(Went(LeftoverKind.MIG_INSTANCE, live.uuid))
                 log.info("mig instance destroyed", uuid=live.uuid, gi=live.gi_id, claim=entry.uid)
         self._ctx.steps.reached(Step.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
         return removed
@@ -115,7 +117,7 @@ class MigHost(FamilyHost):
 
     def settle(self, cp: Checkpoint, *, leaving: Collection[ClaimUID]) -> tuple[Checkpoint, Removed]:
         """Switch MIG mode off on GPUs Tessera switched on once no instance and no remaining claim uses
-        them."""
+        them; MigError "switching MIG mode off: …" when it cannot."""
         removed = Removed()
         owned = cp.owned_by(NAME)
         if not owned:
@@ -123,11 +125,14 @@ class MigHost(FamilyHost):
         in_use = {
             r.placement.gpu_uuid for e in cp.claims.values() if e.uid not in leaving for r in _records(e)
         }
-        restore = mig_mode_restore(owned, in_use=in_use, inventory=self._ctx.backend.inventory())
-        for uuid in restore.switch_off:
-            self._ctx.backend.set_mig_mode(gpu=uuid, enabled=False)
-            removed.mig_mode_disabled.append(uuid)
-            log.info("mig mode disabled after the last Tessera instance", gpu=uuid)
+        try:
+            restore = mig_mode_restore(owned, in_use=in_use, inventory=self._ctx.backend.inventory())
+            for uuid in restore.switch_off:
+                self._ctx.backend.set_mig_mode(gpu=uuid, enabled=False)
+                removed.host.append(Went(LeftoverKind.MIG_MODE, uuid))
+                log.info("mig mode disabled after the last Tessera instance", gpu=uuid)
+        except TesseraError as e:
+            raise MigError(f"switching MIG mode off: {e}") from e
         return cp.with_owned(NAME, restore.keep), removed
 
 

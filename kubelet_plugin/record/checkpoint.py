@@ -5,8 +5,9 @@ before anything is created, so after a crash every Tessera MIG instance can be t
 its placement. Each family encodes its own records (dra_driver/families) under its own key.
 
 Decoding trusts nothing: every field is type-checked and a file that is not exactly what `encode` writes
-raises StorageError naming what is wrong (bounded, see `dra_driver.excerpt`). Another apiVersion of ours
-raises UnsupportedVersionError: a newer Tessera wrote it, and this one must not act on what it cannot read.
+raises CheckpointError (a StorageError) naming what is wrong (bounded, see `dra_driver.excerpt`). Another
+apiVersion of ours raises UnsupportedVersionError: a newer Tessera wrote it, and this one must not act on what
+it cannot read.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from enum import StrEnum
 from typing import Any, TypeVar
 
 from dra_driver import families
-from dra_driver.errors import InvalidNameError, StorageError, UnsupportedVersionError
+from dra_driver.errors import CheckpointError, InvalidNameError, UnsupportedVersionError
 from dra_driver.excerpt import clip, excerpt
 from dra_driver.model import Placement
 from dra_driver.names import ClaimUID, Family, GpuUUID
@@ -239,16 +240,16 @@ def encode(cp: Checkpoint) -> bytes:
 
 
 def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
-    """Parse and verify; anything unexpected is a StorageError naming what is wrong.
+    """Parse and verify; anything unexpected is a CheckpointError naming what is wrong.
 
     UnsupportedVersionError (a StorageError) for a checkpoint of another apiVersion of ours.
     """
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as e:
-        raise StorageError(f"{source}: not valid JSON ({clip(str(e), 200)}); the file is corrupt") from e
+        raise CheckpointError(f"{source}: not valid JSON ({clip(str(e), 200)}); the file is corrupt") from e
     if not isinstance(doc, dict):
-        raise StorageError(f"{source}: not a JSON object; the file is corrupt")
+        raise CheckpointError(f"{source}: not a JSON object; the file is corrupt")
     api_version, kind = doc.get("apiVersion"), doc.get("kind")
     if (
         isinstance(api_version, str)
@@ -261,7 +262,7 @@ def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
             "wrote it, or move the file away to make this version rebuild its state from the node"
         )
     if api_version != API_VERSION or kind != KIND:
-        raise StorageError(
+        raise CheckpointError(
             f"{source}: apiVersion/kind {excerpt(api_version)}/{excerpt(kind)}, "
             f"expected {API_VERSION}/{KIND}; the file is corrupt"
         )
@@ -271,14 +272,14 @@ def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
     except RecursionError:
         intact = False
     if not intact:
-        raise StorageError(f"{source}: checksum mismatch; the file is corrupt or was edited by hand")
+        raise CheckpointError(f"{source}: checksum mismatch; the file is corrupt or was edited by hand")
     try:
         entries = [ClaimEntry.from_dict(e) for e in _objects(body, "claims")]
         owned = {f: frozenset(GpuUUID(g) for g in _strings(body, key)) for key, f in _owned_keys()}
         boot_id = _field(body, "bootID", str)
     except (ValueError, InvalidNameError) as e:
-        raise StorageError(f"{source}: malformed content ({e}); the file is corrupt") from e
+        raise CheckpointError(f"{source}: malformed content ({e}); the file is corrupt") from e
     claims = {e.uid: e for e in entries}
     if len(claims) != len(entries):
-        raise StorageError(f"{source}: a claim is listed twice; the file is corrupt")
+        raise CheckpointError(f"{source}: a claim is listed twice; the file is corrupt")
     return Checkpoint(boot_id=boot_id, claims=claims, owned={f: g for f, g in owned.items() if g})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.errors import StorageError
+from dra_driver.errors import CheckpointError, StorageError
 from dra_driver.files import atomic_write, fsync_dir, read_bounded
 from kubelet_plugin import metrics
 from kubelet_plugin.node.file_modes import CHECKPOINT_MODE
@@ -38,7 +38,7 @@ class CheckpointStore:
     def load(self, *, boot_id: str) -> Checkpoint:
         """The saved checkpoint, or an empty one for `boot_id` when there is none yet.
 
-        An unreadable file raises StorageError (UnsupportedVersionError when a newer Tessera wrote it):
+        An unreadable file raises CheckpointError (UnsupportedVersionError when a newer Tessera wrote it):
         prepare must not guess which MIG instances are its own.
         """
         try:
@@ -46,14 +46,17 @@ class CheckpointStore:
         except FileNotFoundError:
             return Checkpoint(boot_id=boot_id)
         except StorageError as e:
-            raise StorageError(f"checkpoint: {e}") from e
+            raise CheckpointError(f"checkpoint: {e}") from e
         return decode(data, source=f"checkpoint {self._path}")
 
     def save(self, checkpoint: Checkpoint, *, durable: bool = True) -> None:
+        """CheckpointError when it cannot."""
         try:
             atomic_write(self._path, encode(checkpoint), mode=CHECKPOINT_MODE, durable=durable)
-        except Exception:
+        except Exception as e:
             metrics.CHECKPOINT_ERRORS.inc()
+            if isinstance(e, StorageError):
+                raise CheckpointError(str(e)) from e
             raise
         metrics.CHECKPOINT_WRITES.inc()
 

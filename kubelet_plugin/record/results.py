@@ -51,11 +51,22 @@ class PreparedDevice:
 class PrepareResult:
     devices: tuple[PreparedDevice, ...] = ()
     error: str | None = None  # set: the claim failed, devices is empty
+    # The failure's type, whose `reason` the metrics count it under; None with an error: only a message.
+    cause: type[BaseException] | None = None
+
+    @classmethod
+    def failed(cls, e: BaseException) -> PrepareResult:
+        return cls(error=describe_failure(e), cause=type(e))
 
 
 @dataclass(frozen=True, slots=True)
 class UnprepareResult:
     error: str | None = None
+    cause: type[BaseException] | None = None  # as PrepareResult's
+
+    @classmethod
+    def failed(cls, e: BaseException) -> UnprepareResult:
+        return cls(error=describe_failure(e), cause=type(e))
 
 
 class ClaimPreparer(Protocol):

@@ -13,26 +13,16 @@ stays and why is said too. `kubelet_plugin.removal.node_sweep` carries a plan ou
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from dra_driver.families import mig
 from dra_driver.families.mig import MigRecord, mig_mode_restore
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
+from kubelet_plugin.record.leftovers import LeftoverKind
 
-
-class LeftoverKind(StrEnum):
-    MPS_DAEMON = "mps-daemon"  # a GPU's MPS control daemon and its directory (target: the GPU UUID)
-    MIG_INSTANCE = "mig-instance"  # a MIG instance Tessera created (target: its UUID)
-    MIG_MODE = "mig-mode"  # MIG mode Tessera switched on, switched off again (target: the GPU UUID)
-    CDI_SPEC = "cdi-spec"  # our CDI spec of a claim, or a temp file of one
-    CLAIM_DIR = "claim-dir"  # a claim's limits directory, or a staging/set-aside one
-    GPU_VIEW = "gpu-view"  # a shared GPU's view directory
-    LIBRARY = "library"  # the interception library installed on the host (and its install's temp file)
-    PLUGIN_STATE = "plugin-state"  # the checkpoint, its set-aside copies and temp files, the plugin lock
-    SOCKET = "socket"  # a socket of ours nobody serves any more
-    DIRECTORY = "directory"  # a directory only Tessera uses, removed once empty
+# What settling the host parts (`NodeState.settle`) takes down, rather than the sweep one by one.
+SETTLED_BY_HOSTS = frozenset({LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE})
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,8 @@ from kubelet_plugin.hosts.mps import MpsHost
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.node.sockets import is_served
 from kubelet_plugin.record.checkpoint import Checkpoint
-from kubelet_plugin.removal.cleanup_plan import Leftover, LeftoverKind, NodeSurvey, PendingClaim
+from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.removal.cleanup_plan import Leftover, NodeSurvey, PendingClaim
 
 UNREADABLE_MARK = ".unreadable-"  # CheckpointStore.set_aside's names: checkpoint.json.unreadable-<stamp>
 

@@ -26,11 +26,12 @@ from dra_driver.safe_tree import remove_tree
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.hosts.mps import MpsHost
+from kubelet_plugin.record.leftovers import LeftoverKind
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.removal.cleanup_plan import (
+    SETTLED_BY_HOSTS,
     CleanupPlan,
     Leftover,
-    LeftoverKind,
     PendingClaim,
     plan_cleanup,
 )
@@ -119,12 +120,13 @@ def _finish_unprepares(preparer: Preparer, plan: CleanupPlan) -> list[str]:
     return problems
 
 
-def _settle_mig_mode(state: NodeState) -> list[str]:
+def _settle_hosts(state: NodeState) -> list[str]:
+    """Node-wide state the host parts restore (MIG mode, ...); a failure, in the host part's own words."""
     try:
         cp, _ = state.settle(state.checkpoint(), leaving=())
         state.commit(cp)
     except TesseraError as e:
-        return [f"switching MIG mode off: {e}"]
+        return [str(e)]
     return []
 
 
@@ -145,8 +147,8 @@ def sweep(preparer: Preparer, *, serving: bool = False) -> SweepOutcome:
                     serving=plan.serving,
                     problems=(*problems, "unprepares left unfinished"),
                 )
-        if any(i.kind in (LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE) for i in plan.leftovers):
-            problems += _settle_mig_mode(state)  # what it switches off is recorded by the state
+        if any(i.kind in SETTLED_BY_HOSTS for i in plan.leftovers):
+            problems += _settle_hosts(state)  # what it takes down is recorded by the state
         # claim directories set aside by the unprepares go in the background: gone before their parent goes
         if not state.dirs.sweeper.wait_idle(timeout=SWEEP_WAIT_S):
             problems.append(f"claim directories still being removed after {SWEEP_WAIT_S:g} s")
@@ -154,7 +156,7 @@ def sweep(preparer: Preparer, *, serving: bool = False) -> SweepOutcome:
         removed: list[str] = []
         kept = list(plan.kept)
         for item in plan.leftovers:
-            if item.kind in (LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE):
+            if item.kind in SETTLED_BY_HOSTS:
                 continue
             try:
                 done = _carry_out(state, item)

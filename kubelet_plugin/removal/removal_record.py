@@ -19,18 +19,14 @@ from kubelet_plugin.hosts.base import Removed
 from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.removal.cleanup_plan import Leftover, LeftoverKind
+from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.removal.cleanup_plan import Leftover
 
 
 def removal_lines(removed: Removed) -> list[str]:
-    kinds = (
-        (LeftoverKind.CDI_SPEC, removed.cdi_files),
-        (LeftoverKind.CLAIM_DIR, removed.claim_dirs),
-        (LeftoverKind.MIG_INSTANCE, removed.mig_instances),
-        (LeftoverKind.MIG_MODE, removed.mig_mode_disabled),
-    )
+    kinds = ((LeftoverKind.CDI_SPEC, removed.cdi_files), (LeftoverKind.CLAIM_DIR, removed.claim_dirs))
     lines = [str(Leftover(kind, target)) for kind, targets in kinds for target in targets]
-    return lines + list(removed.other)
+    return lines + [str(w) for w in removed.host]  # the host parts' own words, `<kind> <target>` too
 
 
 def report_lines(report: ReconcileReport) -> list[str]:
@@ -39,9 +35,7 @@ def report_lines(report: ReconcileReport) -> list[str]:
         Removed(
             cdi_files=list(report.removed_cdi_files),
             claim_dirs=list(report.removed_claim_dirs),
-            mig_instances=list(report.destroyed_mig_instances),
-            mig_mode_disabled=list(report.disabled_mig_mode),
-            other=list(report.removed_other),
+            host=list(report.removed_on_host),
         )
     )
 

@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 import grpc
 import structlog
 
-from dra_driver.errors import InvalidNameError
+from dra_driver.errors import ClaimError, InvalidNameError
 from dra_driver.excerpt import MESSAGE_CHARS, clip, excerpt
 from dra_driver.names import ClaimUID
 from kubelet_plugin import metrics
@@ -29,7 +29,6 @@ from kubelet_plugin.record.results import (
     ClaimRef,
     PrepareResult,
     UnprepareResult,
-    describe_failure,
     unique_claims,
 )
 
@@ -77,15 +76,13 @@ class ClaimCalls:
 
     def prepare(self, claims: Sequence[KubeletClaim]) -> dict[str, PrepareResult]:
         with metrics.KUBELET_CALL_SECONDS.labels("NodePrepareResources").time():
-            answers = self._call("prepare", claims, self._preparer.prepare, lambda m: PrepareResult(error=m))
+            answers = self._call("prepare", claims, self._preparer.prepare, PrepareResult.failed)
         _count("NodePrepareResources", answers.values())
         return answers
 
     def unprepare(self, claims: Sequence[KubeletClaim]) -> dict[str, UnprepareResult]:
         with metrics.KUBELET_CALL_SECONDS.labels("NodeUnprepareResources").time():
-            answers = self._call(
-                "unprepare", claims, self._preparer.unprepare, lambda m: UnprepareResult(error=m)
-            )
+            answers = self._call("unprepare", claims, self._preparer.unprepare, UnprepareResult.failed)
         _count("NodeUnprepareResources", answers.values())
         return answers
 
@@ -94,13 +91,13 @@ class ClaimCalls:
         verb: str,
         claims: Sequence[KubeletClaim],
         call: Callable[[Sequence[ClaimRef]], Mapping[ClaimUID, R]],
-        failed: Callable[[str], R],
+        failed: Callable[[BaseException], R],
     ) -> dict[str, R]:
         answers: dict[str, R] = {}
         checked: list[ClaimRef] = []
         for claim in claims:
             ref = _validated(claim)
-            if isinstance(ref, str):
+            if isinstance(ref, InvalidNameError):
                 answers[claim.uid] = failed(ref)
             else:
                 checked.append(ref)
@@ -114,16 +111,15 @@ class ClaimCalls:
                     self._left = self._stamp()
             except Exception as e:  # one bad call must not crash the daemon; it fails each claim
                 log.exception(f"{verb} failed", claims=[c.uid for c in valid])
-                got = {c.uid: failed(describe_failure(e)) for c in valid}
+                got = {c.uid: failed(e) for c in valid}
             if self._after is not None:
                 self._after()
             for claim in valid:
                 answer = got.get(claim.uid)
                 if answer is None:
                     log.error(f"{verb} gave no answer for a claim", claim=claim.uid)
-                    answer = failed(
-                        f"the node plugin did not {verb} claim {claim.uid}; the kubelet will retry"
-                    )
+                    missed = f"the node plugin did not {verb} claim {claim.uid}; the kubelet will retry"
+                    answer = failed(ClaimError(missed))
                 answers[claim.uid] = _bounded(answer)
         return answers
 
@@ -148,21 +144,21 @@ def _count(call: str, answers: Iterable[PrepareResult | UnprepareResult]) -> Non
     for answer in answers:
         metrics.CLAIMS_HANDLED.labels(call).inc()
         if answer.error is not None:
-            metrics.CLAIM_ERRORS.labels(call, metrics.failure_reason(answer.error)).inc()
+            metrics.CLAIM_ERRORS.labels(call, metrics.failure_reason(answer.cause)).inc()
 
 
-def _validated(claim: KubeletClaim) -> ClaimRef | str:
+def _validated(claim: KubeletClaim) -> ClaimRef | InvalidNameError:
     """The claim with its UID validated, or the problem (naming the field) that fails just this claim."""
     shown = f"claim {excerpt(claim.namespace, bare=True)}/{excerpt(claim.name, bare=True)}"
     missing = [
         f for f, v in (("uid", claim.uid), ("namespace", claim.namespace), ("name", claim.name)) if not v
     ]
     if missing:
-        return f"{shown} (uid {excerpt(claim.uid)}) lacks {', '.join(missing)}"
+        return InvalidNameError(f"{shown} (uid {excerpt(claim.uid)}) lacks {', '.join(missing)}")
     try:
         return ClaimRef(namespace=claim.namespace, name=claim.name, uid=ClaimUID(claim.uid))
     except InvalidNameError as e:
-        return f"{shown}: field uid: {e}"
+        return InvalidNameError(f"{shown}: field uid: {e}")
 
 
 def _bounded(answer: R) -> R:

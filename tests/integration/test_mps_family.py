@@ -146,7 +146,7 @@ def test_the_daemon_outlives_a_restart_and_is_settled_at_start_up(node: Env) -> 
     report = reconcile(node.preparer(boot_id="boot-1"))
     assert report.released_claims == (a.uid,) and daemons(node) == {}
     # the released claim's client directory (its link to the daemon's socket), then the daemon no claim uses
-    client_dir, daemon = report.removed_other
+    client_dir, daemon = (str(w) for w in report.removed_on_host)
     assert client_dir.startswith("MPS client directory ") and client_dir.endswith(f"/clients/{a.uid}")
     assert daemon == f"mps-daemon {FAKE_GPU1}"
 

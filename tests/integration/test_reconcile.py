@@ -17,6 +17,7 @@ from dra_driver.families import mig as mig_family
 from dra_driver.names import ClaimUID, cdi_spec_file_name
 from kubelet_plugin.claims.reconcile import reconcile
 from kubelet_plugin.record.checkpoint import ClaimState
+from kubelet_plugin.record.leftovers import LeftoverKind
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults
@@ -102,8 +103,8 @@ def test_claims_gone_from_the_api_are_released(env: Env) -> None:
     report = reconcile(env.preparer())
     assert report.released_claims == (gone.uid,)
     assert report.kept_claims == (kept.uid,)
-    assert report.destroyed_mig_instances == (mig_uuid,)
-    assert report.disabled_mig_mode == (env.inventory().gpus[1].uuid,)
+    assert report.removed_on_host_of(LeftoverKind.MIG_INSTANCE) == (mig_uuid,)
+    assert report.removed_on_host_of(LeftoverKind.MIG_MODE) == (env.inventory().gpus[1].uuid,)
     assert [Path(p).name for p in report.removed_cdi_files] == [cdi_spec_file_name(gone.uid)]
     assert [Path(p).name for p in report.removed_claim_dirs] == [gone.uid]
     assert list(env.checkpoint().claims) == [kept.uid]
@@ -132,7 +133,7 @@ def test_orphans_are_removed_and_foreign_files_and_admin_instances_kept(env: Env
     assert [Path(p).name for p in report.removed_claim_dirs] == ["orphan"]
     assert env.cdi_files() == ["nvidia.com-gpu.yaml"] and env.claim_dirs() == []
     assert [m.uuid for m in env.inventory().gpus[2].mig_instances] == [admin.uuid]
-    assert report.destroyed_mig_instances == ()
+    assert report.removed_on_host_of(LeftoverKind.MIG_INSTANCE) == ()
 
 
 def test_after_a_reboot_live_claims_get_their_files_back(env: Env) -> None:

@@ -20,9 +20,10 @@ from dra_driver.families.base import PlannedDevice
 from dra_driver.families.mps import NAME, MpsClient, MpsPipe
 from dra_driver.model import Inventory
 from dra_driver.names import ClaimUID, DeviceName, GpuUUID
-from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed, Went
 from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL, MpsControl
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.record.leftovers import LeftoverKind
 
 log = structlog.get_logger(__name__)
 
@@ -63,7 +64,7 @@ class MpsHost(FamilyHost):
             with contextlib.suppress(MpsError):  # a GPU UUID no daemon directory can have: nothing was made
                 clients = self.control.clients(c.gpu_uuid)
                 if clients.remove(entry.uid):
-                    removed.other.append(f"MPS client directory {clients.path(entry.uid)}")
+                    removed.host.append(Went("MPS client directory", str(clients.path(entry.uid))))
         return removed
 
     def damage(self, entry: ClaimEntry, *, inventory: Inventory | None) -> str | None:
@@ -88,7 +89,7 @@ class MpsHost(FamilyHost):
                 continue
             try:
                 if self.control.stop(gpu_uuid=state.gpu_uuid):
-                    removed.other.append(f"mps-daemon {state.gpu_uuid}")
+                    removed.host.append(Went(LeftoverKind.MPS_DAEMON, state.gpu_uuid))
             except MpsError as e:
                 log.error("MPS control daemon not stopped", gpu=state.gpu_uuid, error=str(e))
         return cp, removed

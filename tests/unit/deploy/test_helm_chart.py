@@ -275,6 +275,33 @@ def test_driver_root_network_and_api_server_values() -> None:
 
 
 @needs_helm
+def test_a_family_added_to_the_registry_reaches_the_classes_and_node_settings(tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    shutil.copytree(CHART, chart)
+    with (chart / "files" / "families.yaml").open("a") as f:
+        f.write("- name: widget\n")  # as deploy/render-manifests.sh writes it for a new family module
+    values = tmp_path / "values.yaml"
+    values.write_text("nodeGroups: [{name: x, families: [widget], vgpuShares: 1}]\n")
+    done = helm("template", "t", str(chart), "--kube-version", KUBE, "-f", str(values))
+    assert done.returncode == 0, done.stderr
+    objs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    widget = by_kind(objs, "DeviceClass")["widget.tessera.dev"]
+    assert widget["spec"]["extendedResourceName"] == "gpu.tessera.dev/widget"
+    assert '.type == "widget"' in widget["spec"]["selectors"][0]["cel"]["expression"]
+    (settings,) = by_kind(objs, "ConfigMap").values()
+    assert yaml.safe_load(settings["data"]["settings.yaml"])["families"] == {
+        "gpu": False,
+        "vgpu": False,
+        "mps": False,
+        "mig": False,
+        "widget": True,
+    }
+    values.write_text("nodeGroups: [{name: x, families: [tpu], vgpuShares: 1}]\n")
+    done = helm("template", "t", str(chart), "--kube-version", KUBE, "-f", str(values))
+    assert "is not one of gpu, vgpu, mps, mig, widget" in done.stderr
+
+
+@needs_helm
 def test_cleanup_mode_installs_only_the_cleanup_daemonset_and_its_identity() -> None:
     objs = render("--set", "cleanup.enabled=true")
     kinds = {o["kind"] for o in objs}

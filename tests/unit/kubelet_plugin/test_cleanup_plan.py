@@ -11,7 +11,8 @@ from dra_driver.families.mig import MigRecord, mig_mode_restore
 from dra_driver.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, Placement
 from dra_driver.names import ClaimUID, GpuUUID, is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
-from kubelet_plugin.removal.cleanup_plan import Leftover, LeftoverKind, NodeSurvey, PendingClaim, plan_cleanup
+from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.removal.cleanup_plan import Leftover, NodeSurvey, PendingClaim, plan_cleanup
 
 H100 = GpuUUID("GPU-h100")
 A100 = GpuUUID("GPU-a100")

@@ -4,13 +4,29 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.errors import ConfigError
+from dra_driver.errors import (
+    CLAIM_ERROR_REASONS,
+    CdiSpecError,
+    CheckpointError,
+    ClaimDirectoryError,
+    ClaimNotFoundError,
+    ClaimReplacedError,
+    ConfigError,
+    InvalidNameError,
+    MigError,
+    NotAllocatedError,
+    PlacementTakenError,
+    StorageError,
+    TesseraError,
+)
 from dra_driver.gpu_health import GpuCondition
 from dra_driver.model import FaultKind, GpuFault
 from dra_driver.names import GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.health.events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON, change_message
 from kubelet_plugin.observability.metrics_server import parse_address
+from kubelet_plugin.record.results import PrepareResult
+from kubelet_plugin.serving import dra_service
 
 
 def test_addresses() -> None:
@@ -22,12 +38,47 @@ def test_addresses() -> None:
             parse_address(bad)
 
 
-def test_error_messages_map_to_few_reasons() -> None:
-    assert metrics.failure_reason("checkpoint: disk full") == "checkpoint"
-    assert metrics.failure_reason("ResourceClaim ns/c not found in the API server") == "claim_not_found"
-    assert metrics.failure_reason("creating MIG instance (profile 19 at 0): no such placement") == "mig"
-    assert metrics.failure_reason("internal error in the node plugin (KeyError: 'x')") == "internal"
-    assert metrics.failure_reason("something new") == "other"
+def _subclasses(cls: type[TesseraError]) -> list[type[TesseraError]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _subclasses(sub))]
+
+
+def test_claim_errors_are_counted_by_their_type() -> None:
+    assert metrics.failure_reason(CheckpointError) == "checkpoint"
+    assert metrics.failure_reason(ClaimNotFoundError("ResourceClaim ns/c not found")) == "claim_not_found"
+    assert metrics.failure_reason(ClaimReplacedError) == "claim_replaced"
+    assert metrics.failure_reason(PlacementTakenError("creating MIG instance: taken")) == "mig"
+    assert metrics.failure_reason(ClaimDirectoryError) == "claim_directory"
+    assert metrics.failure_reason(CdiSpecError) == "cdi"
+    assert metrics.failure_reason(ConfigError) == "invalid_request"  # the claim's opaque config
+    assert metrics.failure_reason(InvalidNameError) == "invalid_request"
+    assert metrics.failure_reason(NotAllocatedError) == "not_allocated"
+    assert metrics.failure_reason(KeyError("x")) == metrics.failure_reason(KeyError) == "internal"
+    # the message is never read: a plain StorageError naming the checkpoint is still only `other`
+    assert metrics.failure_reason(StorageError("checkpoint: disk full")) == "other"
+    assert metrics.failure_reason(None) == "other"  # a failure known only by its message
+
+
+def test_the_reasons_stay_a_small_fixed_set() -> None:
+    reasons = {metrics.failure_reason(c) for c in [*_subclasses(TesseraError), KeyError]}
+    assert reasons == set(CLAIM_ERROR_REASONS)
+
+
+def test_the_kubelet_calls_count_each_failed_claim_by_its_cause() -> None:
+    def count(reason: str) -> float:
+        labels = {"call": "NodePrepareResources", "reason": reason}
+        return metrics.REGISTRY.get_sample_value("tessera_claim_errors_total", labels) or 0.0
+
+    before = {r: count(r) for r in ("mig", "invalid_request", "other")}
+    dra_service._count(
+        "NodePrepareResources",
+        [
+            PrepareResult.failed(MigError("creating MIG instance: NVML says no")),
+            PrepareResult.failed(ConfigError("priority: must be an integer from 0 to 1")),
+            PrepareResult(error="refused, with no error to say why"),
+            PrepareResult(),
+        ],
+    )
+    assert {r: count(r) - n for r, n in before.items()} == {"mig": 1, "invalid_request": 1, "other": 1}
 
 
 def test_mig_operations_are_timed_and_failures_counted() -> None:

@@ -27,3 +27,13 @@ system:serviceaccount:{{ .Release.Namespace }}:{{ .Values.serviceAccount.name }}
 {{- define "tessera.probePathArgs" -}}
 "--kubelet-plugins-dir={{ .Values.hostPaths.kubeletPlugins }}", "--kubelet-registry-dir={{ .Values.hostPaths.kubeletRegistry }}"
 {{- end -}}
+
+{{/* The family registry's names, "gpu, vgpu, mps, mig": files/families.yaml is generated from it
+(deploy/render-manifests.sh). */}}
+{{- define "tessera.familyNames" -}}
+{{- $names := list }}
+{{- range (.Files.Get "files/families.yaml" | fromYaml).families }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- join ", " $names }}
+{{- end }}
