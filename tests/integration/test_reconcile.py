@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, vgpu
 
 from dra_driver.families import mig as mig_family
 from dra_driver.names import ClaimUID, cdi_spec_file_name
@@ -20,6 +19,7 @@ from kubelet_plugin.reconcile import reconcile
 from kubelet_plugin.results import ClaimRef
 from kubelet_plugin.steps import Step
 from tests.support.faults import Faults
+from tests.support.prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, vgpu
 
 
 class Crash(BaseException):
