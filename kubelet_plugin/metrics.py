@@ -74,6 +74,12 @@ CHECKPOINT_WRITES = Counter(f"{P}checkpoint_writes_total", "Checkpoint saves (du
 CHECKPOINT_ERRORS = Counter(
     f"{P}checkpoint_write_errors_total", "Checkpoint saves that failed", registry=REGISTRY
 )
+HEALTH_CHECKS = Counter(
+    f"{P}health_checks_total",
+    "Health checks of the node's GPUs, by result (ok, failed: the devices are reported Unknown)",
+    ["result"],
+    registry=REGISTRY,
+)
 STATUS_WRITES = Counter(
     f"{P}claim_status_writes_total",
     "Writes of status.devices on ResourceClaims, by kind (usage) and result (ok, error)",

@@ -13,7 +13,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,6 +142,11 @@ def scrape(node: SimNode) -> str:
     return text
 
 
+def samples(node: SimNode, prefix: str) -> list[float]:
+    """The values of the node's metric samples whose lines start with `prefix` (a name, labels or not)."""
+    return [float(line.rsplit(" ", 1)[1]) for line in scrape(node).splitlines() if line.startswith(prefix)]
+
+
 def test_a_lost_gpu_is_tainted_its_pod_evicted_new_claims_go_elsewhere_and_it_recovers(
     bed: SimCluster, health_node: SimNode, ns: str
 ) -> None:
@@ -184,9 +188,15 @@ def test_a_fatal_xid_holds_its_taint_until_the_plugin_restarts(
     inject(health_node, 1, "--xid=48")
     wait_for("GPU 1 tainted NoSchedule", lambda: all_tainted(health_node, 1, "xid-48", "NoSchedule"))
     inject(health_node, 1, "--clear")
-    for _ in range(3):  # three health checks: the backend no longer reports it, the daemon keeps it
-        time.sleep(1.0)
-        assert all_tainted(health_node, 1, "xid-48", "NoSchedule")
+    # three health checks that read the GPU after the clear (the first one counted from here may have read it
+    # before): the backend no longer reports the XID, the daemon keeps it
+    done = sum(samples(health_node, "tessera_health_checks_total"))
+    wait_for(
+        "three health checks after the clear",
+        lambda: sum(samples(health_node, "tessera_health_checks_total")) >= done + 4,
+    )
+    assert samples(health_node, 'tessera_gpu_healthy{gpu="1",') == [0.0]
+    assert all_tainted(health_node, 1, "xid-48", "NoSchedule")
     health_node.restart_plugin()  # what an administrator does after resetting the GPU
     wait_for("GPU 1 untainted after the restart", lambda: untainted(health_node, 1))
 

@@ -27,6 +27,7 @@ from dra_driver.errors import TesseraError
 from dra_driver.gpu_health import GpuCondition, HealthPolicy, conditions
 from dra_driver.model import Inventory
 from dra_driver.names import DeviceName, GpuUUID
+from kubelet_plugin import metrics
 from kubelet_plugin.proto.gen import health_v1_pb2 as v1
 from kubelet_plugin.proto.gen import health_v1_pb2_grpc as v1_grpc
 from kubelet_plugin.proto.gen import health_v1alpha1_pb2 as v1alpha1
@@ -215,9 +216,11 @@ class InventoryHealthPoller:
         return health_of(inventory, after)
 
     def poll_once(self) -> None:
+        result = "ok"
         try:
             devices = self._decide(self._read())
         except TesseraError as e:
+            result = "failed"
             previous = self._board.current
             log.warning("health check failed; devices are Unknown", error=str(e))
             devices = unknown(previous.devices if previous else (), f"health check failed: {e}")
@@ -226,6 +229,9 @@ class InventoryHealthPoller:
             log.info("device health changed", not_healthy=bad)
             if self._on_change is not None:
                 self._on_change()  # e.g. republish: unhealthy GPUs leave the ResourceSlices
+        # counted once its outcome is posted, so whoever sees the count move sees that outcome; a check that
+        # changes nothing shows nowhere else
+        metrics.HEALTH_CHECKS.labels(result).inc()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="health-poller", daemon=True)

@@ -4,7 +4,6 @@ plane, so the session's plane is not disturbed), and after health or MIG changes
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -113,10 +112,16 @@ def test_run_survives_an_api_server_restart(private_plane: ControlPlane) -> None
                         timeout_s=15,
                     )
                     assert running.alive, f"run() died: {running.error!r}"
+                    published_before = len(_published(logs))  # nothing gets through while it is down
                 retries_while_down = len(_retries(logs))
 
-                # Back up with the same data: nothing to repair, so nothing is rewritten.
-                time.sleep(1.0)
+                # Back up with the same data: the first publish that gets through (the retries go on) finds
+                # nothing to repair, so nothing is rewritten.
+                (after,) = wait_for(
+                    "a publish after the restart", lambda: _published(logs)[published_before:][:1]
+                )
+                what = {k: after[k] for k in ("generation", "created", "updated", "deleted")}
+                assert what == {"generation": 1, "created": 0, "updated": 0, "deleted": 0}
                 assert complete_at(pool(api, node)) == 1
                 k8s.ResourceV1Api(api).delete_resource_slice(f"{node}-gpu.tessera.dev-3")
                 assert wait_for("the repaired pool", lambda: complete_at(pool(api, node))) == 2
@@ -131,6 +136,10 @@ def test_run_survives_an_api_server_restart(private_plane: ControlPlane) -> None
 
 def _retries(logs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [e for e in logs if e.get("event") == "publisher.retry"]
+
+
+def _published(logs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [e for e in logs if e.get("event") == "publisher.published"]
 
 
 def _node_file(directory: Path, *, unhealthy_last: bool) -> Path:

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from plugin_process import PluginProcess, cleanup, short_root
+
+from tests.support.plugin_process import PluginProcess, cleanup, short_root
 
 
 @pytest.fixture

@@ -14,9 +14,6 @@ import os
 from pathlib import Path
 
 import pytest
-from plugin_process import NODE, NODE_FILE, PluginProcess, cleanup
-from prepare_env import mig_records
-from test_crash import node_state
 
 from dra_driver.backends import open_backend
 from dra_driver.families import mig as mig_family
@@ -24,6 +21,8 @@ from kubelet_plugin.record.checkpoint import ClaimState
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef
 from tests.support.kubelet_client import DraClient
+from tests.support.plugin_process import NODE, NODE_FILE, PluginProcess, cleanup, node_state
+from tests.support.prepare_env import mig_records
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(90)

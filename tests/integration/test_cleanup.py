@@ -15,7 +15,6 @@ from typing import Any
 
 import grpc
 import pytest
-from plugin_process import NODE, REPO, PluginProcess, cleanup, short_root
 
 from dra_driver.backends import open_backend
 from dra_driver.families import mig, mps, vgpu
@@ -30,6 +29,7 @@ from kubelet_plugin.removal.cleanup_marker import cleanup_done, cleanup_done_fil
 from kubelet_plugin.removal.cleanup_node import REMOVAL_MESSAGE
 from tests.support.faults import Faults
 from tests.support.kubelet_client import DraClient, register
+from tests.support.plugin_process import NODE, REPO, PluginProcess, cleanup, short_root
 from tests.support.sample_claims import allocated_claim, claim_ref
 
 pytestmark = [

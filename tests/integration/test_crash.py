@@ -15,14 +15,13 @@ from typing import Any
 
 import grpc
 import pytest
-from plugin_process import NODE, PluginProcess, cleanup, node_backend
 
 from dra_driver.names import DRIVER_NAME
-from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults
 from tests.support.kubelet_client import DraClient
+from tests.support.plugin_process import NODE, PluginProcess, cleanup, node_state
 from tests.support.sample_claims import claim_ref
 
 pytestmark = pytest.mark.timeout(60)
@@ -59,18 +58,6 @@ def mixed_claim(name: str) -> dict[str, Any]:
         },
         "status": {"allocation": {"devices": {"results": results}}},
     }
-
-
-def node_state(p: PluginProcess) -> tuple[list[str], list[str], list[str], list[tuple[int, int]], list[bool]]:
-    """(CDI dir entries, claim dirs, checkpoint claims, MIG instances, MIG mode per GPU)."""
-    cdi = sorted(x.name for x in p.paths.cdi_dir.iterdir()) if p.paths.cdi_dir.exists() else []
-    dirs = sorted(x.name for x in p.paths.claims_dir.iterdir()) if p.paths.claims_dir.exists() else []
-    store = CheckpointStore(path=p.paths.checkpoint_file)
-    entries = sorted(str(u) for u in store.load(boot_id="-").claims) if store.path.exists() else []
-    with node_backend(p) as backend:
-        gpus = backend.inventory().gpus
-    mig = [(g.index, m.start) for g in gpus for m in g.mig_instances]
-    return cdi, dirs, entries, mig, [g.mig_enabled for g in gpus]
 
 
 def assert_clean(p: PluginProcess) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 
 import grpc
 import pytest
-from plugin_process import NODE, PluginProcess, cleanup
 
 from cdi.writer import read_spec
 from dra_driver.families import mig as mig_family
@@ -28,6 +27,7 @@ from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef
 from tests.support.kubelet_client import DraClient
+from tests.support.plugin_process import NODE, PluginProcess, cleanup
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 from tests.support.tenant_container import fill
 

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from plugin_process import REPO, PluginProcess, cleanup, short_root
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdi.writer import read_spec
@@ -26,6 +25,7 @@ from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.library.region import GPU, GPUS_OFFSET, MAX_PROCS, PROC, PROCS_OFFSET, read_region
 from tests.support import tenant_container
 from tests.support.kubelet_client import DraClient
+from tests.support.plugin_process import REPO, PluginProcess, cleanup, short_root
 from tests.support.sample_claims import claim_ref, vgpu_claim
 from tests.support.tenant_container import inside
 

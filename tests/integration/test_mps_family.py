@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prepare_env import Env, claim, result
 
 from cdi.writer import read_spec
 from dra_driver.families.mps import (
@@ -34,6 +33,7 @@ from kubelet_plugin.hosts.mps import gpus_in_use
 from kubelet_plugin.hosts.mps.control import MpsControl
 from kubelet_plugin.hosts.mps.watch import RECOVERED_REASON, MpsWatch
 from tests.support import tenant_container
+from tests.support.prepare_env import Env, claim, result
 from tests.support.tenant_container import inside
 
 pytestmark = pytest.mark.skipif(not MPS_CONTROL.exists(), reason="run `make dev` to build the fake MPS tool")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from plugin_process import NODE, PluginProcess, cleanup, node_backend
 
 from dra_driver.families import mig as mig_family
 from dra_driver.families import mps
@@ -23,6 +22,7 @@ from kubelet_plugin.hosts.mps.control import MpsControl
 from kubelet_plugin.proto.gen import health_v1_pb2
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from tests.support.kubelet_client import DraClient, register
+from tests.support.plugin_process import NODE, PluginProcess, cleanup, node_backend
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prepare_env import BACKENDS, POOL, Env, backend_env, claim, mig_records, opaque, result, vgpu
 
 from dra_driver.families import mig as mig_family
 from dra_driver.names import LIMITS_FILE_NAME, ClaimUID
@@ -17,6 +16,17 @@ from kubelet_plugin.record.checkpoint import ClaimState
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults
+from tests.support.prepare_env import (
+    BACKENDS,
+    POOL,
+    Env,
+    backend_env,
+    claim,
+    mig_records,
+    opaque,
+    result,
+    vgpu,
+)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_process import NODE, PluginProcess
-from prepare_env import BACKENDS, Env, backend_env, claim, result, vgpu
 
 from dra_driver.families import gpu as gpu_family
 from dra_driver.names import ClaimUID
 from e2e.fake_mps import stop_mps_daemons
 from kubelet_plugin.record.results import ClaimRef
 from tests.support.kubelet_client import DraClient
+from tests.support.plugin_process import NODE, PluginProcess
+from tests.support.prepare_env import BACKENDS, Env, backend_env, claim, result, vgpu
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 
 

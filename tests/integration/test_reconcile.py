@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, vgpu
 
 from dra_driver.families import mig as mig_family
 from dra_driver.names import ClaimUID, cdi_spec_file_name
@@ -21,6 +20,7 @@ from kubelet_plugin.record.leftovers import LeftoverKind
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults
+from tests.support.prepare_env import BACKENDS, Env, backend_env, claim, mig_records, result, vgpu
 
 
 class Crash(BaseException):

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 import pytest
-from claim_models import POOL, claim, config, result, vgpu_result
-from inventories import make_gpu, make_inventory
 
 from dra_driver.allocation import LibrarySettings, plan_claim
 from dra_driver.errors import ClaimError, ConfigError, PlacementTakenError
@@ -10,6 +8,8 @@ from dra_driver.families import gpu as whole
 from dra_driver.families import mig, vgpu
 from dra_driver.model import Inventory
 from dra_driver.names import DRIVER_NAME
+from tests.support.claim_models import POOL, claim, config, result, vgpu_result
+from tests.support.inventories import make_gpu, make_inventory
 
 GiB = 1 << 30
 

@@ -5,9 +5,9 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from slice_checks import consumption, fits, quantity
 
 from dra_driver.counter_reduction import reduce_counters
+from tests.support.slice_checks import consumption, fits, quantity
 
 Json = dict[str, Any]
 SET = "gpu-0-counters"

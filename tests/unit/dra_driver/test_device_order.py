@@ -5,8 +5,6 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from inventories import make_gpu, make_inventory
-from slice_checks import counter_sets, devices, quantity
 
 from dra_driver.device_order import DeviceOrder, order_devices
 from dra_driver.families import gpu as whole
@@ -15,6 +13,8 @@ from dra_driver.families.mig import MigName
 from dra_driver.profiles import PRODUCTS
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices, device_names
+from tests.support.inventories import make_gpu, make_inventory
+from tests.support.slice_checks import counter_sets, devices, quantity
 
 NODE = "node-a"
 NEW = NodeSettings(node_name=NODE)

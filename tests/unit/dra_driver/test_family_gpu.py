@@ -1,10 +1,9 @@
 from __future__ import annotations
 
-from claim_models import claim, result
-from family_plans import error_of, plan
-from inventories import make_gpu, make_inventory
-
 from dra_driver.families import gpu as whole
+from tests.support.claim_models import claim, result
+from tests.support.family_plans import error_of, plan
+from tests.support.inventories import make_gpu, make_inventory
 
 
 def test_a_whole_gpu_plans_to_itself() -> None:

@@ -1,11 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from claim_models import claim, result
-from family_plans import H100, error_of, plan
 from hypothesis import given
 from hypothesis import strategies as st
-from inventories import make_gpu, make_inventory
 
 from dra_driver.errors import InvalidNameError
 from dra_driver.families import mig, parse_device_name
@@ -20,6 +17,9 @@ from dra_driver.families.mig import (
 )
 from dra_driver.model import Placement
 from dra_driver.names import GpuUUID
+from tests.support.claim_models import claim, result
+from tests.support.family_plans import H100, error_of, plan
+from tests.support.inventories import make_gpu, make_inventory
 
 ADMIN = make_inventory(make_gpu(0, "A100-SXM4-80GB", mig_enabled=True, instances=(("3g.40gb", 0),)))
 

@@ -1,9 +1,6 @@
 from __future__ import annotations
 
 import pytest
-from claim_models import claim, config, result, vgpu_result
-from family_plans import H100, error_of, plan
-from inventories import make_gpu, make_inventory
 
 from dra_driver.allocation import LibrarySettings
 from dra_driver.config_schema import SmLimitPolicy
@@ -12,6 +9,9 @@ from dra_driver.families.base import Held, LibraryLimits
 from dra_driver.families.capacity import SharedLimits
 from dra_driver.families.vgpu import GpuShare, VgpuConfig
 from dra_driver.names import GpuUUID, qualified
+from tests.support.claim_models import claim, config, result, vgpu_result
+from tests.support.family_plans import H100, error_of, plan
+from tests.support.inventories import make_gpu, make_inventory
 
 GiB = 1 << 30
 

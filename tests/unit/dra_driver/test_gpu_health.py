@@ -7,7 +7,6 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from inventories import make_gpu, make_inventory
 
 from dra_driver.gpu_health import (
     APPLICATION_XIDS,
@@ -19,6 +18,7 @@ from dra_driver.gpu_health import (
 )
 from dra_driver.model import FaultKind, GpuFault, Inventory
 from dra_driver.taints import device_taint, gpu_taints, inventory_taints, tainted, timestamp
+from tests.support.inventories import make_gpu, make_inventory
 
 LOST = GpuFault(FaultKind.LOST, xid=79)
 DBE = GpuFault(FaultKind.XID, xid=48)

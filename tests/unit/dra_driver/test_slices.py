@@ -7,8 +7,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from inventories import make_gpu, make_inventory
-from slice_checks import check_slices, consumption, counter_sets, devices, fits, quantity
 
 from dra_driver import families as registry
 from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
@@ -26,6 +24,8 @@ from dra_driver.names import Family, GpuUUID, counter_set_name, resource_slice_n
 from dra_driver.profiles import PRODUCTS, product
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices, device_names, pack_devices
+from tests.support.inventories import make_gpu, make_inventory
+from tests.support.slice_checks import check_slices, consumption, counter_sets, devices, fits, quantity
 
 NODE = "node-a"
 ALL = NodeSettings(node_name=NODE)

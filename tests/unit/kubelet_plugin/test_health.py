@@ -17,6 +17,7 @@ import pytest
 from dra_driver.errors import InventoryError
 from dra_driver.model import Architecture, DeviceNode, Gpu, Inventory, MigProfile
 from dra_driver.names import GpuUUID
+from kubelet_plugin import metrics
 from kubelet_plugin.health.service import (
     DeviceHealthState,
     Health,
@@ -131,6 +132,30 @@ def test_the_poller_reports_unknown_when_the_backend_fails() -> None:
         ("gpu-0-mps", Health.UNKNOWN),
     ]
     assert "GPU is lost" in report.devices[0].message
+
+
+def test_every_check_is_counted_once_its_outcome_is_posted() -> None:
+    def checks(result: str) -> float:
+        return metrics.REGISTRY.get_sample_value("tessera_health_checks_total", {"result": result}) or 0.0
+
+    board = HealthBoard(pool="node-a")
+    failing = False
+
+    def read() -> Inventory:
+        if failing:
+            raise InventoryError("NVML: GPU is lost")
+        return inventory(gpu(0, mig=False))
+
+    ok, failed = checks("ok"), checks("failed")
+    seen: list[float] = []
+    poller = InventoryHealthPoller(read=read, board=board, on_change=lambda: seen.append(checks("ok")))
+    poller.poll_once()
+    assert seen == [ok] and checks("ok") == ok + 1  # the change was posted before the check counted
+    poller.poll_once()  # nothing changed: no log, no new board version; only the count shows it ran
+    assert (len(seen), checks("ok")) == (1, ok + 2)
+    failing = True
+    poller.poll_once()
+    assert (checks("ok"), checks("failed")) == (ok + 2, failed + 1)
 
 
 @pytest.fixture

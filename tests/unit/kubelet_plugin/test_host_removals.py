@@ -18,7 +18,7 @@ from kubelet_plugin.record.checkpoint import Checkpoint
 from kubelet_plugin.record.leftovers import LeftoverKind
 from kubelet_plugin.record.steps import NO_OBSERVER
 from kubelet_plugin.removal.removal_record import removal_lines, report_lines
-from tests.unit.dra_driver.inventories import make_gpu, make_inventory
+from tests.support.inventories import make_gpu, make_inventory
 
 GPU = make_gpu(0, "H100-80GB-SXM", mig_enabled=True)
 

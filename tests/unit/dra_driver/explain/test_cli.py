@@ -8,8 +8,7 @@ import yaml
 
 from dra_driver.explain.cli import add_cli, main
 from dra_driver.explain.command import EXIT_CANNOT_DECIDE, EXIT_DOES_NOT_FIT, EXIT_FITS, EXIT_USAGE
-
-from .slicegen import allocated_claim, claim, exactly, node_slices
+from tests.support.slicegen import allocated_claim, claim, exactly, node_slices
 
 NODE_FILE = Path(__file__).resolve().parents[4] / "e2e" / "nodes" / "mixed-a100-l4.yaml"
 

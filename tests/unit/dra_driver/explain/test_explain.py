@@ -12,8 +12,7 @@ from dra_driver.explain.sources import REPO_DEVICECLASSES, load_files
 from dra_driver.explain.verdict import ClaimVerdict, ReasonKind, RequestVerdict, render
 from dra_driver.settings import NodeSettings
 from dra_driver.slices import build_slices
-
-from .slicegen import NODE, allocated_claim, claim, exactly, node_slices
+from tests.support.slicegen import NODE, allocated_claim, claim, exactly, node_slices
 
 CLASSES = {c.name: c for c in map(parse_device_class, load_files([REPO_DEVICECLASSES]).classes)}
 PRODUCT = 'device.attributes["gpu.tessera.dev"].productName'

@@ -6,13 +6,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
-from claim_models import POOL
-from inventories import make_gpu, make_inventory
 
 from dra_driver.allocation import ClaimPlan, NodeHolds, plan_claim
 from dra_driver.errors import ClaimError, ConfigError, PlacementTakenError
 from dra_driver.model import Inventory
 from dra_driver.names import DRIVER_NAME, Family
+from tests.support.claim_models import POOL
+from tests.support.inventories import make_gpu, make_inventory
 
 H100 = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM"))
 

@@ -21,6 +21,7 @@ from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from tests.support.claim_files import DirectoryClaimSource
 from tests.support.faults import FAULT_CLAIM_ENV, FAULT_ENV
 from tests.support.kubelet_client import is_served, register, wait_for_socket
@@ -163,6 +164,18 @@ def node_backend(p: PluginProcess) -> Iterator[GpuBackend]:
             yield backend
         finally:
             backend.close()
+
+
+def node_state(p: PluginProcess) -> tuple[list[str], list[str], list[str], list[tuple[int, int]], list[bool]]:
+    """(CDI dir entries, claim dirs, checkpoint claims, MIG instances, MIG mode per GPU)."""
+    cdi = sorted(x.name for x in p.paths.cdi_dir.iterdir()) if p.paths.cdi_dir.exists() else []
+    dirs = sorted(x.name for x in p.paths.claims_dir.iterdir()) if p.paths.claims_dir.exists() else []
+    store = CheckpointStore(path=p.paths.checkpoint_file)
+    entries = sorted(str(u) for u in store.load(boot_id="-").claims) if store.path.exists() else []
+    with node_backend(p) as backend:
+        gpus = backend.inventory().gpus
+    mig = [(g.index, m.start) for g in gpus for m in g.mig_instances]
+    return cdi, dirs, entries, mig, [g.mig_enabled for g in gpus]
 
 
 def cleanup(processes: Sequence[PluginProcess], root: Path) -> None:
