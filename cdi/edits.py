@@ -1,6 +1,7 @@
 """What a container receives for a prepared claim: one CDI spec, one CDI device per allocated device (pure).
 
-Each device's own edits come from its family (dra_driver/families). Claim-wide edits (control nodes, driver
+Each device's own edits come from its family (dra_driver/core/families). Claim-wide edits (control nodes,
+driver
 libraries, each family's claim edits, and the interception library with the claim directory when any device
 uses it) sit in the spec's own containerEdits, which a runtime applies once for any of the spec's devices.
 """
@@ -10,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cdi.spec import ContainerEdits, Device, Mount, Spec
-from dra_driver import families
-from dra_driver.allocation import ClaimPlan
-from dra_driver.errors import MigError
-from dra_driver.families import mps
-from dra_driver.families.base import PlannedDevice, device_node
-from dra_driver.model import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
-from dra_driver.names import (
+from cdi.spec import ContainerEdits, Device, Mount, Spec, SpecError
+from dra_driver.core import families
+from dra_driver.core.allocation import ClaimPlan
+from dra_driver.core.families import mps
+from dra_driver.core.families.base import PlannedDevice, device_node
+from dra_driver.values.errors import ConfigError, MigError
+from dra_driver.values.model import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
+from dra_driver.values.names import (
     CDI_KIND,
     CLAIM_DIRS_ENV,
     CONTAINER_LIBRARY_PATH,
@@ -48,7 +49,7 @@ class HostLayout:
     claim_dir: str  # this claim's host directory (limits file; shared/ with the accounting region)
     driver_library_dirs: tuple[str, ...] = ()  # host driver library/tool dirs, mounted read-only in place
     gpus_dir: str = ""  # host root of the GPUs' view directories ("": none mounted)
-    driver_files: DriverFiles = NO_DRIVER_FILES  # below the driver root (dra_driver.driver_root)
+    driver_files: DriverFiles = NO_DRIVER_FILES  # below the driver root (dra_driver.system.driver_root)
 
 
 def device_cdi_name(plan: ClaimPlan, device: PlannedDevice) -> str:
@@ -166,13 +167,19 @@ def claim_spec(
     host: HostLayout,
     made: Mapping[DeviceName, object] | None = None,
 ) -> Spec:
-    """The claim's CDI spec. `made`: what each device's host part created for it (a MIG instance, ...)."""
+    """The claim's CDI spec. `made`: what each device's host part created for it (a MIG instance, ...).
+    ConfigError when the edits do not make a valid spec."""
     created = made or {}
-    return Spec(
-        kind=CDI_KIND,
-        devices=tuple(
-            Device(name=device_cdi_name(plan, d), container_edits=_device_edits(plan, d, inventory, created))
-            for d in plan.devices
-        ),
-        container_edits=_claim_edits(plan, inventory, created, host),
-    )
+    try:
+        return Spec(
+            kind=CDI_KIND,
+            devices=tuple(
+                Device(
+                    name=device_cdi_name(plan, d), container_edits=_device_edits(plan, d, inventory, created)
+                )
+                for d in plan.devices
+            ),
+            container_edits=_claim_edits(plan, inventory, created, host),
+        )
+    except SpecError as e:
+        raise ConfigError(str(e)) from e

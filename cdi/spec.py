@@ -7,12 +7,10 @@ and spec-wide container edits, which a runtime applies once whenever any device 
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-from dra_driver.errors import ConfigError
-from dra_driver.excerpt import excerpt
 
 CDI_VERSION = "0.6.0"
 _SUPPORTED_VERSIONS = ("0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
@@ -20,8 +18,26 @@ _DEVICE_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.:-]*$")
 _KIND_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*/[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 
 
-def _fail(path: str, problem: str) -> ConfigError:
-    return ConfigError(f"CDI spec {path}: {problem}")
+class SpecError(ValueError):
+    """A value that is not a valid CDI spec. This module imports nothing of Tessera's (it is the leaf the
+    families build on); callers translate it into their own errors (cdi.edits, cdi.writer)."""
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlist = _SHOWN.maxdict = 6
+
+
+def excerpt(value: object) -> str:
+    """A bounded repr: a bad value from a file is shown, never printed whole."""
+    try:
+        return _SHOWN.repr(value)
+    except ValueError:  # an int too large to print
+        return f"<{type(value).__name__} too large to show>"
+
+
+def _fail(path: str, problem: str) -> SpecError:
+    return SpecError(f"CDI spec {path}: {problem}")
 
 
 def _str(d: Mapping[str, Any], key: str, path: str, *, required: bool = True) -> str | None:

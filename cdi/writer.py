@@ -1,4 +1,4 @@
-"""The per-claim CDI spec files, written atomically through `dra_driver.files`.
+"""The per-claim CDI spec files, written atomically through `dra_driver.system.files`.
 
 Anything in the CDI directory under one of our spec names is ours: a directory, a link or a FIFO there is
 removed (never followed) before a spec is written in its place or when the claim goes.
@@ -12,10 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cdi.spec import Spec
-from dra_driver.errors import CdiSpecError, ConfigError, StorageError
-from dra_driver.files import WriteFault, atomic_write, is_temp, read_bounded
-from dra_driver.names import ClaimUID, cdi_spec_file_name, cdi_spec_temp_prefix, parse_cdi_spec_file_name
-from dra_driver.safe_tree import is_plain_file, remove_tree
+from dra_driver.system.files import WriteFault, atomic_write, is_temp, read_bounded
+from dra_driver.system.safe_tree import is_plain_file, remove_tree
+from dra_driver.values.errors import CdiSpecError, StorageError
+from dra_driver.values.names import (
+    ClaimUID,
+    cdi_spec_file_name,
+    cdi_spec_temp_prefix,
+    parse_cdi_spec_file_name,
+)
 
 SPEC_MODE = 0o644  # container runtimes read it; other host users may too (it holds no secret)
 MAX_SPEC_BYTES = 1 << 20  # ours are a few KiB
@@ -48,7 +53,7 @@ def read_spec(path: Path) -> Spec:
         return Spec.from_dict(doc)
     except FileNotFoundError as e:
         raise CdiSpecError(f"reading CDI spec {path}: it is missing") from e
-    except (ValueError, RecursionError, ConfigError) as e:
+    except (ValueError, RecursionError) as e:  # SpecError is a ValueError
         raise CdiSpecError(f"reading CDI spec {path}: not a valid spec ({e})") from e
     except StorageError as e:  # not a regular file, or too large
         raise CdiSpecError(str(e)) from e

@@ -5,14 +5,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "${here}")"
-# the opaque-config policy comes from the config kinds' field tables (dra_driver/config_policy.py)
+# the opaque-config policy comes from the config kinds' field tables (dra_driver/core/config_policy.py)
 python="${repo}/.venv/bin/python"
 [ -x "${python}" ] || python=python3
-(cd "${repo}" && "${python}" -m dra_driver.config_policy policy) > "${repo}/deviceclasses/opaque-config-policy.yaml.tmp"
+(cd "${repo}" && "${python}" -m dra_driver.core.config_policy policy) > "${repo}/deviceclasses/opaque-config-policy.yaml.tmp"
 mv -f "${repo}/deviceclasses/opaque-config-policy.yaml.tmp" "${repo}/deviceclasses/opaque-config-policy.yaml"
 cp "${repo}/deviceclasses/opaque-config-policy.yaml" "${here}/helm/tessera/files/opaque-config-policy.yaml"
-# the DeviceClasses and the chart's list of families come from the family registry (dra_driver/device_classes.py)
-generate() { (cd "${repo}" && "${python}" -m dra_driver.device_classes "$@"); }
+# the DeviceClasses and the chart's list of families come from the family registry (dra_driver/core/device_classes.py)
+generate() { (cd "${repo}" && "${python}" -m dra_driver.core.device_classes "$@"); }
 for name in $(generate list); do
     generate manifest "${name}" > "${repo}/deviceclasses/${name}.tmp"
     mv -f "${repo}/deviceclasses/${name}.tmp" "${repo}/deviceclasses/${name}"

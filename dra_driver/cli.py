@@ -22,15 +22,15 @@ from pathlib import Path
 
 import yaml
 
-from dra_driver import families
 from dra_driver.backends import open_backend
+from dra_driver.backends.sim_inject import add_cli as add_sim_command
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.errors import ConfigError, TesseraError
+from dra_driver.core import families
+from dra_driver.core.families.base import Json
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
 from dra_driver.explain.cli import add_cli as add_explain_command
-from dra_driver.families.base import Json
-from dra_driver.settings import NodeSettings
-from dra_driver.sim_inject import add_cli as add_sim_command
-from dra_driver.slices import build_slices
+from dra_driver.values.errors import ConfigError, TesseraError
 
 Handler = Callable[[argparse.Namespace], int]
 

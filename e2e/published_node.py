@@ -13,9 +13,9 @@ from typing import Any
 from kubernetes import client as k8s
 
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.names import Attr, qualified
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
+from dra_driver.values.names import Attr, qualified
 from e2e.controlplane.nodes import create_node, delete_node
 from kubelet_plugin.publish.publisher import SlicePublisher
 

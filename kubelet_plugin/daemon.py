@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from dra_driver.errors import ConfigError, TesseraError
-from dra_driver.logs import configure
+from dra_driver.system.logs import configure
+from dra_driver.values.errors import ConfigError, TesseraError
 from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.node.file_modes import UMASK, set_umask
 from kubelet_plugin.observability.metrics_server import parse_address

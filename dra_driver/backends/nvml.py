@@ -20,8 +20,9 @@ import pynvml
 import structlog
 
 from dra_driver.backends.nvml_health import NvmlHealthWatcher
-from dra_driver.errors import ConfigError, InventoryError, MigError, PlacementTakenError
-from dra_driver.model import (
+from dra_driver.core.profiles import find_product, profile_order
+from dra_driver.values.errors import ConfigError, InventoryError, MigError, PlacementTakenError
+from dra_driver.values.model import (
     Architecture,
     DeviceNode,
     FaultKind,
@@ -31,8 +32,7 @@ from dra_driver.model import (
     MigInstance,
     MigProfile,
 )
-from dra_driver.names import DEFAULT_DRIVER_PROC_ROOT, DRIVER_PROC_ROOT_ENV, GpuUUID
-from dra_driver.profiles import find_product, profile_order
+from dra_driver.values.names import DEFAULT_DRIVER_PROC_ROOT, DRIVER_PROC_ROOT_ENV, GpuUUID
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
@@ -331,7 +331,8 @@ class NvmlBackend:
                     placement_starts=tuple(start for start, _size in placements),
                 )
             )
-        # the order of dra_driver.profiles (and so of the published devices), not of NVML's profile indices
+        # the order of dra_driver.core.profiles (and so of the published devices), not of NVML's profile
+        # indices
         return tuple(sorted(found, key=profile_order))
 
     def _instances(

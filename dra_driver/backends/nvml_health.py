@@ -2,7 +2,8 @@
 
 One NVML event set for every GPU (the event types each supports, of XidCriticalError and DoubleBitEccError),
 waited on with a timeout so the thread notices `stop()`. What an event means is `fault_of_event` (pure);
-which XIDs count is `dra_driver.gpu_health`. A driver without the event API (NotSupported, FunctionNotFound:
+which XIDs count is `dra_driver.core.gpu_health`. A driver without the event API (NotSupported,
+FunctionNotFound:
 some vGPU guests, the fake libnvidia-ml) leaves health to the states the inventory sees (lost, NVML failing),
 said once in the log. The faults seen are kept for the life of the process: NVML cannot tell when a GPU
 recovered from an XID (the daemon's policy decides what to do with them).
@@ -18,9 +19,9 @@ from typing import Any
 import pynvml
 import structlog
 
-from dra_driver.gpu_health import fault_from_xid
-from dra_driver.model import FaultKind, GpuFault
-from dra_driver.names import GpuUUID
+from dra_driver.core.gpu_health import fault_from_xid
+from dra_driver.values.model import FaultKind, GpuFault
+from dra_driver.values.names import GpuUUID
 
 log = structlog.get_logger(__name__)
 

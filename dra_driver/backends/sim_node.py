@@ -7,7 +7,7 @@ seed: node-a                # optional; overrides the UUID seed
 driverVersion: "550.54.15"  # optional
 cudaDriverVersion: "12.4"   # optional
 gpus:
-- product: H100-80GB-SXM    # node-file key or NVML product name (dra_driver.profiles)
+- product: H100-80GB-SXM    # node-file key or NVML product name (dra_driver.core.profiles)
   count: 8                  # optional, default 1
   migEnabled: false         # optional; only for MIG-capable products
   uuid: GPU-...             # optional; only with count 1
@@ -31,9 +31,9 @@ from dra_driver.backends.decoding import (
     expect_mapping,
     get_typed,
 )
-from dra_driver.errors import ConfigError
-from dra_driver.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID
-from dra_driver.profiles import GpuProduct, product
+from dra_driver.core.profiles import GpuProduct, product
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID
 
 DEFAULT_DRIVER_VERSION = "550.54.15"
 DEFAULT_CUDA_DRIVER_VERSION = "12.4"

@@ -25,10 +25,10 @@ from dra_driver.backends.sim_state import (
     read_state,
     write_state,
 )
-from dra_driver.errors import InventoryError, MigError, PlacementTakenError
-from dra_driver.model import DeviceNode, Gpu, GpuFault, Inventory, MigInstance, MigProfile
-from dra_driver.names import GpuUUID
-from dra_driver.profiles import GpuProduct
+from dra_driver.core.profiles import GpuProduct
+from dra_driver.values.errors import InventoryError, MigError, PlacementTakenError
+from dra_driver.values.model import DeviceNode, Gpu, GpuFault, Inventory, MigInstance, MigProfile
+from dra_driver.values.names import GpuUUID
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255

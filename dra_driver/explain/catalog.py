@@ -10,10 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.errors import ConfigError
 from dra_driver.explain.cel_env import AttributeValue
-from dra_driver.quantity import Quantity, parse_quantity
-from dra_driver.semver import parse_semver
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.quantity import Quantity, parse_quantity
+from dra_driver.values.semver import parse_semver
 
 Obj = Mapping[str, Any]
 

@@ -23,12 +23,12 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
-from dra_driver.errors import ConfigError, TesseraError
 from dra_driver.explain import cel_optional
 from dra_driver.explain.cel_bind import BindCaptureError, BindSyntaxError, expand_binds
 from dra_driver.explain.cel_check import MAX_COST, MAX_EXPRESSION_LENGTH, check_tree, estimate_cost
-from dra_driver.quantity import Quantity, is_quantity, parse_quantity
-from dra_driver.semver import Semver, is_semver, parse_semver
+from dra_driver.values.errors import ConfigError, TesseraError
+from dra_driver.values.quantity import Quantity, is_quantity, parse_quantity
+from dra_driver.values.semver import Semver, is_semver, parse_semver
 
 AttributeValue = int | bool | str | Semver
 CelValue = Any  # celpy's values are untyped at the Python level

@@ -12,8 +12,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from dra_driver.cluster_features import sharing_advice
-from dra_driver.errors import TesseraError
+from dra_driver.core.cluster_features import sharing_advice
 from dra_driver.explain.capacity import consumed_capacity
 from dra_driver.explain.catalog import Allocation, Catalog, CatalogDevice, DeviceKey, qualify
 from dra_driver.explain.cel_env import (
@@ -26,8 +25,9 @@ from dra_driver.explain.cel_env import (
 )
 from dra_driver.explain.request import ALL, ClaimSpec, DeviceClassSpec, Request, Toleration
 from dra_driver.explain.verdict import ClaimVerdict, DeviceVerdict, Reason, ReasonKind, RequestVerdict
-from dra_driver.names import DRIVER_NAME
-from dra_driver.quantity import format_quantity
+from dra_driver.values.errors import TesseraError
+from dra_driver.values.names import DRIVER_NAME
+from dra_driver.values.quantity import format_quantity
 
 MAX_STEPS = 200_000  # device checks before giving up, like the scheduler's allocation timeout
 

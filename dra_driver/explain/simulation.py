@@ -7,8 +7,8 @@ from typing import Any
 
 from dra_driver.backends.sim_node import decode_node
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
 
 
 def slices_for_simulated_node(raw: Mapping[str, Any], *, default_name: str = "sim-node") -> tuple[Any, ...]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from dra_driver.errors import ConfigError, TesseraError
+from dra_driver.values.errors import ConfigError, TesseraError
 
 Obj = Mapping[str, Any]
 # The DeviceClasses shipped in this repository, used with --simulate when no class is given.

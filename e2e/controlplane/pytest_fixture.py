@@ -59,7 +59,7 @@ def private_control_plane(
 
 def skip_unmixable(items: list[pytest.Item]) -> None:
     """Skips the tests marked `mixes_families` where the session's release cannot keep a shared family apart
-    from the others, because Tessera then publishes no such node (`dra_driver.cluster_features`); the
+    from the others, because Tessera then publishes no such node (`dra_driver.core.cluster_features`); the
     legacy-release tests show what it publishes instead."""
     if RELEASE.mixes_families():
         return

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from dra_driver.cluster_features import GATES, SHARED_COUNTERS_COUNTED_FROM, SHARING_GATES
+from dra_driver.core.cluster_features import GATES, SHARED_COUNTERS_COUNTED_FROM, SHARING_GATES
 from e2e.controlplane.errors import ControlPlaneError
 
 MODULES_DIR: Final = Path(__file__).resolve().parent.parent / "cluster" / "k8s"
@@ -38,7 +38,7 @@ class Release:
 
     def mixes_families(self) -> bool:
         """Whether its kube-scheduler keeps a shared family apart from the others on one node
-        (`dra_driver.cluster_features`): Tessera publishes shared families beside others only there."""
+        (`dra_driver.core.cluster_features`): Tessera publishes shared families beside others only there."""
         return (1, self.minor) >= SHARED_COUNTERS_COUNTED_FROM
 
     def accepts_counter_slices(self) -> bool:
@@ -62,7 +62,7 @@ class Release:
 
     def profile(self, name: str) -> dict[str, bool]:
         """The gates a plane of this release is started with: `default` sets none; `sharing` switches on
-        every gate Tessera uses (`dra_driver.cluster_features.GATES`) that this release has but does not
+        every gate Tessera uses (`dra_driver.core.cluster_features.GATES`) that this release has but does not
         enable."""
         if name == "default":
             return {}

@@ -27,10 +27,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
-from dra_driver.device_order import DeviceOrder
-from dra_driver.logs import configure
-from dra_driver.names import Cap
-from dra_driver.settings import NodeSettings
+from dra_driver.core.device_order import DeviceOrder
+from dra_driver.core.settings import NodeSettings
+from dra_driver.system.logs import configure
+from dra_driver.values.names import Cap
 from e2e.bench import pod as bench_pod
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane

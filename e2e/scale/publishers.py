@@ -24,9 +24,9 @@ from kubernetes import config as k8s_config
 
 from dra_driver.backends.sim_node import decode_node
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.logs import configure
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
+from dra_driver.system.logs import configure
 from kubelet_plugin.publish.publisher import SlicePublisher
 from kubelet_plugin.serving.wiring import load_settings
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dra_driver.names import Cap, qualified
+from dra_driver.values.names import Cap, qualified
 from e2e.examples import pinned
 from e2e.kube import (
     Json,

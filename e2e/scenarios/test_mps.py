@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from dra_driver.families.mps import (
+from dra_driver.core.families.mps import (
     PINNED_MEMORY_ENV,
     PIPE_DIRECTORY_ENV,
     THREAD_PERCENTAGE_ENV,
     container_pipe_dir,
 )
-from dra_driver.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME, Attr, Cap, ClaimUID, GpuUUID
+from dra_driver.values.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME, Attr, Cap, ClaimUID, GpuUUID
 from e2e.examples import example, find, pinned, renamed
 from e2e.fake_mps import FAKE_MPS_CONTROL, mps_dir_for
 from e2e.kube import Json, get_pod, wait_for

@@ -8,7 +8,8 @@ import itertools
 
 import pytest
 
-from dra_driver.names import (
+from dra_driver.core.sm_schedule import Part
+from dra_driver.values.names import (
     CONTAINER_LIBRARY_PATH,
     LIMITS_FILE_NAME,
     VIEW_FILE_NAME,
@@ -20,7 +21,6 @@ from dra_driver.names import (
     container_claim_dir,
     container_gpu_dir,
 )
-from dra_driver.sm_schedule import Part
 from e2e.examples import example, find, renamed
 from e2e.kube import Json
 from e2e.scenarios.probes import (

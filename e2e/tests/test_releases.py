@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cluster_features import SHARING_GATES
+from dra_driver.core.cluster_features import SHARING_GATES
 from e2e.controlplane import releases, settings
 from e2e.controlplane.errors import ControlPlaneError
 

@@ -2,7 +2,7 @@
  * identity, memory, MIG mode, GPU and compute instances) and those the interception library makes.
  *
  * With FAKE_NVML_NODE=<SimulatedNode file> (read at nvmlInit) it drives that node's GPUs, with the MIG
- * profile tables of dra_driver/profiles.py (build/gen/fake_products.h) and the MIG state of nvml/state.c
+ * profile tables of dra_driver/core/profiles.py (build/gen/fake_products.h) and the MIG state of nvml/state.c
  * (FAKE_NVML_STATE, FAKE_NVML_PROC). Without it: FAKE_GPU_COUNT (2) GPUs of FAKE_GPU_MEM_MB (81920) that
  * match fake_cuda.c, whose host view shows one foreign process and 1 GiB of foreign memory plus what the
  * fake libcuda of this process holds. FAKE_NVML_FAIL=1 makes nvmlInit fail.

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import structlog
 
 from cdi.writer import read_spec, remove_spec
-from dra_driver import families
-from dra_driver.allocation import NodeHolds
 from dra_driver.backends.base import GpuBackend
-from dra_driver.errors import StorageError
-from dra_driver.model import Inventory, Placement
-from dra_driver.names import LIMITS_FILE_NAME, ClaimUID, Family
-from dra_driver.safe_tree import is_plain_file
+from dra_driver.core import families
+from dra_driver.core.allocation import NodeHolds
+from dra_driver.system.safe_tree import is_plain_file
+from dra_driver.values.errors import StorageError
+from dra_driver.values.model import Inventory, Placement
+from dra_driver.values.names import LIMITS_FILE_NAME, ClaimUID, Family
 from kubelet_plugin.claims.claimdir import ClaimDirs
 from kubelet_plugin.hosts import Hosts
 from kubelet_plugin.hosts.base import HostContext, Removed

@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.errors import ConfigError, InvalidNameError, StorageError
-from dra_driver.families import parse_device_name
-from dra_driver.files import read_bounded
-from dra_driver.limits_file import parse_limits
-from dra_driver.model import Gpu, Inventory
-from dra_driver.names import (
+from dra_driver.core.families import parse_device_name
+from dra_driver.core.limits_file import parse_limits
+from dra_driver.system.files import read_bounded
+from dra_driver.values.errors import ConfigError, InvalidNameError, StorageError
+from dra_driver.values.model import Gpu, Inventory
+from dra_driver.values.names import (
     LIMITS_FILE_NAME,
     REGION_FILE_NAME,
     SHARED_DIR_NAME,

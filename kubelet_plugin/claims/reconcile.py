@@ -19,7 +19,9 @@ from pathlib import Path
 import structlog
 
 from cdi.writer import list_specs, remove_spec, stale_temp_files
-from dra_driver.errors import (
+from dra_driver.system.files import is_temp
+from dra_driver.system.safe_tree import remove_tree
+from dra_driver.values.errors import (
     ClaimError,
     ClaimNotFoundError,
     InventoryError,
@@ -27,10 +29,8 @@ from dra_driver.errors import (
     TesseraError,
     UnsupportedVersionError,
 )
-from dra_driver.files import is_temp
-from dra_driver.model import Inventory
-from dra_driver.names import ClaimUID
-from dra_driver.safe_tree import remove_tree
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import ClaimUID
 from kubelet_plugin.claims.node_state import NodeState, merged
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.claims.recovery import Recovery, adopt_marked, rebuild

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import structlog
 
-from dra_driver.gpu_health import GpuCondition
-from dra_driver.names import UNHEALTHY_TAINT_KEY
+from dra_driver.core.gpu_health import GpuCondition
+from dra_driver.values.names import UNHEALTHY_TAINT_KEY
 from kubelet_plugin.node.events import NodeEvents
 
 GPU_UNHEALTHY_REASON = "GpuUnhealthy"

@@ -1,6 +1,7 @@
 """Device health for the kubelet (DRAResourceHealth v1 and v1alpha1).
 
-A poller reads the backend's inventory, decides each GPU's condition (dra_driver.gpu_health: the faults the
+A poller reads the backend's inventory, decides each GPU's condition (dra_driver.core.gpu_health: the faults
+the
 backend reports plus the fatal ones it latched) and posts every device's health on a board; each kubelet
 stream gets the full list at start, on every change, and as a heartbeat (the kubelet marks a device Unknown
 when it hears nothing about it for its health-check timeout). A GPU whose condition changed is handed to
@@ -22,11 +23,11 @@ from enum import IntEnum
 import grpc
 import structlog
 
-from dra_driver import families
-from dra_driver.errors import TesseraError
-from dra_driver.gpu_health import GpuCondition, HealthPolicy, conditions
-from dra_driver.model import Inventory
-from dra_driver.names import DeviceName, GpuUUID
+from dra_driver.core import families
+from dra_driver.core.gpu_health import GpuCondition, HealthPolicy, conditions
+from dra_driver.values.errors import TesseraError
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import DeviceName, GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.proto.gen import health_v1_pb2 as v1
 from kubelet_plugin.proto.gen import health_v1_pb2_grpc as v1_grpc

@@ -1,5 +1,6 @@
 """The host parts of the device families: every module here that defines `make(ctx) -> FamilyHost` serves the
-family of the same name (dra_driver/families/<name>.py); families without a module create nothing on the host.
+family of the same name (dra_driver/core/families/<name>.py); families without a module create nothing on the
+host.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
 
-from dra_driver import families
-from dra_driver.names import Family
+from dra_driver.core import families
+from dra_driver.values.names import Family
 from kubelet_plugin.hosts.base import FamilyHost, HostContext
 
 _SUPPORT = {"base"}

@@ -1,6 +1,7 @@
 """A family's host part: what it creates on the node for a claim, tears down, checks, and settles node-wide.
 
-The pure family (dra_driver/families) plans and records; its host part acts: MIG instances and MIG mode, a
+The pure family (dra_driver/core/families) plans and records; its host part acts: MIG instances and MIG mode,
+a
 GPU's sharing view, an MPS control daemon. Families that create nothing have no host part (`NoHost`).
 docs/architecture.md, "The family seam".
 """
@@ -10,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from dra_driver.allocation import ClaimPlan
 from dra_driver.backends.base import GpuBackend
-from dra_driver.families.base import PlannedDevice
-from dra_driver.model import Inventory
-from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
+from dra_driver.core.allocation import ClaimPlan
+from dra_driver.core.families.base import PlannedDevice
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import ClaimUID, DeviceName, Family, GpuUUID
 from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry

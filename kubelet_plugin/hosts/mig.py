@@ -12,12 +12,12 @@ from dataclasses import replace
 
 import structlog
 
-from dra_driver.allocation import ClaimPlan
-from dra_driver.errors import MigError, TesseraError
-from dra_driver.families.base import PlannedDevice
-from dra_driver.families.mig import NAME, MigAction, MigRecord, mig_mode_restore, mig_plan
-from dra_driver.model import Inventory, MigInstance
-from dra_driver.names import ClaimUID, DeviceName, GpuUUID
+from dra_driver.core.allocation import ClaimPlan
+from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.mig import NAME, MigAction, MigRecord, mig_mode_restore, mig_plan
+from dra_driver.values.errors import MigError, TesseraError
+from dra_driver.values.model import Inventory, MigInstance
+from dra_driver.values.names import ClaimUID, DeviceName, GpuUUID
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed, Went
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.record.leftovers import LeftoverKind

@@ -14,8 +14,8 @@ import os
 import struct
 from pathlib import Path
 
-from dra_driver.errors import StorageError
-from dra_driver.sm_schedule import MAX_SLOTS, Part
+from dra_driver.core.sm_schedule import MAX_SLOTS, Part
+from dra_driver.values.errors import StorageError
 
 MAGIC = 0x0057565550475354  # "TSGPUVW"
 VERSION = 1

@@ -15,7 +15,7 @@ from typing import Literal
 import structlog
 
 from cdi.writer import SPEC_MODE
-from dra_driver.errors import StorageError
+from dra_driver.values.errors import StorageError
 
 UMASK = 0o077
 

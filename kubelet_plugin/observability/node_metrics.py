@@ -21,12 +21,12 @@ from pathlib import Path
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from dra_driver import families
-from dra_driver.families import vgpu
-from dra_driver.gpu_health import GpuCondition
-from dra_driver.model import Inventory
-from dra_driver.names import METRICS_PREFIX as P
-from dra_driver.names import ClaimUID, GpuUUID
+from dra_driver.core import families
+from dra_driver.core.families import vgpu
+from dra_driver.core.gpu_health import GpuCondition
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import METRICS_PREFIX as P
+from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.claims.claim_processes import ClaimProcess
 from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim, prepared_claims

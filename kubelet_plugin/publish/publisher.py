@@ -28,9 +28,9 @@ from kubernetes.client.exceptions import ApiException
 # ProtocolError): they become PublishError here, so `run` retries instead of dying.
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.cluster_features import sharing_advice
-from dra_driver.errors import PublishError, SliceRefusedError
-from dra_driver.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
+from dra_driver.core.cluster_features import sharing_advice
+from dra_driver.values.errors import PublishError, SliceRefusedError
+from dra_driver.values.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
 from kubelet_plugin import metrics
 from kubelet_plugin.node.events import NodeEvents
 from kubelet_plugin.publish.slice_plan import Json, Plan, Verb, dropped_fields, plan

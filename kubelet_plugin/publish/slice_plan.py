@@ -1,6 +1,6 @@
 """What the publisher must write to turn the pool's slices on the API server into the desired ones.
 
-Pure: desired slices (wire dicts from `dra_driver.slices`) + existing slices (wire dicts as read back) →
+Pure: desired slices (wire dicts from `dra_driver.core.slices`) + existing slices (wire dicts as read back) →
 actions. Specs are compared semantically (quantities by value: the API server canonicalises `16384Mi` to
 `16Gi`), ignoring `pool.generation`, which the publisher owns: any change rewrites every slice of the pool
 with generation + 1 (consumers use only the newest generation), creating and updating before deleting.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.errors import ConfigError
-from dra_driver.quantity import parse_quantity
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.quantity import parse_quantity
 
 Json = dict[str, Any]
 # Keys whose string values are quantities in a ResourceSlice spec.

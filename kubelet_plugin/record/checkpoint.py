@@ -2,10 +2,11 @@
 
 An entry is written `PrepareStarted` (with what each family intends: the MIG placements it will create, ...)
 before anything is created, so after a crash every Tessera MIG instance can be told from an administrator's by
-its placement. Each family encodes its own records (dra_driver/families) under its own key.
+its placement. Each family encodes its own records (dra_driver/core/families) under its own key.
 
 Decoding trusts nothing: every field is type-checked and a file that is not exactly what `encode` writes
-raises CheckpointError (a StorageError) naming what is wrong (bounded, see `dra_driver.excerpt`). Another
+raises CheckpointError (a StorageError) naming what is wrong (bounded, see `dra_driver.values.excerpt`).
+Another
 apiVersion of ours raises UnsupportedVersionError: a newer Tessera wrote it, and this one must not act on what
 it cannot read.
 """
@@ -20,11 +21,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from dra_driver import families
-from dra_driver.errors import CheckpointError, InvalidNameError, UnsupportedVersionError
-from dra_driver.excerpt import clip, excerpt
-from dra_driver.model import Placement
-from dra_driver.names import ClaimUID, Family, GpuUUID
+from dra_driver.core import families
+from dra_driver.values.errors import CheckpointError, InvalidNameError, UnsupportedVersionError
+from dra_driver.values.excerpt import clip, excerpt
+from dra_driver.values.model import Placement
+from dra_driver.values.names import ClaimUID, Family, GpuUUID
 from kubelet_plugin.record.results import PreparedDevice
 
 API_GROUP = "checkpoint.tessera.dev"

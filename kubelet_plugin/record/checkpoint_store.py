@@ -9,8 +9,8 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.errors import CheckpointError, StorageError
-from dra_driver.files import atomic_write, fsync_dir, read_bounded
+from dra_driver.system.files import atomic_write, fsync_dir, read_bounded
+from dra_driver.values.errors import CheckpointError, StorageError
 from kubelet_plugin import metrics
 from kubelet_plugin.node.file_modes import CHECKPOINT_MODE
 from kubelet_plugin.record.checkpoint import Checkpoint, decode, encode

@@ -14,10 +14,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dra_driver import families
-from dra_driver.errors import InvalidNameError, StorageError
-from dra_driver.excerpt import clip
-from dra_driver.names import DRIVER_NAME, ClaimUID, Family, GpuUUID
+from dra_driver.core import families
+from dra_driver.values.errors import InvalidNameError, StorageError
+from dra_driver.values.excerpt import clip
+from dra_driver.values.names import DRIVER_NAME, ClaimUID, Family, GpuUUID
 from kubelet_plugin.record.checkpoint import ClaimEntry, ClaimState
 
 ENTRY_ANNOTATION = f"{DRIVER_NAME}/checkpoint-entry"

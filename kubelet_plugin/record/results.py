@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from dra_driver.errors import TesseraError
-from dra_driver.excerpt import clip
-from dra_driver.names import ClaimUID
+from dra_driver.values.errors import TesseraError
+from dra_driver.values.excerpt import clip
+from dra_driver.values.names import ClaimUID
 
 
 @dataclass(frozen=True, slots=True)

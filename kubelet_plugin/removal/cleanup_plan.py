@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_driver.families import mig
-from dra_driver.families.mig import MigRecord, mig_mode_restore
-from dra_driver.model import Inventory
-from dra_driver.names import ClaimUID, GpuUUID
+from dra_driver.core.families import mig
+from dra_driver.core.families.mig import MigRecord, mig_mode_restore
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from kubelet_plugin.record.leftovers import LeftoverKind
 

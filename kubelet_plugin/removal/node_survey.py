@@ -13,11 +13,11 @@ import os
 from pathlib import Path
 
 from cdi.writer import list_specs, stale_temp_files
-from dra_driver.errors import InventoryError
-from dra_driver.families import mps
-from dra_driver.files import is_temp
-from dra_driver.model import Inventory
-from dra_driver.names import is_dra_socket_name, is_registration_socket_name
+from dra_driver.core.families import mps
+from dra_driver.system.files import is_temp
+from dra_driver.values.errors import InventoryError
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.recovery import marked_claims
 from kubelet_plugin.hosts.mps import MpsHost

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.errors import StorageError, TesseraError
-from dra_driver.families import mps
-from dra_driver.names import GpuUUID
-from dra_driver.safe_tree import remove_tree
+from dra_driver.core.families import mps
+from dra_driver.system.safe_tree import remove_tree
+from dra_driver.values.errors import StorageError, TesseraError
+from dra_driver.values.names import GpuUUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.hosts.mps import MpsHost

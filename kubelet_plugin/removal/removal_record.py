@@ -12,7 +12,7 @@ import threading
 from collections.abc import Collection, Iterable, Mapping
 
 from dra_driver.backends.base import GpuBackend
-from dra_driver.names import ClaimUID
+from dra_driver.values.names import ClaimUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.reconcile import ReconcileReport
 from kubelet_plugin.hosts.base import Removed

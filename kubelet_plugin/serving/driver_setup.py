@@ -1,5 +1,6 @@
 """What the node daemon takes from the NVIDIA driver's root: the NVML library it loads, the files each claim's
-container gets, the MPS control tool, and how MPS daemons are started (`dra_driver.driver_root` finds the
+container gets, the MPS control tool, and how MPS daemons are started (`dra_driver.system.driver_root` finds
+the
 files; `kubelet_plugin.node.host_launch` starts daemons on the host)."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from pathlib import Path, PurePosixPath
 
 import structlog
 
-from dra_driver.driver_root import MPS_CONTROL, NVML_SONAME, DriverRoot, driver_files, open_driver_root
-from dra_driver.model import NO_DRIVER_FILES, DriverFiles
+from dra_driver.system.driver_root import MPS_CONTROL, NVML_SONAME, DriverRoot, driver_files, open_driver_root
+from dra_driver.values.model import NO_DRIVER_FILES, DriverFiles
 from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.serving.options import DaemonOptions
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dra_driver.names import DRIVER_NAME
+from dra_driver.values.names import DRIVER_NAME
 from kubelet_plugin.node.paths import PluginPaths
 
 HEALTH_INTERVAL_S = 5.0

@@ -24,14 +24,14 @@ from prometheus_client import generate_latest
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
-from dra_driver.cluster_features import enforceable_families, server_minor, unenforced_message
-from dra_driver.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
-from dra_driver.families import mps, vgpu
-from dra_driver.gpu_health import HealthPolicy
-from dra_driver.names import Family, GpuUUID
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
-from dra_driver.taints import gpu_taints
+from dra_driver.core.cluster_features import enforceable_families, server_minor, unenforced_message
+from dra_driver.core.families import mps, vgpu
+from dra_driver.core.gpu_health import HealthPolicy
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
+from dra_driver.core.taints import gpu_taints
+from dra_driver.values.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
+from dra_driver.values.names import Family, GpuUUID
 from kubelet_plugin.claims.api import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer

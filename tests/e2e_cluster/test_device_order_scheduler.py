@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from dra_driver.device_order import DeviceOrder
+from dra_driver.core.device_order import DeviceOrder
 from e2e.controlplane.launcher import ControlPlane
 from e2e.kube import Kubectl
 from e2e.scale.fragmentation import Outcome, clean, exclusive_memory, node_file_with, ordered_node, play

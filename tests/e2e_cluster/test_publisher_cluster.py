@@ -12,8 +12,8 @@ import pytest
 from kubernetes import client as k8s
 
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
 from kubelet_plugin.publish.publisher import SlicePublisher, with_probe_taint
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.backends import open_backend
-from dra_driver.families import mig as mig_family
+from dra_driver.core.families import mig as mig_family
 from kubelet_plugin.record.checkpoint import ClaimState
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dra_driver.backends.sim_node import decode_node
-from dra_driver.errors import ConfigError
+from dra_driver.values.errors import ConfigError
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake, read_state, reset_gpu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -363,7 +363,8 @@ def test_without_a_node_file_the_plain_gpus_remain(tmp_path: Path, monkeypatch: 
 
 
 def test_the_product_table_is_generated_from_the_profiles() -> None:
-    """interceptor/build/gen/fake_products.h is what gen_products.py makes of dra_driver/profiles.py now."""
+    """interceptor/build/gen/fake_products.h is what gen_products.py makes of dra_driver/core/profiles.py
+    now."""
     generator = REPO / "interceptor" / "fake" / "gen_products.py"
     made = subprocess.run(
         [sys.executable, str(generator)],

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.sm_schedule import SharingClaim, schedule
+from dra_driver.core.sm_schedule import SharingClaim, schedule
 from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 from kubelet_plugin.hosts.vgpu.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
 from kubelet_plugin.library.gpu_view import GpuView

@@ -19,9 +19,15 @@ import grpc
 import pytest
 
 from cdi.writer import read_spec
-from dra_driver.families import mig as mig_family
-from dra_driver.files import is_temp
-from dra_driver.names import CONFIG_API_VERSION, DRIVER_NAME, SHARED_DIR_NAME, ClaimUID, cdi_spec_file_name
+from dra_driver.core.families import mig as mig_family
+from dra_driver.system.files import is_temp
+from dra_driver.values.names import (
+    CONFIG_API_VERSION,
+    DRIVER_NAME,
+    SHARED_DIR_NAME,
+    ClaimUID,
+    cdi_spec_file_name,
+)
 from kubelet_plugin.health.service import HEALTH_STREAMS
 from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from kubelet_plugin.record.checkpoint_store import CheckpointStore

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import MpsError, MpsToolError
-from dra_driver.names import GpuUUID
+from dra_driver.values.errors import MpsError, MpsToolError
+from dra_driver.values.names import GpuUUID
 from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from kubelet_plugin.hosts.mps.control import MpsControl
 from kubelet_plugin.hosts.mps.record import decode

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from cdi.writer import read_spec
-from dra_driver.families.mps import (
+from dra_driver.core.families.mps import (
     PINNED_MEMORY_ENV,
     PIPE_DIRECTORY_ENV,
     THREAD_PERCENTAGE_ENV,
     container_pipe_dir,
 )
-from dra_driver.names import GpuUUID, cdi_spec_file_name
+from dra_driver.values.names import GpuUUID, cdi_spec_file_name
 from e2e.fake_mps import stop_mps_daemons
 from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from kubelet_plugin.claims.reconcile import reconcile

@@ -28,13 +28,13 @@ from dra_driver.backends.sim_node import (
     NODE_OPTIONAL,
     NODE_REQUIRED,
 )
-from dra_driver.errors import MigError, PlacementTakenError
-from dra_driver.families.base import Json
-from dra_driver.model import Gpu, Inventory, MigInstance
-from dra_driver.names import PCI_BUS_ID_ATTRIBUTE, GpuUUID, qualified
-from dra_driver.profiles import PRODUCTS, product
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
+from dra_driver.core.families.base import Json
+from dra_driver.core.profiles import PRODUCTS, product
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
+from dra_driver.values.errors import MigError, PlacementTakenError
+from dra_driver.values.model import Gpu, Inventory, MigInstance
+from dra_driver.values.names import PCI_BUS_ID_ATTRIBUTE, GpuUUID, qualified
 from e2e.fake_nvml import SIMULATED_ONLY_FIELDS, FakeNvmlNode, pynvml_on_fake, reset_gpu
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_inventory_and_slices_equal_the_simulated_ones(tmp_path: Path, node_file
 
 
 def test_every_products_profile_table_is_the_simulated_one(tmp_path: Path) -> None:
-    """Products no node file lists too (A30, H100 PCIe): one description, dra_driver/profiles.py."""
+    """Products no node file lists too (A30, H100 PCIe): one description, dra_driver/core/profiles.py."""
     gpus = "".join(f"- product: {p.key}\n" for p in PRODUCTS)
     with pynvml_on_fake(fake_node(tmp_path, HEADER + "gpus:\n" + gpus)):
         backend = NvmlBackend.open()

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dra_driver.families import gpu as gpu_family
-from dra_driver.names import ClaimUID
+from dra_driver.core.families import gpu as gpu_family
+from dra_driver.values.names import ClaimUID
 from e2e.fake_mps import stop_mps_daemons
 from kubelet_plugin.record.results import ClaimRef
 from tests.support.kubelet_client import DraClient

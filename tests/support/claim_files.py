@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from dra_driver.errors import ClaimError, ClaimNotFoundError
-from dra_driver.files import atomic_write, remove_durably
+from dra_driver.system.files import atomic_write, remove_durably
+from dra_driver.values.errors import ClaimError, ClaimNotFoundError
 from kubelet_plugin.claims.api import NullClaimStatusWriter, claim_from_dict, to_api_dict
 from kubelet_plugin.serving.options import DaemonOptions
 from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom, api_client

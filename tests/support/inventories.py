@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dra_driver.model import DeviceNode, Gpu, Inventory, MigInstance
-from dra_driver.names import GpuUUID
-from dra_driver.profiles import GpuProduct, product
+from dra_driver.core.profiles import GpuProduct, product
+from dra_driver.values.model import DeviceNode, Gpu, Inventory, MigInstance
+from dra_driver.values.names import GpuUUID
 
 
 def make_gpu(

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.families.mps import (
+from dra_driver.core.families.mps import (
     PINNED_MEMORY_ENV,
     PIPE_DIRECTORY_ENV,
     THREAD_PERCENTAGE_ENV,
     container_pipe_dir,
 )
-from dra_driver.names import GpuUUID
+from dra_driver.values.names import GpuUUID
 from e2e.fake_mps import FAKE_MPS_CONTROL
 from e2e.kube import Json, get_pod, is_running, wait_for
 from e2e.realnode.node import RealNode

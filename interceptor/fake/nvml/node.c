@@ -1,7 +1,7 @@
 /* The GPUs the fake drives: a SimulatedNode file (FAKE_NVML_NODE, sim.tessera.dev/v1, the format
  * dra_driver/backends/sim_node.py reads, checked the same way) or, without one, FAKE_GPU_COUNT plain GPUs
  * of FAKE_GPU_MEM_MB each (the interception library's tests). Products and their MIG profiles come from the
- * generated fake_products.h, i.e. from dra_driver/profiles.py. */
+ * generated fake_products.h, i.e. from dra_driver/core/profiles.py. */
 
 struct admin_instance {
     const struct fake_profile *prof;

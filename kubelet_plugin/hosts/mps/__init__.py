@@ -14,12 +14,12 @@ from collections.abc import Collection, Sequence
 
 import structlog
 
-from dra_driver.allocation import ClaimPlan
-from dra_driver.errors import MpsError
-from dra_driver.families.base import PlannedDevice
-from dra_driver.families.mps import NAME, MpsClient, MpsPipe
-from dra_driver.model import Inventory
-from dra_driver.names import ClaimUID, DeviceName, GpuUUID
+from dra_driver.core.allocation import ClaimPlan
+from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.mps import NAME, MpsClient, MpsPipe
+from dra_driver.values.errors import MpsError
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import ClaimUID, DeviceName, GpuUUID
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed, Went
 from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL, MpsControl
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry

@@ -18,10 +18,10 @@ import contextlib
 import os
 from pathlib import Path
 
-from dra_driver.errors import InvalidNameError, StorageError
-from dra_driver.files import temp_name
-from dra_driver.names import ClaimUID
-from dra_driver.safe_tree import remove_tree
+from dra_driver.system.files import temp_name
+from dra_driver.system.safe_tree import remove_tree
+from dra_driver.values.errors import InvalidNameError, StorageError
+from dra_driver.values.names import ClaimUID
 from kubelet_plugin.node.file_modes import MPS_CLIENT_DIR_MODE, make_dir
 
 CONTROL = "control"

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.errors import MpsError, MpsToolError, StorageError
-from dra_driver.files import atomic_write, fsync_dir, read_bounded, remove_durably
-from dra_driver.names import GpuUUID
-from dra_driver.safe_tree import remove_tree
+from dra_driver.system.files import atomic_write, fsync_dir, read_bounded, remove_durably
+from dra_driver.system.safe_tree import remove_tree
+from dra_driver.values.errors import MpsError, MpsToolError, StorageError
+from dra_driver.values.names import GpuUUID
 from kubelet_plugin.hosts.mps.clients import MpsClientDirs
 from kubelet_plugin.hosts.mps.record import (
     MAX_RECORD_BYTES,

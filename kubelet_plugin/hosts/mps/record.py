@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.documents import open_document
-from dra_driver.errors import StorageError
-from dra_driver.excerpt import excerpt
-from dra_driver.names import GpuUUID
+from dra_driver.system.documents import open_document
+from dra_driver.values.errors import StorageError
+from dra_driver.values.excerpt import excerpt
+from dra_driver.values.names import GpuUUID
 
 API_GROUP = "mps.tessera.dev"
 API_VERSION = f"{API_GROUP}/v1"

@@ -17,8 +17,8 @@ from contextlib import AbstractContextManager
 
 import structlog
 
-from dra_driver.errors import TesseraError
-from dra_driver.names import GpuUUID
+from dra_driver.values.errors import TesseraError
+from dra_driver.values.names import GpuUUID
 from kubelet_plugin.hosts.mps.control import MpsControl
 
 log = structlog.get_logger(__name__)

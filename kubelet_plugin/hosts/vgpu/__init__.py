@@ -1,8 +1,10 @@
 """The vgpu family's host part: each shared GPU's view, and which GPUs the priority relay watches.
 
-Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuShare`, dra_driver/families/
+Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuShare`,
+dra_driver/core/families/
 vgpu.py), so the schedule is a function of the checkpoint: after every prepare, unprepare and start-up the
-views are written again from it (dra_driver/sm_schedule.py decides the parts). The views live in one directory
+views are written again from it (dra_driver/core/sm_schedule.py decides the parts). The views live in one
+directory
 per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this daemon
 writes them.
 """
@@ -16,13 +18,13 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.allocation import ClaimPlan
-from dra_driver.errors import StorageError
-from dra_driver.families.base import PlannedDevice
-from dra_driver.families.vgpu import NAME, GpuShare
-from dra_driver.model import Inventory
-from dra_driver.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
-from dra_driver.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
+from dra_driver.core.allocation import ClaimPlan
+from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.vgpu import NAME, GpuShare
+from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
+from dra_driver.values.errors import StorageError
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext
 from kubelet_plugin.hosts.vgpu.priority_relay import RelayedGpu
 from kubelet_plugin.library.gpu_view import GpuView

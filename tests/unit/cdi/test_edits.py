@@ -3,17 +3,25 @@ from __future__ import annotations
 from cdi.edits import HostLayout, cdi_ids, claim_spec, library_ordinals
 from cdi.spec import DeviceNode as CdiNode
 from cdi.spec import Mount
-from dra_driver.allocation import ClaimPlan, LibrarySettings
-from dra_driver.config_schema import SmLimitPolicy
-from dra_driver.families import gpu as whole
-from dra_driver.families import mig, mps, vgpu
-from dra_driver.families.base import PlannedDevice
-from dra_driver.families.capacity import SharedLimits
-from dra_driver.families.mig import MigAction, MigPlan
-from dra_driver.families.vgpu import VgpuConfig
-from dra_driver.model import DeviceNode, DriverFiles, DriverMount, Gpu, Inventory, MigInstance, Placement
-from dra_driver.names import ClaimUID, DeviceName, Family, GpuUUID
-from dra_driver.profiles import product
+from dra_driver.core.allocation import ClaimPlan, LibrarySettings
+from dra_driver.core.config_schema import SmLimitPolicy
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mig, mps, vgpu
+from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.capacity import SharedLimits
+from dra_driver.core.families.mig import MigAction, MigPlan
+from dra_driver.core.families.vgpu import VgpuConfig
+from dra_driver.core.profiles import product
+from dra_driver.values.model import (
+    DeviceNode,
+    DriverFiles,
+    DriverMount,
+    Gpu,
+    Inventory,
+    MigInstance,
+    Placement,
+)
+from dra_driver.values.names import ClaimUID, DeviceName, Family, GpuUUID
 
 UID = ClaimUID("0b1c2d3e-aaaa-bbbb-cccc-000000000001")
 CTL = (DeviceNode("/dev/nvidiactl", 195, 255), DeviceNode("/dev/nvidia-uvm", 510, 0))

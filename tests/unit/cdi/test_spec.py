@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
-from dra_driver.errors import ConfigError
+from cdi.spec import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec, SpecError
 
 FULL = Spec(
     kind="k8s.gpu.tessera.dev/claim",
@@ -86,6 +85,6 @@ def test_qualified_names() -> None:
 def test_from_dict_rejects_bad_specs(mutate, needle: str) -> None:  # type: ignore[no-untyped-def]
     data = json.loads(json.dumps(FULL.to_dict()))
     mutate(data)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(SpecError) as info:
         Spec.from_dict(data)
     assert needle in str(info.value)

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from dra_driver.device_order import DeviceOrder
-from dra_driver.families import gpu as whole
-from dra_driver.families import mig, vgpu
-from dra_driver.settings import NodeSettings
+from dra_driver.core.device_order import DeviceOrder
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mig, vgpu
+from dra_driver.core.settings import NodeSettings
 from e2e.controlplane.releases import default_version
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.removal.cleanup_marker import CLEANUP_DONE_FILE

@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.allocation import LibrarySettings, plan_claim
-from dra_driver.errors import ClaimError, ConfigError, PlacementTakenError
-from dra_driver.families import gpu as whole
-from dra_driver.families import mig, vgpu
-from dra_driver.model import Inventory
-from dra_driver.names import DRIVER_NAME
+from dra_driver.core.allocation import LibrarySettings, plan_claim
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mig, vgpu
+from dra_driver.values.errors import ClaimError, ConfigError, PlacementTakenError
+from dra_driver.values.model import Inventory
+from dra_driver.values.names import DRIVER_NAME
 from tests.support.claim_models import POOL, claim, config, result, vgpu_result
 from tests.support.inventories import make_gpu, make_inventory
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver import families
-from dra_driver.cluster_features import (
+from dra_driver.core import families
+from dra_driver.core.cluster_features import (
     COMPONENTS,
     FAMILY_GATES,
     GATES,

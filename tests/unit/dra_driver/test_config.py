@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from dra_driver import config as cfg
-from dra_driver.config_schema import SmLimitPolicy
-from dra_driver.errors import ConfigError
-from dra_driver.families import gpu as whole
-from dra_driver.families import mig
-from dra_driver.families import vgpu as vgpu_family
-from dra_driver.families.gpu import GpuConfig
-from dra_driver.families.vgpu import VgpuConfig
-from dra_driver.names import CONFIG_API_VERSION
+from dra_driver.core import config as cfg
+from dra_driver.core.config_schema import SmLimitPolicy
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mig
+from dra_driver.core.families import vgpu as vgpu_family
+from dra_driver.core.families.gpu import GpuConfig
+from dra_driver.core.families.vgpu import VgpuConfig
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.names import CONFIG_API_VERSION
 
 
 def entry(

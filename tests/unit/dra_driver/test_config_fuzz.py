@@ -9,12 +9,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver import config as cfg
-from dra_driver import families
-from dra_driver.errors import ConfigError
-from dra_driver.families import vgpu
-from dra_driver.families.vgpu import VgpuConfig
-from dra_driver.names import CONFIG_API_VERSION
+from dra_driver.core import config as cfg
+from dra_driver.core import families
+from dra_driver.core.families import vgpu
+from dra_driver.core.families.vgpu import VgpuConfig
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.names import CONFIG_API_VERSION
 
 FUZZ = settings(
     max_examples=400,

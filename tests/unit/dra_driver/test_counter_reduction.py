@@ -6,7 +6,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dra_driver.counter_reduction import reduce_counters
+from dra_driver.core.counter_reduction import reduce_counters
 from tests.support.slice_checks import consumption, fits, quantity
 
 Json = dict[str, Any]

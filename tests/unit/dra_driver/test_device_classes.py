@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver import families
-from dra_driver.device_classes import CHART_FILE, chart_families, main, manifests
-from dra_driver.families.gpu import WholeGpu
-from dra_driver.families.mig import Mig, mig_device_class_name
-from dra_driver.names import Family, device_class_name
+from dra_driver.core import families
+from dra_driver.core.device_classes import CHART_FILE, chart_families, main, manifests
+from dra_driver.core.families.gpu import WholeGpu
+from dra_driver.core.families.mig import Mig, mig_device_class_name
+from dra_driver.values.names import Family, device_class_name
 
 ROOT = Path(__file__).resolve().parents[3]
 CLASSES = ROOT / "deviceclasses"

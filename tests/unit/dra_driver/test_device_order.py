@@ -6,13 +6,13 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.device_order import DeviceOrder, order_devices
-from dra_driver.families import gpu as whole
-from dra_driver.families import mig, mps, parse_device_name, vgpu
-from dra_driver.families.mig import MigName
-from dra_driver.profiles import PRODUCTS
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices, device_names
+from dra_driver.core.device_order import DeviceOrder, order_devices
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mig, mps, parse_device_name, vgpu
+from dra_driver.core.families.mig import MigName
+from dra_driver.core.profiles import PRODUCTS
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices, device_names
 from tests.support.inventories import make_gpu, make_inventory
 from tests.support.slice_checks import counter_sets, devices, quantity
 

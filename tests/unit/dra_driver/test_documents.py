@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.documents import open_document
-from dra_driver.errors import StorageError, UnsupportedVersionError
+from dra_driver.system.documents import open_document
+from dra_driver.values.errors import StorageError, UnsupportedVersionError
 
 
 def test_our_document_opens() -> None:

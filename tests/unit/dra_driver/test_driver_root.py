@@ -7,9 +7,9 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from dra_driver.driver_root import AUTO, driver_files, open_driver_root
-from dra_driver.errors import ConfigError
-from dra_driver.model import DriverMount
+from dra_driver.system.driver_root import AUTO, driver_files, open_driver_root
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.model import DriverMount
 from tests.support.driver_root import install_driver as install
 
 LIB = "usr/lib/x86_64-linux-gnu"

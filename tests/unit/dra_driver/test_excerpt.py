@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.excerpt import EXCERPT_CHARS, MESSAGE_CHARS, clip, excerpt
+from dra_driver.values.excerpt import EXCERPT_CHARS, MESSAGE_CHARS, clip, excerpt
 
 
 def test_short_values_are_shown_as_repr() -> None:

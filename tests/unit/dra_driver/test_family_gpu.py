@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from dra_driver.families import gpu as whole
+from dra_driver.core.families import gpu as whole
 from tests.support.claim_models import claim, result
 from tests.support.family_plans import error_of, plan
 from tests.support.inventories import make_gpu, make_inventory

@@ -4,10 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.errors import InvalidNameError
-from dra_driver.families import mig, parse_device_name
-from dra_driver.families.base import Held
-from dra_driver.families.mig import (
+from dra_driver.core.families import mig, parse_device_name
+from dra_driver.core.families.base import Held
+from dra_driver.core.families.mig import (
     MigAction,
     MigName,
     MigRecord,
@@ -15,8 +14,9 @@ from dra_driver.families.mig import (
     mig_device_name,
     mig_plan,
 )
-from dra_driver.model import Placement
-from dra_driver.names import GpuUUID
+from dra_driver.values.errors import InvalidNameError
+from dra_driver.values.model import Placement
+from dra_driver.values.names import GpuUUID
 from tests.support.claim_models import claim, result
 from tests.support.family_plans import H100, error_of, plan
 from tests.support.inventories import make_gpu, make_inventory

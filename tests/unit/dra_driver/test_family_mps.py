@@ -7,18 +7,18 @@ from typing import Any
 import pytest
 
 from cdi.spec import ContainerEdits, DeviceNode, Mount
-from dra_driver import config as cfg
-from dra_driver.allocation import LibrarySettings
-from dra_driver.errors import ClaimError, ConfigError, InvalidNameError
-from dra_driver.families import gpu as whole
-from dra_driver.families import mps, parse_device_name, vgpu
-from dra_driver.families.base import Allotment, Footprint, GpuOffer, Held, LibraryLimits, PlannedDevice
-from dra_driver.families.capacity import SharedLimits
-from dra_driver.families.mps import MpsClient, MpsConfig, MpsPipe
-from dra_driver.families.published import counter_totals
-from dra_driver.model import Gpu
-from dra_driver.names import CONFIG_API_VERSION, DeviceName, GpuUUID
-from dra_driver.settings import NodeSettings
+from dra_driver.core import config as cfg
+from dra_driver.core.allocation import LibrarySettings
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mps, parse_device_name, vgpu
+from dra_driver.core.families.base import Allotment, Footprint, GpuOffer, Held, LibraryLimits, PlannedDevice
+from dra_driver.core.families.capacity import SharedLimits
+from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
+from dra_driver.core.families.published import counter_totals
+from dra_driver.core.settings import NodeSettings
+from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError
+from dra_driver.values.model import Gpu
+from dra_driver.values.names import CONFIG_API_VERSION, DeviceName, GpuUUID
 from tests.support.claim_models import claim, config, result
 from tests.support.family_plans import H100, error_of, plan
 from tests.support.inventories import make_gpu, make_inventory

@@ -2,13 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.allocation import LibrarySettings
-from dra_driver.config_schema import SmLimitPolicy
-from dra_driver.families import vgpu
-from dra_driver.families.base import Held, LibraryLimits
-from dra_driver.families.capacity import SharedLimits
-from dra_driver.families.vgpu import GpuShare, VgpuConfig
-from dra_driver.names import GpuUUID, qualified
+from dra_driver.core.allocation import LibrarySettings
+from dra_driver.core.config_schema import SmLimitPolicy
+from dra_driver.core.families import vgpu
+from dra_driver.core.families.base import Held, LibraryLimits
+from dra_driver.core.families.capacity import SharedLimits
+from dra_driver.core.families.vgpu import GpuShare, VgpuConfig
+from dra_driver.values.names import GpuUUID, qualified
 from tests.support.claim_models import claim, config, result, vgpu_result
 from tests.support.family_plans import H100, error_of, plan
 from tests.support.inventories import make_gpu, make_inventory

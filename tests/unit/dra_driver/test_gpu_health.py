@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.gpu_health import (
+from dra_driver.core.gpu_health import (
     APPLICATION_XIDS,
     Effect,
     HealthPolicy,
@@ -16,8 +16,8 @@ from dra_driver.gpu_health import (
     describe,
     fault_from_xid,
 )
-from dra_driver.model import FaultKind, GpuFault, Inventory
-from dra_driver.taints import device_taint, gpu_taints, inventory_taints, tainted, timestamp
+from dra_driver.core.taints import device_taint, gpu_taints, inventory_taints, tainted, timestamp
+from dra_driver.values.model import FaultKind, GpuFault, Inventory
 from tests.support.inventories import make_gpu, make_inventory
 
 LOST = GpuFault(FaultKind.LOST, xid=79)

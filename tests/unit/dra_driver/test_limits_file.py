@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.errors import ConfigError
-from dra_driver.families.base import LibraryLimits
-from dra_driver.limits_file import GpuLimitLine, LimitsFile, limits_file, parse_limits, render_limits
-from dra_driver.names import GpuUUID
+from dra_driver.core.families.base import LibraryLimits
+from dra_driver.core.limits_file import GpuLimitLine, LimitsFile, limits_file, parse_limits, render_limits
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.names import GpuUUID
 
 
 def lim(i: int, memory: int, cores: int, *, time_sliced: bool = True) -> LibraryLimits:

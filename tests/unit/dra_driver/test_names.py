@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.errors import InvalidNameError
-from dra_driver.families import mig
-from dra_driver.families.mig import ProfileSize, profile_size
-from dra_driver.names import ClaimUID, cdi_spec_file_name, parse_cdi_spec_file_name
+from dra_driver.core.families import mig
+from dra_driver.core.families.mig import ProfileSize, profile_size
+from dra_driver.values.errors import InvalidNameError
+from dra_driver.values.names import ClaimUID, cdi_spec_file_name, parse_cdi_spec_file_name
 
 
 @pytest.mark.parametrize("uid", ["0b1c2d3e-aaaa-bbbb-cccc-000000000001", "u1", "A-9", "x" * 128])

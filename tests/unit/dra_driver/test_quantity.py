@@ -2,8 +2,8 @@ from fractions import Fraction
 
 import pytest
 
-from dra_driver.errors import ConfigError
-from dra_driver.quantity import Quantity, format_quantity, is_quantity, parse_quantity
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.quantity import Quantity, format_quantity, is_quantity, parse_quantity
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import StorageError
-from dra_driver.safe_tree import TreeLimitError, is_plain_file, remove_tree
+from dra_driver.system.safe_tree import TreeLimitError, is_plain_file, remove_tree
+from dra_driver.values.errors import StorageError
 
 
 def nest(top: Path, depth: int) -> None:

@@ -1,7 +1,7 @@
 import pytest
 
-from dra_driver.errors import ConfigError
-from dra_driver.semver import is_semver, parse_semver
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.semver import is_semver, parse_semver
 
 
 @pytest.mark.parametrize(

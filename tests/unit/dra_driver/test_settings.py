@@ -2,12 +2,12 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver import families
-from dra_driver.device_order import DeviceOrder
-from dra_driver.errors import ConfigError
-from dra_driver.families import gpu as whole
-from dra_driver.families import mig, mps
-from dra_driver.settings import NodeSettings
+from dra_driver.core import families
+from dra_driver.core.device_order import DeviceOrder
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mig, mps
+from dra_driver.core.settings import NodeSettings
+from dra_driver.values.errors import ConfigError
 
 HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
 

@@ -8,22 +8,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver import families as registry
 from dra_driver.backends.sim_node import AdminInstance, SimGpu, SimulatedNode
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.device_order import DeviceOrder
-from dra_driver.devices import gpu_devices
-from dra_driver.errors import MigError
-from dra_driver.families import gpu as whole
-from dra_driver.families import mig, mps, parse_device_name, vgpu
-from dra_driver.families.base import Json
-from dra_driver.families.mig import MigName
-from dra_driver.families.published import attribute_version, pci_bus_id
-from dra_driver.model import Gpu, Inventory, Placement
-from dra_driver.names import Family, GpuUUID, counter_set_name, resource_slice_name
-from dra_driver.profiles import PRODUCTS, product
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices, device_names, pack_devices
+from dra_driver.core import families as registry
+from dra_driver.core.device_order import DeviceOrder
+from dra_driver.core.devices import gpu_devices
+from dra_driver.core.families import gpu as whole
+from dra_driver.core.families import mig, mps, parse_device_name, vgpu
+from dra_driver.core.families.base import Json
+from dra_driver.core.families.mig import MigName
+from dra_driver.core.families.published import attribute_version, pci_bus_id
+from dra_driver.core.profiles import PRODUCTS, product
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices, device_names, pack_devices
+from dra_driver.values.errors import MigError
+from dra_driver.values.model import Gpu, Inventory, Placement
+from dra_driver.values.names import Family, GpuUUID, counter_set_name, resource_slice_name
 from tests.support.inventories import make_gpu, make_inventory
 from tests.support.slice_checks import check_slices, consumption, counter_sets, devices, fits, quantity
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.sm_schedule import DEFAULT_FRAME_US, SharingClaim, free_slot, schedule
+from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, free_slot, schedule
 
 
 def test_shares_back_to_back_in_slot_order() -> None:

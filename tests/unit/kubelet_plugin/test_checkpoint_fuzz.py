@@ -10,12 +10,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.errors import StorageError
-from dra_driver.families import mig, vgpu
-from dra_driver.families.mig import MigRecord
-from dra_driver.families.vgpu import GpuShare
-from dra_driver.model import Placement
-from dra_driver.names import ClaimUID, GpuUUID
+from dra_driver.core.families import mig, vgpu
+from dra_driver.core.families.mig import MigRecord
+from dra_driver.core.families.vgpu import GpuShare
+from dra_driver.values.errors import StorageError
+from dra_driver.values.model import Placement
+from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import (
     API_VERSION,
     KIND,

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from dra_driver.errors import StorageError
-from dra_driver.families import mig
-from dra_driver.families.mig import MigRecord
-from dra_driver.model import Placement
-from dra_driver.names import ClaimUID, GpuUUID
+from dra_driver.core.families import mig
+from dra_driver.core.families.mig import MigRecord
+from dra_driver.values.errors import StorageError
+from dra_driver.values.model import Placement
+from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.claim_marker import (
     ENTRY_ANNOTATION,

@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from dra_driver.families import mig
-from dra_driver.families.mig import MigRecord, mig_mode_restore
-from dra_driver.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, Placement
-from dra_driver.names import ClaimUID, GpuUUID, is_dra_socket_name, is_registration_socket_name
+from dra_driver.core.families import mig
+from dra_driver.core.families.mig import MigRecord, mig_mode_restore
+from dra_driver.values.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, Placement
+from dra_driver.values.names import ClaimUID, GpuUUID, is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.leftovers import LeftoverKind
 from kubelet_plugin.removal.cleanup_plan import Leftover, NodeSurvey, PendingClaim, plan_cleanup

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.errors import MpsError
+from dra_driver.values.errors import MpsError
 from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.serving.driver_setup import driver_setup
 from kubelet_plugin.serving.options import DaemonOptions

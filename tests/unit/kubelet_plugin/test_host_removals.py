@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.errors import InventoryError, MigError
-from dra_driver.families import mig
-from dra_driver.model import Inventory, MigInstance
-from dra_driver.names import GpuUUID
+from dra_driver.core.families import mig
+from dra_driver.values.errors import InventoryError, MigError
+from dra_driver.values.model import Inventory, MigInstance
+from dra_driver.values.names import GpuUUID
 from kubelet_plugin.claims.node_state import merged
 from kubelet_plugin.claims.reconcile import ReconcileReport
 from kubelet_plugin.hosts.base import HostContext, Removed, Went

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.errors import (
+from dra_driver.core.gpu_health import GpuCondition
+from dra_driver.values.errors import (
     CLAIM_ERROR_REASONS,
     CdiSpecError,
     CheckpointError,
@@ -19,9 +20,8 @@ from dra_driver.errors import (
     StorageError,
     TesseraError,
 )
-from dra_driver.gpu_health import GpuCondition
-from dra_driver.model import FaultKind, GpuFault
-from dra_driver.names import GpuUUID
+from dra_driver.values.model import FaultKind, GpuFault
+from dra_driver.values.names import GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.health.events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON, change_message
 from kubelet_plugin.observability.metrics_server import parse_address

@@ -5,7 +5,7 @@ import socket
 import stat
 from pathlib import Path
 
-from dra_driver.names import ClaimUID
+from dra_driver.values.names import ClaimUID
 from kubelet_plugin.hosts.mps.clients import MpsClientDirs
 
 A, B = ClaimUID("uid-a"), ClaimUID("uid-b")

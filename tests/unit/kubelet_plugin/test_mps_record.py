@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.errors import StorageError, UnsupportedVersionError
-from dra_driver.names import GpuUUID
+from dra_driver.values.errors import StorageError, UnsupportedVersionError
+from dra_driver.values.names import GpuUUID
 from kubelet_plugin.hosts.mps.record import (
     GIB,
     MIB,

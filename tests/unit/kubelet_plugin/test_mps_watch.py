@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver.errors import MpsError
-from dra_driver.names import GpuUUID
+from dra_driver.values.errors import MpsError
+from dra_driver.values.names import GpuUUID
 from kubelet_plugin.hosts.mps.control import MpsDaemon, MpsDirs
 from kubelet_plugin.hosts.mps.watch import FAILED_REASON, RECOVERED_REASON, MpsWatch
 

@@ -5,8 +5,8 @@ from pathlib import Path
 from typing import Any
 
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.settings import NodeSettings
-from dra_driver.slices import build_slices
+from dra_driver.core.settings import NodeSettings
+from dra_driver.core.slices import build_slices
 from kubelet_plugin.publish.slice_plan import Verb, canonical, dropped_fields, plan, with_generation
 
 NODES = Path(__file__).resolve().parents[3] / "e2e" / "nodes"

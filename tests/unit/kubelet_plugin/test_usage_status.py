@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from dra_driver.families import vgpu
-from dra_driver.names import ClaimUID, GpuUUID
+from dra_driver.core.families import vgpu
+from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim
 from kubelet_plugin.library.region import Region, RegionGpu, RegionUnreadableError
 from kubelet_plugin.observability.usage_status import Sample, Usage, UsageStatusLoop, moved, usage_between

@@ -4,16 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver import families
+from dra_driver.core import families
+from dra_driver.core.families import mig
+from dra_driver.core.families.mig import mig_device_class_name
+from dra_driver.core.profiles import PRODUCTS
 from dra_driver.explain.catalog import CatalogDevice, build_catalog
 from dra_driver.explain.cel_env import Outcome, compile_selector, device_variable
 from dra_driver.explain.request import DeviceClassSpec, parse_device_class
 from dra_driver.explain.simulation import slices_for_simulated_node
 from dra_driver.explain.sources import REPO_DEVICECLASSES, load_files
-from dra_driver.families import mig
-from dra_driver.families.mig import mig_device_class_name
-from dra_driver.names import device_class_name
-from dra_driver.profiles import PRODUCTS
+from dra_driver.values.names import device_class_name
 
 NODE_FILES = sorted((Path(__file__).resolve().parents[4] / "e2e" / "nodes").glob("*.yaml"))
 CLASSES = {c.name: c for c in map(parse_device_class, load_files([REPO_DEVICECLASSES]).classes)}

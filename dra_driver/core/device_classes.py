@@ -1,0 +1,144 @@
+"""The DeviceClasses, generated from the family registry (pure).
+
+Every family gets its class `<family>.tessera.dev`, selecting its `type`; a family with profiles
+(`DeviceFamily.class_profiles`: MIG) also one class per profile, for extended resources. `python -m
+dra_driver.core.device_classes` prints what deploy/render-manifests.sh writes: the plain manifests in
+deviceclasses/ (`list`, `manifest <file>`) and the list the chart's templates range over (`chart`:
+deploy/helm/tessera/files/families.yaml). Tests fail when any of them differs from what the registry says,
+so adding a family is adding its module and running the script. docs/architecture.md, "The family seam".
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Sequence
+
+from dra_driver.core import families
+from dra_driver.core.families.base import DeviceFamily
+from dra_driver.values.names import (
+    ATTRIBUTE_DOMAIN,
+    DRIVER_NAME,
+    Attr,
+    class_label,
+    device_class_name,
+    profile_class_name,
+)
+
+WIDTH = 110
+GENERATED = (
+    "# Generated from the family registry (dra_driver/core/families) by\n"
+    "# `python -m dra_driver.core.device_classes` (deploy/render-manifests.sh); do not edit.\n"
+)
+CHART_FILE = "families.yaml"
+
+
+def _comment(text: str) -> str:
+    lines = textwrap.wrap(text, WIDTH, initial_indent="# ", subsequent_indent="# ")
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _class(name: str, labels: Sequence[str], selects: Sequence[str], resource: str) -> str:
+    expression = " &&\n        ".join(selects)
+    return (
+        "apiVersion: resource.k8s.io/v1\n"
+        "kind: DeviceClass\n"
+        "metadata:\n"
+        f"  name: {name}\n"
+        "  labels:\n"
+        "    app.kubernetes.io/part-of: tessera\n" + "".join(f"    {label}\n" for label in labels) + "spec:\n"
+        "  selectors:\n"
+        "  - cel:\n"
+        "      expression: >-\n"
+        f"        {expression}\n"
+        f"  extendedResourceName: {DRIVER_NAME}/{resource}\n"
+    )
+
+
+def _selects(family: DeviceFamily) -> list[str]:
+    return [
+        f'device.driver == "{DRIVER_NAME}"',
+        f'device.attributes["{ATTRIBUTE_DOMAIN}"].{Attr.TYPE} == "{family.name}"',
+    ]
+
+
+def family_class(family: DeviceFamily) -> str:
+    """deviceclasses/<family>.yaml."""
+    return (
+        GENERATED
+        + _comment(f"Tessera DeviceClass: {family.class_meaning}")
+        + _comment(
+            f"`resources.limits: {{{DRIVER_NAME}/{family.name}: 1}}` in a container asks for one such device "
+            "without a claim."
+        )
+        + _class(device_class_name(family.name), (), _selects(family), family.name)
+    )
+
+
+def profile_classes(family: DeviceFamily) -> str:
+    """deviceclasses/<family>-profiles.yaml: a class per profile, selecting the family's devices of it."""
+    example = class_label(family.class_profiles()[0])
+    docs = [
+        GENERATED
+        + _comment(
+            f"One DeviceClass per profile of the {family.name} family, so that `resources.limits: "
+            f"{{{DRIVER_NAME}/{family.name}-{example}: 1}}` works without writing a claim; `+` in a profile "
+            "is spelled `-` in names."
+        )
+    ]
+    for profile in family.class_profiles():
+        label = class_label(profile)
+        docs.append(
+            _class(
+                profile_class_name(family.name, profile),
+                (f"{DRIVER_NAME}/{family.name}-profile: {label}",),
+                [*_selects(family), f'device.attributes["{ATTRIBUTE_DOMAIN}"].{Attr.PROFILE} == "{profile}"'],
+                f"{family.name}-{label}",
+            )
+        )
+    return "---\n".join(docs)
+
+
+def manifests(registry: Sequence[DeviceFamily] | None = None) -> dict[str, str]:
+    """deviceclasses/' files of DeviceClasses, by name."""
+    out: dict[str, str] = {}
+    for f in registry if registry is not None else families.FAMILIES:
+        out[f"{f.name}.yaml"] = family_class(f)
+        if f.class_profiles():
+            out[f"{f.name}-profiles.yaml"] = profile_classes(f)
+    return out
+
+
+def chart_families(registry: Sequence[DeviceFamily] | None = None) -> str:
+    """The chart's files/families.yaml: what its templates make DeviceClasses of and check node groups by."""
+    lines = [
+        GENERATED.rstrip("\n"),
+        "# templates/deviceclasses.yaml makes each family's DeviceClass, and with `profiles` one per profile",
+        "# listed under that key of deviceClasses in values.yaml; templates/daemonset.yaml checks",
+        "# nodeGroups[].families against the names.",
+        "families:",
+    ]
+    for f in registry if registry is not None else families.FAMILIES:
+        lines.append(f"- name: {f.name}")
+        if f.class_profiles():
+            lines.append(f"  profiles: {f.name}Profiles")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> int:
+    what, rest = (argv[0], argv[1:]) if argv else ("", [])
+    files = manifests()
+    if what == "chart" and not rest:
+        sys.stdout.write(chart_families())
+    elif what == "list" and not rest:
+        sys.stdout.write("".join(f"{name}\n" for name in files))
+    elif what == "manifest" and len(rest) == 1 and rest[0] in files:
+        sys.stdout.write(files[rest[0]])
+    else:
+        sys.stderr.write("usage: python -m dra_driver.core.device_classes chart | list | manifest <file>\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

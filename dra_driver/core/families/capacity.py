@@ -1,0 +1,105 @@
+"""The consumable capacity of a device many claims share (vgpu, MPS): published, then read back (pure).
+
+Limits never come from a config: a shared device's memory and cores are what the scheduler allocated, read
+from the allocation result's `consumedCapacity` and checked against the policy published with the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dra_driver.core.families.base import Allocated, Footprint, GpuOffer, Json, all_slices
+from dra_driver.core.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
+from dra_driver.values.errors import ClaimError, ConfigError
+from dra_driver.values.excerpt import excerpt
+from dra_driver.values.model import Gpu
+from dra_driver.values.names import Attr, Cap, Family, gpu_device_name, qualified
+from dra_driver.values.quantity import parse_quantity
+
+MAX_CORES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class SharedLimits:
+    """What one claim's share of a GPU may use: its memory and its SM share (0 = no limit, no reservation)."""
+
+    memory_bytes: int
+    cores: int
+
+
+def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Json:
+    """The one multi-allocatable device a sharing family publishes for a GPU (`gpu-<i>-<part>`), which
+    consumes the whole GPU's counters at its first allocation; needs `o.counters`."""
+    assert o.counters is not None
+    gpu = o.gpu
+    return {
+        "name": gpu_device_name(gpu.index, part),
+        "allowMultipleAllocations": True,
+        "attributes": {
+            **gpu_attributes(gpu, o.inventory, family),
+            qualified(Attr.UUID): string(gpu.uuid),
+            qualified(Attr.PARENT_UUID): string(gpu.uuid),
+        },
+        "capacity": shared_capacity(gpu, shares=shares),
+        "consumesCounters": consumes(gpu, o.counters),
+    }
+
+
+def shared_footprint(gpu: Gpu, *, family: Family, what: str) -> Footprint:
+    """A shared device takes the whole GPU (its counters, at its first allocation), together with the other
+    claims of its own family only."""
+    return Footprint(family=family, slices=all_slices(gpu), shared=True, what=what)
+
+
+def shared_capacity(gpu: Gpu, *, shares: int) -> Json:
+    """Memory (a claim naming none gets all of it, as with HAMi's default), cores (0 = no SM limit and no
+    reservation) and shares (every allocation takes exactly one: at most `shares` claims per GPU)."""
+    memory = mib_quantity(gpu.memory_bytes // MIB * MIB)  # the range's max must be a multiple of its step
+    return {
+        Cap.MEMORY: {
+            "value": memory,
+            "requestPolicy": {"default": memory, "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"}},
+        },
+        Cap.CORES: {
+            "value": str(MAX_CORES),
+            "requestPolicy": {"default": "0", "validRange": {"min": "0", "max": str(MAX_CORES), "step": "1"}},
+        },
+        Cap.SHARES: {"value": str(shares), "requestPolicy": {"default": "1", "validValues": ["1"]}},
+    }
+
+
+def _consumed(consumed: Mapping[str, str], name: str) -> str | None:
+    # Capacity names may come back bare (domain implied) or qualified with the driver's domain.
+    return consumed.get(name, consumed.get(qualified(name)))
+
+
+def shared_limits(d: Allocated, *, family: str) -> SharedLimits:
+    """The allocated share's limits, or a ClaimError naming what is wrong and what to do."""
+    where = f"{family} device {d.device}"
+    if not d.consumed:
+        raise ClaimError(
+            f"{where} (request {d.request}) has no consumedCapacity in the allocation; the API server needs "
+            "the DRAConsumableCapacity feature, and the claim must be re-allocated"
+        )
+    values: dict[str, int] = {}
+    for name in (Cap.MEMORY, Cap.CORES):
+        raw = _consumed(d.consumed, name)
+        if raw is None:
+            raise ClaimError(f"{where}: consumedCapacity has no {name!r} (got {excerpt(sorted(d.consumed))})")
+        try:
+            amount = parse_quantity(raw).value
+        except ConfigError as e:
+            raise ClaimError(f"{where}: consumedCapacity {name} {excerpt(raw)} is not a quantity") from e
+        if amount.denominator != 1:
+            raise ClaimError(f"{where}: consumedCapacity {name} {excerpt(raw)} is not a whole number")
+        values[name] = int(amount)
+    memory, cores = values[Cap.MEMORY], values[Cap.CORES]
+    if not MIB <= memory <= d.gpu.memory_bytes or memory % MIB:
+        raise ClaimError(
+            f"{where}: consumed memory {memory} bytes is outside the device's policy "
+            f"({MIB}…{d.gpu.memory_bytes} in steps of {MIB})"
+        )
+    if not 0 <= cores <= MAX_CORES:
+        raise ClaimError(f"{where}: consumed cores {cores} is outside the device's policy (0…{MAX_CORES})")
+    return SharedLimits(memory_bytes=memory, cores=cores)

@@ -1,0 +1,131 @@
+"""What every family's devices publish the same way (pure): the GPU's attributes, quantities, counters.
+
+One counter set per GPU (`gpu-<i>-counters`: one counter per memory slice, plus the GPU's SMs, engines and
+memory) lets the scheduler keep families mutually exclusive on one GPU: a whole GPU or a software slice
+consumes all of it, a MIG placement its slices and engines. DESIGN: docs/architecture.md, "The slice model".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dra_driver.core.families.base import Json
+from dra_driver.values.errors import ConfigError, InventoryError
+from dra_driver.values.model import Gpu, Inventory, MigInstance, MigProfile
+from dra_driver.values.names import (
+    PCI_BUS_ID_ATTRIBUTE,
+    Attr,
+    Counter,
+    Family,
+    counter_set_name,
+    memory_slice_counter,
+    qualified,
+)
+from dra_driver.values.semver import parse_semver
+
+MIB = 1024 * 1024
+MAX_STRING = 64  # the API's limit on a string attribute
+
+
+def attribute_version(version: str) -> str:
+    """An NVML version as a DRA `version` attribute (semver): "9.0" → "9.0.0", "535.104.05" → "535.104.5"."""
+    try:
+        return str(parse_semver(version.strip(), normalize=True))
+    except ConfigError as e:
+        raise InventoryError(f"version {version!r} reported by the driver is not a version number") from e
+
+
+def pci_bus_id(bus_id: str) -> str:
+    """NVML's `00000000:18:00.0` as the standard attribute writes it: `0000:18:00.0`."""
+    domain, sep, rest = bus_id.strip().lower().partition(":")
+    if not sep or not all(c in "0123456789abcdef" for c in domain):
+        return bus_id.strip().lower()
+    return f"{int(domain, 16):04x}:{rest}"
+
+
+def mib_quantity(n_bytes: int) -> str:
+    return f"{n_bytes // MIB}Mi" if n_bytes % MIB == 0 else str(n_bytes)
+
+
+def string(value: str) -> Json:
+    return {"string": value[:MAX_STRING]}
+
+
+def attribute(device: Json, name: str) -> object:
+    """The value of a published device's attribute `name` (unqualified), whatever its type; None if absent."""
+    value = (device.get("attributes") or {}).get(qualified(name))
+    return None if not isinstance(value, dict) or not value else next(iter(value.values()))
+
+
+def gpu_attributes(gpu: Gpu, inventory: Inventory, family: Family) -> Json:
+    """The attributes every device of a GPU carries, `type` first."""
+    return {
+        qualified(Attr.TYPE): string(family),
+        qualified(Attr.PRODUCT_NAME): string(gpu.product_name),
+        qualified(Attr.BRAND): string(gpu.brand),
+        qualified(Attr.ARCHITECTURE): string(gpu.architecture.value),
+        qualified(Attr.CUDA_COMPUTE_CAPABILITY): {"version": attribute_version(gpu.cuda_compute_capability)},
+        qualified(Attr.DRIVER_VERSION): {"version": attribute_version(inventory.driver_version)},
+        qualified(Attr.CUDA_DRIVER_VERSION): {"version": attribute_version(inventory.cuda_driver_version)},
+        qualified(Attr.INDEX): {"int": gpu.index},
+        PCI_BUS_ID_ATTRIBUTE: string(pci_bus_id(gpu.pci_bus_id)),
+    }
+
+
+# ---- counters -------------------------------------------------------------------------------------------
+
+
+def profile_counters(p: MigProfile) -> dict[str, int]:
+    return {
+        Counter.MULTIPROCESSORS: p.multiprocessors,
+        Counter.COPY_ENGINES: p.copy_engines,
+        Counter.DECODERS: p.decoders,
+        Counter.ENCODERS: p.encoders,
+        Counter.JPEG_ENGINES: p.jpeg_engines,
+        Counter.OFA_ENGINES: p.ofa_engines,
+        Counter.MEMORY: p.memory_mib * MIB,
+    }
+
+
+def _gpu_counters(gpu: Gpu) -> dict[str, int]:
+    return {
+        Counter.MULTIPROCESSORS: gpu.multiprocessors,
+        Counter.COPY_ENGINES: gpu.copy_engines,
+        Counter.DECODERS: gpu.decoders,
+        Counter.ENCODERS: gpu.encoders,
+        Counter.JPEG_ENGINES: gpu.jpeg_engines,
+        Counter.OFA_ENGINES: gpu.ofa_engines,
+        Counter.MEMORY: gpu.memory_bytes,
+    }
+
+
+def counter_totals(gpu: Gpu, admin: tuple[MigInstance, ...]) -> dict[str, int]:
+    """Counter name → total for the GPU's counter set: one per memory slice, plus the GPU's engines, SMs
+    and memory less what an administrator's instances hold (those are never allocated, so they could not
+    consume counters themselves). Counters at zero are left out."""
+    totals: dict[str, int] = {memory_slice_counter(k): 1 for k in range(gpu.memory_slice_count)}
+    remaining = _gpu_counters(gpu)
+    for inst in admin:
+        prof = gpu.profile_by_id(inst.profile_id)
+        if prof is not None:
+            for name, used in profile_counters(prof).items():
+                remaining[name] -= used
+    totals.update(remaining)
+    return {name: value for name, value in totals.items() if value > 0}
+
+
+def _quantity(name: str, value: int) -> Json:
+    return {"value": mib_quantity(value) if name == Counter.MEMORY else str(value)}
+
+
+def counters(values: Mapping[str, int]) -> Json:
+    return {name: _quantity(name, v) for name, v in sorted(values.items())}
+
+
+def consumes(gpu: Gpu, values: Mapping[str, int]) -> list[Json]:
+    """A device's `consumesCounters`: `values` taken from the GPU's counter set."""
+    return [{"counterSet": counter_set_name(gpu.index), "counters": counters(values)}]
+
+
+def counter_set(gpu: Gpu, totals: Mapping[str, int]) -> Json:
+    return {"name": counter_set_name(gpu.index), "counters": counters(totals)}

@@ -1,0 +1,234 @@
+"""The vgpu family: a software slice of a GPU (pure). Device `gpu-<i>-vgpu`, DeviceClass `vgpu.tessera.dev`,
+config kind `VgpuConfig`. docs/gpu-sharing.md.
+
+One multi-allocatable device per GPU: every claim takes one of its `shares` with the memory and SM share it
+asks for (consumable capacity), enforced in the container by the interception library. Claims on one GPU are
+time-sliced by the GPU; each claim with an SM share gets its own part of the GPU's time-division frame, found
+by the slot its checkpoint record holds (`GpuShare`, schedule in dra_driver/core/sm_schedule.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.core.config_schema import ClassOnly, ConfigField, ConfigKind, SmLimitPolicy
+from dra_driver.core.families.base import (
+    Allocated,
+    Allotment,
+    DeviceFamily,
+    Footprint,
+    GpuOffer,
+    Held,
+    Json,
+    LibraryLimits,
+    PlannedDevice,
+    not_in_mig_mode,
+)
+from dra_driver.core.families.capacity import SharedLimits, shared_device, shared_footprint, shared_limits
+from dra_driver.core.sm_schedule import free_slot
+from dra_driver.values.errors import ClaimError, ConfigError
+from dra_driver.values.model import Gpu
+from dra_driver.values.names import DeviceName, Family, GpuUUID, gpu_device_name
+
+NAME = Family("vgpu")
+_PART = "vgpu"
+
+
+@dataclass(frozen=True, slots=True)
+class VgpuConfig:
+    sm_limit_policy: SmLimitPolicy = SmLimitPolicy.DEFAULT
+    priority: int = 1  # HAMi CUDA_TASK_PRIORITY: 0 high (not held back by normal peers), 1 normal
+    log_level: int = 1  # 0 errors only … 4 trace
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    """A vgpu claim's place on a shared GPU: its slot in the GPU's time-division schedule."""
+
+    gpu_uuid: GpuUUID
+    slot: int
+    cores: int  # the share its part of the frame is sized by; 0 = none reserved
+    high_priority: bool = False
+
+
+_CONFIG = ConfigKind(
+    kind="VgpuConfig",
+    family=NAME,
+    type=VgpuConfig,
+    meaning="a software slice of a GPU",
+    fields=(
+        ConfigField(
+            name="smLimitPolicy",
+            attr="sm_limit_policy",
+            meaning="honour the SM share (default), enforce it even when alone (force), or ignore it "
+            "(disable)",
+            default=SmLimitPolicy.DEFAULT.value,
+            choices=SmLimitPolicy,
+            class_only=(
+                ClassOnly(
+                    value=SmLimitPolicy.DISABLE.value,
+                    why="switches the claim's SM limit off",
+                    instead="request fewer or more cores instead",
+                ),
+            ),
+        ),
+        ConfigField(
+            name="priority",
+            attr="priority",
+            meaning="0 high (the GPU's normal claims wait while it has work), 1 normal",
+            default=1,
+            minimum=0,
+            maximum=1,
+            class_only=(
+                ClassOnly(
+                    value=0,
+                    why="(high priority) holds the GPU's other claims back",
+                    instead="use a DeviceClass your administrator made for high-priority work",
+                ),
+            ),
+        ),
+        ConfigField(
+            name="logLevel",
+            attr="log_level",
+            meaning="the interception library's log level: 0 errors only … 4 trace",
+            default=1,
+            minimum=0,
+            maximum=4,
+        ),
+    ),
+)
+
+
+def _int(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"field {key!r} must be an integer {low}-{high}")
+    return value
+
+
+class Vgpu(DeviceFamily):
+    name = NAME
+    rank = 10
+    order_group = 0
+    config = _CONFIG
+    record_key = "sharing"
+    class_meaning = "a software slice of a GPU (memory and SM share from capacity.requests)."
+
+    def parse_name(self, part: str) -> object | None:
+        return () if part == _PART else None
+
+    def possible_devices(self, gpu: Gpu) -> tuple[DeviceName, ...]:
+        return (gpu_device_name(gpu.index, _PART),)
+
+    def offer(self, o: GpuOffer) -> tuple[Json, ...]:
+        if not o.shareable or o.counters is None:
+            return ()
+        return (shared_device(o, family=NAME, part=_PART, shares=o.settings.vgpu_shares),)
+
+    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+        return shared_footprint(gpu, family=NAME, what="a vGPU share")
+
+    def plan(self, d: Allocated, held: Held) -> PlannedDevice:
+        not_in_mig_mode(d, "a vGPU")
+        return d.planned(NAME, shared_limits(d, family=NAME))
+
+    def check_claim(self, devices: Sequence[PlannedDevice]) -> None:
+        seen: set[int] = set()
+        for d in devices:
+            if d.gpu_index in seen:
+                # The limits file has one line per GPU; two shares of one GPU in one container would merge.
+                raise ClaimError(
+                    f"device {d.device} is allocated to two requests of one claim; use one request"
+                )
+            seen.add(d.gpu_index)
+        first = devices[0] if devices else None
+        for d in devices[1:]:
+            if first is not None and d.config != first.config:
+                raise ConfigError(
+                    f"VgpuConfig for request {d.request} differs from request {first.request}: one claim's "
+                    "vgpu devices share one container, so give them the same smLimitPolicy, priority and "
+                    "logLevel"
+                )
+
+    def records(self, devices: Sequence[PlannedDevice], held: Held) -> tuple[object, ...]:
+        """A slot on each GPU: kept when the claim is prepared again, else the lowest free there."""
+        kept = tuple(r for r in held.claim if isinstance(r, GpuShare))
+        if kept:
+            return kept
+        taken: dict[GpuUUID, set[int]] = {}
+        for r in held.others:
+            if isinstance(r, GpuShare):
+                taken.setdefault(r.gpu_uuid, set()).add(r.slot)
+        shares = []
+        for d in devices:
+            config, limits = _config(d), _limits(d)
+            arbitrated = config.sm_limit_policy is not SmLimitPolicy.DISABLE
+            shares.append(
+                GpuShare(
+                    gpu_uuid=d.gpu_uuid,
+                    slot=free_slot(taken.get(d.gpu_uuid, set())),
+                    cores=limits.cores if arbitrated else 0,
+                    high_priority=arbitrated and config.priority == 0,
+                )
+            )
+        return tuple(shares)
+
+    def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
+        return frozenset(r.gpu_uuid for r in records if isinstance(r, GpuShare))
+
+    def allotment(
+        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+    ) -> Allotment:
+        memory, cores = limited or (0, 0)
+        return Allotment(memory, cores / 100)
+
+    def slots(self, records: Sequence[object]) -> Mapping[GpuUUID, int]:
+        return {r.gpu_uuid: r.slot for r in records if isinstance(r, GpuShare)}
+
+    def encode_record(self, record: object) -> Json:
+        assert isinstance(record, GpuShare)
+        return {
+            "gpuUUID": record.gpu_uuid,
+            "slot": record.slot,
+            "cores": record.cores,
+            "highPriority": record.high_priority,
+        }
+
+    def decode_record(self, data: Mapping[str, Any]) -> object:
+        uuid, high = data.get("gpuUUID"), data.get("highPriority")
+        if not isinstance(uuid, str) or not isinstance(high, bool):
+            raise ValueError("a share needs a string 'gpuUUID' and a boolean 'highPriority'")
+        return GpuShare(
+            gpu_uuid=GpuUUID(uuid),
+            slot=_int(data, "slot", 1, 65535),
+            cores=_int(data, "cores", 0, 100),
+            high_priority=high,
+        )
+
+    def library(self, d: PlannedDevice) -> LibraryLimits | None:
+        config, limits = _config(d), _limits(d)
+        return LibraryLimits(
+            gpu_index=d.gpu_index,
+            gpu_uuid=d.gpu_uuid,
+            memory_bytes=limits.memory_bytes,
+            cores=limits.cores,
+            priority=config.priority,
+            time_sliced=True,
+            policy=config.sm_limit_policy.value,
+            log_level=config.log_level,
+        )
+
+
+def _config(d: PlannedDevice) -> VgpuConfig:
+    assert isinstance(d.config, VgpuConfig)
+    return d.config
+
+
+def _limits(d: PlannedDevice) -> SharedLimits:
+    assert isinstance(d.spec, SharedLimits)
+    return d.spec
+
+
+FAMILY = Vgpu()

@@ -1,0 +1,115 @@
+"""The limits file: the contract between the node plugin (writer) and the interception library (reader, in
+interceptor/src/config.c) (pure). docs/architecture.md, "The Python ↔ C contract".
+
+    version 1
+    policy default|force|disable
+    loglevel 0-4
+    gpu <uuid> memory <bytes> cores <0-100> priority <0|1> [slot <n> view <path>]   (one line per GPU)
+
+A GPU is named by UUID, so the limits survive device reordering in the container. `slot` and `view` put the
+claim in the GPU's time-division schedule (the view is the node's read-only file for that GPU). The C library
+refuses the whole file on any line it cannot read; `parse_limits` here reads exactly what `render_limits`
+writes, and tests feed one into the other and into the C parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from dra_driver.core.families.base import LibraryLimits
+from dra_driver.values.errors import ConfigError
+from dra_driver.values.names import VIEW_FILE_NAME, GpuUUID, container_gpu_dir
+
+LIMITS_VERSION = 1
+POLICIES = ("default", "force", "disable")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLimitLine:
+    gpu_uuid: GpuUUID
+    memory_bytes: int
+    cores: int
+    priority: int
+    slot: int | None = None
+    view: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsFile:
+    policy: str
+    log_level: int
+    gpus: tuple[GpuLimitLine, ...]
+
+
+def limits_file(
+    *, policy: str, log_level: int, limits: Sequence[LibraryLimits], slots: Mapping[GpuUUID, int]
+) -> LimitsFile:
+    """The file for a claim: one line per GPU the library limits, with its slot where it has one."""
+    lines = []
+    for lim in sorted(limits, key=lambda lim: lim.gpu_index):
+        slot = slots.get(lim.gpu_uuid) if lim.time_sliced else None
+        lines.append(
+            GpuLimitLine(
+                gpu_uuid=lim.gpu_uuid,
+                memory_bytes=lim.memory_bytes,
+                cores=lim.cores,
+                priority=lim.priority,
+                slot=slot,
+                view=f"{container_gpu_dir(lim.gpu_uuid)}/{VIEW_FILE_NAME}" if slot is not None else None,
+            )
+        )
+    return LimitsFile(policy=policy, log_level=log_level, gpus=tuple(lines))
+
+
+def render_limits(f: LimitsFile) -> str:
+    lines = [f"version {LIMITS_VERSION}", f"policy {f.policy}", f"loglevel {f.log_level}"]
+    for g in f.gpus:
+        line = f"gpu {g.gpu_uuid} memory {g.memory_bytes} cores {g.cores} priority {g.priority}"
+        if g.slot is not None and g.view is not None:
+            line += f" slot {g.slot} view {g.view}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _number(word: str, what: str, low: int, high: int) -> int:
+    if not word.isdigit() or not low <= int(word) <= high:
+        raise ConfigError(f"limits file: {what} {word!r} is not an integer {low}-{high}")
+    return int(word)
+
+
+def _gpu_line(words: list[str]) -> GpuLimitLine:
+    if len(words) % 2:
+        raise ConfigError(f"limits file: gpu line {' '.join(words)!r} has a key without a value")
+    keys = dict(zip(words[2::2], words[3::2], strict=True))
+    unknown = sorted(set(keys) - {"memory", "cores", "priority", "slot", "view"})
+    if unknown:
+        raise ConfigError(f"limits file: unknown key {unknown[0]!r} on a gpu line")
+    if ("slot" in keys) != ("view" in keys):
+        raise ConfigError("limits file: slot and view go together")
+    return GpuLimitLine(
+        gpu_uuid=GpuUUID(words[1]),
+        memory_bytes=_number(keys.get("memory", "0"), "memory", 0, 1 << 62),
+        cores=_number(keys.get("cores", "0"), "cores", 0, 100),
+        priority=_number(keys.get("priority", "1"), "priority", 0, 1),
+        slot=_number(keys["slot"], "slot", 1, 65535) if "slot" in keys else None,
+        view=keys.get("view"),
+    )
+
+
+def parse_limits(text: str) -> LimitsFile:
+    """Read a limits file `render_limits` wrote; ConfigError naming the line on anything else."""
+    rows = [line.split() for line in text.splitlines() if line.strip()]
+    if not rows or rows[0] != ["version", str(LIMITS_VERSION)]:
+        raise ConfigError(f"limits file: the first line must be 'version {LIMITS_VERSION}'")
+    policy, log_level, gpus = "default", 1, []
+    for words in rows[1:]:
+        if words[0] == "policy" and len(words) == 2 and words[1] in POLICIES:
+            policy = words[1]
+        elif words[0] == "loglevel" and len(words) == 2:
+            log_level = _number(words[1], "loglevel", 0, 4)
+        elif words[0] == "gpu" and len(words) >= 2:
+            gpus.append(_gpu_line(words))
+        else:
+            raise ConfigError(f"limits file: unknown line {' '.join(words)!r}")
+    return LimitsFile(policy=policy, log_level=log_level, gpus=tuple(gpus))

@@ -1,0 +1,149 @@
+"""Per-node settings: which families a node offers, how many claims may share one GPU, which MIG profiles
+are published and in which order the devices are published.
+
+A settings file is versioned like every Tessera file:
+
+    apiVersion: resource.tessera.dev/v1
+    kind: NodeSettings
+    families: {gpu: true, vgpu: true, mig: false}   # each optional, default true
+    vgpuShares: 10                                  # optional, 1..128
+    migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]        # optional, default every profile the GPU has
+    deviceOrder: fragmentation-aware                # optional; or by-gpu (the order before issue #12)
+    nodeName: node-a                                # optional; usually from the NODE_NAME env
+
+`migProfiles` only thins what is published (fewer devices per node, see docs/performance.md): a profile a
+GPU does not have is ignored, so one list can serve a mixed fleet (`1g.5gb` on an A100-40GB, `1g.10gb` on an
+H100). An administrator's MIG instances are published whatever their profile.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dra_driver.core import families as registry
+from dra_driver.core.device_order import DeviceOrder
+from dra_driver.core.families.mig import profile_size
+from dra_driver.values.errors import ConfigError, InvalidNameError
+from dra_driver.values.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
+
+DEFAULT_VGPU_SHARES = 10  # HAMi's default split count
+MAX_VGPU_SHARES = 128
+_FIELDS = ("families", "vgpuShares", "migProfiles", "deviceOrder", "nodeName")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def check_node_name(name: str, where: str = "nodeName") -> str:
+    if not name or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise ConfigError(
+            f"{where}: {name!r} is not a valid node name "
+            "(a DNS subdomain: lowercase letters, digits, '-', '.')"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSettings:
+    node_name: str
+    families: frozenset[Family] = field(default_factory=lambda: frozenset(registry.names()))
+    vgpu_shares: int = DEFAULT_VGPU_SHARES
+    mig_profiles: frozenset[str] | None = None  # None: every profile
+    device_order: DeviceOrder = DeviceOrder.FRAGMENTATION_AWARE
+
+    def __post_init__(self) -> None:
+        check_node_name(self.node_name)
+        if not isinstance(self.vgpu_shares, int) or isinstance(self.vgpu_shares, bool):
+            raise ConfigError(f"vgpuShares: expected an integer, got {self.vgpu_shares!r}")
+        if not 1 <= self.vgpu_shares <= MAX_VGPU_SHARES:
+            raise ConfigError(f"vgpuShares: {self.vgpu_shares} is out of range; use 1..{MAX_VGPU_SHARES}")
+        bad = sorted(f for f in self.families if registry.find(f) is None)
+        if bad:
+            raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(registry.names())}")
+        if not isinstance(self.device_order, DeviceOrder):
+            raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_orders()}")
+        if self.mig_profiles is not None:
+            _check_profiles(sorted(self.mig_profiles, key=str))
+
+    def offers(self, family: Family) -> bool:
+        return family in self.families
+
+    def publishes_profile(self, profile: str) -> bool:
+        return self.mig_profiles is None or profile in self.mig_profiles
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, object], *, node_name: str | None = None) -> NodeSettings:
+        """Strictly decode a settings document; `node_name` (from the environment) wins over the file's."""
+        unknown = sorted(set(data) - {"apiVersion", "kind", *_FIELDS})
+        if unknown:
+            raise ConfigError(f"{unknown[0]}: unknown NodeSettings field (allowed: {', '.join(_FIELDS)})")
+        if data.get("apiVersion") != CONFIG_API_VERSION or data.get("kind") != NODE_SETTINGS_KIND:
+            raise ConfigError(
+                f"apiVersion/kind: expected {CONFIG_API_VERSION}/{NODE_SETTINGS_KIND}, "
+                f"got {data.get('apiVersion')!r}/{data.get('kind')!r}"
+            )
+        families = set(registry.names())
+        raw_families = data.get("families", {})
+        if not isinstance(raw_families, Mapping):
+            raise ConfigError("families: expected a mapping like {gpu: true, vgpu: false, mig: true}")
+        for key, enabled in raw_families.items():
+            if not isinstance(key, str) or registry.find(key) is None:
+                raise ConfigError(f"families.{key}: unknown family; use {', '.join(registry.names())}")
+            if not isinstance(enabled, bool):
+                raise ConfigError(f"families.{key}: expected true or false, got {enabled!r}")
+            if not enabled:
+                families.discard(Family(key))
+        shares = data.get("vgpuShares", DEFAULT_VGPU_SHARES)
+        if not isinstance(shares, int) or isinstance(shares, bool):
+            raise ConfigError(f"vgpuShares: expected an integer, got {shares!r}")
+        file_name = data.get("nodeName")
+        if file_name is not None and not isinstance(file_name, str):
+            raise ConfigError(f"nodeName: expected a string, got {file_name!r}")
+        name = node_name or file_name
+        if not name:
+            raise ConfigError("nodeName: not set; set NODE_NAME in the environment or nodeName in the file")
+        return cls(
+            node_name=name,
+            families=frozenset(families),
+            vgpu_shares=shares,
+            mig_profiles=_decode_profiles(data.get("migProfiles")),
+            device_order=_decode_order(data.get("deviceOrder", DeviceOrder.FRAGMENTATION_AWARE.value)),
+        )
+
+
+def _orders() -> str:
+    return ", ".join(o.value for o in DeviceOrder)
+
+
+def _decode_order(raw: object) -> DeviceOrder:
+    try:
+        return DeviceOrder(str(raw))
+    except ValueError as e:
+        raise ConfigError(f"deviceOrder: {raw!r} is not one of {_orders()}") from e
+
+
+def _check_profiles(profiles: list[object]) -> None:
+    if not profiles:
+        raise ConfigError("migProfiles: empty; to publish no MIG devices set families.mig: false instead")
+    for k, p in enumerate(profiles):
+        if not isinstance(p, str):
+            raise ConfigError(f"migProfiles[{k}]: expected a profile name like 1g.10gb, got {p!r}")
+        try:
+            profile_size(p)
+        except InvalidNameError as e:
+            raise ConfigError(f"migProfiles[{k}]: {e} (spelled as nvidia-smi mig -lgip does: 1g.10gb)") from e
+
+
+def _decode_profiles(raw: object) -> frozenset[str] | None:
+    """None (every profile) when absent; otherwise a list of distinct canonical profile names."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ConfigError(f"migProfiles: expected a list like [1g.10gb, 3g.40gb, 7g.80gb], got {raw!r}")
+    _check_profiles(raw)
+    seen: set[str] = set()
+    for k, p in enumerate(raw):
+        if p in seen:
+            raise ConfigError(f"migProfiles[{k}]: {p} is listed twice; list each profile once")
+        seen.add(p)
+    return frozenset(seen)

@@ -1,0 +1,136 @@
+"""File writes shared by every on-disk format Tessera keeps, and the bounded read that goes with them.
+
+Every write is atomic: temp → rename, so a reader (or a restart after a crash of this process) sees the old
+content or the new, never a mix, and a failed write leaves nothing behind. A *durable* write also fsyncs the
+file before and the directory after the rename, so it survives the machine losing power; that costs a few
+milliseconds and is asked for only where a power loss could otherwise leave the node wrong (docs/
+architecture.md, "Durability"). `fsync_count` counts them for the benchmarks. Modes are set explicitly,
+whatever the process umask.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from dra_driver.values.errors import StorageError
+
+TEMP_MARK = ".tmp-"
+# Test-only hook run after part of the data is written (raise OSError to simulate a full disk).
+WriteFault = Callable[[], None]
+
+
+_fsyncs = 0
+_fsyncs_lock = threading.Lock()
+
+
+def fsync(fd: int) -> None:
+    global _fsyncs  # noqa: PLW0603 - a process-wide count, like the kernel's
+    with _fsyncs_lock:
+        _fsyncs += 1
+    os.fsync(fd)
+
+
+def fsync_count() -> int:
+    """fsync calls made by this process so far through this module (a benchmark reads the difference)."""
+    return _fsyncs
+
+
+def fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}{TEMP_MARK}{secrets.token_hex(4)}")
+
+
+def is_temp(name: str) -> bool:
+    return name.startswith(".") and TEMP_MARK in name
+
+
+def atomic_write(
+    path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True, fault: WriteFault | None = None
+) -> None:
+    """Replace `path` with `data` (durably: fsync'd before and after the rename); raises StorageError and
+    leaves no temp file on failure."""
+    tmp = temp_name(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        try:
+            os.fchmod(fd, mode)  # the umask may have narrowed it, and a reader may need it as given
+            half = len(data) // 2
+            os.write(fd, data[:half])
+            if fault is not None:
+                fault()
+            view = memoryview(data)[half:]
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(path.parent)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise StorageError(f"writing {path}: {e.strerror or e}") from e
+
+
+def remove_durably(path: Path) -> bool:
+    """Remove a file and persist the removal; False if it was not there."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise StorageError(f"removing {path}: {e.strerror or e}") from e
+    fsync_dir(path.parent)
+    return True
+
+
+def read_bounded(path: Path, *, max_bytes: int) -> bytes:
+    """The content of the regular file `path`, never following a link, never blocking on a FIFO or device.
+
+    FileNotFoundError when absent; StorageError when it is not a regular file, is larger than `max_bytes`
+    or cannot be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        why = "it is a symbolic link (never followed)" if e.errno == errno.ELOOP else e.strerror or str(e)
+        raise StorageError(f"reading {path}: {why}") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(f"reading {path}: not a regular file")
+        if st.st_size > max_bytes:
+            raise StorageError(f"reading {path}: {st.st_size} bytes, more than the {max_bytes} allowed")
+        chunks = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:
+            raise StorageError(f"reading {path}: grew past the {max_bytes} bytes allowed while being read")
+        return data
+    except OSError as e:
+        raise StorageError(f"reading {path}: {e.strerror or e}") from e
+    finally:
+        os.close(fd)
