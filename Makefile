@@ -76,7 +76,7 @@ test-e2e: dev cluster
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
-	$(BIN)/pytest -q -m e2e tests/e2e_cluster e2e
+	$(BIN)/pytest -q -m e2e e2e
 
 test: dev lint
 	$(MAKE) -C interceptor test

@@ -50,10 +50,10 @@ class Release:
         """What `make test-k8s` runs on this release: every e2e cluster test and simulated-node scenario, or,
         where only whole GPUs can be published, the degraded path."""
         if self.accepts_counter_slices():
-            return ("tests/e2e_cluster", "e2e/scenarios")
+            return ("e2e/scenarios",)
         return (
-            "tests/e2e_cluster/test_publisher_degraded.py",
-            "tests/e2e_cluster/test_release_without_sharing.py",
+            "e2e/scenarios/controlplane/test_publisher_degraded.py",
+            "e2e/scenarios/controlplane/test_release_without_sharing.py",
         )
 
     def serves_sharing(self) -> bool:

@@ -23,7 +23,7 @@ from dra_driver.core.cluster_features import (
     unenforced_message,
 )
 
-INSTALL = Path(__file__).resolve().parents[3] / "docs" / "install.md"
+INSTALL = Path(__file__).resolve().parents[4] / "docs" / "install.md"
 
 
 def test_the_install_guide_lists_every_gate_with_its_release() -> None:

@@ -27,7 +27,7 @@ from kubelet_plugin.health.service import HealthBoard, InventoryHealthPoller
 from kubelet_plugin.publish.publisher import SlicePublisher
 
 pytestmark = pytest.mark.e2e
-NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"
+NODE_FILE = Path(__file__).resolve().parents[3] / "e2e" / "nodes" / "h100x8.yaml"
 Desired = Callable[[bool], Sequence[dict[str, Any]]]
 
 

@@ -18,7 +18,7 @@ from kubelet_plugin.claims.prepared_claims import prepared_claims
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.results import PreparedDevice
 
-NODE_FILE = Path(__file__).resolve().parents[3] / "e2e" / "nodes" / "realnode-h100x2.yaml"
+NODE_FILE = Path(__file__).resolve().parents[4] / "e2e" / "nodes" / "realnode-h100x2.yaml"
 GiB = 1 << 30
 
 

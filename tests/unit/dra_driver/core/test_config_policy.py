@@ -11,7 +11,7 @@ from dra_driver.core.config_policy import TABLE_BEGIN, TABLE_END, render_policy,
 from dra_driver.core.config_schema import ClassOnly, ConfigField, ConfigKind
 from dra_driver.values.names import Family
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_the_shipped_policy_and_its_chart_copy_are_generated() -> None:

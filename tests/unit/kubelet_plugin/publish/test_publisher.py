@@ -1,4 +1,5 @@
-"""The publisher's logic that needs no API server; its API behaviour is tested in tests/e2e_cluster."""
+"""The publisher's logic that needs no API server; its API behaviour is tested in
+e2e/scenarios/controlplane."""
 
 from __future__ import annotations
 

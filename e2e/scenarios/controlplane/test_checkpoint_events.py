@@ -23,7 +23,7 @@ from kubelet_plugin.serving.wiring import Node
 from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e
-NODE_FILE = Path(__file__).resolve().parents[2] / "e2e" / "nodes" / "h100x8.yaml"
+NODE_FILE = Path(__file__).resolve().parents[3] / "e2e" / "nodes" / "h100x8.yaml"
 
 
 @pytest.fixture

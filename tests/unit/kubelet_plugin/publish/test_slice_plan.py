@@ -9,7 +9,7 @@ from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from kubelet_plugin.publish.slice_plan import Verb, canonical, dropped_fields, plan, with_generation
 
-NODES = Path(__file__).resolve().parents[3] / "e2e" / "nodes"
+NODES = Path(__file__).resolve().parents[4] / "e2e" / "nodes"
 NODE = "sim-h100x8"
 
 

@@ -27,7 +27,7 @@ from kubelet_plugin.serving.registration import RegistrationServicer
 from kubelet_plugin.serving.wiring import Node
 from tests.support.claim_files import directory_claims
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 NODE_FILE = REPO / "e2e" / "nodes" / "h100x8.yaml"
 MANIFESTS = REPO / "deploy" / "manifests" / "tessera.yaml"
 

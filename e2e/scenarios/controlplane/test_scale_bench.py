@@ -17,7 +17,7 @@ from e2e.scale.cluster import LAYOUTS, layout_shape, pool_shape
 from e2e.scale.fragmentation import parse_seeds, seeded_events
 from e2e.scale.workloads import PER_NODE, family_wants
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LINE = re.compile(
     r"^scale nodes=(\d+) devices=(\d+) family=(\S+) pods=(\d+) pods_per_s=([\d.]+|nan) p50_ms=(\d+|nan) "
     r"p99_ms=(\d+|nan) slices_per_node=(\d+) steady_writes=(\d+)$"

@@ -14,7 +14,7 @@ from e2e.controlplane.processes import is_alive, spawn, stop_component, stop_rec
 from e2e.controlplane.state import ComponentRecord
 
 SLEEP = Path("/bin/sleep")
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def wait_dead(pid: int, timeout_s: float = 10.0) -> bool:

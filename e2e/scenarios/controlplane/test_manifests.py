@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MANIFEST_DIRS = [ROOT / "deviceclasses", ROOT / "deploy" / "manifests", ROOT / "deploy" / "examples"]
 MANIFESTS = sorted(p for d in MANIFEST_DIRS if d.is_dir() for p in d.glob("*.yaml"))
 POLICY = ROOT / "deviceclasses" / "opaque-config-policy.yaml"

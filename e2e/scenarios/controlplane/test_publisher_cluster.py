@@ -17,7 +17,7 @@ from dra_driver.core.slices import build_slices
 from kubelet_plugin.publish.publisher import SlicePublisher, with_probe_taint
 
 pytestmark = pytest.mark.e2e
-NODES = Path(__file__).resolve().parents[2] / "e2e" / "nodes"
+NODES = Path(__file__).resolve().parents[3] / "e2e" / "nodes"
 
 
 class CountingApi(k8s.ResourceV1Api):
