@@ -1,14 +1,16 @@
 """A family's host part: what it creates on the node for a claim, tears down, checks, and settles node-wide.
 
 The pure family (dra_driver/core/families) plans and records; its host part acts: MIG instances and MIG mode,
-a
-GPU's sharing view, an MPS control daemon. Families that create nothing have no host part (`NoHost`).
+a GPU's sharing view, an MPS control daemon, and the loops that watch them while the daemon serves.
+Families that create nothing have no host part (`NoHost`).
 docs/architecture.md, "The family seam".
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+import threading
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 from dra_driver.backends.base import GpuBackend
@@ -60,6 +62,23 @@ class Removed:
     host: list[Went] = field(default_factory=list)  # what the host parts took down, whatever their family
 
 
+@dataclass(frozen=True, slots=True)
+class Running:
+    """What a host part's background loops act through while the daemon serves."""
+
+    checkpoint: Callable[[], Checkpoint | None]  # the node's checkpoint now (None: unreadable just now)
+    exclusive: Callable[[], AbstractContextManager[None]]  # the plugin's file lock and the node's lock, held
+    warn: Callable[..., object] | None = None  # a Warning Event on the Node (reason=, message=)
+
+
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """A host part's background loop: the daemon runs `run(stop)` in a thread named `name` until `stop`."""
+
+    name: str
+    run: Callable[[threading.Event], None]
+
+
 class FamilyHost:
     """The default host part: nothing on the host. Subclasses override what their family needs."""
 
@@ -108,6 +127,10 @@ class FamilyHost:
 
     def refresh(self, cp: Checkpoint) -> None:
         """After every change of the checkpoint: rewrite what is derived from it (views)."""
+
+    def loops(self, running: Running) -> tuple[Loop, ...]:
+        """The background loops this part runs while the daemon serves (the MPS watch, the priority relay)."""
+        return ()
 
     def close(self) -> None:
         """The daemon stops."""

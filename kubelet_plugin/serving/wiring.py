@@ -25,13 +25,12 @@ from prometheus_client import generate_latest
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core.cluster_features import enforceable_families, server_minor, unenforced_message
-from dra_driver.core.families import mps, vgpu
 from dra_driver.core.gpu_health import HealthPolicy
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.core.taints import gpu_taints
 from dra_driver.values.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
-from dra_driver.values.names import Family, GpuUUID
+from dra_driver.values.names import Family
 from kubelet_plugin.claims.api import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer
@@ -42,10 +41,8 @@ from kubelet_plugin.health.service import (
     HealthBoard,
     InventoryHealthPoller,
 )
-from kubelet_plugin.hosts.mps import MpsHost, gpus_in_use
+from kubelet_plugin.hosts.base import Running
 from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
-from kubelet_plugin.hosts.mps.watch import MpsWatch
-from kubelet_plugin.hosts.vgpu import GpuSharing, priority_relay
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.node.events import (
     CHECKPOINT_NEWER_REASON,
@@ -153,7 +150,7 @@ class Node:
         self.publisher: SlicePublisher | None = None
         self._publisher_thread: threading.Thread | None = None
         self.state: NodeState | None = None
-        self._relay_thread: threading.Thread | None = None
+        self._loop_threads: list[threading.Thread] = []
         self.metrics: MetricsServer | None = None
         self.usage: UsageStatusLoop | None = None
         self.readiness: Readiness | None = None
@@ -212,16 +209,7 @@ class Node:
         with lock.held():
             self._reconcile(preparer, events)  # its commit rewrites what derives from the checkpoint (views)
             state.forget()
-        sharing = state.hosts[vgpu.NAME]
-        assert isinstance(sharing, GpuSharing)
-        self._relay_thread = threading.Thread(
-            target=priority_relay.run,
-            args=(self.stop_event, sharing.relayed),
-            name="priority-relay",
-            daemon=True,
-        )
-        self._relay_thread.start()
-        self._start_mps_watch(state, events, lock)
+        self._start_loops(state, events, lock)
 
         self.board = board = HealthBoard(pool=o.node_name)
         self.poller = InventoryHealthPoller(
@@ -338,33 +326,33 @@ class Node:
             return "starting"
         return None
 
-    def _start_mps_watch(self, state: NodeState, events: NodeEvents | None, lock: PluginLock) -> None:
-        host = state.hosts[mps.NAME]
-        assert isinstance(host, MpsHost)
+    def _start_loops(self, state: NodeState, events: NodeEvents | None, lock: PluginLock) -> None:
+        """Every host part's background loops (the MPS watch, the priority relay), one thread each."""
 
-        def in_use() -> set[GpuUUID]:
+        def checkpoint() -> Checkpoint | None:
             with state.lock:
                 try:
-                    return gpus_in_use(state.checkpoint())
+                    return state.checkpoint()
                 except TesseraError:
-                    return set()  # an unreadable checkpoint: the next claim call rebuilds it
+                    return None
 
         @contextlib.contextmanager
         def both_locks() -> Iterator[None]:
-            # the file lock too: during a rolling update the other instance's watch and calls wait
+            # the file lock too: during a rolling update the other instance's loops and calls wait
             with lock.held(), state.lock:
                 state.forget()  # the other instance may have changed the checkpoint
                 yield
 
-        self.mps_watch = MpsWatch(
-            control=host.control,
-            in_use=in_use,
-            lock=both_locks,
-            warn=events.warn if events is not None else None,
+        running = Running(
+            checkpoint=checkpoint, exclusive=both_locks, warn=events.warn if events is not None else None
         )
-        threading.Thread(
-            target=self.mps_watch.run, args=(self.stop_event,), name="mps-watch", daemon=True
-        ).start()
+        for part in state.hosts:
+            for loop in part.loops(running):
+                thread = threading.Thread(
+                    target=loop.run, args=(self.stop_event,), name=loop.name, daemon=True
+                )
+                thread.start()
+                self._loop_threads.append(thread)
 
     def _events(self, api: Any | None) -> NodeEvents | None:
         if api is None:
@@ -459,8 +447,8 @@ class Node:
             self.poller.stop()
         if self._publisher_thread is not None:
             self._publisher_thread.join(timeout=grace + 15)  # a watch ends within its timeout
-        if self._relay_thread is not None:
-            self._relay_thread.join(timeout=5)
+        for thread in self._loop_threads:
+            thread.join(timeout=5)
         if self._usage_thread is not None:
             self._usage_thread.join(timeout=5)
         if self.state is not None:

@@ -20,8 +20,9 @@ from dra_driver.core.families.mps import NAME, MpsClient, MpsPipe
 from dra_driver.values.errors import MpsError
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import ClaimUID, DeviceName, GpuUUID
-from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed, Went
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Loop, Removed, Running, Went
 from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL, MpsControl
+from kubelet_plugin.hosts.mps.watch import MpsWatch
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.record.leftovers import LeftoverKind
 
@@ -41,6 +42,16 @@ class MpsHost(FamilyHost):
     def __init__(self, control: MpsControl) -> None:
         super().__init__(NAME)
         self.control = control
+        self.watch: MpsWatch | None = None
+
+    def loops(self, running: Running) -> tuple[Loop, ...]:
+        def in_use() -> set[GpuUUID]:
+            cp = running.checkpoint()
+            return set() if cp is None else gpus_in_use(cp)  # unreadable: the next claim call rebuilds it
+
+        # a daemon that died, went mute or was replaced is replaced, under both locks (never beside a prepare)
+        self.watch = MpsWatch(control=self.control, in_use=in_use, lock=running.exclusive, warn=running.warn)
+        return (Loop("mps-watch", self.watch.run),)
 
     def create(
         self,

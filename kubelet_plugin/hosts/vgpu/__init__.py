@@ -25,7 +25,8 @@ from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
 from dra_driver.values.errors import StorageError
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
-from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Loop, Running
+from kubelet_plugin.hosts.vgpu import priority_relay
 from kubelet_plugin.hosts.vgpu.priority_relay import RelayedGpu
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.node.file_modes import GPU_VIEW_DIR_MODE, GPUS_ROOT_MODE, make_dir
@@ -100,6 +101,10 @@ class GpuSharing(FamilyHost):
                 if high:
                     relayed.append(RelayedGpu(gpu, self._views[gpu], high))
             self._relayed = tuple(relayed)
+
+    def loops(self, running: Running) -> tuple[Loop, ...]:
+        # the relay holds normal claims back while a high-priority one on their GPU has work
+        return (Loop("priority-relay", lambda stop: priority_relay.run(stop, self.relayed)),)
 
     def relayed(self) -> Sequence[RelayedGpu]:
         """The GPUs with a high-priority claim, for the priority relay."""
