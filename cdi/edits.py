@@ -1,9 +1,9 @@
 """What a container receives for a prepared claim: one CDI spec, one CDI device per allocated device (pure).
 
 Each device's own edits come from its family (dra_driver/core/families). Claim-wide edits (control nodes,
-driver
-libraries, each family's claim edits, and the interception library with the claim directory when any device
-uses it) sit in the spec's own containerEdits, which a runtime applies once for any of the spec's devices.
+driver libraries, each family's claim edits, and the interception library with the claim directory when any
+device uses it) sit in the spec's own containerEdits, which a runtime applies once for any of the spec's
+devices.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 
 Users put these objects in `spec.devices.config[].opaque.parameters` of a claim or a DeviceClass. Each kind
 belongs to one family and is described by its field table (dra_driver/core/config_schema.py); decoding
-follows the
-table strictly (unknown fields, wrong types and bad values are errors that name the field and the fix), and
-merging is field by field: class configs first, then claim configs, later wins. Limits never come from here:
-memory and SM share are taken from the allocation's consumed capacity only.
+follows the table strictly (unknown fields, wrong types and bad values are errors that name the field and the
+fix), and merging is field by field: class configs first, then claim configs, later wins. Limits never come
+from here: memory and SM share are taken from the allocation's consumed capacity only.
 """
 
 from __future__ import annotations

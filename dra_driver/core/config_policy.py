@@ -1,10 +1,9 @@
 """The opaque-config admission policy and the docs' field table, generated from the config kinds (pure).
 
 `python -m dra_driver.core.config_policy policy|table` prints them; deploy/render-manifests.sh writes the
-policy to
-deviceclasses/opaque-config-policy.yaml and the chart's copy, and tests fail when either file or the table in
-deviceclasses/README.md differs from what the kinds say. The API server then refuses, at admission, what
-the node's decoder (dra_driver/core/config.py) would refuse at prepare time, with the same field named.
+policy to deviceclasses/opaque-config-policy.yaml and the chart's copy, and tests fail when either file or the
+table in deviceclasses/README.md differs from what the kinds say. The API server then refuses, at admission,
+what the node's decoder (dra_driver/core/config.py) would refuse at prepare time, with the same field named.
 """
 
 from __future__ import annotations

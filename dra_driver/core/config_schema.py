@@ -3,8 +3,7 @@
 Every `resource.tessera.dev/v1` kind a family accepts is a `ConfigKind`: its fields with type, range or
 choices, default, meaning and who may set each value. From these tables come the node's strict decoder
 (`dra_driver.core.config`), the admission policy's CEL (`dra_driver.core.config_policy`, checked against the
-files in
-deviceclasses/ and the chart), and the table in the docs; tests fail when any of them drifts.
+files in deviceclasses/ and the chart), and the table in the docs; tests fail when any of them drifts.
 """
 
 from __future__ import annotations

@@ -5,14 +5,12 @@ Pure. Packing respects every API limit: counter sets and devices in separate sli
 counters (128 otherwise), ≤ 32 attributes + capacities per device, strings ≤ 64 characters.
 The families offer each GPU's devices (the MIG family only the settings' `migProfiles`); here each GPU's
 counter model is reduced to the consumptions that decide something (dra_driver.core.counter_reduction: the
-same
-combinations stay allowed, a set that can never bind goes) and the devices are put in the settings'
-`deviceOrder` (dra_driver.core.device_order),
-in one place, then cut into slices in that order: kube-scheduler visits a pool's slices by name and
-allocates first-fit, so this order is the placement policy inside a node. Any
-change rewrites every slice of the pool anyway (a new pool generation), so nothing is gained by keeping a
-GPU's devices in one slice. The publisher owns `pool.generation`; `build_slices` writes the generation it
-is given.
+same combinations stay allowed, a set that can never bind goes) and the devices are put in the settings'
+`deviceOrder` (dra_driver.core.device_order), in one place, then cut into slices in that order: kube-scheduler
+visits a pool's slices by name and allocates first-fit, so this order is the placement policy inside a node.
+Any change rewrites every slice of the pool anyway (a new pool generation), so nothing is gained by keeping a
+GPU's devices in one slice. The publisher owns `pool.generation`; `build_slices` writes the generation it is
+given.
 """
 
 from __future__ import annotations

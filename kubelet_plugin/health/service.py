@@ -1,8 +1,7 @@
 """Device health for the kubelet (DRAResourceHealth v1 and v1alpha1).
 
 A poller reads the backend's inventory, decides each GPU's condition (dra_driver.core.gpu_health: the faults
-the
-backend reports plus the fatal ones it latched) and posts every device's health on a board; each kubelet
+the backend reports plus the fatal ones it latched) and posts every device's health on a board; each kubelet
 stream gets the full list at start, on every change, and as a heartbeat (the kubelet marks a device Unknown
 when it hears nothing about it for its health-check timeout). A GPU whose condition changed is handed to
 `on_gpu_change` (the device taints are republished, an Event says why).

@@ -6,9 +6,8 @@ its placement. Each family encodes its own records (dra_driver/core/families) un
 
 Decoding trusts nothing: every field is type-checked and a file that is not exactly what `encode` writes
 raises CheckpointError (a StorageError) naming what is wrong (bounded, see `dra_driver.values.excerpt`).
-Another
-apiVersion of ours raises UnsupportedVersionError: a newer Tessera wrote it, and this one must not act on what
-it cannot read.
+Another apiVersion of ours raises UnsupportedVersionError: a newer Tessera wrote it, and this one must not act
+on what it cannot read.
 """
 
 from __future__ import annotations

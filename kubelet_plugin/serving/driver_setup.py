@@ -1,7 +1,6 @@
 """What the node daemon takes from the NVIDIA driver's root: the NVML library it loads, the files each claim's
 container gets, the MPS control tool, and how MPS daemons are started (`dra_driver.system.driver_root` finds
-the
-files; `kubelet_plugin.node.host_launch` starts daemons on the host)."""
+the files; `kubelet_plugin.node.host_launch` starts daemons on the host)."""
 
 from __future__ import annotations
 

@@ -128,8 +128,7 @@ class Allotment:
 class Footprint:
     """What of its GPU one allocated device takes, for the prepare side's own exclusivity check
     (dra_driver/core/exclusivity.py): the GPU's memory slices it covers, and whether other devices of its
-    family
-    may take the same slices at once (a multi-allocatable device: vgpu, MPS)."""
+    family may take the same slices at once (a multi-allocatable device: vgpu, MPS)."""
 
     family: Family
     slices: frozenset[int]

@@ -4,9 +4,8 @@ Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuS
 dra_driver/core/families/
 vgpu.py), so the schedule is a function of the checkpoint: after every prepare, unprepare and start-up the
 views are written again from it (dra_driver/core/sm_schedule.py decides the parts). The views live in one
-directory
-per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this daemon
-writes them.
+directory per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this
+daemon writes them.
 """
 
 from __future__ import annotations
