@@ -45,7 +45,7 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="module")
-def bed(plane: ControlPlane) -> Iterator[SimCluster]:
+def legacy(plane: ControlPlane) -> Iterator[SimCluster]:
     with plane.api_client() as api:
         testbed = make_testbed(plane, api)
         k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": NAMESPACE}}))
@@ -59,21 +59,21 @@ def bed(plane: ControlPlane) -> Iterator[SimCluster]:
                 node.stop()
 
 
-def device_names(bed: SimCluster, node: str = H100) -> list[str]:
-    slices = driver_slices(bed.api, node)
+def device_names(legacy: SimCluster, node: str = H100) -> list[str]:
+    slices = driver_slices(legacy.api, node)
     return sorted(d["name"] for s in slices for d in s["spec"].get("devices") or [])
 
 
-def node_events(bed: SimCluster, reason: str, node: str = H100) -> list[k8s.CoreV1Event]:
-    listed = k8s.CoreV1Api(bed.api).list_namespaced_event(
+def node_events(legacy: SimCluster, reason: str, node: str = H100) -> list[k8s.CoreV1Event]:
+    listed = k8s.CoreV1Api(legacy.api).list_namespaced_event(
         EVENT_NAMESPACE, field_selector=f"involvedObject.name={node},reason={reason}"
     )
     return list(listed.items or [])
 
 
-def probe_rounds(bed: SimCluster) -> int:
+def probe_rounds(legacy: SimCluster) -> int:
     """How often the plugin asked the API server (dry-run) and found its fields still not kept."""
-    return (bed.node(H100).logs / "plugin.log").read_text().count('"publisher.still_dropped"')
+    return (legacy.node(H100).logs / "plugin.log").read_text().count('"publisher.still_dropped"')
 
 
 def pod_with_claim(name: str, device_class: str, capacity: Json | None = None) -> list[Json]:
@@ -105,73 +105,75 @@ def test_the_release_is_what_users_run(plane: ControlPlane) -> None:
         assert k8s.VersionApi(api).get_code().git_version == LEGACY.version
 
 
-def test_only_whole_gpus_are_published_with_a_warning(bed: SimCluster) -> None:
+def test_only_whole_gpus_are_published_with_a_warning(legacy: SimCluster) -> None:
     # The first publish is the full pool, which the server strips; the fallback follows at once.
     whole = [f"gpu-{i}" for i in range(8)]
-    wait_for("the whole-GPU fallback", lambda: device_names(bed) == whole, timeout_s=30)
-    assert not any(s["spec"].get("sharedCounters") for s in driver_slices(bed.api, H100))
-    (event,) = wait_for("the Warning Event", lambda: node_events(bed, DEGRADED_REASON))
+    wait_for("the whole-GPU fallback", lambda: device_names(legacy) == whole, timeout_s=30)
+    assert not any(s["spec"].get("sharedCounters") for s in driver_slices(legacy.api, H100))
+    (event,) = wait_for("the Warning Event", lambda: node_events(legacy, DEGRADED_REASON))
     assert event.type == "Warning"
     assert "DRAPartitionableDevices and DRAConsumableCapacity" in (event.message or "")
 
 
-def test_a_whole_gpu_pod_runs(bed: SimCluster) -> None:
-    bed.kubectl.apply(pod_with_claim("whole", "gpu.tessera.dev"), namespace=NAMESPACE)
-    pod = wait_running(bed.api, NAMESPACE, "whole", timeout_s=60)
-    claim = get_claim(bed.api, NAMESPACE, "whole")
+def test_a_whole_gpu_pod_runs(legacy: SimCluster) -> None:
+    legacy.kubectl.apply(pod_with_claim("whole", "gpu.tessera.dev"), namespace=NAMESPACE)
+    pod = wait_running(legacy.api, NAMESPACE, "whole", timeout_s=60)
+    claim = get_claim(legacy.api, NAMESPACE, "whole")
     assert claim is not None
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     assert result["device"].startswith("gpu-") and result["device"].count("-") == 1
     assert pod["spec"]["nodeName"] == H100
 
 
-def test_a_vgpu_claim_waits_and_explain_names_the_reason(bed: SimCluster) -> None:
-    bed.kubectl.apply(
+def test_a_vgpu_claim_waits_and_explain_names_the_reason(legacy: SimCluster) -> None:
+    legacy.kubectl.apply(
         pod_with_claim("slice", "vgpu.tessera.dev", {"memory": "3000Mi", "cores": "30"}), namespace=NAMESPACE
     )
 
     def unschedulable() -> bool:
-        pod = get_pod(bed.api, NAMESPACE, "slice") or {}
+        pod = get_pod(legacy.api, NAMESPACE, "slice") or {}
         conditions = (pod.get("status") or {}).get("conditions") or []
         return any(c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions)
 
     wait_for("the scheduler to give up on the vgpu pod", unschedulable, timeout_s=60)
     # DRAConsumableCapacity off: the API server dropped the claim's capacity requests when it stored it.
-    stored = get_claim(bed.api, NAMESPACE, "slice")
+    stored = get_claim(legacy.api, NAMESPACE, "slice")
     assert stored is not None and "capacity" not in stored["spec"]["devices"]["requests"][0]["exactly"]
-    code, verdict = explain_verdict([f"{NAMESPACE}/slice"], node=H100, kubeconfig=bed.plane.kubeconfig)
+    code, verdict = explain_verdict([f"{NAMESPACE}/slice"], node=H100, kubeconfig=legacy.plane.kubeconfig)
     assert code != 0
     problems = " ".join(str(r.get("problem") or "") for r in verdict["requests"])
     assert "this cluster does not serve shared counters" in problems, verdict
     assert "DRAPartitionableDevices and DRAConsumableCapacity" in problems
 
 
-def test_turning_the_gates_on_brings_mig_back_but_never_sharing_beside_it(bed: SimCluster) -> None:
-    bed.plane.switch_gates(LEGACY.profile("sharing"))
+def test_turning_the_gates_on_brings_mig_back_but_never_sharing_beside_it(legacy: SimCluster) -> None:
+    legacy.plane.switch_gates(LEGACY.profile("sharing"))
     if not LEGACY.accepts_counter_slices():
         # 1.34's alpha API refuses counter sets in slices of their own: the probe finds them refused, and the
         # node stays on whole GPUs, with the gates on too.
-        before = probe_rounds(bed)
-        wait_for("a probe of the restarted API server", lambda: probe_rounds(bed) > before, timeout_s=150)
-        assert device_names(bed) == [f"gpu-{i}" for i in range(8)]
-        assert not node_events(bed, RESTORED_REASON)
+        before = probe_rounds(legacy)
+        wait_for("a probe of the restarted API server", lambda: probe_rounds(legacy) > before, timeout_s=150)
+        assert device_names(legacy) == [f"gpu-{i}" for i in range(8)]
+        assert not node_events(legacy, RESTORED_REASON)
         pytest.skip(f"{LEGACY.version} refuses Tessera's counter slices: whole GPUs only, gates or not")
     # The API server restart breaks the plugin's watch; its resync asks (dry-run) whether the fields are kept.
-    wait_for("MIG devices", lambda: "gpu-0-mig-1g10gb-0" in device_names(bed), timeout_s=90)
-    names = device_names(bed)
+    wait_for("MIG devices", lambda: "gpu-0-mig-1g10gb-0" in device_names(legacy), timeout_s=90)
+    names = device_names(legacy)
     assert not any(n.endswith(("-vgpu", "-mps")) for n in names), names
-    assert any(s["spec"].get("sharedCounters") for s in driver_slices(bed.api, H100))
-    (restored,) = wait_for("the Normal Event", lambda: node_events(bed, RESTORED_REASON))
+    assert any(s["spec"].get("sharedCounters") for s in driver_slices(legacy.api, H100))
+    (restored,) = wait_for("the Normal Event", lambda: node_events(legacy, RESTORED_REASON))
     assert restored.type == "Normal" and "every family" in (restored.message or "")
-    (unenforced,) = node_events(bed, SHARING_UNENFORCED_REASON)
+    (unenforced,) = node_events(legacy, SHARING_UNENFORCED_REASON)
     assert unenforced.type == "Warning"
     assert f"not publishing mps, vgpu: kube-scheduler {LEGACY.version}" in (unenforced.message or "")
     assert "#139040" in (unenforced.message or "")
-    pod = get_pod(bed.api, NAMESPACE, "slice") or {}
+    pod = get_pod(legacy.api, NAMESPACE, "slice") or {}
     assert not is_running(pod) and not (pod.get("spec") or {}).get("nodeName")
 
 
-def test_a_node_group_offering_vgpu_alone_serves_the_waiting_claim(bed: SimCluster, tmp_path: Path) -> None:
+def test_a_node_group_offering_vgpu_alone_serves_the_waiting_claim(
+    legacy: SimCluster, tmp_path: Path
+) -> None:
     if not LEGACY.accepts_counter_slices():
         pytest.skip(
             f"Tessera offers the sharing families from 1.35 on; on {LEGACY.version} with the gates on, a "
@@ -184,26 +186,26 @@ def test_a_node_group_offering_vgpu_alone_serves_the_waiting_claim(bed: SimClust
         "families: {gpu: false, mig: false, mps: false}\n"
     )
     root = Path(tempfile.mkdtemp(prefix="te-leg-", dir="/tmp"))
-    node = start_node(bed, MIXED_NODE, root=root / "mixed", settings_file=settings)
-    assert device_names(bed, node.name) == [f"gpu-{i}-vgpu" for i in range(4)]
-    assert not node_events(bed, SHARING_UNENFORCED_REASON, node.name)
+    node = start_node(legacy, MIXED_NODE, root=root / "mixed", settings_file=settings)
+    assert device_names(legacy, node.name) == [f"gpu-{i}-vgpu" for i in range(4)]
+    assert not node_events(legacy, SHARING_UNENFORCED_REASON, node.name)
     # The pod that waited is scheduled there by itself, with the class defaults in place of the requests the
     # server dropped: all of the GPU's memory and no SM limit, so it shares that GPU with nobody.
-    running = wait_running(bed.api, NAMESPACE, "slice", timeout_s=120)
+    running = wait_running(legacy.api, NAMESPACE, "slice", timeout_s=120)
     assert running["spec"]["nodeName"] == node.name
-    old = allocated(bed, "slice")
+    old = allocated(legacy, "slice")
     assert old["device"].endswith("-vgpu") and old["consumedCapacity"]["cores"] == "0"
     # A claim made now keeps its requests.
-    bed.kubectl.apply(
+    legacy.kubectl.apply(
         pod_with_claim("slice2", "vgpu.tessera.dev", {"memory": "3000Mi", "cores": "30"}), namespace=NAMESPACE
     )
-    assert is_running(wait_running(bed.api, NAMESPACE, "slice2", timeout_s=60))
-    new = allocated(bed, "slice2")
+    assert is_running(wait_running(legacy.api, NAMESPACE, "slice2", timeout_s=60))
+    new = allocated(legacy, "slice2")
     assert new["consumedCapacity"] == {"memory": "3000Mi", "cores": "30", "shares": "1"}
 
 
-def allocated(bed: SimCluster, claim_name: str) -> Json:
-    claim = get_claim(bed.api, NAMESPACE, claim_name)
+def allocated(legacy: SimCluster, claim_name: str) -> Json:
+    claim = get_claim(legacy.api, NAMESPACE, claim_name)
     assert claim is not None
     (result,) = claim["status"]["allocation"]["devices"]["results"]
     return dict(result)
