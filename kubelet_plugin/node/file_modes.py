@@ -1,4 +1,6 @@
-"""Every mode the node daemon gives what it creates, in one place; docs/security.md says why for each.
+"""The modes the node daemon gives what it creates; docs/security.md says why for each. What a family's host
+part creates gets its mode in that part's own module (hosts/mps/control.py, hosts/mps/clients.py,
+hosts/vgpu/__init__.py), from `make_dir` here.
 
 The daemon sets its own umask (UMASK) when it starts, and every file, directory and socket it creates also
 gets its mode explicitly, so an inherited umask (000 included) changes nothing. Only the accounting region is
@@ -32,17 +34,6 @@ SHARED_DIR_MODE = 0o755  # mounted read-write as the container's claim dir; any 
 LIMITS_MODE = 0o644  # read by the library as any uid (a read-only file mount); written only by the daemon
 MOUNT_POINT_MODE = 0o444  # shared/limits: the empty file the read-only limits mount covers
 REGION_MODE = 0o666  # the one exception: any uid of the claim's containers maps it read-write
-GPUS_ROOT_MODE = 0o700  # containers get a GPU's view directory by bind mount, never through this root
-GPU_VIEW_DIR_MODE = 0o755  # mounted read-only into every vgpu container on the GPU
-VIEW_MODE = 0o644  # read by the library as any uid; written only by the daemon
-# MPS: an MPS server runs on the host as its clients' uid and must reach its pipe directory by path (a 0700
-# parent stops every non-root server), so the tree is traversable; only root writes in it.
-MPS_ROOT_MODE = 0o755
-MPS_GPU_DIR_MODE = 0o755  # one per GPU: pipe/, log/, the daemon's record
-MPS_PIPE_DIR_MODE = 0o755  # the daemon's sockets (control 0666, control_privileged 0600); never mounted
-MPS_CLIENT_DIR_MODE = 0o755  # clients/<uid>/: a link to the control socket, mounted read-only into the claim
-MPS_LOG_DIR_MODE = 0o755  # control.log, server.log: for humans and `kubectl debug`
-MPS_RECORD_MODE = 0o600
 
 ExistingDir = Literal["set", "tighten", "keep"]
 log = structlog.get_logger(__name__)

@@ -22,8 +22,10 @@ from dra_driver.system.files import temp_name
 from dra_driver.system.safe_tree import remove_tree
 from dra_driver.values.errors import InvalidNameError, StorageError
 from dra_driver.values.names import ClaimUID
-from kubelet_plugin.node.file_modes import MPS_CLIENT_DIR_MODE, make_dir
+from kubelet_plugin.node.file_modes import make_dir
 
+# clients/<uid>/: a link to the control socket, mounted read-only into the claim (traversable, like the tree)
+MPS_CLIENT_DIR_MODE = 0o755
 CONTROL = "control"
 CLIENTS = "clients"
 

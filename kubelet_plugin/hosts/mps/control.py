@@ -39,16 +39,17 @@ from kubelet_plugin.hosts.mps.record import (
     parse_thread_percentage,
     shown_pinned_limit,
 )
-from kubelet_plugin.node.file_modes import (
-    MPS_GPU_DIR_MODE,
-    MPS_LOG_DIR_MODE,
-    MPS_PIPE_DIR_MODE,
-    MPS_RECORD_MODE,
-    MPS_ROOT_MODE,
-    make_dir,
-)
+from kubelet_plugin.node.file_modes import make_dir
 from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.node.host_process import end_process, is_live_process, wait_gone
+
+# An MPS server runs on the host as its clients' uid and must reach its pipe directory by path (a 0700 parent
+# stops every non-root server), so the tree is traversable; only root writes in it.
+MPS_ROOT_MODE = 0o755
+MPS_GPU_DIR_MODE = 0o755  # one per GPU: pipe/, log/, the daemon's record
+MPS_PIPE_DIR_MODE = 0o755  # the daemon's sockets (control 0666, control_privileged 0600); never mounted
+MPS_LOG_DIR_MODE = 0o755  # control.log, server.log: for humans and `kubectl debug`
+MPS_RECORD_MODE = 0o600
 
 DEFAULT_TOOL = "nvidia-cuda-mps-control"
 PID_FILE = "nvidia-cuda-mps-control.pid"  # the daemon writes it into its pipe directory

@@ -28,8 +28,11 @@ from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Loop, Ru
 from kubelet_plugin.hosts.vgpu import priority_relay
 from kubelet_plugin.hosts.vgpu.priority_relay import RelayedGpu
 from kubelet_plugin.library.gpu_view import GpuView
-from kubelet_plugin.node.file_modes import GPU_VIEW_DIR_MODE, GPUS_ROOT_MODE, make_dir
+from kubelet_plugin.node.file_modes import make_dir
 from kubelet_plugin.record.checkpoint import Checkpoint
+
+GPUS_ROOT_MODE = 0o700  # containers get a GPU's view directory by bind mount, never through this root
+GPU_VIEW_DIR_MODE = 0o755  # mounted read-only into every vgpu container on the GPU
 
 log = structlog.get_logger(__name__)
 
