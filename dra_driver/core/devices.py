@@ -46,7 +46,14 @@ def gpu_devices(
     """
     admin = tuple(m for m in gpu.mig_instances if m.placement not in owned)
     totals = None if degraded else counter_totals(gpu, admin)
-    offer = GpuOffer(gpu=gpu, inventory=inventory, settings=settings, admin=admin, counters=totals)
+    offer = GpuOffer(
+        gpu=gpu,
+        inventory=inventory,
+        shares=settings.vgpu_shares,
+        mig_profiles=settings.mig_profiles,
+        admin=admin,
+        counters=totals,
+    )
     devices = tuple(d for f in families.FAMILIES if settings.offers(f.name) for d in f.offer(offer))
     used = totals is not None and any("consumesCounters" in d for d in devices)
     return GpuDevices(gpu.index, counter_set(gpu, totals) if used and totals is not None else None, devices)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from cdi.spec import ContainerEdits, DeviceNode
 from dra_driver.core.config_schema import ConfigKind
@@ -21,9 +21,6 @@ from dra_driver.values.errors import ClaimError
 from dra_driver.values.model import DeviceNode as HostNode
 from dra_driver.values.model import Gpu, Inventory, MigInstance, Placement
 from dra_driver.values.names import DeviceName, Family, GpuUUID
-
-if TYPE_CHECKING:  # settings validate family names against the registry, which imports this module
-    from dra_driver.core.settings import NodeSettings
 
 Json = dict[str, Any]  # a resource.k8s.io/v1 object in wire form
 
@@ -37,11 +34,17 @@ class GpuOffer:
 
     gpu: Gpu
     inventory: Inventory
-    settings: NodeSettings
+    # of the node's settings, what the families read (not all of NodeSettings: settings validate family
+    # names against the registry, which imports this module)
+    shares: int  # how many claims may share one GPU (vgpuShares; MPS takes at most its own maximum)
+    mig_profiles: frozenset[str] | None  # the MIG profiles to publish (None: every profile)
     admin: tuple[MigInstance, ...]  # live MIG instances no Tessera claim holds: an administrator's
     counters: (
         Mapping[str, int] | None
     )  # the GPU's counter totals; None: degraded (whole GPUs only, no counters)
+
+    def publishes_profile(self, profile: str) -> bool:
+        return self.mig_profiles is None or profile in self.mig_profiles
 
     @property
     def shareable(self) -> bool:

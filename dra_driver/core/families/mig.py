@@ -292,7 +292,7 @@ class Mig(DeviceFamily):
         placements = tuple(
             self._placement(o, p, s)
             for p in gpu.mig_profiles
-            if o.settings.publishes_profile(p.name)
+            if o.publishes_profile(p.name)
             for s in p.placement_starts
             if taken[p.profile_id] < p.max_instances
             and not any(_overlaps(s, p.memory_slices, a.start, a.size) for a in o.admin)

@@ -112,7 +112,7 @@ class Mps(DeviceFamily):
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         if not o.shareable or o.counters is None or not _supported(o.gpu):
             return ()
-        shares = min(o.settings.vgpu_shares, MAX_CLIENTS)
+        shares = min(o.shares, MAX_CLIENTS)
         return (shared_device(o, family=NAME, part=_PART, shares=shares),)
 
     def footprint(self, detail: object, gpu: Gpu) -> Footprint:

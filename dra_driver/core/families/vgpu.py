@@ -125,7 +125,7 @@ class Vgpu(DeviceFamily):
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         if not o.shareable or o.counters is None:
             return ()
-        return (shared_device(o, family=NAME, part=_PART, shares=o.settings.vgpu_shares),)
+        return (shared_device(o, family=NAME, part=_PART, shares=o.shares),)
 
     def footprint(self, detail: object, gpu: Gpu) -> Footprint:
         return shared_footprint(gpu, family=NAME, what="a vGPU share")

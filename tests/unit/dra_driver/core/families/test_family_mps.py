@@ -15,7 +15,6 @@ from dra_driver.core.families.base import Allotment, Footprint, GpuOffer, Held, 
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
 from dra_driver.core.families.published import counter_totals
-from dra_driver.core.settings import NodeSettings
 from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError
 from dra_driver.values.model import Gpu
 from dra_driver.values.names import CONFIG_API_VERSION, DeviceName, GpuUUID
@@ -53,7 +52,8 @@ def offer(gpu: Gpu, *, shares: int = 10, degraded: bool = False, admin: bool = F
     return GpuOffer(
         gpu=gpu,
         inventory=inventory,
-        settings=NodeSettings(node_name="node-a", vgpu_shares=shares),
+        shares=shares,
+        mig_profiles=None,
         admin=held,
         counters=None if degraded else counter_totals(gpu, held),
     )
