@@ -5,8 +5,8 @@
     tessera sim inject --node-file NODE.yaml --state-file FILE --gpu I (--xid N | --lost | ... | --clear)
     tessera cleanup [--once] [--dry-run] [plugin options]
 
-prints the ResourceSlices this node would publish. The daemon's subcommands (`plugin`, `cleanup`) are
-wired in `_add_plugin_command` and `_add_cleanup_command` below.
+prints the ResourceSlices this node would publish. The node daemon's subcommands (`plugin`, `cleanup`) are
+added on top, by `kubelet_plugin.command`, the `tessera` entry point: this layer never imports the daemon.
 """
 
 from __future__ import annotations
@@ -116,38 +116,24 @@ def _add_inventory_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     p.set_defaults(handler=_inventory)
 
 
-# ---- the node daemon ----------------------------------------------------------------------------
-# The `plugin` subcommand (the kubelet plugin daemon) is added here by kubelet_plugin's owner:
-# define `_add_plugin_command(sub)` that registers a parser with `set_defaults(handler=...)`, and call it
-# from `build_parser` below. Imports of kubelet_plugin belong inside that handler (the CLI is the one
-# place allowed to reach up into the daemon's layer).
+AddCommand = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 
 
-def _add_plugin_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from kubelet_plugin.daemon import add_cli  # noqa: PLC0415 - light; the daemon's heavy imports wait for run
-
-    add_cli(sub)
-
-
-def _add_cleanup_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from kubelet_plugin.cleanup import add_cli  # noqa: PLC0415 - light, like the daemon's
-
-    add_cli(sub)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
+    """The device model's subcommands; `extra` adds those of the layers above (the node daemon's `plugin` and
+    `cleanup`, from kubelet_plugin.command, which is what `tessera` runs)."""
     parser = argparse.ArgumentParser(prog="tessera", description="Tessera: a DRA driver for NVIDIA GPUs")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_inventory_command(sub)
-    _add_plugin_command(sub)
-    _add_cleanup_command(sub)
+    for add in extra:
+        add(sub)
     add_explain_command(sub)
     add_sim_command(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, *, extra: Sequence[AddCommand] = ()) -> int:
+    args = build_parser(extra).parse_args(argv)
     handler: Handler = args.handler
     try:
         return handler(args)

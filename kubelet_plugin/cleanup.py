@@ -42,7 +42,7 @@ log = structlog.get_logger(__name__)
 
 
 def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The `tessera cleanup` subcommand; `dra_driver.cli` calls this."""
+    """The `tessera cleanup` subcommand; `kubelet_plugin.command` adds it to `tessera`."""
     parser = subparsers.add_parser(
         "cleanup",
         help="remove what Tessera put on this node (serving the kubelet's unprepares until then)",

@@ -168,7 +168,7 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
 
 
 def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The `tessera plugin` subcommand; `dra_driver.cli` calls this."""
+    """The `tessera plugin` subcommand; `kubelet_plugin.command` adds it to `tessera`."""
     parser = subparsers.add_parser("plugin", help="run the kubelet plugin (node daemon)")
     add_arguments(parser)
     parser.set_defaults(handler=run_from_args)

@@ -6,6 +6,6 @@ import sys
 
 sys.path.insert(0, "/opt/tessera/site")
 
-from dra_driver.cli import main
+from kubelet_plugin.command import main
 
 sys.exit(main())

@@ -135,7 +135,7 @@ class Node:
             [
                 sys.executable,
                 "-m",
-                "dra_driver.cli",
+                "kubelet_plugin.command",
                 "cleanup",
                 "--node-name",
                 NODE,

@@ -91,7 +91,7 @@ class PluginProcess:
         return self.root / f"plugin-{self.pod_uid or 'main'}.log"
 
     def command(self) -> list[str]:
-        entry = ["dra_driver.cli", "plugin"] if self.via_cli else ["tests.support.daemon"]
+        entry = ["kubelet_plugin.command", "plugin"] if self.via_cli else ["tests.support.daemon"]
         cmd = [sys.executable, "-m", *entry, "--node-name", NODE, "--root", str(self.root)]
         if not self.nvml:
             cmd += ["--simulate", str(self.node_file), "--sim-state", str(self.sim_state)]

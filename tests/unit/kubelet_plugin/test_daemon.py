@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.cli import build_parser
+from kubelet_plugin.command import build_parser
 from kubelet_plugin.daemon import add_arguments, options_from
 from kubelet_plugin.serving.options import DaemonOptions
 

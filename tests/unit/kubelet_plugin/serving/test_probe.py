@@ -18,7 +18,7 @@ import grpc
 import pytest
 import yaml
 
-from dra_driver.cli import build_parser
+from kubelet_plugin.command import build_parser
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.proto.gen import pluginregistration_pb2_grpc
 from kubelet_plugin.serving.options import DaemonOptions
@@ -59,7 +59,7 @@ def start_plugin(root: Path, pod_uid: str | None = None) -> Node:
 
 def probe_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "dra_driver.cli", "plugin", "probe", *args],
+        [sys.executable, "-m", "kubelet_plugin.command", "plugin", "probe", *args],
         capture_output=True,
         text=True,
         cwd=REPO,

@@ -1,0 +1,29 @@
+"""The `tessera` command on top of both packages: the device model's subcommands (`inventory`, `explain`,
+`sim`: dra_driver.cli) and the node daemon's (`plugin`: kubelet_plugin.daemon, `cleanup`:
+kubelet_plugin.cleanup).
+
+    tessera plugin --node-name N [...]        python -m kubelet_plugin.command plugin ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from dra_driver import cli
+from kubelet_plugin import cleanup, daemon
+
+COMMANDS: tuple[cli.AddCommand, ...] = (daemon.add_cli, cleanup.add_cli)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return cli.build_parser(COMMANDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.main(argv, extra=COMMANDS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
