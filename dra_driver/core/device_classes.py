@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Sequence
 
 from dra_driver.core import families
-from dra_driver.core.families.base import DeviceFamily
+from dra_driver.core.families.protocol import AnyFamily
 from dra_driver.values.names import (
     ATTRIBUTE_DOMAIN,
     DRIVER_NAME,
@@ -55,14 +55,14 @@ def _class(name: str, labels: Sequence[str], selects: Sequence[str], resource: s
     )
 
 
-def _selects(family: DeviceFamily) -> list[str]:
+def _selects(family: AnyFamily) -> list[str]:
     return [
         f'device.driver == "{DRIVER_NAME}"',
         f'device.attributes["{ATTRIBUTE_DOMAIN}"].{Attr.TYPE} == "{family.name}"',
     ]
 
 
-def family_class(family: DeviceFamily) -> str:
+def family_class(family: AnyFamily) -> str:
     """deviceclasses/<family>.yaml."""
     return (
         GENERATED
@@ -75,7 +75,7 @@ def family_class(family: DeviceFamily) -> str:
     )
 
 
-def profile_classes(family: DeviceFamily) -> str:
+def profile_classes(family: AnyFamily) -> str:
     """deviceclasses/<family>-profiles.yaml: a class per profile, selecting the family's devices of it."""
     example = class_label(family.class_profiles()[0])
     docs = [
@@ -99,7 +99,7 @@ def profile_classes(family: DeviceFamily) -> str:
     return "---\n".join(docs)
 
 
-def manifests(registry: Sequence[DeviceFamily] | None = None) -> dict[str, str]:
+def manifests(registry: Sequence[AnyFamily] | None = None) -> dict[str, str]:
     """deviceclasses/' files of DeviceClasses, by name."""
     out: dict[str, str] = {}
     for f in registry if registry is not None else families.FAMILIES:
@@ -109,7 +109,7 @@ def manifests(registry: Sequence[DeviceFamily] | None = None) -> dict[str, str]:
     return out
 
 
-def chart_families(registry: Sequence[DeviceFamily] | None = None) -> str:
+def chart_families(registry: Sequence[AnyFamily] | None = None) -> str:
     """The chart's files/families.yaml: what its templates make DeviceClasses of and check node groups by."""
     lines = [
         GENERATED.rstrip("\n"),

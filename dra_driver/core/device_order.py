@@ -12,7 +12,8 @@ claim gets. Pure: it reads only the published attributes (`type`, `index`, `prof
   4, ...; 3g.40gb at 4 before 0), so `4g.40gb` at slot 0 and `7g.80gb` stay possible as long as possible;
 - families are grouped (vgpu, MPS, whole, then MIG from the smallest profile up), so a request scans few
   devices that cannot match, and a request that accepts several profiles gets the smallest that fits.
-Each family says where its devices go (`DeviceFamily.order_group`, `order_key`); this module applies it.
+Each family says where its devices go (`DeviceFamily.order_group`, the `Ordered` capability); this module
+applies it.
 `by-gpu` is the order before it: GPU by GPU, each GPU's whole device, vgpu and placements in ascending slot
 order.
 docs/performance.md has the measurements behind the choice.
@@ -25,6 +26,7 @@ from enum import StrEnum
 
 from dra_driver.core import families
 from dra_driver.core.families.base import Json
+from dra_driver.core.families.protocol import Ordered
 from dra_driver.core.families.published import attribute
 from dra_driver.values.names import Attr
 
@@ -40,7 +42,10 @@ def fragmentation_key(device: Json) -> tuple[int, tuple[int, int, bool, int, int
     index = attribute(device, Attr.INDEX)
     if family is None:  # not ours to order: last, as built
         return (len(families.FAMILIES) + 1, (0, 0, False, 0, 0))
-    return (family.order_group, family.order_key(device, index if isinstance(index, int) else 0))
+    gpu = index if isinstance(index, int) else 0
+    # a family without its own order is a sharing one: packed from the first GPU upwards
+    key = family.order_key(device, gpu) if isinstance(family, Ordered) else (0, 0, False, gpu, 0)
+    return (family.order_group, key)
 
 
 def order_devices(devices: Sequence[Json], order: DeviceOrder) -> list[Json]:

@@ -8,16 +8,17 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from dra_driver.core import families
 from dra_driver.values.names import Family
-from kubelet_plugin.hosts.base import FamilyHost, HostContext
+from kubelet_plugin.hosts.base import AnyHost, FamilyHost, HostContext
 
 _SUPPORT = {"base"}
 
 
-def _makers() -> dict[Family, Callable[[HostContext], FamilyHost]]:
-    found: dict[Family, Callable[[HostContext], FamilyHost]] = {}
+def _makers() -> dict[Family, Callable[[HostContext], AnyHost]]:
+    found: dict[Family, Callable[[HostContext], AnyHost]] = {}
     for info in pkgutil.iter_modules(__path__):
         if info.name in _SUPPORT or info.name.startswith("_"):
             continue
@@ -34,13 +35,14 @@ class Hosts:
     def __init__(self, ctx: HostContext) -> None:
         makers = _makers()
         self._parts = {
-            f.name: makers[f.name](ctx) if f.name in makers else FamilyHost(f.name) for f in families.FAMILIES
+            f.name: makers[f.name](ctx) if f.name in makers else FamilyHost[Any, Any, Any](f.name)
+            for f in families.FAMILIES
         }
 
-    def __getitem__(self, family: Family) -> FamilyHost:
+    def __getitem__(self, family: Family) -> AnyHost:
         return self._parts[family]
 
-    def __iter__(self) -> Iterator[FamilyHost]:
+    def __iter__(self) -> Iterator[AnyHost]:
         return iter(self._parts.values())
 
     def close(self) -> None:

@@ -12,10 +12,11 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from typing import Any, Generic
 
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core.allocation import ClaimPlan
-from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.base import MadeT, PlannedDevice, RecordT, SpecT
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import ClaimUID, DeviceName, Family, GpuUUID
 from kubelet_plugin.node.host_launch import HostLauncher
@@ -36,9 +37,9 @@ class HostContext:
 
 
 @dataclass(frozen=True, slots=True)
-class Created:
-    records: tuple[object, ...]  # the family's records for the claim once created (ids filled in)
-    made: Mapping[DeviceName, object] = field(default_factory=dict)  # per device, what its CDI edits need
+class Created(Generic[RecordT, MadeT]):
+    records: tuple[RecordT, ...]  # the family's records for the claim once created (ids filled in)
+    made: Mapping[DeviceName, MadeT] = field(default_factory=dict)  # per device, what its CDI edits need
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +80,20 @@ class Loop:
     run: Callable[[threading.Event], None]
 
 
-class FamilyHost:
-    """The default host part: nothing on the host. Subclasses override what their family needs."""
+class FamilyHost(Generic[SpecT, RecordT, MadeT]):
+    """The default host part: nothing on the host. Subclasses override what their family needs, typed by
+    the family's plan, record and made types (dra_driver/core/families/base.py)."""
 
     family: Family
 
     def __init__(self, family: Family) -> None:
         self.family = family
 
-    def write_ahead(self, devices: Sequence[PlannedDevice]) -> bool:
+    def write_ahead(self, devices: Sequence[PlannedDevice[Any, SpecT]]) -> bool:
         """Whether the claim's records must be on disk before `create` runs (to tell ours from an admin's)."""
         return False
 
-    def will_own(self, devices: Sequence[PlannedDevice]) -> frozenset[GpuUUID]:
+    def will_own(self, devices: Sequence[PlannedDevice[Any, SpecT]]) -> frozenset[GpuUUID]:
         """GPUs whose node-wide state `create` is about to change (recorded ahead, restored by `settle`)."""
         return frozenset()
 
@@ -99,10 +101,10 @@ class FamilyHost:
         self,
         *,
         plan: ClaimPlan,
-        devices: Sequence[PlannedDevice],
-        records: tuple[object, ...],
+        devices: Sequence[PlannedDevice[Any, SpecT]],
+        records: tuple[RecordT, ...],
         snapshot: Inventory,
-    ) -> Created:
+    ) -> Created[RecordT, MadeT]:
         """Create (or, rolling forward, find again) what the claim's devices need. Idempotent."""
         return Created(records=records)
 
@@ -134,3 +136,6 @@ class FamilyHost:
 
     def close(self) -> None:
         """The daemon stops."""
+
+
+AnyHost = FamilyHost[Any, Any, Any]  # a host part of any family, as the daemon holds them

@@ -5,9 +5,9 @@ checkpoint entry but an interrupted unprepare (`UnprepareStarted`: the kubelet a
 a prepared claim, and so is a CDI spec whose marker names a claim the checkpoint lacks (a crash before its
 save). Otherwise the plan says, in removal order: the MPS control daemons; the MIG instances Tessera created
 for interrupted unprepares (only at placements their records hold: an administrator's instance is never one
-of them); MIG mode Tessera switched on, by the MIG family's own rule (`mig_mode_restore`); then the files and
-directories found (`kubelet_plugin.removal.node_survey`), entries before the directories holding them. What
-stays and why is said too. `kubelet_plugin.removal.node_sweep` carries a plan out.
+of them); MIG mode Tessera switched on, by the MIG family's rule (`dra_driver.core.mig_mode`); then the files
+and directories found (`kubelet_plugin.removal.node_survey`), entries before the directories holding them.
+What stays and why is said too. `kubelet_plugin.removal.node_sweep` carries a plan out.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.core.families import mig
-from dra_driver.core.families.mig import MigRecord, mig_mode_restore
+from dra_driver.core.families.mig import MigRecord
+from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState

@@ -25,6 +25,7 @@ from prometheus_client import generate_latest
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core.cluster_features import enforceable_families, server_minor, unenforced_message
+from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.gpu_health import HealthPolicy
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
@@ -310,7 +311,7 @@ class Node:
             claims_dir=self.paths.claims_dir,
             health=lambda: board.current,
             conditions=lambda: poller.conditions,
-            vgpu_shares=settings.vgpu_shares,
+            vgpu_shares=settings.setting(SHARES),
             pods=usage.pods if usage is not None else (lambda _uid: ""),
             pods_version=usage.pods_version if usage is not None else (lambda: 0),
         )

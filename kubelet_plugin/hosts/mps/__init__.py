@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Sequence
+from typing import Any
 
 import structlog
 
 from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import PlannedDevice
-from dra_driver.core.families.mps import NAME, MpsClient, MpsPipe
+from dra_driver.core.families.capacity import SharedLimits
+from dra_driver.core.families.mps import FAMILY, NAME, MpsClient, MpsPipe
 from dra_driver.values.errors import MpsError
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import ClaimUID, DeviceName, GpuUUID
@@ -30,7 +32,7 @@ log = structlog.get_logger(__name__)
 
 
 def _clients(entry: ClaimEntry) -> tuple[MpsClient, ...]:
-    return tuple(r for r in entry.of(NAME) if isinstance(r, MpsClient))
+    return entry.family_records(FAMILY)
 
 
 def gpus_in_use(cp: Checkpoint, *, leaving: Collection[ClaimUID] = ()) -> set[GpuUUID]:
@@ -38,7 +40,7 @@ def gpus_in_use(cp: Checkpoint, *, leaving: Collection[ClaimUID] = ()) -> set[Gp
     return {c.gpu_uuid for e in cp.claims.values() if e.uid not in leaving for c in _clients(e)}
 
 
-class MpsHost(FamilyHost):
+class MpsHost(FamilyHost[SharedLimits, MpsClient, MpsPipe]):
     def __init__(self, control: MpsControl) -> None:
         super().__init__(NAME)
         self.control = control
@@ -57,11 +59,11 @@ class MpsHost(FamilyHost):
         self,
         *,
         plan: ClaimPlan,
-        devices: Sequence[PlannedDevice],
-        records: tuple[object, ...],
+        devices: Sequence[PlannedDevice[Any, SharedLimits]],
+        records: tuple[MpsClient, ...],
         snapshot: Inventory,
-    ) -> Created:
-        made: dict[DeviceName, object] = {}
+    ) -> Created[MpsClient, MpsPipe]:
+        made: dict[DeviceName, MpsPipe] = {}
         for d in devices:
             daemon = self.control.ensure(gpu_uuid=d.gpu_uuid)
             if not daemon.adopted:
@@ -106,6 +108,6 @@ class MpsHost(FamilyHost):
         return cp, removed
 
 
-def make(ctx: HostContext) -> FamilyHost:
+def make(ctx: HostContext) -> MpsHost:
     tool = ctx.tools.get(DEFAULT_TOOL, DEFAULT_TOOL)
     return MpsHost(MpsControl(root=ctx.paths.mps_dir, tool=tool, launcher=ctx.launcher))

@@ -14,6 +14,7 @@ import yaml
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, vgpu
+from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.settings import NodeSettings
 from e2e.controlplane.releases import default_version
 from kubelet_plugin.node.paths import PluginPaths
@@ -202,12 +203,12 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     l4 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-l4"]["data"]["settings.yaml"]), node_name="n"
     )
-    assert l4.families == {whole.NAME} and l4.vgpu_shares == 1
+    assert l4.families == {whole.NAME} and l4.setting(SHARES) == 1
     h100 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-h100"]["data"]["settings.yaml"]), node_name="n"
     )
     assert h100.families == {vgpu.NAME, mig.NAME} and h100.device_order is DeviceOrder.BY_GPU
-    assert h100.mig_profiles == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
+    assert h100.setting(mig.PROFILES) == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
     assert set(by_kind(objs, "DeviceClass")) == {
         "gpu.tessera.dev",
         "vgpu.tessera.dev",

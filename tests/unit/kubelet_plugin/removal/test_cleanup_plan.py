@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from dra_driver.core.families import mig
-from dra_driver.core.families.mig import MigRecord, mig_mode_restore
+from dra_driver.core.families.mig import MigRecord
+from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, Placement
 from dra_driver.values.names import ClaimUID, GpuUUID, is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
