@@ -20,9 +20,9 @@ from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.errors import MigError, TesseraError
 from dra_driver.values.model import Inventory, MigInstance
 from dra_driver.values.names import ClaimUID, DeviceName, GpuUUID
-from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed, Went
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 from kubelet_plugin.record.steps import Step
 
 log = structlog.get_logger(__name__)
@@ -93,7 +93,7 @@ class MigHost(FamilyHost[MigPlan, MigRecord, MigInstance]):
             live = inventory.instance_at(record.placement)
             if live is not None:
                 self._ctx.backend.destroy_mig_instance(gpu=record.placement.gpu_uuid, gi_id=live.gi_id)
-                removed.host.append(Went(LeftoverKind.MIG_INSTANCE, live.uuid))
+                removed.host.append(Leftover(LeftoverKind.MIG_INSTANCE, live.uuid))
                 log.info("mig instance destroyed", uuid=live.uuid, gi=live.gi_id, claim=entry.uid)
         self._ctx.steps.reached(Step.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
         return removed
@@ -132,7 +132,7 @@ class MigHost(FamilyHost[MigPlan, MigRecord, MigInstance]):
             restore = mig_mode_restore(owned, in_use=in_use, inventory=self._ctx.backend.inventory())
             for uuid in restore.switch_off:
                 self._ctx.backend.set_mig_mode(gpu=uuid, enabled=False)
-                removed.host.append(Went(LeftoverKind.MIG_MODE, uuid))
+                removed.host.append(Leftover(LeftoverKind.MIG_MODE, uuid))
                 log.info("mig mode disabled after the last Tessera instance", gpu=uuid)
         except TesseraError as e:
             raise MigError(f"switching MIG mode off: {e}") from e

@@ -27,7 +27,6 @@ from kubelet_plugin.claims.api import NullClaimStatusWriter
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.claims.reconcile import reconcile
 from kubelet_plugin.health.service import HealthBoard
-from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.node.file_modes import PLUGIN_DIR_MODE, REGISTRY_DIR_MODE, make_dir
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.record.results import ClaimRef, PrepareResult, UnprepareResult, unique_claims
@@ -94,8 +93,8 @@ def open_preparer(
     state = RecordedState(
         backend=backend,
         paths=options.paths(),
-        tools={MPS_CONTROL_TOOL: driver.mps_control},
-        launcher=driver.launcher,
+        host_options=dict(options.host_options),
+        driver_root=driver.root,
     )
     preparer = Preparer(
         state=state,

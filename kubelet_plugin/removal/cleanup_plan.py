@@ -18,21 +18,12 @@ from dra_driver.core.families import mig
 from dra_driver.core.families.mig import MigRecord
 from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.model import Inventory
-from dra_driver.values.names import ClaimUID, GpuUUID
+from dra_driver.values.names import ClaimUID
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
-from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 
 # What settling the host parts (`NodeState.settle`) takes down, rather than the sweep one by one.
 SETTLED_BY_HOSTS = frozenset({LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE})
-
-
-@dataclass(frozen=True, slots=True)
-class Leftover:
-    kind: LeftoverKind
-    target: str  # a host path, or the UUID of a GPU or a MIG instance
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.target}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +49,7 @@ class NodeSurvey:
 
     inventory: Inventory | None  # None: the GPUs could not be read (`inventory_problem` says why)
     unrecorded: tuple[PendingClaim, ...] = ()  # prepared claims known only by their CDI specs' markers
-    mps_daemons: tuple[GpuUUID, ...] = ()  # GPUs with a directory (and maybe a daemon) under the MPS dir
+    on_host: tuple[Leftover, ...] = ()  # what the host parts have running (a GPU's MPS control daemon)
     files: tuple[Leftover, ...] = ()  # paths found, in removal order
     inventory_problem: str = ""
     serving: tuple[str, ...] = ()  # DRA sockets another instance of the plugin serves (not this process's)
@@ -99,7 +90,7 @@ def plan_cleanup(cp: Checkpoint, survey: NodeSurvey) -> CleanupPlan:
     pending += tuple(c for c in survey.unrecorded if c.uid not in cp.claims)
     if pending or survey.serving:
         return CleanupPlan(pending=pending, serving=survey.serving)
-    leftovers = [Leftover(LeftoverKind.MPS_DAEMON, g) for g in survey.mps_daemons]
+    leftovers = list(survey.on_host)
     kept: list[str] = []
     owned = cp.owned_by(mig.NAME)
     if survey.inventory is None:

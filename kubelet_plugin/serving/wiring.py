@@ -43,7 +43,6 @@ from kubelet_plugin.health.service import (
     InventoryHealthPoller,
 )
 from kubelet_plugin.hosts.base import Running
-from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.node.events import (
     CHECKPOINT_NEWER_REASON,
@@ -193,8 +192,8 @@ class Node:
             backend=backend,
             paths=paths,
             steps=self.steps,
-            tools={MPS_CONTROL_TOOL: driver.mps_control},
-            launcher=driver.launcher,
+            host_options=dict(o.host_options),
+            driver_root=driver.root,
         )
         preparer = Preparer(
             state=state,

@@ -122,6 +122,18 @@ class MpsControl:
         self._locks: dict[GpuUUID, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def tool(self) -> str:
+        return self._tool
+
+    @property
+    def launcher(self) -> HostLauncher | None:
+        return self._launcher
+
     def dirs(self, gpu_uuid: GpuUUID) -> MpsDirs:
         if not gpu_uuid or "/" in gpu_uuid or gpu_uuid.startswith("."):
             raise MpsError(f"{gpu_uuid!r} is not a GPU UUID")
