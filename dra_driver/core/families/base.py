@@ -43,6 +43,8 @@ class NodeSetting(Generic[T]):
     default: T
     meaning: str
     decode: Callable[[object], T]
+    # the value's JSON Schema: the chart's values.schema.json checks nodeGroups[].<key> with it (generated)
+    schema: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

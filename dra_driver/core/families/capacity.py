@@ -37,6 +37,7 @@ SHARES = NodeSetting(
     default=DEFAULT_SHARES,
     meaning=f"how many claims may share one GPU (1..{MAX_SHARES})",
     decode=_shares,
+    schema={"type": "integer", "minimum": 1, "maximum": MAX_SHARES},
 )
 
 

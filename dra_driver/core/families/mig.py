@@ -139,6 +139,12 @@ PROFILES: NodeSetting[frozenset[str] | None] = NodeSetting(
     default=None,  # every profile
     meaning="the MIG profiles to publish (default: every profile the GPU has)",
     decode=_profiles,
+    schema={
+        "type": "array",
+        "items": {"type": "string", "pattern": _PROFILE_RE.pattern},
+        "minItems": 1,
+        "uniqueItems": True,
+    },
 )
 
 

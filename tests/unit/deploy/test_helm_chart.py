@@ -230,14 +230,21 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     ("values", "message"),
     [
         ("nodeGroups: [{name: x, families: [tpu], vgpuShares: 1}]", 'families: "tpu" is not one of'),
-        ("nodeGroups: [{name: x, families: [vgpu], vgpuShares: 0}]", "vgpuShares: 0 is out of range"),
+        (
+            "nodeGroups: [{name: x, families: [vgpu], vgpuShares: 0}]",
+            "at '/nodeGroups/0/vgpuShares': minimum",
+        ),
+        (
+            "nodeGroups: [{name: x, families: [vgpu], vgpuShares: 129}]",
+            "at '/nodeGroups/0/vgpuShares': maximum",
+        ),
         (
             "nodeGroups: [{name: x, families: [mig], vgpuShares: 1, deviceOrder: best}]",
             'deviceOrder: "best" is not one of fragmentation-aware, by-gpu',
         ),
         (
             "nodeGroups: [{name: x, families: [mig], vgpuShares: 1, migProfiles: []}]",
-            "migProfiles: empty",
+            "at '/nodeGroups/0/migProfiles': minItems",
         ),
     ],
 )
