@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from cdi.spec import ContainerEdits, Device, Mount, Spec, SpecError
 from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan
-from dra_driver.core.families import mps
 from dra_driver.core.families.base import AnyPlanned, device_node
 from dra_driver.core.families.protocol import NamedVisible
 from dra_driver.values.errors import ConfigError, MigError
@@ -140,8 +139,8 @@ def _visible_id(d: AnyPlanned, made: Mapping[DeviceName, object]) -> str | None:
 def _driver_mounts(plan: ClaimPlan, host: HostLayout) -> list[Mount]:
     """The driver's libraries and tools (the MPS ones for MPS claims), and any extra directories in place."""
     files: list[DriverMount] = list(host.driver_files.common)
-    if mps.NAME in plan.families():
-        files += host.driver_files.mps
+    for family in plan.families():
+        files += host.driver_files.of(family)
     mounts = [Mount(host_path=d, container_path=d, options=RO_BIND) for d in host.driver_library_dirs]
     mounts += [Mount(host_path=f.host_path, container_path=f.container_path, options=RO_BIND) for f in files]
     return mounts

@@ -36,7 +36,7 @@ def driver_setup(options: DaemonOptions) -> DriverSetup:
         host=str(root.host),
         seen_at=str(root.visible),
         files=len(files.common),
-        mps_files=len(files.mps),
+        tools={f: len(m) for f, m in files.tools},
     )
     return DriverSetup(
         nvml_library=None if options.simulate is not None or nvml is None else root.visible_path(nvml),

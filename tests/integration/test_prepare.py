@@ -94,6 +94,7 @@ def test_prepare_is_idempotent_and_touches_nothing(env: Env) -> None:
     refs = env.put(claim("a", vgpu(0)), claim("b", result("gpu-1-mig-3g40gb-0")))
     preparer = env.preparer()
     first = preparer.prepare(refs)
+
     def written() -> list[tuple[int, int, int, int]]:
         # what a rewrite changes (a read may move the access time: relatime, a second boundary)
         found = [env.paths.cdi_spec_file(r.uid).stat() for r in refs]

@@ -50,6 +50,9 @@ MIN_COMPUTE_CAPABILITY = 7  # Volta: a GPU address space per client, 48 clients 
 MAX_CLIENTS = 48
 CONTAINER_MPS_ROOT = "/var/run/tessera/mps"  # where a GPU's MPS pipe directory appears in a container
 
+CONTROL_TOOL = "nvidia-cuda-mps-control"  # runs a GPU's control daemon (the host part starts it)
+SERVER_TOOL = "nvidia-cuda-mps-server"  # started by the control daemon for each client's user
+
 PIPE_DIRECTORY_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 THREAD_PERCENTAGE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 PINNED_MEMORY_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
@@ -114,6 +117,7 @@ class Mps(
         ),
     )
     record_key = "mps"
+    driver_tools = (CONTROL_TOOL, SERVER_TOOL)
     class_meaning = (
         "a share of a GPU run by NVIDIA MPS (memory and SM share from capacity.requests; the claims on one "
         "GPU run concurrently as clients of its MPS control daemon). docs/mps.md."

@@ -58,6 +58,9 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
     class_meaning: ClassVar[str]
     # The NodeSettings fields the family reads (dra_driver.core.settings decodes them with these).
     settings: ClassVar[tuple[NodeSetting[Any], ...]] = ()
+    # The driver's tools a container of the family's claims gets besides every claim's (MPS's server and
+    # control, found below the driver root: dra_driver.system.driver_root).
+    driver_tools: ClassVar[tuple[str, ...]] = ()
 
     def class_profiles(self) -> tuple[str, ...]:
         """Profiles that get a DeviceClass each besides the family's (`<name>-<profile>.gpu.tessera.dev`,

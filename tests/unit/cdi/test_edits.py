@@ -206,8 +206,15 @@ DRIVER = DriverFiles(
         DriverMount("/run/nvidia/driver/usr/lib64/libcuda.so.580", "/usr/lib64/libcuda.so.1"),
         DriverMount("/run/nvidia/driver/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"),
     ),
-    mps=(
-        DriverMount("/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control"),
+    tools=(
+        (
+            mps.NAME,
+            (
+                DriverMount(
+                    "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control"
+                ),
+            ),
+        ),
     ),
 )
 RO = ("ro", "nosuid", "nodev", "bind")
