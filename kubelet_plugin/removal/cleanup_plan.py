@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dra_driver.core import families
 from dra_driver.core.families import mig
-from dra_driver.core.families.mig import MigRecord
 from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import ClaimUID
@@ -76,9 +76,9 @@ def _tessera_instances(entries: tuple[ClaimEntry, ...], inventory: Inventory) ->
     """Live instances at the placements interrupted unprepares recorded as Tessera's."""
     out: list[Leftover] = []
     for entry in entries:
-        for record in entry.of(mig.NAME):
-            if isinstance(record, MigRecord) and record.created_by_tessera:
-                live = inventory.instance_at(record.placement)
+        for f in families.placing():
+            for placement in f.placements(entry.family_records(f)):
+                live = inventory.instance_at(placement)
                 if live is not None:
                     out.append(Leftover(LeftoverKind.MIG_INSTANCE, live.uuid))
     return out
