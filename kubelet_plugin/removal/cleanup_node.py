@@ -87,8 +87,8 @@ def open_backend_of(options: DaemonOptions) -> GpuBackend:
 def open_preparer(
     options: DaemonOptions, *, backend: GpuBackend, access: ClaimAccess
 ) -> tuple[RecordedState, Preparer]:
-    """The node daemon's state and preparer (the driver root's MPS tool and launcher), keeping what they
-    remove."""
+    """The node daemon's state and preparer (its host parts given their flags and the driver root), keeping
+    what they remove."""
     driver = driver_setup(options)
     state = RecordedState(
         backend=backend,
