@@ -38,7 +38,7 @@ interceptor:
 lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy dra_driver kubelet_plugin cdi e2e tests interceptor/fake/gen_products.py
+	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests interceptor/fake/gen_products.py
 	$(BIN)/lint-imports
 
 test-unit: dev helm
