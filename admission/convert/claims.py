@@ -259,5 +259,5 @@ def _summary(ask: GpuAsk, family: Family) -> str:
         each.append(f"{ask.cores}% of the SMs" if ask.cores else "no SM limit")
     what = {"gpu": "whole GPU", "vgpu": "vgpu slice", "mps": "MPS share", "mig": "MIG instance"}[family]
     plural = "s on distinct GPUs" if ask.count > 1 else ""
-    detail = f" ({', '.join(each)} each)" if each else ""
+    detail = f" ({', '.join(each)}{' each' if ask.count > 1 else ''})" if each else ""
     return f"{ask.count} {what}{plural}{detail} [{device_class_name(family)}]"
