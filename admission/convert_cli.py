@@ -22,7 +22,7 @@ import yaml
 
 from admission.convert.catalog import Catalog, from_slices, known_products
 from admission.convert.claims import Options
-from admission.convert.objects import ObjectConversion, convert_object
+from admission.convert.objects import TEMPLATE_PATHS, ObjectConversion, convert_object
 from dra_driver.values.errors import ConfigError, TesseraError
 
 DEFAULT_REPLACED_SCHEDULERS = ("volcano",)
@@ -108,6 +108,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False))
     return 0
+
+
+def workload_claims(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """For `tessera explain FILE`: the templates the Pods and workloads in FILE would get (none when it
+    holds none), converted for every product Tessera knows."""
+    docs = [d for d in _documents(str(path)) if isinstance(d, dict) and d.get("kind") in TEMPLATE_PATHS]
+    options = Options(known_products(), replace_schedulers=DEFAULT_REPLACED_SCHEDULERS)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for d in docs:
+        result = convert_object(d, options)
+        name = f"{d.get('kind')}/{(d.get('metadata') or {}).get('name', '?')}"
+        out.extend(
+            (f"{name} container {t.container}: {t.summary}", t.manifest(None)) for t in result.pod.templates
+        )
+    return out
 
 
 def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -23,7 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return cli.main(argv, extra=COMMANDS)
+    # `tessera explain FILE` also takes Pods and workloads: the claims the webhook would give them
+    return cli.main(argv, extra=COMMANDS, defaults={"workload_claims": convert_cli.workload_claims})
 
 
 if __name__ == "__main__":

@@ -81,3 +81,20 @@ def test_bad_input_exits_2_naming_file_object_and_field(
     code, _, err = run(capsys, str(tmp_path / "pod.yaml"))
     assert code == 2
     assert "pod.yaml: Pod/gpu-pod: spec.containers[0].resources.limits[nvidia.com/gpumem]: 900000 MiB" in err
+
+
+NODES = Path(__file__).resolve().parents[3] / "e2e" / "nodes"
+
+
+def test_explain_takes_a_pod_and_explains_each_containers_claim(capsys: pytest.CaptureFixture[str]) -> None:
+    node = str(NODES / "h100x8.yaml")
+    code = main(["explain", str(EXAMPLES / "hami-default-use.yaml"), "--simulate", node])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith("== Pod/gpu-pod container ubuntu-container: 2 vgpu slices on distinct GPUs")
+    assert "can be allocated" in out
+
+
+def test_explain_says_when_a_pod_cannot_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["explain", str(EXAMPLES / "hami-card-type.yaml"), "--simulate", str(NODES / "h100x8.yaml")])
+    assert code == 1 and "cannot be allocated" in capsys.readouterr().out
