@@ -49,7 +49,7 @@ def _catalog(paths: Sequence[str]) -> Catalog:
 
 def options_from_args(args: argparse.Namespace) -> Options:
     return Options(
-        catalog=_catalog(args.slices or ()),
+        catalog=_catalog(getattr(args, "slices", None) or ()),
         high_priority_class=args.high_priority_class,
         replace_schedulers=()
         if args.keep_scheduler

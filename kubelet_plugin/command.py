@@ -1,6 +1,7 @@
 """The `tessera` command on top of both packages: the device model's subcommands (`inventory`, `explain`,
 `sim`: dra_driver.cli), the node daemon's (`plugin`: kubelet_plugin.daemon, `cleanup`:
-kubelet_plugin.cleanup) and the admission webhook's (`convert`: admission.convert_cli).
+kubelet_plugin.cleanup) and the admission webhook's (`convert`: admission.convert_cli, `webhook`:
+admission.command).
 
     tessera plugin --node-name N [...]        python -m kubelet_plugin.command plugin ...
 """
@@ -11,11 +12,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from admission import command as admission_command
 from admission import convert_cli
 from dra_driver import cli
 from kubelet_plugin import cleanup, daemon
 
-COMMANDS: tuple[cli.AddCommand, ...] = (daemon.add_cli, cleanup.add_cli, convert_cli.add_cli)
+COMMANDS: tuple[cli.AddCommand, ...] = (
+    daemon.add_cli,
+    cleanup.add_cli,
+    convert_cli.add_cli,
+    admission_command.add_cli,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,7 +42,7 @@ REPO = HERE.parents[1]
 FACTS = HERE / "image.json"
 CHART = REPO / "deploy" / "helm" / "tessera" / "Chart.yaml"
 LAUNCHER = HERE / "launcher.py"
-PRODUCT = ("dra_driver", "kubelet_plugin", "cdi")
+PRODUCT = ("dra_driver", "kubelet_plugin", "cdi", "admission")
 # What must work inside the image: the CLI, the daemon's command, the modules the daemon loads late.
 SMOKE = (
     ("tessera", "--help"),
