@@ -36,7 +36,7 @@ class GpuAsk:
     memory_percent: int | None = None
     cores: int | None = None
     priority: int | None = None
-    written: tuple[tuple[str, str], ...] = ()  # resource name → value as the user wrote it
+    written: tuple[tuple[str, str], ...] = ()  # resource name → its value (a whole number)
 
     def field(self, what: Quantity) -> str:
         return f"{self.path}.resources.limits[{self.dialect.resource(what)}]"
@@ -213,7 +213,8 @@ def parse_container(container: Mapping[str, object], path: str) -> GpuAsk | None
         memory_percent=values.get(Quantity.MEMORY_PERCENT),
         cores=values.get(Quantity.CORES),
         priority=values.get(Quantity.PRIORITY),
-        written=tuple(sorted((k, str(v)) for k, v in found.items())),
+        # as numbers: the API server has already turned 3000 into 3k
+        written=tuple(sorted((k, str(values[m])) for k in found if (m := dialect.meaning(k)) is not None)),
     )
     return _check(ask)
 

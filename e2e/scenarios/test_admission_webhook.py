@@ -1,0 +1,245 @@
+"""HAMi's and Volcano's pod YAML, unchanged, on Tessera: the real kube-apiserver calls `tessera webhook` over
+TLS (the certificate the webhook made itself and patched into the chart's MutatingWebhookConfiguration), the
+pods are rewritten to claim templates, and they run on the simulated nodes with the limits they asked for;
+invalid requests are refused with the field and the fix."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from admission.convert import names
+from dra_driver.core.profiles import find_product
+from dra_driver.values.names import Attr, Cap, HamiEnv
+from dra_driver.values.quantity import parse_quantity
+from e2e.controlplane.releases import default_version
+from e2e.kube import Json, list_pods, wait_for
+from e2e.kubelet_standin.errors import StandInError
+from e2e.scenarios.probes import H100, MIXED, apply, attribute, container, results, running
+from e2e.testbed import SimCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "admission" / "examples"
+CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
+HELM = shutil.which("helm") or next((str(p) for p in [CACHE / "helm" / "helm"] if p.exists()), None)
+WEBHOOK_NS = "tessera-admission-e2e"
+CONFIG = "tessera-admission"
+ENTRY = "tessera-gpu-0"
+
+
+def example(name: str) -> Json:
+    doc: Json = yaml.safe_load((EXAMPLES / name).read_text())
+    return doc
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _chart_configuration(port: int) -> Json:
+    """The chart's MutatingWebhookConfiguration, pointed at the webhook on this machine."""
+    assert HELM is not None
+    done = subprocess.run(
+        [HELM, "template", "t", str(ROOT / "deploy/helm/tessera"), "--namespace", WEBHOOK_NS,
+         "--set", "admissionWebhook.enabled=true", "--show-only", "templates/admission-webhook.yaml",
+         "--kube-version", default_version().removeprefix("v")],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    (config,) = [
+        d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "MutatingWebhookConfiguration"
+    ]
+    config["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+    return dict(config)
+
+
+def _ca_bundle(bed: SimCluster) -> str:
+    config = k8s.AdmissionregistrationV1Api(bed.api).read_mutating_webhook_configuration(CONFIG)
+    client_config = config.webhooks[0].client_config if config.webhooks else None
+    return str(client_config.ca_bundle or "") if client_config else ""
+
+
+@pytest.fixture(scope="module")
+def webhook(bed: SimCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    if HELM is None:
+        pytest.skip("no helm: run deploy/helm/build-helm.sh")
+    port, logs = _free_port(), tmp_path_factory.mktemp("webhook") / "webhook.log"
+    core = k8s.CoreV1Api(bed.api)
+    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": WEBHOOK_NS}}))
+    bed.kubectl.apply([_chart_configuration(port)])
+    command = [
+        sys.executable, "-m", "kubelet_plugin.command", "webhook", f"--kubeconfig={bed.plane.kubeconfig}",
+        f"--namespace={WEBHOOK_NS}", "--address=127.0.0.1", f"--port={port}", "--dns-name=127.0.0.1",
+        f"--secret={CONFIG}-tls", f"--webhook-configuration={CONFIG}", "--log-format=console",
+    ]  # fmt: skip
+    with logs.open("w") as out:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    try:
+        wait_for("the webhook's caBundle in its configuration", lambda: _ca_bundle(bed), timeout_s=60)
+        wait_for("the webhook's port", lambda: _listening(port), timeout_s=30)
+        yield logs
+    finally:
+        bed.kubectl.run("delete", "mutatingwebhookconfiguration", CONFIG, "--ignore-not-found")
+        process.terminate()
+        process.wait(timeout=15)
+        core.delete_namespace(WEBHOOK_NS)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _capacity(result: Json) -> dict[str, str]:
+    """consumedCapacity with memory in MiB (the API server writes `1Gi` for 1024Mi)."""
+    out = {k: str(v) for k, v in (result.get("consumedCapacity") or {}).items()}
+    if Cap.MEMORY in out:
+        out[Cap.MEMORY] = f"{parse_quantity(out[Cap.MEMORY]).value / (1 << 20)}Mi"
+    return out
+
+
+def _converted(pod: Json) -> Json:
+    record: Json = yaml.safe_load(pod["metadata"]["annotations"][names.CONVERTED_ANNOTATION])
+    return record
+
+
+def test_the_certificate_is_the_webhooks_own_and_trusted(bed: SimCluster, webhook: Path) -> None:
+    secret = k8s.CoreV1Api(bed.api).read_namespaced_secret(f"{CONFIG}-tls", WEBHOOK_NS)
+    assert secret.data is not None
+    assert base64.b64decode(_ca_bundle(bed)).startswith(base64.b64decode(secret.data["ca.crt"]))
+
+
+def test_default_use_two_slices_on_distinct_gpus_with_their_limits(
+    bed: SimCluster, ns: str, webhook: Path
+) -> None:
+    apply(bed, ns, [example("hami-default-use.yaml")])
+    pod = running(bed, ns, "gpu-pod")
+    assert "nvidia.com/gpu" not in yaml.safe_dump(pod["spec"]["containers"])
+    assert _converted(pod)["containers"][0]["from"]["nvidia.com/gpumem"] == "3000"
+    found = results(bed, ns, pod, ENTRY)
+    assert len(found) == 2 and len({r["device"] for r in found}) == 2
+    assert all(_capacity(r)[Cap.MEMORY] == "3000Mi" and _capacity(r)[Cap.CORES] == "30" for r in found)
+    env = container(bed, ns, pod, "ubuntu-container").env_map()
+    assert env[f"{HamiEnv.MEMORY_LIMIT_PREFIX}0"] == env[f"{HamiEnv.MEMORY_LIMIT_PREFIX}1"] == "3000m"
+    assert env[f"{HamiEnv.SM_LIMIT_PREFIX}0"] == "30"
+
+
+def test_memory_fraction_is_half_of_the_gpu_it_gets(bed: SimCluster, ns: str, webhook: Path) -> None:
+    apply(bed, ns, [example("hami-memory-fraction.yaml")])
+    pod = running(bed, ns, "gpu-pod-fraction")
+    for r in results(bed, ns, pod, ENTRY):
+        product = find_product(str(attribute(bed, pod["spec"]["nodeName"], r["device"], Attr.PRODUCT_NAME)))
+        assert product is not None
+        assert (
+            _capacity(r)[Cap.MEMORY] == f"{product.memory_mib * 50 // 100}Mi"
+            and _capacity(r)[Cap.CORES] == "30"
+        )
+
+
+def test_card_type_lands_on_the_a100s(bed: SimCluster, ns: str, webhook: Path) -> None:
+    apply(bed, ns, [example("hami-card-type.yaml")])
+    pod = running(bed, ns, "gpu-pod-type")
+    assert pod["spec"]["nodeName"] == MIXED
+    products = {attribute(bed, MIXED, r["device"], Attr.PRODUCT_NAME) for r in results(bed, ns, pod, ENTRY)}
+    assert products == {"NVIDIA A100-SXM4-40GB"}
+
+
+def test_uuid_exclusion_and_exclusive_cards(bed: SimCluster, ns: str, webhook: Path) -> None:
+    apply(bed, ns, [example("hami-uuid-exclusion.yaml"), example("hami-exclusive-card.yaml")])
+    pod = running(bed, ns, "gpu-pod-nouuid")
+    assert all(attribute(bed, pod["spec"]["nodeName"], r["device"], Attr.UUID) != "GPU-123456"
+               for r in results(bed, ns, pod, ENTRY))  # fmt: skip
+    exclusive = running(bed, ns, "gpu-pod-exclusive")
+    devices = [r["device"] for r in results(bed, ns, exclusive, ENTRY)]
+    node = exclusive["spec"]["nodeName"]
+    assert len(set(devices)) == 2 and all(attribute(bed, node, d, Attr.TYPE) == "gpu" for d in devices)
+
+
+def test_dynamic_mig_gets_the_smallest_profile_that_holds_it(bed: SimCluster, ns: str, webhook: Path) -> None:
+    apply(bed, ns, [example("hami-dynamic-mig.yaml")])
+    pod = running(bed, ns, "gpu-pod-mig", timeout_s=90)
+    found = results(bed, ns, pod, ENTRY)
+    assert pod["spec"]["nodeName"] == H100 and len(found) == 2
+    assert {attribute(bed, H100, r["device"], Attr.PROFILE) for r in found} == {"1g.10gb"}
+    assert len({attribute(bed, H100, r["device"], Attr.PARENT_UUID) for r in found}) == 2
+
+
+def test_a_deployments_pods_and_volcanos_example(bed: SimCluster, ns: str, webhook: Path) -> None:
+    # This control plane runs no deployment controller: the Pod is made from the template as the ReplicaSet
+    # controller would make it (generateName, no name), through the same admission.
+    template = copy.deepcopy(example("hami-deployment.yaml")["spec"]["template"])
+    replica = {"apiVersion": "v1", "kind": "Pod", **template}
+    replica["metadata"] = {**template["metadata"], "generateName": "inference-"}
+    bed.kubectl.run("create", f"--namespace={ns}", "-f", "-", stdin=yaml.safe_dump(replica))
+    apply(bed, ns, [example("volcano-vgpu.yaml")])
+    volcano = running(bed, ns, "test1")
+    assert "schedulerName" not in volcano["spec"] or volcano["spec"]["schedulerName"] == "default-scheduler"
+    (r,) = results(bed, ns, volcano, ENTRY)
+    assert _capacity(r)[Cap.MEMORY] == "1024Mi"
+
+    def replicas() -> list[str]:
+        return [
+            p["metadata"]["name"]
+            for p in list_pods(bed.api, ns)
+            if p["metadata"]["name"].startswith("inference-")
+        ]
+
+    name = wait_for("the replica", replicas)[0]
+    (r,) = results(bed, ns, running(bed, ns, name), ENTRY)
+    assert _capacity(r)[Cap.MEMORY] == "4000Mi" and _capacity(r)[Cap.CORES] == "25"
+
+
+@pytest.mark.parametrize(
+    ("limits", "annotations", "message"),
+    [
+        (
+            {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 900000},
+            {},
+            "limits[nvidia.com/gpumem]: 900000 MiB is more",
+        ),
+        (
+            {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 120},
+            {},
+            "limits[nvidia.com/gpucores]: 120 is over 100",
+        ),
+        ({"nvidia.com/gpumem": 1000, "nvidia.com/gpumem-percentage": 50}, {}, "not both"),
+        (
+            {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 20},
+            {"nvidia.com/vgpu-mode": "mig"},
+            "gpucores]: a MIG",
+        ),
+        ({"nvidia.com/gpu": 0}, {}, "limits[nvidia.com/gpu]: 0 asks for no GPU"),
+    ],
+    ids=["too-much-memory", "cores-over-100", "memory-twice", "mig-with-cores", "zero"],
+)
+def test_invalid_requests_are_refused_naming_the_field(
+    bed: SimCluster, ns: str, webhook: Path, limits: dict[str, Any], annotations: dict[str, str], message: str
+) -> None:
+    pod = example("hami-default-use.yaml")
+    pod["metadata"]["annotations"] = annotations
+    pod["spec"]["containers"][0]["resources"]["limits"] = limits
+    with pytest.raises(StandInError) as refused:
+        apply(bed, ns, [pod])
+    text = str(refused.value)
+    assert "denied the request" in text and "spec.containers[0].resources" in text and message in text
