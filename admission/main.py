@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import threading
 import time
@@ -90,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         webhook.refresh_catalog()
     except TesseraError as e:
         log.warning("cannot read the ResourceSlices yet; converting for every known product", error=str(e))
+    gc.collect()
+    gc.freeze()  # what start-up made lives for the process: the collector need not walk it per request
     rotation, catalog = (
         Rotation(step, args.certificate_check),
         Rotation(webhook.refresh_catalog, args.catalog_refresh),

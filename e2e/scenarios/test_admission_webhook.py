@@ -7,11 +7,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import os
-import shutil
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,20 +19,17 @@ from admission.convert import names
 from dra_driver.core.profiles import find_product
 from dra_driver.values.names import Attr, Cap, HamiEnv
 from dra_driver.values.quantity import parse_quantity
-from e2e.controlplane.releases import default_version
 from e2e.kube import Json, list_pods, wait_for
 from e2e.kubelet_standin.errors import StandInError
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, container, results, running
 from e2e.testbed import SimCluster
+from e2e.webhook import CONFIG, ca_bundle, helm_binary, start_webhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "admission" / "examples"
-CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
-HELM = shutil.which("helm") or next((str(p) for p in [CACHE / "helm" / "helm"] if p.exists()), None)
 WEBHOOK_NS = "tessera-admission-e2e"
-CONFIG = "tessera-admission"
 ENTRY = "tessera-gpu-0"
 
 
@@ -46,69 +38,16 @@ def example(name: str) -> Json:
     return doc
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _chart_configuration(port: int) -> Json:
-    """The chart's MutatingWebhookConfiguration, pointed at the webhook on this machine."""
-    assert HELM is not None
-    done = subprocess.run(
-        [HELM, "template", "t", str(ROOT / "deploy/helm/tessera"), "--namespace", WEBHOOK_NS,
-         "--set", "admissionWebhook.enabled=true", "--show-only", "templates/admission-webhook.yaml",
-         "--kube-version", default_version().removeprefix("v")],
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
-    (config,) = [
-        d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "MutatingWebhookConfiguration"
-    ]
-    config["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
-    return dict(config)
-
-
-def _ca_bundle(bed: SimCluster) -> str:
-    config = k8s.AdmissionregistrationV1Api(bed.api).read_mutating_webhook_configuration(CONFIG)
-    client_config = config.webhooks[0].client_config if config.webhooks else None
-    return str(client_config.ca_bundle or "") if client_config else ""
-
-
 @pytest.fixture(scope="module")
 def webhook(bed: SimCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    if HELM is None:
+    if helm_binary() is None:
         pytest.skip("no helm: run deploy/helm/build-helm.sh")
-    port, logs = _free_port(), tmp_path_factory.mktemp("webhook") / "webhook.log"
-    core = k8s.CoreV1Api(bed.api)
-    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": WEBHOOK_NS}}))
-    bed.kubectl.apply([_chart_configuration(port)])
-    command = [
-        sys.executable, "-m", "kubelet_plugin.command", "webhook", f"--kubeconfig={bed.plane.kubeconfig}",
-        f"--namespace={WEBHOOK_NS}", "--address=127.0.0.1", f"--port={port}", "--dns-name=127.0.0.1",
-        f"--secret={CONFIG}-tls", f"--webhook-configuration={CONFIG}", "--log-format=console",
-    ]  # fmt: skip
-    with logs.open("w") as out:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+    log = tmp_path_factory.mktemp("webhook") / "webhook.log"
+    running = start_webhook(bed.api, bed.kubectl, bed.plane.kubeconfig, WEBHOOK_NS, log)
     try:
-        wait_for("the webhook's caBundle in its configuration", lambda: _ca_bundle(bed), timeout_s=60)
-        wait_for("the webhook's port", lambda: _listening(port), timeout_s=30)
-        yield logs
+        yield log
     finally:
-        bed.kubectl.run("delete", "mutatingwebhookconfiguration", CONFIG, "--ignore-not-found")
-        process.terminate()
-        process.wait(timeout=15)
-        core.delete_namespace(WEBHOOK_NS)
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        running.stop()
 
 
 def _capacity(result: Json) -> dict[str, str]:
@@ -127,7 +66,7 @@ def _converted(pod: Json) -> Json:
 def test_the_certificate_is_the_webhooks_own_and_trusted(bed: SimCluster, webhook: Path) -> None:
     secret = k8s.CoreV1Api(bed.api).read_namespaced_secret(f"{CONFIG}-tls", WEBHOOK_NS)
     assert secret.data is not None
-    assert base64.b64decode(_ca_bundle(bed)).startswith(base64.b64decode(secret.data["ca.crt"]))
+    assert base64.b64decode(ca_bundle(bed.api)).startswith(base64.b64decode(secret.data["ca.crt"]))
 
 
 def test_default_use_two_slices_on_distinct_gpus_with_their_limits(
