@@ -1,5 +1,5 @@
 """The webhook process: API client, certificate, catalog refresh and HTTPS server, wired together
-(`tessera webhook`, admission/command.py)."""
+(`tessera webhook`, admission/cli.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import structlog
 
+from admission.cli import options_from_args
 from admission.convert.catalog import Catalog, known_products
 from admission.convert.claims import Options
-from admission.convert_cli import options_from_args
 from admission.kube import Kube, api_client
 from admission.review import admit
 from admission.rotation import CertDir, Rotation, SecretPlace, service_names, sync_once, utc_now

@@ -10,8 +10,7 @@ import yaml
 from admission.convert import names
 from admission.convert.catalog import known_products
 from admission.convert.claims import Options
-from admission.convert.objects import convert_object
-from admission.convert.pod import convert_pod_parts
+from admission.convert.pod import convert_object, convert_pod_parts
 from dra_driver.values.errors import ConversionError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "admission" / "examples"

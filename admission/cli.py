@@ -1,4 +1,6 @@
-"""`tessera convert FILE…`: HAMi/Volcano workloads → the same workloads on Tessera, with their templates.
+"""The admission component's commands: `tessera convert` and `tessera webhook` (only its parser here).
+
+`tessera convert FILE…`: HAMi/Volcano workloads → the same workloads on Tessera, with their templates.
 
     tessera convert deploy/*.yaml [--slices SLICES.yaml] [--high-priority-class CLASS] [-o yaml|json]
     tessera convert --summary FILE…
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +25,7 @@ import yaml
 
 from admission.convert.catalog import Catalog, from_slices, known_products
 from admission.convert.claims import Options
-from admission.convert.objects import TEMPLATE_PATHS, ObjectConversion, convert_object
+from admission.convert.pod import TEMPLATE_PATHS, ObjectConversion, convert_object
 from dra_driver.values.errors import ConfigError, TesseraError
 
 DEFAULT_REPLACED_SCHEDULERS = ("volcano",)
@@ -125,7 +128,7 @@ def workload_claims(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_convert_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`tessera convert`; kubelet_plugin.command adds it to `tessera`."""
     p = subparsers.add_parser(
         "convert",
@@ -145,3 +148,51 @@ def add_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     p.add_argument("--summary", action="store_true", help="say what each container gets instead")
     p.set_defaults(handler=run)
+
+
+# ---- tessera webhook ---------------------------------------------------------------------------
+
+WEBHOOK_DOC = """`tessera webhook`: the mutating admission webhook, as the chart runs it (2 replicas).
+
+    tessera webhook --namespace NS --service SVC --secret SECRET --webhook-configuration NAME [--port 8443]
+    tessera webhook --cert-dir /tls ...          (cert-manager's Secret, mounted)
+
+Serves POST /mutate over HTTPS; keeps its own certificate in SECRET (or reloads --cert-dir); refreshes the
+catalog of offered GPU products from the ResourceSlices every --catalog-refresh seconds. Only the parser
+lives here: the server's modules load when the command runs, so other `tessera` commands do not pay for them.
+"""
+
+
+def _run(args: argparse.Namespace) -> int:
+    from admission.main import run  # noqa: PLC0415 - deferred on purpose: see WEBHOOK_DOC
+
+    return run(args)
+
+
+def add_webhook_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`tessera webhook`; kubelet_plugin.command adds it to `tessera`. Its modules load when it runs."""
+    p = subparsers.add_parser(
+        "webhook",
+        help="serve the admission webhook that turns HAMi/Volcano GPU requests into claims",
+        description=WEBHOOK_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--address", default="0.0.0.0", help="listen address (default: all)")
+    p.add_argument("--port", type=int, default=8443)
+    p.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "tessera-system"))
+    p.add_argument("--service", help="the webhook's Service (its DNS names go into the certificate)")
+    p.add_argument("--dns-name", action="append", help="another name or IP for the certificate; repeatable")
+    p.add_argument("--secret", default="tessera-admission-tls", help="Secret the webhook keeps its TLS in")
+    p.add_argument(
+        "--webhook-configuration",
+        default="tessera-admission",
+        help="MutatingWebhookConfiguration to set caBundle of",
+    )
+    p.add_argument("--cert-dir", type=Path, help="serve tls.crt/tls.key from here (cert-manager) instead")
+    p.add_argument("--certificate-check", type=float, default=3600.0, metavar="SECONDS")
+    p.add_argument("--catalog-refresh", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", default="json", choices=("json", "console"))
+    add_options(p)
+    p.set_defaults(handler=_run)
