@@ -48,6 +48,9 @@ SMOKE = (
     ("tessera", "--help"),
     ("tessera", "plugin", "--help"),
     ("python3", "-c", "import kubelet_plugin.serving.wiring, dra_driver.backends.nvml"),
+    # the admission webhook runs from the same image (`tessera webhook`, chart admissionWebhook)
+    ("tessera", "webhook", "--help"),
+    ("python3", "-c", "import admission.main, cryptography.x509"),
 )
 MMDEBSTRAP_HOOKS = "/usr/share/mmdebstrap/hooks"
 _APP_VERSION = re.compile(r'^appVersion:\s*"?([^"\s]+)"?\s*$', re.MULTILINE)
