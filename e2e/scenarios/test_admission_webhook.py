@@ -23,7 +23,7 @@ from e2e.kube import Json, list_pods, wait_for
 from e2e.kubelet_standin.errors import StandInError
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, container, results, running
 from e2e.testbed import SimCluster
-from e2e.webhook import CONFIG, ca_bundle, helm_binary, start_webhook
+from e2e.webhook import CONFIG, RunningWebhook, ca_bundle, helm_binary, start_webhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 
@@ -39,13 +39,13 @@ def example(name: str) -> Json:
 
 
 @pytest.fixture(scope="module")
-def webhook(bed: SimCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def webhook(bed: SimCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningWebhook]:
     if helm_binary() is None:
         pytest.skip("no helm: run deploy/helm/build-helm.sh")
     log = tmp_path_factory.mktemp("webhook") / "webhook.log"
     running = start_webhook(bed.api, bed.kubectl, bed.plane.kubeconfig, WEBHOOK_NS, log)
     try:
-        yield log
+        yield running
     finally:
         running.stop()
 
@@ -63,14 +63,14 @@ def _converted(pod: Json) -> Json:
     return record
 
 
-def test_the_certificate_is_the_webhooks_own_and_trusted(bed: SimCluster, webhook: Path) -> None:
+def test_the_certificate_is_the_webhooks_own_and_trusted(bed: SimCluster, webhook: RunningWebhook) -> None:
     secret = k8s.CoreV1Api(bed.api).read_namespaced_secret(f"{CONFIG}-tls", WEBHOOK_NS)
     assert secret.data is not None
     assert base64.b64decode(ca_bundle(bed.api)).startswith(base64.b64decode(secret.data["ca.crt"]))
 
 
 def test_default_use_two_slices_on_distinct_gpus_with_their_limits(
-    bed: SimCluster, ns: str, webhook: Path
+    bed: SimCluster, ns: str, webhook: RunningWebhook
 ) -> None:
     apply(bed, ns, [example("hami-default-use.yaml")])
     pod = running(bed, ns, "gpu-pod")
@@ -84,7 +84,9 @@ def test_default_use_two_slices_on_distinct_gpus_with_their_limits(
     assert env[f"{HamiEnv.SM_LIMIT_PREFIX}0"] == "30"
 
 
-def test_memory_fraction_is_half_of_the_gpu_it_gets(bed: SimCluster, ns: str, webhook: Path) -> None:
+def test_memory_fraction_is_half_of_the_gpu_it_gets(
+    bed: SimCluster, ns: str, webhook: RunningWebhook
+) -> None:
     apply(bed, ns, [example("hami-memory-fraction.yaml")])
     pod = running(bed, ns, "gpu-pod-fraction")
     for r in results(bed, ns, pod, ENTRY):
@@ -96,7 +98,7 @@ def test_memory_fraction_is_half_of_the_gpu_it_gets(bed: SimCluster, ns: str, we
         )
 
 
-def test_card_type_lands_on_the_a100s(bed: SimCluster, ns: str, webhook: Path) -> None:
+def test_card_type_lands_on_the_a100s(bed: SimCluster, ns: str, webhook: RunningWebhook) -> None:
     apply(bed, ns, [example("hami-card-type.yaml")])
     pod = running(bed, ns, "gpu-pod-type")
     assert pod["spec"]["nodeName"] == MIXED
@@ -104,7 +106,7 @@ def test_card_type_lands_on_the_a100s(bed: SimCluster, ns: str, webhook: Path) -
     assert products == {"NVIDIA A100-SXM4-40GB"}
 
 
-def test_uuid_exclusion_and_exclusive_cards(bed: SimCluster, ns: str, webhook: Path) -> None:
+def test_uuid_exclusion_and_exclusive_cards(bed: SimCluster, ns: str, webhook: RunningWebhook) -> None:
     apply(bed, ns, [example("hami-uuid-exclusion.yaml"), example("hami-exclusive-card.yaml")])
     pod = running(bed, ns, "gpu-pod-nouuid")
     assert all(attribute(bed, pod["spec"]["nodeName"], r["device"], Attr.UUID) != "GPU-123456"
@@ -115,7 +117,9 @@ def test_uuid_exclusion_and_exclusive_cards(bed: SimCluster, ns: str, webhook: P
     assert len(set(devices)) == 2 and all(attribute(bed, node, d, Attr.TYPE) == "gpu" for d in devices)
 
 
-def test_dynamic_mig_gets_the_smallest_profile_that_holds_it(bed: SimCluster, ns: str, webhook: Path) -> None:
+def test_dynamic_mig_gets_the_smallest_profile_that_holds_it(
+    bed: SimCluster, ns: str, webhook: RunningWebhook
+) -> None:
     apply(bed, ns, [example("hami-dynamic-mig.yaml")])
     pod = running(bed, ns, "gpu-pod-mig", timeout_s=90)
     found = results(bed, ns, pod, ENTRY)
@@ -124,7 +128,7 @@ def test_dynamic_mig_gets_the_smallest_profile_that_holds_it(bed: SimCluster, ns
     assert len({attribute(bed, H100, r["device"], Attr.PARENT_UUID) for r in found}) == 2
 
 
-def test_a_deployments_pods_and_volcanos_example(bed: SimCluster, ns: str, webhook: Path) -> None:
+def test_a_deployments_pods_and_volcanos_example(bed: SimCluster, ns: str, webhook: RunningWebhook) -> None:
     # This control plane runs no deployment controller: the Pod is made from the template as the ReplicaSet
     # controller would make it (generateName, no name), through the same admission.
     template = copy.deepcopy(example("hami-deployment.yaml")["spec"]["template"])
@@ -173,7 +177,12 @@ def test_a_deployments_pods_and_volcanos_example(bed: SimCluster, ns: str, webho
     ids=["too-much-memory", "cores-over-100", "memory-twice", "mig-with-cores", "zero"],
 )
 def test_invalid_requests_are_refused_naming_the_field(
-    bed: SimCluster, ns: str, webhook: Path, limits: dict[str, Any], annotations: dict[str, str], message: str
+    bed: SimCluster,
+    ns: str,
+    webhook: RunningWebhook,
+    limits: dict[str, Any],
+    annotations: dict[str, str],
+    message: str,
 ) -> None:
     pod = example("hami-default-use.yaml")
     pod["metadata"]["annotations"] = annotations
@@ -182,3 +191,16 @@ def test_invalid_requests_are_refused_naming_the_field(
         apply(bed, ns, [pod])
     text = str(refused.value)
     assert "denied the request" in text and "spec.containers[0].resources" in text and message in text
+
+
+def test_an_outage_refuses_gpu_pods_only(bed: SimCluster, ns: str, webhook: RunningWebhook) -> None:
+    """failurePolicy Fail with matchConditions: no replica answering refuses a GPU Pod (its controller would
+    retry) and lets every other Pod through. Runs last: it stops the module's webhook."""
+    webhook.process.kill()
+    webhook.process.wait(timeout=15)
+    plain = example("hami-default-use.yaml")
+    plain["metadata"]["name"] = "no-gpu"
+    plain["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "100m"}}
+    apply(bed, ns, [plain])
+    with pytest.raises(StandInError, match="failed calling webhook"):
+        apply(bed, ns, [example("hami-default-use.yaml")])
