@@ -106,8 +106,8 @@ def direct(port: int, ca_pem: bytes, rate: float, count: int, namespace: str) ->
         answer = json.loads(conn.getresponse().read())
         assert answer["response"]["allowed"], answer
 
-    paced(rate, 20, call)  # warm-up: connections, templates made once
-    return paced(rate, count, call)
+    paced(rate, 20, call, workers=2)  # warm-up: connections, templates made once
+    return paced(rate, count, call, workers=2)  # two kept-alive connections
 
 
 def through_api(api: k8s.ApiClient, namespace: str, rate: float, count: int, gpu: bool) -> list[float]:
