@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from dra_driver.core.foreign_plugins import SPLIT_FLAG
 from dra_driver.system.logs import configure
 from dra_driver.values.errors import ConfigError, TesseraError
 from kubelet_plugin import hosts
@@ -107,6 +108,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-publish", dest="publish", action="store_false", help="do not publish ResourceSlices"
     )
+    parser.add_argument(
+        SPLIT_FLAG,
+        action="store_true",
+        default=os.environ.get("TESSERA_GPUS_SPLIT_WITH_DEVICE_PLUGIN", "").lower() in ("1", "true", "yes"),
+        help="publish even where the Node advertises nvidia.com/gpu (another device plugin): its GPUs and "
+        "Tessera's are split by configuration (default: publish nothing there; or set "
+        "$TESSERA_GPUS_SPLIT_WITH_DEVICE_PLUGIN=true)",
+    )
     parser.add_argument("--log-format", choices=("json", "console"), default=LOG_FORMAT)
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=LOG_LEVEL)
 
@@ -143,6 +152,7 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         metrics_address=args.metrics_address,
         usage_status_interval=args.usage_status_interval,
         publish=args.publish,
+        gpus_split_with_device_plugin=args.gpus_split_with_device_plugin,
         log_format=args.log_format,
         log_level=args.log_level,
     )

@@ -44,6 +44,8 @@ class DaemonOptions:
     metrics_address: str = ""  # HOST:PORT of /metrics and /healthz; empty: no endpoint
     usage_status_interval: float = USAGE_STATUS_INTERVAL_S  # 0: no usage in claim status
     publish: bool = True
+    # another GPU device plugin's resources on the Node do not stop publishing: the GPUs are split
+    gpus_split_with_device_plugin: bool = False
     log_format: str = LOG_FORMAT
     log_level: str = LOG_LEVEL
 

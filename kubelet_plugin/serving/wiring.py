@@ -57,6 +57,7 @@ from kubelet_plugin.node.file_modes import (
     REGISTRY_DIR_MODE,
     make_dir,
 )
+from kubelet_plugin.node.foreign_plugin import ForeignPluginGuard
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.observability.metrics_server import MetricsServer
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
@@ -386,8 +387,19 @@ class Node:
         from kubelet_plugin.publish.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
 
         settings = self._enforceable(api, settings, events)
+        # another GPU device plugin on this node: publish nothing (checked before the first publish)
+        guard = ForeignPluginGuard(
+            core_api=k8s.CoreV1Api(api),
+            node_name=self.options.node_name,
+            split=self.options.gpus_split_with_device_plugin,
+            events=events,
+            on_change=lambda: publisher.request_resync("other-device-plugin"),
+        )
+        guard.check()
 
         def desired(degraded: bool) -> Sequence[dict[str, object]]:
+            if guard.blocked:
+                return ()
             conditions = self.poller.conditions if self.poller is not None else {}
             return build_slices(
                 state.backend.inventory(),
@@ -408,6 +420,9 @@ class Node:
             daemon=True,
         )
         self._publisher_thread.start()
+        threading.Thread(
+            target=guard.run, args=(self.stop_event,), name="other-device-plugin", daemon=True
+        ).start()
 
     @staticmethod
     def _enforceable(api: Any, settings: NodeSettings, events: NodeEvents | None) -> NodeSettings:

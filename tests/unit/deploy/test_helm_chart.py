@@ -186,6 +186,7 @@ def test_rbac_is_least_privilege() -> None:
         (("resource.k8s.io",), ("resourceclaims",)): ({"get"}, None),
         (("resource.k8s.io",), ("resourceclaims/status",)): ({"patch"}, None),
         (("resource.k8s.io",), ("resourceclaims/driver",)): ({"associated-node:patch"}, ["gpu.tessera.dev"]),
+        (("",), ("nodes",)): ({"get"}, None),
         (("",), ("events",)): ({"create"}, None),
     }
 
