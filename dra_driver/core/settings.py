@@ -9,6 +9,7 @@ A settings file is versioned like every Tessera file:
     vgpuShares: 10                                  # optional, 1..128
     migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]        # optional, default every profile the GPU has
     deviceOrder: fragmentation-aware                # optional; or by-gpu (the order before issue #12)
+    numaNodeForm: scalar                            # optional; or list (needs DRAListTypeAttributes)
     nodeName: node-a                                # optional; usually from the NODE_NAME env
 
 `migProfiles` only thins what is published (fewer devices per node, see docs/performance.md): a profile a
@@ -25,12 +26,13 @@ from dataclasses import dataclass, field
 from dra_driver.core import families as registry
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families.mig import profile_size
+from dra_driver.core.families.published import NumaForm
 from dra_driver.values.errors import ConfigError, InvalidNameError
 from dra_driver.values.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
 DEFAULT_VGPU_SHARES = 10  # HAMi's default split count
 MAX_VGPU_SHARES = 128
-_FIELDS = ("families", "vgpuShares", "migProfiles", "deviceOrder", "nodeName")
+_FIELDS = ("families", "vgpuShares", "migProfiles", "deviceOrder", "numaNodeForm", "nodeName")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -50,6 +52,7 @@ class NodeSettings:
     vgpu_shares: int = DEFAULT_VGPU_SHARES
     mig_profiles: frozenset[str] | None = None  # None: every profile
     device_order: DeviceOrder = DeviceOrder.FRAGMENTATION_AWARE
+    numa_node_form: NumaForm = NumaForm.SCALAR
 
     def __post_init__(self) -> None:
         check_node_name(self.node_name)
@@ -62,6 +65,8 @@ class NodeSettings:
             raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(registry.names())}")
         if not isinstance(self.device_order, DeviceOrder):
             raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_orders()}")
+        if not isinstance(self.numa_node_form, NumaForm):
+            raise ConfigError(f"numaNodeForm: {self.numa_node_form!r} is not one of {_numa_forms()}")
         if self.mig_profiles is not None:
             _check_profiles(sorted(self.mig_profiles, key=str))
 
@@ -108,6 +113,7 @@ class NodeSettings:
             vgpu_shares=shares,
             mig_profiles=_decode_profiles(data.get("migProfiles")),
             device_order=_decode_order(data.get("deviceOrder", DeviceOrder.FRAGMENTATION_AWARE.value)),
+            numa_node_form=_decode_numa_form(data.get("numaNodeForm", NumaForm.SCALAR.value)),
         )
 
 
@@ -120,6 +126,17 @@ def _decode_order(raw: object) -> DeviceOrder:
         return DeviceOrder(str(raw))
     except ValueError as e:
         raise ConfigError(f"deviceOrder: {raw!r} is not one of {_orders()}") from e
+
+
+def _numa_forms() -> str:
+    return ", ".join(f.value for f in NumaForm)
+
+
+def _decode_numa_form(raw: object) -> NumaForm:
+    try:
+        return NumaForm(str(raw))
+    except ValueError as e:
+        raise ConfigError(f"numaNodeForm: {raw!r} is not one of {_numa_forms()}") from e
 
 
 def _check_profiles(profiles: list[object]) -> None:
