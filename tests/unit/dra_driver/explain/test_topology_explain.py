@@ -12,6 +12,7 @@ import yaml
 
 from dra_driver.explain.cli import main
 from dra_driver.explain.command import EXIT_DOES_NOT_FIT, EXIT_FITS
+from dra_driver.values.names import NUMA_NODE_ATTRIBUTE
 from e2e.nic_driver import Nic, aligned_claim, nic_class, nic_slice
 
 REPO = Path(__file__).resolve().parents[4]
@@ -77,3 +78,28 @@ def test_three_nics_under_one_root_exist_nowhere(tmp_path: Path, capsys: pytest.
     code, verdict = explain(tmp_path, capsys, nics=3)
     assert code == EXIT_DOES_NOT_FIT
     assert verdict["satisfiable"] is False
+
+
+def test_list_valued_numa_nodes_match_where_they_intersect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """numaNode's list form (DRAListTypeAttributes): a NIC listing both nodes matches a GPU on either."""
+    nics = nic_slice(NODE, (Nic("nic-far", "pci0000:96", 1), Nic("nic-near", "pci0000:97", 1)))
+    nics["spec"]["devices"][0]["attributes"][NUMA_NODE_ATTRIBUTE] = {"ints": [1]}
+    nics["spec"]["devices"][1]["attributes"][NUMA_NODE_ATTRIBUTE] = {"ints": [1, 0]}
+    claim = aligned_claim("numa", "default", gpus=1, nics=1, attribute=NUMA_NODE_ATTRIBUTE)
+    (tmp_path / "nics.yaml").write_text(yaml.safe_dump(nics))
+    (tmp_path / "claim.yaml").write_text(yaml.safe_dump(claim))
+    (tmp_path / "nic-class.yaml").write_text(yaml.safe_dump(nic_class()))
+    args = ["explain", str(tmp_path / "claim.yaml"), "--simulate", str(H100X8)]
+    args += ["--simulate", str(tmp_path / "nics.yaml"), "--output", "json"]
+    classes = tmp_path / "classes"
+    classes.mkdir()
+    for f in [*(REPO / "deviceclasses").glob("*.yaml"), tmp_path / "nic-class.yaml"]:
+        (classes / f.name).write_text(f.read_text())
+    assert main([*args, "--classes", str(classes)]) == EXIT_FITS
+    gpus, nics_request = json.loads(capsys.readouterr().out)["requests"]
+    assert gpus["allocated"] == [f"{NODE}/gpu-3"]  # NUMA node 0 (the topology-aware order)
+    assert nics_request["allocated"] == [f"{NODE}/nic-near"]
+    why = {d["device"]: d["message"] for d in nics_request["devices"] if d.get("reason") == "constraint"}
+    assert why == {f"{NODE}/nic-far": f"matchAttribute {NUMA_NODE_ATTRIBUTE}: [1] differs from 0 of gpu-3"}
