@@ -15,7 +15,7 @@ LEGACY_KV = $$(K8S_VERSION=$(KV) $(BIN)/python -W ignore::RuntimeWarning -m e2e.
 GATES ?= sharing
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade proto interceptor cluster realnode helm \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade bench-webhook proto interceptor cluster realnode helm \
         manifests clean image test-k8s
 
 dev: $(STAMP) proto interceptor
@@ -38,7 +38,7 @@ interceptor:
 lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy dra_driver kubelet_plugin cdi e2e tests interceptor/fake/gen_products.py
+	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests interceptor/fake/gen_products.py
 	$(BIN)/lint-imports
 
 test-unit: dev helm
@@ -118,6 +118,11 @@ bench-interceptor: interceptor
 # 4 nodes, 200 vGPU pods at once: the upstream client QPS/burst defaults next to production values
 bench-e2e: dev cluster
 	$(BIN)/python -m e2e.bench
+
+# the admission webhook at 50 pods/s: AdmissionReview latency p50/p99 (client and in-webhook), pod creates
+# through the API server with and without a HAMi GPU request, and the webhook's memory
+bench-webhook: dev cluster helm
+	$(BIN)/python -m e2e.bench_webhook
 
 # make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md)
 NODES ?= 10,50,100

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from cdi.spec import ContainerEdits, Device, Mount, Spec, SpecError
 from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan
-from dra_driver.core.families import mps
-from dra_driver.core.families.base import PlannedDevice, device_node
+from dra_driver.core.families.base import AnyPlanned, device_node
+from dra_driver.core.families.protocol import NamedVisible
 from dra_driver.values.errors import ConfigError, MigError
 from dra_driver.values.model import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
 from dra_driver.values.names import (
@@ -52,29 +52,29 @@ class HostLayout:
     driver_files: DriverFiles = NO_DRIVER_FILES  # below the driver root (dra_driver.system.driver_root)
 
 
-def device_cdi_name(plan: ClaimPlan, device: PlannedDevice) -> str:
+def device_cdi_name(plan: ClaimPlan, device: AnyPlanned) -> str:
     return cdi_device_name(plan.uid, device.device, device.share_id)
 
 
-def cdi_ids(plan: ClaimPlan, device: PlannedDevice) -> tuple[str, ...]:
+def cdi_ids(plan: ClaimPlan, device: AnyPlanned) -> tuple[str, ...]:
     return (cdi_qualified_name(device_cdi_name(plan, device)),)
 
 
 def library_ordinals(plan: ClaimPlan) -> dict[DeviceName, int]:
     """HAMi keys limits by device index within the container; the claim's library devices by GPU minor."""
-    using = [d for d in plan.devices if families.family(d.family).library(d) is not None]
+    using = [d for d in plan.devices if families.library_limits(d) is not None]
     return {d.device: i for i, d in enumerate(sorted(using, key=lambda d: d.gpu_index))}
 
 
 def _device_edits(
-    plan: ClaimPlan, d: PlannedDevice, inventory: Inventory, made: Mapping[DeviceName, object]
+    plan: ClaimPlan, d: AnyPlanned, inventory: Inventory, made: Mapping[DeviceName, object]
 ) -> ContainerEdits:
     gpu = inventory.gpu_by_index(d.gpu_index)
     if gpu is None:
         raise MigError(f"device {d.device}: GPU {d.gpu_index} vanished from the inventory")
     family = families.family(d.family)
     edits = family.device_edits(d, gpu, made.get(d.device))
-    limits = family.library(d)
+    limits = families.library_limits(d)
     if limits is None:
         return edits
     i = library_ordinals(plan)[d.device]
@@ -124,18 +124,23 @@ def _library_edits(plan: ClaimPlan, host: HostLayout) -> ContainerEdits:
 def _visible_devices(plan: ClaimPlan, made: Mapping[DeviceName, object]) -> tuple[str, ...]:
     """CUDA enumerates MIG instances only when named: when a device needs naming, list every device of the
     claim so none is hidden."""
-    ids = [families.family(d.family).visible_id(d, made.get(d.device)) for d in plan.devices]
+    ids = [_visible_id(d, made) for d in plan.devices]
     if all(i is None for i in ids):
         return ()
     listed = [i if i is not None else str(d.gpu_uuid) for i, d in zip(ids, plan.devices, strict=True)]
     return (f"{CUDA_VISIBLE_DEVICES_ENV}={','.join(dict.fromkeys(listed))}",)
 
 
+def _visible_id(d: AnyPlanned, made: Mapping[DeviceName, object]) -> str | None:
+    f = families.family(d.family)
+    return f.visible_id(d, made.get(d.device)) if isinstance(f, NamedVisible) else None
+
+
 def _driver_mounts(plan: ClaimPlan, host: HostLayout) -> list[Mount]:
     """The driver's libraries and tools (the MPS ones for MPS claims), and any extra directories in place."""
     files: list[DriverMount] = list(host.driver_files.common)
-    if mps.NAME in plan.families():
-        files += host.driver_files.mps
+    for family in plan.families():
+        files += host.driver_files.of(family)
     mounts = [Mount(host_path=d, container_path=d, options=RO_BIND) for d in host.driver_library_dirs]
     mounts += [Mount(host_path=f.host_path, container_path=f.container_path, options=RO_BIND) for f in files]
     return mounts
@@ -151,7 +156,7 @@ def _claim_edits(
     nodes = [device_node(n) for n in inventory.control_nodes]
     for part in (
         _library_edits(plan, host),
-        *(families.family(f).claim_edits(plan.of(f), made) for f in plan.families()),
+        *(f.claim_edits(plan.of(f.name), made) for f in families.claim_wide() if f.name in plan.families()),
     ):
         env.extend(part.env)
         mounts.extend(part.mounts)

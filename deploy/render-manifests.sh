@@ -19,6 +19,10 @@ for name in $(generate list); do
 done
 generate chart > "${here}/helm/tessera/files/families.yaml.tmp"
 mv -f "${here}/helm/tessera/files/families.yaml.tmp" "${here}/helm/tessera/files/families.yaml"
+# nodeGroups[]' family settings in the values schema, as the families declare them
+schema="${here}/helm/tessera/values.schema.json"
+generate schema < "${schema}" > "${schema}.tmp"
+mv -f "${schema}.tmp" "${schema}"
 helm="$("${here}/helm/build-helm.sh" | tail -n1)"
 out="${here}/manifests/tessera.yaml"
 {

@@ -132,8 +132,16 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, *, extra: Sequence[AddCommand] = ()) -> int:
-    args = build_parser(extra).parse_args(argv)
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    extra: Sequence[AddCommand] = (),
+    defaults: dict[str, object] | None = None,
+) -> int:
+    """`defaults`: values the layers above hand every subcommand (`workload_claims` for `explain`)."""
+    parser = build_parser(extra)
+    parser.set_defaults(**(defaults or {}))
+    args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:
         return handler(args)

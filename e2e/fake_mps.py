@@ -9,6 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from dra_driver.core.families import mps
 from e2e.fake_nvml import FAKE_LIBRARY_DIR
 from kubelet_plugin.hosts.mps.control import LONGEST_SOCKET, SOCKET_PATH_MAX, MpsControl
 from kubelet_plugin.node.paths import PluginPaths
@@ -33,7 +34,7 @@ def mps_dir_for(root: Path) -> Path:
     """A node root's MPS directory: its own `var/lib/tessera/mps` when a control socket below it fits a unix
     socket path, else a short directory in /tmp named after the root (a demo cloned deep in a home
     directory), so the same root always gets the same one."""
-    own = PluginPaths.under(root).mps_dir
+    own = PluginPaths.under(root).family_dir(mps.NAME)
     if len(os.fsencode(own)) + 1 + _UUID_LENGTH + len(f"/pipe/{LONGEST_SOCKET}") <= SOCKET_PATH_MAX:
         return own
     digest = hashlib.sha256(os.fsencode(root.resolve())).hexdigest()[:10]

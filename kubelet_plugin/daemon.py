@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from dra_driver.core.foreign_plugins import SPLIT_FLAG
 from dra_driver.system.logs import configure
 from dra_driver.values.errors import ConfigError, TesseraError
-from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
+from kubelet_plugin import hosts
 from kubelet_plugin.node.file_modes import UMASK, set_umask
 from kubelet_plugin.observability.metrics_server import parse_address
 from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
@@ -55,26 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kubeconfig", type=Path, help="API server credentials (default: in-cluster)")
     parser.add_argument("--library-path", type=Path, help="host path of libtessera.so for vgpu containers")
-    parser.add_argument(
-        "--mps-dir",
-        type=Path,
-        metavar="DIR",
-        help="host directory of the MPS control daemons' pipes and logs, one per GPU (default: "
-        "/var/lib/tessera/mps, or below --root); its socket paths must stay under 108 bytes",
-    )
-    parser.add_argument(
-        "--mps-control",
-        default=None,
-        metavar="PATH",
-        help=f"the {MPS_CONTROL_TOOL} that runs a GPU's MPS control daemon (default: the driver root's, "
-        "else found on PATH)",
-    )
-    parser.add_argument(
-        "--mps-host-cgroup",
-        metavar="CGROUP",
-        help="start MPS control daemons in the host's mount namespace and this cgroup (e.g. /tessera-mps), "
-        "so they outlive the plugin's container; needs hostPID and a privileged container (the chart's)",
-    )
+    for flag in hosts.options():  # the host parts' own (--mps-dir, ...)
+        parser.add_argument(flag.flag, dest=flag.dest, metavar=flag.metavar, help=flag.help)
     parser.add_argument(
         "--driver-root",
         metavar="DIR|auto",
@@ -125,6 +108,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-publish", dest="publish", action="store_false", help="do not publish ResourceSlices"
     )
+    parser.add_argument(
+        SPLIT_FLAG,
+        action="store_true",
+        default=os.environ.get("TESSERA_GPUS_SPLIT_WITH_DEVICE_PLUGIN", "").lower() in ("1", "true", "yes"),
+        help="publish even where the Node advertises nvidia.com/gpu (another device plugin): its GPUs and "
+        "Tessera's are split by configuration (default: publish nothing there; or set "
+        "$TESSERA_GPUS_SPLIT_WITH_DEVICE_PLUGIN=true)",
+    )
     parser.add_argument("--log-format", choices=("json", "console"), default=LOG_FORMAT)
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default=LOG_LEVEL)
 
@@ -149,18 +140,19 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         sim_state=args.sim_state,
         kubeconfig=args.kubeconfig,
         library_path=args.library_path,
-        mps_dir=args.mps_dir,
-        mps_control=args.mps_control,
         driver_library_dirs=tuple(args.driver_library_dirs),
         driver_root=args.driver_root,
         driver_root_mount=args.driver_root_mount,
-        mps_host_cgroup=args.mps_host_cgroup,
+        host_options=tuple(
+            (f.dest, value) for f in hosts.options() if (value := getattr(args, f.dest, None)) is not None
+        ),
         settings=args.settings,
         health_interval=args.health_interval,
         recover_fatal_xids=args.recover_fatal_xids,
         metrics_address=args.metrics_address,
         usage_status_interval=args.usage_status_interval,
         publish=args.publish,
+        gpus_split_with_device_plugin=args.gpus_split_with_device_plugin,
         log_format=args.log_format,
         log_level=args.log_level,
     )

@@ -42,12 +42,15 @@ REPO = HERE.parents[1]
 FACTS = HERE / "image.json"
 CHART = REPO / "deploy" / "helm" / "tessera" / "Chart.yaml"
 LAUNCHER = HERE / "launcher.py"
-PRODUCT = ("dra_driver", "kubelet_plugin", "cdi")
+PRODUCT = ("dra_driver", "kubelet_plugin", "cdi", "admission")
 # What must work inside the image: the CLI, the daemon's command, the modules the daemon loads late.
 SMOKE = (
     ("tessera", "--help"),
     ("tessera", "plugin", "--help"),
     ("python3", "-c", "import kubelet_plugin.serving.wiring, dra_driver.backends.nvml"),
+    # the admission webhook runs from the same image (`tessera webhook`, chart admissionWebhook)
+    ("tessera", "webhook", "--help"),
+    ("python3", "-c", "import admission.main, cryptography.x509"),
 )
 MMDEBSTRAP_HOOKS = "/usr/share/mmdebstrap/hooks"
 _APP_VERSION = re.compile(r'^appVersion:\s*"?([^"\s]+)"?\s*$', re.MULTILINE)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from dra_driver.core import config as cfg
 from dra_driver.core import families
-from dra_driver.core.families.base import Allocated, Held, LibraryLimits, PlannedDevice
+from dra_driver.core.families.base import Allocated, AnyPlanned, Held, LibraryLimits
 from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
 from dra_driver.values.excerpt import excerpt
 from dra_driver.values.model import Inventory
@@ -105,10 +105,10 @@ class ClaimPlan:
     namespace: str
     name: str
     pool: str
-    devices: tuple[PlannedDevice, ...]
+    devices: tuple[AnyPlanned, ...]
     library: LibrarySettings | None = None  # None: no device of the claim uses the interception library
 
-    def of(self, family: Family) -> tuple[PlannedDevice, ...]:
+    def of(self, family: Family) -> tuple[AnyPlanned, ...]:
         return tuple(d for d in self.devices if d.family == family)
 
     def families(self) -> tuple[Family, ...]:
@@ -116,7 +116,7 @@ class ClaimPlan:
 
     def limits(self) -> tuple[LibraryLimits, ...]:
         """What the library enforces, one entry per device that uses it, in GPU order."""
-        out = [lim for d in self.devices if (lim := families.family(d.family).library(d)) is not None]
+        out = [lim for d in self.devices if (lim := families.library_limits(d)) is not None]
         return tuple(sorted(out, key=lambda lim: lim.gpu_index))
 
 
@@ -127,7 +127,7 @@ class NodeHolds:
     claim: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
     others: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
 
-    def of(self, family: Family) -> Held:
+    def of(self, family: Family) -> Held[Any]:
         return Held(claim=tuple(self.claim.get(family, ())), others=tuple(self.others.get(family, ())))
 
 
@@ -164,7 +164,7 @@ def _opaque_configs(devices: DeviceAllocationModel, *, driver: str) -> tuple[cfg
     return cfg.ordered(entries)
 
 
-def _agreed(used: Sequence[tuple[PlannedDevice, LibraryLimits]], name: str, attr: str) -> object | None:
+def _agreed(used: Sequence[tuple[AnyPlanned, LibraryLimits]], name: str, attr: str) -> object | None:
     """The one value the claim's library devices give a claim-wide setting (None: none has an opinion)."""
     first: tuple[object, str] | None = None
     for d, lim in used:
@@ -181,9 +181,9 @@ def _agreed(used: Sequence[tuple[PlannedDevice, LibraryLimits]], name: str, attr
     return first[0] if first is not None else None
 
 
-def _library_settings(devices: Sequence[PlannedDevice]) -> LibrarySettings | None:
+def _library_settings(devices: Sequence[AnyPlanned]) -> LibrarySettings | None:
     """The library's claim-wide settings, when any device of the claim uses it."""
-    used = [(d, lim) for d in devices if (lim := families.family(d.family).library(d)) is not None]
+    used = [(d, lim) for d in devices if (lim := families.library_limits(d)) is not None]
     if not used:
         return None
     policy, log_level = _agreed(used, "smLimitPolicy", "policy"), _agreed(used, "logLevel", "log_level")
@@ -195,7 +195,7 @@ def _library_settings(devices: Sequence[PlannedDevice]) -> LibrarySettings | Non
 
 def _allocated(
     r: ResultModel, inventory: Inventory, decoded: Sequence[tuple[cfg.OpaqueConfig, cfg.DecodedConfig]]
-) -> Allocated:
+) -> Allocated[Any, Any]:
     name, request = r.device or "", r.request or ""
     try:
         parsed = families.parse_device_name(name)
@@ -229,7 +229,7 @@ def plan_claim(
         raise ClaimError("claim has no metadata.uid/name")
     ours, devices = _our_results(claim, driver=driver, pool=pool)
     decoded = cfg.decode_all(_opaque_configs(devices, driver=driver))
-    planned: list[PlannedDevice] = []
+    planned: list[AnyPlanned] = []
     for r in ours:
         d = _allocated(r, inventory, decoded)
         f = families.parse_device_name(d.device).family

@@ -10,12 +10,14 @@ so adding a family is adding its module and running the script. docs/architectur
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dra_driver.core import families
-from dra_driver.core.families.base import DeviceFamily
+from dra_driver.core.families.protocol import AnyFamily
 from dra_driver.values.names import (
     ATTRIBUTE_DOMAIN,
     DRIVER_NAME,
@@ -55,14 +57,14 @@ def _class(name: str, labels: Sequence[str], selects: Sequence[str], resource: s
     )
 
 
-def _selects(family: DeviceFamily) -> list[str]:
+def _selects(family: AnyFamily) -> list[str]:
     return [
         f'device.driver == "{DRIVER_NAME}"',
         f'device.attributes["{ATTRIBUTE_DOMAIN}"].{Attr.TYPE} == "{family.name}"',
     ]
 
 
-def family_class(family: DeviceFamily) -> str:
+def family_class(family: AnyFamily) -> str:
     """deviceclasses/<family>.yaml."""
     return (
         GENERATED
@@ -75,7 +77,7 @@ def family_class(family: DeviceFamily) -> str:
     )
 
 
-def profile_classes(family: DeviceFamily) -> str:
+def profile_classes(family: AnyFamily) -> str:
     """deviceclasses/<family>-profiles.yaml: a class per profile, selecting the family's devices of it."""
     example = class_label(family.class_profiles()[0])
     docs = [
@@ -99,7 +101,7 @@ def profile_classes(family: DeviceFamily) -> str:
     return "---\n".join(docs)
 
 
-def manifests(registry: Sequence[DeviceFamily] | None = None) -> dict[str, str]:
+def manifests(registry: Sequence[AnyFamily] | None = None) -> dict[str, str]:
     """deviceclasses/' files of DeviceClasses, by name."""
     out: dict[str, str] = {}
     for f in registry if registry is not None else families.FAMILIES:
@@ -109,20 +111,39 @@ def manifests(registry: Sequence[DeviceFamily] | None = None) -> dict[str, str]:
     return out
 
 
-def chart_families(registry: Sequence[DeviceFamily] | None = None) -> str:
+def chart_families(registry: Sequence[AnyFamily] | None = None) -> str:
     """The chart's files/families.yaml: what its templates make DeviceClasses of and check node groups by."""
     lines = [
         GENERATED.rstrip("\n"),
         "# templates/deviceclasses.yaml makes each family's DeviceClass, and with `profiles` one per profile",
         "# listed under that key of deviceClasses in values.yaml; templates/daemonset.yaml checks",
-        "# nodeGroups[].families against the names.",
+        "# nodeGroups[].families against the names, and copies a group's `settings` keys (the family's node",
+        "# settings) into its NodeSettings.",
         "families:",
     ]
     for f in registry if registry is not None else families.FAMILIES:
         lines.append(f"- name: {f.name}")
         if f.class_profiles():
             lines.append(f"  profiles: {f.name}Profiles")
+        if f.settings:
+            lines.append(f"  settings: [{', '.join(s.key for s in f.settings)}]")
     return "\n".join(lines) + "\n"
+
+
+def chart_schema(schema: Mapping[str, Any], registry: Sequence[AnyFamily] | None = None) -> dict[str, Any]:
+    """The chart's values.schema.json with nodeGroups[]'s family settings as the families declare them
+    (the rest of the file is kept as it is)."""
+    out: dict[str, Any] = json.loads(json.dumps(schema))
+    group = out["properties"]["nodeGroups"]["items"]["properties"]
+    chosen = registry if registry is not None else families.FAMILIES
+    declared = {s.key: s for f in chosen for s in f.settings}
+    generated = set(out.get("x-tessera-family-settings", []))
+    for key in generated - set(declared):
+        group.pop(key, None)
+    for key, setting in declared.items():
+        group[key] = {"description": setting.meaning, **setting.schema}
+    out["x-tessera-family-settings"] = sorted(declared)
+    return out
 
 
 def main(argv: Sequence[str]) -> int:
@@ -130,12 +151,17 @@ def main(argv: Sequence[str]) -> int:
     files = manifests()
     if what == "chart" and not rest:
         sys.stdout.write(chart_families())
+    elif what == "schema" and not rest:
+        sys.stdout.write(json.dumps(chart_schema(json.load(sys.stdin)), indent=2) + "\n")
     elif what == "list" and not rest:
         sys.stdout.write("".join(f"{name}\n" for name in files))
     elif what == "manifest" and len(rest) == 1 and rest[0] in files:
         sys.stdout.write(files[rest[0]])
     else:
-        sys.stderr.write("usage: python -m dra_driver.core.device_classes chart | list | manifest <file>\n")
+        sys.stderr.write(
+            "usage: python -m dra_driver.core.device_classes chart | schema < values.schema.json | list | "
+            "manifest <file>\n"
+        )
         return 2
     return 0
 

@@ -17,8 +17,8 @@ claim gets. Pure: it reads only the published attributes (`type`, `index`, `prof
   down, where the sharing families already are, before any other domain: the small requests fill one NUMA
   node (PCIe switch) before they open the next, and the untouched domains stay whole for claims that ask
   for 4 GPUs of one NUMA node or NVLink domain (docs/topology.md). Without topology it is the order above.
-Each family says where its devices go (`DeviceFamily.order_group`, `order_key`); this module applies it,
-handing each family the GPU's rank in that walk as its index.
+Each family says where its devices go (`DeviceFamily.order_group`, the `Ordered` capability); this module
+applies it, handing each family the GPU's rank in that walk as its index.
 `by-gpu` is the order before it: GPU by GPU, each GPU's whole device, vgpu and placements in ascending slot
 order.
 docs/performance.md has the measurements behind the choice.
@@ -32,6 +32,7 @@ from enum import StrEnum
 from dra_driver.core import families
 from dra_driver.core.families.base import Json
 from dra_driver.core.families.gpu import NAME as WHOLE_GPU
+from dra_driver.core.families.protocol import Ordered
 from dra_driver.core.families.published import attribute
 from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr
 
@@ -91,7 +92,9 @@ def fragmentation_key(device: Json, ranks: tuple[dict[int, int], dict[int, int]]
     gpu = index if isinstance(index, int) else 0
     if ranks is not None:
         gpu = (ranks[1] if family.name == WHOLE_GPU else ranks[0]).get(gpu, gpu)
-    return (family.order_group, family.order_key(device, gpu))
+    # a family without its own order is a sharing one: packed from the first GPU upwards
+    key = family.order_key(device, gpu) if isinstance(family, Ordered) else (0, 0, False, gpu, 0)
+    return (family.order_group, key)
 
 
 def order_devices(devices: Sequence[Json], order: DeviceOrder) -> list[Json]:

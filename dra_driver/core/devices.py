@@ -57,8 +57,7 @@ def gpu_devices(
     offer = GpuOffer(
         gpu=gpu,
         inventory=inventory,
-        shares=settings.vgpu_shares,
-        mig_profiles=settings.mig_profiles,
+        settings=settings.family,
         admin=admin,
         counters=totals,
     )

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from dra_driver.core import families
-from dra_driver.core.families.base import Footprint, PlannedDevice
+from dra_driver.core.families.base import AnyPlanned, Footprint
 from dra_driver.values.errors import ExclusivityError, InvalidNameError
 from dra_driver.values.model import Inventory
 
@@ -50,7 +50,7 @@ def _taken(holding: Holding, inventory: Inventory, *, own: bool = False) -> _Tak
 
 
 def check_exclusive(
-    devices: Sequence[PlannedDevice], *, claim: str, held: Iterable[Holding], inventory: Inventory
+    devices: Sequence[AnyPlanned], *, claim: str, held: Iterable[Holding], inventory: Inventory
 ) -> None:
     """Raise ExclusivityError when one of the claim's devices overlaps a held device or another of its own."""
     taken = [t for h in held if (t := _taken(h, inventory)) is not None]
@@ -64,7 +64,7 @@ def check_exclusive(
         taken.append(mine)
 
 
-def _message(d: PlannedDevice, mine: Footprint, other: _Taken) -> str:
+def _message(d: AnyPlanned, mine: Footprint, other: _Taken) -> str:
     where = f"device {d.device} (request {d.request}) is {mine.what} on GPU {d.gpu_index}"
     if other.own:
         return (

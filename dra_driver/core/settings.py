@@ -1,13 +1,13 @@
-"""Per-node settings: which families a node offers, how many claims may share one GPU, which MIG profiles
-are published and in which order the devices are published.
+"""Per-node settings: which families a node offers, in which order the devices are published, and the
+settings the families declare themselves (`DeviceFamily.settings`: vgpu's `vgpuShares`, MIG's `migProfiles`).
 
 A settings file is versioned like every Tessera file:
 
     apiVersion: resource.tessera.dev/v1
     kind: NodeSettings
     families: {gpu: true, vgpu: true, mig: false}   # each optional, default true
-    vgpuShares: 10                                  # optional, 1..128
-    migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]        # optional, default every profile the GPU has
+    vgpuShares: 10                                  # vgpu's; optional, 1..128
+    migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]        # MIG's; optional, default every profile the GPU has
     deviceOrder: fragmentation-aware                # optional; or by-gpu (the order before issue #12)
     numaNodeForm: scalar                            # optional; or list (needs DRAListTypeAttributes)
     nodeName: node-a                                # optional; usually from the NODE_NAME env
@@ -22,17 +22,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from dra_driver.core import families as registry
 from dra_driver.core.device_order import DeviceOrder
-from dra_driver.core.families.mig import profile_size
+from dra_driver.core.families.base import FamilySettings, NodeSetting, decoded_settings
 from dra_driver.core.families.published import NumaForm
-from dra_driver.values.errors import ConfigError, InvalidNameError
+from dra_driver.values.errors import ConfigError
 from dra_driver.values.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
-DEFAULT_VGPU_SHARES = 10  # HAMi's default split count
-MAX_VGPU_SHARES = 128
-_FIELDS = ("families", "vgpuShares", "migProfiles", "deviceOrder", "numaNodeForm", "nodeName")
+T = TypeVar("T")
+_OWN_FIELDS = ("families", "deviceOrder", "numaNodeForm", "nodeName")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -49,17 +49,13 @@ def check_node_name(name: str, where: str = "nodeName") -> str:
 class NodeSettings:
     node_name: str
     families: frozenset[Family] = field(default_factory=lambda: frozenset(registry.names()))
-    vgpu_shares: int = DEFAULT_VGPU_SHARES
-    mig_profiles: frozenset[str] | None = None  # None: every profile
     device_order: DeviceOrder = DeviceOrder.FRAGMENTATION_AWARE
     numa_node_form: NumaForm = NumaForm.SCALAR
+    # the families' own fields, decoded by the NodeSetting that declares each (`family_settings` builds it)
+    family: FamilySettings = field(default_factory=FamilySettings)
 
     def __post_init__(self) -> None:
         check_node_name(self.node_name)
-        if not isinstance(self.vgpu_shares, int) or isinstance(self.vgpu_shares, bool):
-            raise ConfigError(f"vgpuShares: expected an integer, got {self.vgpu_shares!r}")
-        if not 1 <= self.vgpu_shares <= MAX_VGPU_SHARES:
-            raise ConfigError(f"vgpuShares: {self.vgpu_shares} is out of range; use 1..{MAX_VGPU_SHARES}")
         bad = sorted(f for f in self.families if registry.find(f) is None)
         if bad:
             raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(registry.names())}")
@@ -67,21 +63,21 @@ class NodeSettings:
             raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_orders()}")
         if not isinstance(self.numa_node_form, NumaForm):
             raise ConfigError(f"numaNodeForm: {self.numa_node_form!r} is not one of {_numa_forms()}")
-        if self.mig_profiles is not None:
-            _check_profiles(sorted(self.mig_profiles, key=str))
 
     def offers(self, family: Family) -> bool:
         return family in self.families
 
-    def publishes_profile(self, profile: str) -> bool:
-        return self.mig_profiles is None or profile in self.mig_profiles
+    def setting(self, setting: NodeSetting[T]) -> T:
+        return self.family.get(setting)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object], *, node_name: str | None = None) -> NodeSettings:
         """Strictly decode a settings document; `node_name` (from the environment) wins over the file's."""
-        unknown = sorted(set(data) - {"apiVersion", "kind", *_FIELDS})
+        declared = registry.node_settings()
+        allowed = (*_OWN_FIELDS, *declared)
+        unknown = sorted(set(data) - {"apiVersion", "kind", *allowed})
         if unknown:
-            raise ConfigError(f"{unknown[0]}: unknown NodeSettings field (allowed: {', '.join(_FIELDS)})")
+            raise ConfigError(f"{unknown[0]}: unknown NodeSettings field (allowed: {', '.join(allowed)})")
         if data.get("apiVersion") != CONFIG_API_VERSION or data.get("kind") != NODE_SETTINGS_KIND:
             raise ConfigError(
                 f"apiVersion/kind: expected {CONFIG_API_VERSION}/{NODE_SETTINGS_KIND}, "
@@ -98,9 +94,6 @@ class NodeSettings:
                 raise ConfigError(f"families.{key}: expected true or false, got {enabled!r}")
             if not enabled:
                 families.discard(Family(key))
-        shares = data.get("vgpuShares", DEFAULT_VGPU_SHARES)
-        if not isinstance(shares, int) or isinstance(shares, bool):
-            raise ConfigError(f"vgpuShares: expected an integer, got {shares!r}")
         file_name = data.get("nodeName")
         if file_name is not None and not isinstance(file_name, str):
             raise ConfigError(f"nodeName: expected a string, got {file_name!r}")
@@ -110,10 +103,9 @@ class NodeSettings:
         return cls(
             node_name=name,
             families=frozenset(families),
-            vgpu_shares=shares,
-            mig_profiles=_decode_profiles(data.get("migProfiles")),
             device_order=_decode_order(data.get("deviceOrder", DeviceOrder.FRAGMENTATION_AWARE.value)),
             numa_node_form=_decode_numa_form(data.get("numaNodeForm", NumaForm.SCALAR.value)),
+            family=decoded_settings(declared, {k: v for k, v in data.items() if k in declared}),
         )
 
 
@@ -139,28 +131,6 @@ def _decode_numa_form(raw: object) -> NumaForm:
         raise ConfigError(f"numaNodeForm: {raw!r} is not one of {_numa_forms()}") from e
 
 
-def _check_profiles(profiles: list[object]) -> None:
-    if not profiles:
-        raise ConfigError("migProfiles: empty; to publish no MIG devices set families.mig: false instead")
-    for k, p in enumerate(profiles):
-        if not isinstance(p, str):
-            raise ConfigError(f"migProfiles[{k}]: expected a profile name like 1g.10gb, got {p!r}")
-        try:
-            profile_size(p)
-        except InvalidNameError as e:
-            raise ConfigError(f"migProfiles[{k}]: {e} (spelled as nvidia-smi mig -lgip does: 1g.10gb)") from e
-
-
-def _decode_profiles(raw: object) -> frozenset[str] | None:
-    """None (every profile) when absent; otherwise a list of distinct canonical profile names."""
-    if raw is None:
-        return None
-    if not isinstance(raw, list):
-        raise ConfigError(f"migProfiles: expected a list like [1g.10gb, 3g.40gb, 7g.80gb], got {raw!r}")
-    _check_profiles(raw)
-    seen: set[str] = set()
-    for k, p in enumerate(raw):
-        if p in seen:
-            raise ConfigError(f"migProfiles[{k}]: {p} is listed twice; list each profile once")
-        seen.add(p)
-    return frozenset(seen)
+def family_settings(**raw: object) -> FamilySettings:
+    """The families' settings from their file keys (`vgpuShares=4`), decoded strictly as the file is."""
+    return decoded_settings(registry.node_settings(), raw)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dra_driver.explain.catalog import allocations_of, build_catalog, claim_ref
 from dra_driver.explain.explain import explain_claim
@@ -16,6 +18,10 @@ from dra_driver.values.errors import TesseraError
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_USAGE = 0, 1, 2
 EXIT_CANNOT_DECIDE = 2  # shared with bad input: either way there is no yes/no answer; stderr says which
+# What the layer above (`tessera`, kubelet_plugin.command) may set as the `workload_claims` default: the
+# claim templates a file of Pods or workloads would get ((label, template) pairs; none: not such a file).
+# The admission webhook's conversion does it; this package never imports it.
+WorkloadClaims = Callable[[Path], Sequence[tuple[str, dict[str, Any]]]]
 
 
 def _node_of(inputs: Inputs) -> str:
@@ -29,11 +35,21 @@ def _node_of(inputs: Inputs) -> str:
     return nodes[0]
 
 
-def _verdict(args: argparse.Namespace) -> ClaimVerdict:
+def _targets(args: argparse.Namespace) -> Sequence[tuple[str, Mapping[str, Any] | None]]:
+    """The claims to explain: those a Pod or workload file would get, else the one the argument names."""
+    convert: WorkloadClaims | None = getattr(args, "workload_claims", None)
+    path = Path(args.claim)
+    found = convert(path) if convert is not None and path.is_file() else ()
+    return found or (("", None),)
+
+
+def _verdict(args: argparse.Namespace, claim: Mapping[str, Any] | None = None) -> ClaimVerdict:
     claim_path = Path(args.claim)
     from_file = claim_path.suffix in (".yaml", ".yml", ".json") or claim_path.exists()
     cluster = None if args.simulate else ClusterSource(kubeconfig=args.kubeconfig)
-    if from_file:
+    if claim is not None:
+        given, raw_claim = Inputs(), claim
+    elif from_file:
         given = load_files([claim_path])
         raw_claims = given.claims + given.templates
         if len(raw_claims) != 1:
@@ -70,10 +86,20 @@ def _verdict(args: argparse.Namespace) -> ClaimVerdict:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        verdict = _verdict(args)
+        verdicts = [(label, _verdict(args, claim)) for label, claim in _targets(args)]
     except TesseraError as e:
         sys.stderr.write(f"tessera explain: {e}\n")
         return EXIT_USAGE
+    if len(verdicts) == 1 and not verdicts[0][0]:
+        return _report(args, verdicts[0][1])
+    codes = []
+    for label, verdict in verdicts:
+        sys.stdout.write(f"== {label}\n")
+        codes.append(_report(args, verdict))
+    return max(codes)
+
+
+def _report(args: argparse.Namespace, verdict: ClaimVerdict) -> int:
     if args.output == "json":
         sys.stdout.write(json.dumps(verdict.to_dict(), indent=2) + "\n")
     else:

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from dra_driver.core import families
 from dra_driver.values.errors import ConfigError
 from dra_driver.values.model import DriverFiles, DriverMount
 
@@ -39,8 +40,6 @@ OPTIONAL_LIBRARIES = (
     "libcudadebugger.so.1",
 )
 TOOLS = ("nvidia-smi", "nvidia-debugdump")
-MPS_CONTROL = "nvidia-cuda-mps-control"
-MPS_TOOLS = (MPS_CONTROL, "nvidia-cuda-mps-server")
 _MAX_LINKS = 16
 
 
@@ -154,9 +153,14 @@ def driver_files(root: DriverRoot) -> DriverFiles:
         found = root.tool(tool)
         if found is not None:
             common += _mounts(root, found, alias=tool)
-    mps: list[DriverMount] = []
-    for tool in MPS_TOOLS:
-        found = root.tool(tool)
-        if found is not None:
-            mps += _mounts(root, found, alias=tool)
-    return DriverFiles(common=tuple(common), mps=tuple(mps))
+    tools: list[tuple[str, tuple[DriverMount, ...]]] = []
+    for f in families.FAMILIES:
+        mounts = [
+            m
+            for tool in f.driver_tools
+            if (found := root.tool(tool))
+            for m in _mounts(root, found, alias=tool)
+        ]
+        if mounts:
+            tools.append((f.name, tuple(mounts)))
+    return DriverFiles(common=tuple(common), tools=tuple(tools))

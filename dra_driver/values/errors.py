@@ -41,6 +41,11 @@ class ConfigError(TesseraError):
     reason = "invalid_request"  # for a claim: its opaque config
 
 
+class ConversionError(ConfigError):
+    """A pod's HAMi or Volcano GPU request cannot be turned into a claim (admission/convert); the message
+    names the field (`spec.containers[0].resources.limits[nvidia.com/gpucores]`) and the fix."""
+
+
 class InventoryError(TesseraError):
     """The GPU backend failed or reports something Tessera cannot use."""
 

@@ -195,10 +195,14 @@ class DriverMount:
 
 @dataclass(frozen=True, slots=True)
 class DriverFiles:
-    """The driver's files a claim's container receives: for every claim, and for MPS claims in addition."""
+    """The driver's files a claim's container receives: for every claim, and by family name, the tools a
+    family's claims get in addition (`DeviceFamily.driver_tools`: MPS's)."""
 
     common: tuple[DriverMount, ...] = ()
-    mps: tuple[DriverMount, ...] = ()
+    tools: tuple[tuple[str, tuple[DriverMount, ...]], ...] = ()
+
+    def of(self, family: str) -> tuple[DriverMount, ...]:
+        return next((m for f, m in self.tools if f == family), ())
 
 
 NO_DRIVER_FILES = DriverFiles()

@@ -24,6 +24,7 @@ import structlog
 import yaml
 from kubernetes import client as k8s
 
+from dra_driver.core.families import mps
 from e2e.controlplane.processes import is_alive
 from e2e.kube import Json, wait_for
 from e2e.node import REPO_ROOT, driver_slices, pool_complete
@@ -147,7 +148,7 @@ class ChartPlugin:
                 "library": str(paths.library_path.parent),
                 "claims": str(paths.claims_dir),
                 "gpus": str(paths.gpus_dir),
-                "mps": str(paths.mps_dir),
+                "mps": str(paths.family_dir(mps.NAME)),
             },
             "driverRoot": str(self.driver.root),
             "mps": {"control": "", "hostCgroup": f"/{self.cgroup_root}/tessera-mps"},

@@ -19,6 +19,7 @@ from cdi.writer import read_spec, remove_spec
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core import families
 from dra_driver.core.allocation import NodeHolds
+from dra_driver.system.driver_root import DriverRoot
 from dra_driver.system.safe_tree import is_plain_file
 from dra_driver.values.errors import StorageError
 from dra_driver.values.model import Inventory, Placement
@@ -26,7 +27,6 @@ from dra_driver.values.names import LIMITS_FILE_NAME, ClaimUID, Family
 from kubelet_plugin.claims.claimdir import ClaimDirs
 from kubelet_plugin.hosts import Hosts
 from kubelet_plugin.hosts.base import HostContext, Removed
-from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, OfferKey
 from kubelet_plugin.record.checkpoint_store import CheckpointStore, read_boot_id
@@ -50,8 +50,8 @@ class NodeState:
         backend: GpuBackend,
         paths: PluginPaths,
         steps: StepObserver = NO_OBSERVER,
-        tools: Mapping[str, str] | None = None,
-        launcher: HostLauncher | None = None,
+        host_options: Mapping[str, str] | None = None,
+        driver_root: DriverRoot | None = None,
         boot_id: str | None = None,
     ) -> None:
         self.backend = backend
@@ -60,7 +60,11 @@ class NodeState:
         self.boot_id = boot_id if boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
         context = HostContext(
-            backend=backend, paths=paths, steps=steps, tools=dict(tools or {}), launcher=launcher
+            backend=backend,
+            paths=paths,
+            steps=steps,
+            options=dict(host_options or {}),
+            driver_root=driver_root,
         )
         self.hosts = Hosts(context)
         self.lock = threading.RLock()

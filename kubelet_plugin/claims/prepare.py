@@ -141,7 +141,7 @@ class Preparer:
                 )
                 records = {
                     f.name: f.records(plan.of(f.name), holds.of(f.name))
-                    for f in families.FAMILIES
+                    for f in families.recording()
                     if plan.of(f.name)
                 }
                 for name, recs in records.items():
@@ -264,7 +264,12 @@ class Preparer:
             records[f] = created.records
             made.update(created.made)
         if plan.library is not None:
-            slots = {g: s for f in plan.families() for g, s in families.family(f).slots(records[f]).items()}
+            slots = {
+                g: s
+                for f in families.time_sliced()
+                if f.name in records
+                for g, s in f.slots(records[f.name]).items()
+            }
             text = render_limits(
                 limits_file(
                     policy=plan.library.policy,

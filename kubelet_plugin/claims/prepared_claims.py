@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.core.families import parse_device_name
+from dra_driver.core.families.protocol import Recording, whole_gpu
 from dra_driver.core.limits_file import parse_limits
 from dra_driver.system.files import read_bounded
 from dra_driver.values.errors import ConfigError, InvalidNameError, StorageError
@@ -71,7 +72,11 @@ def _limits(claim_dir: Path) -> dict[GpuUUID, tuple[int, int]]:
 def _device(entry: ClaimEntry, name: str, gpu: Gpu, limits: dict[GpuUUID, tuple[int, int]]) -> ClaimDevice:
     family = parse_device_name(name).family
     limited = limits.get(gpu.uuid)  # a line for the GPU: the library limits the device
-    a = family.allotment(DeviceName(name), gpu, entry.of(family.name), limited)
+    a = (
+        family.allotment(DeviceName(name), gpu, entry.family_records(family), limited)
+        if isinstance(family, Recording)
+        else whole_gpu(gpu)
+    )
     return ClaimDevice(
         name,
         family.name,

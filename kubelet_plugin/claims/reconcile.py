@@ -34,8 +34,9 @@ from dra_driver.values.names import ClaimUID
 from kubelet_plugin.claims.node_state import NodeState, merged
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.claims.recovery import Recovery, adopt_marked, rebuild
-from kubelet_plugin.hosts.base import Removed, Went
+from kubelet_plugin.hosts.base import Removed
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
+from kubelet_plugin.record.leftovers import Leftover
 from kubelet_plugin.record.results import ClaimRef
 
 log = structlog.get_logger(__name__)
@@ -52,7 +53,7 @@ class ReconcileReport:
     removed_cdi_files: tuple[str, ...]
     removed_claim_dirs: tuple[str, ...]
     # what the host parts took down, each in its own words (MIG instances and mode, MPS daemons, ...)
-    removed_on_host: tuple[Went, ...]
+    removed_on_host: tuple[Leftover, ...]
     problems: tuple[str, ...]  # what could not be settled now (left for the next start or call)
 
     @property

@@ -12,16 +12,33 @@ import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic
 
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core.allocation import ClaimPlan
-from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.base import MadeT, PlannedDevice, RecordT, SpecT
+from dra_driver.system.driver_root import DriverRoot
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import ClaimUID, DeviceName, Family, GpuUUID
-from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
+from kubelet_plugin.record.leftovers import Leftover
 from kubelet_plugin.record.steps import StepObserver
+
+
+@dataclass(frozen=True, slots=True)
+class HostOption:
+    """A command-line flag a host part owns (`--mps-dir`): the node daemon and `tessera cleanup` take it,
+    and the part reads the value given from `HostContext.options`, by `dest`."""
+
+    flag: str
+    metavar: str
+    help: str
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,26 +48,14 @@ class HostContext:
     backend: GpuBackend
     paths: PluginPaths
     steps: StepObserver
-    tools: Mapping[str, str] = field(default_factory=dict)  # host tools by name → the path to run them by
-    launcher: HostLauncher | None = None  # daemons that must outlive this container start on the host
+    options: Mapping[str, str] = field(default_factory=dict)  # the host parts' flags given, by `dest`
+    driver_root: DriverRoot | None = None  # the NVIDIA driver's files (--driver-root; None: none given)
 
 
 @dataclass(frozen=True, slots=True)
-class Created:
-    records: tuple[object, ...]  # the family's records for the claim once created (ids filled in)
-    made: Mapping[DeviceName, object] = field(default_factory=dict)  # per device, what its CDI edits need
-
-
-@dataclass(frozen=True, slots=True)
-class Went:
-    """One thing a host part took down, in its own words: `kind` what it was (`mig-instance`, `mig-mode`,
-    `mps-daemon`, ...), `target` which one (a UUID, a path); it reads `<kind> <target>`, as cleanup's do."""
-
-    kind: str
-    target: str
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.target}"
+class Created(Generic[RecordT, MadeT]):
+    records: tuple[RecordT, ...]  # the family's records for the claim once created (ids filled in)
+    made: Mapping[DeviceName, MadeT] = field(default_factory=dict)  # per device, what its CDI edits need
 
 
 @dataclass(slots=True)
@@ -59,7 +64,7 @@ class Removed:
 
     cdi_files: list[str] = field(default_factory=list)
     claim_dirs: list[str] = field(default_factory=list)
-    host: list[Went] = field(default_factory=list)  # what the host parts took down, whatever their family
+    host: list[Leftover] = field(default_factory=list)  # what the host parts took down, whatever their family
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +84,20 @@ class Loop:
     run: Callable[[threading.Event], None]
 
 
-class FamilyHost:
-    """The default host part: nothing on the host. Subclasses override what their family needs."""
+class FamilyHost(Generic[SpecT, RecordT, MadeT]):
+    """The default host part: nothing on the host. Subclasses override what their family needs, typed by
+    the family's plan, record and made types (dra_driver/core/families/base.py)."""
 
     family: Family
 
     def __init__(self, family: Family) -> None:
         self.family = family
 
-    def write_ahead(self, devices: Sequence[PlannedDevice]) -> bool:
+    def write_ahead(self, devices: Sequence[PlannedDevice[Any, SpecT]]) -> bool:
         """Whether the claim's records must be on disk before `create` runs (to tell ours from an admin's)."""
         return False
 
-    def will_own(self, devices: Sequence[PlannedDevice]) -> frozenset[GpuUUID]:
+    def will_own(self, devices: Sequence[PlannedDevice[Any, SpecT]]) -> frozenset[GpuUUID]:
         """GPUs whose node-wide state `create` is about to change (recorded ahead, restored by `settle`)."""
         return frozenset()
 
@@ -99,10 +105,10 @@ class FamilyHost:
         self,
         *,
         plan: ClaimPlan,
-        devices: Sequence[PlannedDevice],
-        records: tuple[object, ...],
+        devices: Sequence[PlannedDevice[Any, SpecT]],
+        records: tuple[RecordT, ...],
         snapshot: Inventory,
-    ) -> Created:
+    ) -> Created[RecordT, MadeT]:
         """Create (or, rolling forward, find again) what the claim's devices need. Idempotent."""
         return Created(records=records)
 
@@ -125,6 +131,18 @@ class FamilyHost:
         (callers report it as it is)."""
         return cp, Removed()
 
+    def state_dirs(self) -> tuple[Path, ...]:
+        """The host directories this part keeps (cleanup removes them once empty)."""
+        return ()
+
+    def on_host(self) -> tuple[Leftover, ...]:
+        """What this part has running on the node that cleanup takes down (the MPS control daemons)."""
+        return ()
+
+    def take_down(self, item: Leftover) -> bool | None:
+        """Take down an item of `on_host`: True if it went, False if it was gone; None: not this part's."""
+        return None
+
     def refresh(self, cp: Checkpoint) -> None:
         """After every change of the checkpoint: rewrite what is derived from it (views)."""
 
@@ -134,3 +152,6 @@ class FamilyHost:
 
     def close(self) -> None:
         """The daemon stops."""
+
+
+AnyHost = FamilyHost[Any, Any, Any]  # a host part of any family, as the daemon holds them

@@ -9,56 +9,61 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import replace
+from typing import Any
 
 import structlog
 
 from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import PlannedDevice
-from dra_driver.core.families.mig import NAME, MigAction, MigRecord, mig_mode_restore, mig_plan
+from dra_driver.core.families.mig import FAMILY, NAME, MigAction, MigPlan, MigRecord
+from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.errors import MigError, TesseraError
 from dra_driver.values.model import Inventory, MigInstance
 from dra_driver.values.names import ClaimUID, DeviceName, GpuUUID
-from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed, Went
+from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Removed
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 from kubelet_plugin.record.steps import Step
 
 log = structlog.get_logger(__name__)
 
 
 def _records(entry: ClaimEntry) -> tuple[MigRecord, ...]:
-    return tuple(r for r in entry.of(NAME) if isinstance(r, MigRecord))
+    return entry.family_records(FAMILY)
 
 
-class MigHost(FamilyHost):
+Planned = PlannedDevice[Any, MigPlan]
+
+
+class MigHost(FamilyHost[MigPlan, MigRecord, MigInstance]):
     def __init__(self, ctx: HostContext) -> None:
         super().__init__(NAME)
         self._ctx = ctx
 
-    def write_ahead(self, devices: Sequence[PlannedDevice]) -> bool:
+    def write_ahead(self, devices: Sequence[Planned]) -> bool:
         return bool(devices)  # the placements tell Tessera's instances from an administrator's after a crash
 
-    def will_own(self, devices: Sequence[PlannedDevice]) -> frozenset[GpuUUID]:
-        return frozenset(d.gpu_uuid for d in devices if mig_plan(d).enable_mig_mode)
+    def will_own(self, devices: Sequence[Planned]) -> frozenset[GpuUUID]:
+        return frozenset(d.gpu_uuid for d in devices if d.spec.enable_mig_mode)
 
     def create(
         self,
         *,
         plan: ClaimPlan,
-        devices: Sequence[PlannedDevice],
-        records: tuple[object, ...],
+        devices: Sequence[Planned],
+        records: tuple[MigRecord, ...],
         snapshot: Inventory,
-    ) -> Created:
+    ) -> Created[MigRecord, MigInstance]:
         """Switch MIG mode on where planned, then create (or, rolling forward, reuse) each Tessera
         instance."""
         backend, steps = self._ctx.backend, self._ctx.steps
-        for gpu in dict.fromkeys(d.gpu_uuid for d in devices if mig_plan(d).enable_mig_mode):
+        for gpu in dict.fromkeys(d.gpu_uuid for d in devices if d.spec.enable_mig_mode):
             backend.set_mig_mode(gpu=gpu, enabled=True)
             log.info("mig mode enabled", gpu=gpu, claim=plan.uid)
             steps.reached(Step.AFTER_MIG_MODE, plan.uid)
-        made: dict[DeviceName, object] = {}
+        made: dict[DeviceName, MigInstance] = {}
         for d in devices:
-            p = mig_plan(d)
+            p = d.spec
             live: MigInstance | None = p.instance
             if p.action is MigAction.CREATE:
                 live = snapshot.instance_at(p.placement)
@@ -72,12 +77,10 @@ class MigHost(FamilyHost):
                     steps.reached(Step.AFTER_MIG_CREATE, plan.uid)
             if live is not None:
                 made[d.device] = live
-        done: list[object] = []
+        done = []
         for r in records:
-            inst = made.get(DeviceName(r.device)) if isinstance(r, MigRecord) else None
-            done.append(
-                r.with_instance(inst) if isinstance(r, MigRecord) and isinstance(inst, MigInstance) else r
-            )
+            inst = made.get(DeviceName(r.device))
+            done.append(r.with_instance(inst) if inst is not None else r)
         return Created(records=tuple(done), made=made)
 
     def teardown(self, entry: ClaimEntry) -> Removed:
@@ -90,7 +93,7 @@ class MigHost(FamilyHost):
             live = inventory.instance_at(record.placement)
             if live is not None:
                 self._ctx.backend.destroy_mig_instance(gpu=record.placement.gpu_uuid, gi_id=live.gi_id)
-                removed.host.append(Went(LeftoverKind.MIG_INSTANCE, live.uuid))
+                removed.host.append(Leftover(LeftoverKind.MIG_INSTANCE, live.uuid))
                 log.info("mig instance destroyed", uuid=live.uuid, gi=live.gi_id, claim=entry.uid)
         self._ctx.steps.reached(Step.UNPREPARE_AFTER_MIG_DESTROY, entry.uid)
         return removed
@@ -105,7 +108,7 @@ class MigHost(FamilyHost):
     def recovered(self, entry: ClaimEntry, *, inventory: Inventory) -> tuple[ClaimEntry, frozenset[str]]:
         """Only records whose live instance still has the recorded UUID stay Tessera's; an instance someone
         else made at our old placement is theirs."""
-        records: list[object] = []
+        records: list[MigRecord] = []
         lost: set[str] = set()
         for r in _records(entry):
             live = inventory.instance_at(r.placement)
@@ -129,12 +132,12 @@ class MigHost(FamilyHost):
             restore = mig_mode_restore(owned, in_use=in_use, inventory=self._ctx.backend.inventory())
             for uuid in restore.switch_off:
                 self._ctx.backend.set_mig_mode(gpu=uuid, enabled=False)
-                removed.host.append(Went(LeftoverKind.MIG_MODE, uuid))
+                removed.host.append(Leftover(LeftoverKind.MIG_MODE, uuid))
                 log.info("mig mode disabled after the last Tessera instance", gpu=uuid)
         except TesseraError as e:
             raise MigError(f"switching MIG mode off: {e}") from e
         return cp.with_owned(NAME, restore.keep), removed
 
 
-def make(ctx: HostContext) -> FamilyHost:
+def make(ctx: HostContext) -> MigHost:
     return MigHost(ctx)

@@ -24,7 +24,7 @@ class PluginPaths:
         Path  # one directory per shared GPU: its view (schedule, priority holds), read-only in containers
     )
     library_path: Path  # host path of libtessera.so, mounted read-only into vgpu containers
-    mps_dir: Path  # one directory per GPU used by MPS claims: its control daemon's pipe and log directories
+    state_dir: Path  # /var/lib/tessera: the host parts keep their directories below it (`family_dir`)
     pod_uid: str | None = None  # set during rolling updates: sockets get per-pod names
 
     @classmethod
@@ -36,7 +36,7 @@ class PluginPaths:
             claims_dir=Path("/var/lib/tessera/claims"),
             gpus_dir=Path("/var/lib/tessera/gpus"),
             library_path=Path("/var/lib/tessera/lib/libtessera.so"),
-            mps_dir=Path("/var/lib/tessera/mps"),
+            state_dir=Path("/var/lib/tessera"),
             pod_uid=pod_uid,
         )
 
@@ -50,9 +50,13 @@ class PluginPaths:
             claims_dir=root / "var/lib/tessera/claims",
             gpus_dir=root / "var/lib/tessera/gpus",
             library_path=root / "var/lib/tessera/lib/libtessera.so",
-            mps_dir=root / "var/lib/tessera/mps",
+            state_dir=root / "var/lib/tessera",
             pod_uid=pod_uid,
         )
+
+    def family_dir(self, family: str) -> Path:
+        """A host part's own directory (the MPS control daemons' for `mps`), unless its flags say another."""
+        return self.state_dir / family
 
     @property
     def dra_socket(self) -> Path:

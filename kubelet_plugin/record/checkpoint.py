@@ -18,9 +18,10 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from dra_driver.core import families
+from dra_driver.core.families.protocol import Recording
 from dra_driver.values.errors import CheckpointError, InvalidNameError, UnsupportedVersionError
 from dra_driver.values.excerpt import clip, excerpt
 from dra_driver.values.model import Placement
@@ -32,6 +33,7 @@ API_VERSION = f"{API_GROUP}/v1"
 KIND = "Checkpoint"
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class _MalformedError(ValueError):
@@ -112,6 +114,10 @@ class ClaimEntry:
     def of(self, family: Family) -> tuple[object, ...]:
         return next((r for f, r in self.records if f == family), ())
 
+    def family_records(self, family: Recording[Any, Any, R]) -> tuple[R, ...]:
+        """The family's records, as its own type: they were made (or decoded) by that family."""
+        return cast(tuple[R, ...], self.of(family.name))
+
     def with_state(self, state: ClaimState) -> ClaimEntry:
         return replace(self, state=state)
 
@@ -130,8 +136,7 @@ class ClaimEntry:
             "claimDir": self.has_claim_dir,
         }
         # every family's key is written, empty or not, so the previous version can read the file
-        for f in families.with_records():
-            assert f.record_key is not None
+        for f in families.recording():
             out[f.record_key] = [f.encode_record(r) for r in self.of(f.name)]
         return out
 
@@ -144,8 +149,7 @@ class ClaimEntry:
                 f"field 'state' must be one of {[s.value for s in ClaimState]}, got {excerpt(state)}"
             )
         by_family: dict[Family, list[object]] = {}
-        for f in families.with_records():
-            assert f.record_key is not None
+        for f in families.recording():
             if f.record_key in d:
                 by_family[f.name] = [f.decode_record(x) for x in _objects(d, f.record_key)]
         return cls(
@@ -195,7 +199,7 @@ class Checkpoint:
 
     def placements(self) -> frozenset[Placement]:
         """Every MIG placement a claim holds: the live instances there are Tessera's."""
-        return frozenset(p for f in families.FAMILIES for p in f.placements(self.records(f.name)))
+        return frozenset(p for f in families.placing() for p in f.placements(self.records(f.name)))
 
     def offer_key(self) -> OfferKey:
         """What of the checkpoint the node's slices depend on: the MIG placements claims hold, and the GPUs
@@ -215,7 +219,7 @@ def _entry_json(entry: ClaimEntry) -> str:
 
 
 def _owned_keys() -> list[tuple[str, Family]]:
-    return sorted((f.owned_key, f.name) for f in families.FAMILIES if f.owned_key is not None)
+    return sorted((f.owned_key, f.name) for f in families.placing())
 
 
 def _body_json(cp: Checkpoint) -> str:

@@ -13,8 +13,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from dra_driver.core import families
+from dra_driver.core.families.protocol import Placing
 from dra_driver.values.errors import InvalidNameError, StorageError
 from dra_driver.values.excerpt import clip
 from dra_driver.values.names import DRIVER_NAME, ClaimUID, Family, GpuUUID
@@ -34,8 +36,8 @@ class ClaimMarker:
     owned: Mapping[Family, frozenset[GpuUUID]]  # per family, GPUs this claim uses whose state Tessera changed
 
 
-def _owning() -> list[tuple[Family, str]]:
-    return [(f.name, owned_annotation(f.owned_key)) for f in families.FAMILIES if f.owned_key is not None]
+def _owning() -> list[tuple[Placing[Any, Any, Any], str]]:
+    return [(f, owned_annotation(f.owned_key)) for f in families.placing()]
 
 
 def marker_annotations(entry: ClaimEntry, *, owned: Mapping[Family, frozenset[GpuUUID]]) -> dict[str, str]:
@@ -43,8 +45,8 @@ def marker_annotations(entry: ClaimEntry, *, owned: Mapping[Family, frozenset[Gp
     completed = entry.with_state(ClaimState.PREPARE_COMPLETED)
     out = {ENTRY_ANNOTATION: json.dumps(completed.to_dict(), sort_keys=True, separators=(",", ":"))}
     for family, annotation in _owning():
-        used = families.family(family).record_gpus(entry.of(family))
-        mine = sorted(g for g in owned.get(family, frozenset()) if g in used)
+        used = family.record_gpus(entry.family_records(family))
+        mine = sorted(g for g in owned.get(family.name, frozenset()) if g in used)
         if mine:
             out[annotation] = ",".join(mine)
     return out
@@ -65,7 +67,7 @@ def parse_marker(annotations: Mapping[str, str], *, uid: ClaimUID) -> ClaimMarke
     if entry.uid != uid:
         raise StorageError(f"annotation {ENTRY_ANNOTATION} names claim {entry.uid}, the file claim {uid}")
     owned = {
-        family: frozenset(GpuUUID(g) for g in annotations.get(annotation, "").split(",") if g)
+        family.name: frozenset(GpuUUID(g) for g in annotations.get(annotation, "").split(",") if g)
         for family, annotation in _owning()
     }
     return ClaimMarker(

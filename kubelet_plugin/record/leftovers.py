@@ -1,8 +1,9 @@
-"""The kinds of things Tessera leaves on a node, as `tessera cleanup` and the host parts' removal reports
-name them."""
+"""The things Tessera leaves on a node, as `tessera cleanup` and the host parts' removal reports name them:
+`<kind> <target>`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -17,3 +18,15 @@ class LeftoverKind(StrEnum):
     PLUGIN_STATE = "plugin-state"  # the checkpoint, its set-aside copies and temp files, the plugin lock
     SOCKET = "socket"  # a socket of ours nobody serves any more
     DIRECTORY = "directory"  # a directory only Tessera uses, removed once empty
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """One thing on the node: `kind` what it is (a LeftoverKind, or a host part's own word), `target` which
+    one (a host path, or the UUID of a GPU or a MIG instance)."""
+
+    kind: str
+    target: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target}"

@@ -27,7 +27,6 @@ from kubelet_plugin.claims.api import NullClaimStatusWriter
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.claims.reconcile import reconcile
 from kubelet_plugin.health.service import HealthBoard
-from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.node.file_modes import PLUGIN_DIR_MODE, REGISTRY_DIR_MODE, make_dir
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.record.results import ClaimRef, PrepareResult, UnprepareResult, unique_claims
@@ -88,14 +87,14 @@ def open_backend_of(options: DaemonOptions) -> GpuBackend:
 def open_preparer(
     options: DaemonOptions, *, backend: GpuBackend, access: ClaimAccess
 ) -> tuple[RecordedState, Preparer]:
-    """The node daemon's state and preparer (the driver root's MPS tool and launcher), keeping what they
-    remove."""
+    """The node daemon's state and preparer (its host parts given their flags and the driver root), keeping
+    what they remove."""
     driver = driver_setup(options)
     state = RecordedState(
         backend=backend,
         paths=options.paths(),
-        tools={MPS_CONTROL_TOOL: driver.mps_control},
-        launcher=driver.launcher,
+        host_options=dict(options.host_options),
+        driver_root=driver.root,
     )
     preparer = Preparer(
         state=state,

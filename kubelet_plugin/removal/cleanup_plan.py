@@ -5,33 +5,25 @@ checkpoint entry but an interrupted unprepare (`UnprepareStarted`: the kubelet a
 a prepared claim, and so is a CDI spec whose marker names a claim the checkpoint lacks (a crash before its
 save). Otherwise the plan says, in removal order: the MPS control daemons; the MIG instances Tessera created
 for interrupted unprepares (only at placements their records hold: an administrator's instance is never one
-of them); MIG mode Tessera switched on, by the MIG family's own rule (`mig_mode_restore`); then the files and
-directories found (`kubelet_plugin.removal.node_survey`), entries before the directories holding them. What
-stays and why is said too. `kubelet_plugin.removal.node_sweep` carries a plan out.
+of them); MIG mode Tessera switched on, by the MIG family's rule (`dra_driver.core.mig_mode`); then the files
+and directories found (`kubelet_plugin.removal.node_survey`), entries before the directories holding them.
+What stays and why is said too. `kubelet_plugin.removal.node_sweep` carries a plan out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dra_driver.core import families
 from dra_driver.core.families import mig
-from dra_driver.core.families.mig import MigRecord, mig_mode_restore
+from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.model import Inventory
-from dra_driver.values.names import ClaimUID, GpuUUID
+from dra_driver.values.names import ClaimUID
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
-from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 
 # What settling the host parts (`NodeState.settle`) takes down, rather than the sweep one by one.
 SETTLED_BY_HOSTS = frozenset({LeftoverKind.MIG_INSTANCE, LeftoverKind.MIG_MODE})
-
-
-@dataclass(frozen=True, slots=True)
-class Leftover:
-    kind: LeftoverKind
-    target: str  # a host path, or the UUID of a GPU or a MIG instance
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.target}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +49,7 @@ class NodeSurvey:
 
     inventory: Inventory | None  # None: the GPUs could not be read (`inventory_problem` says why)
     unrecorded: tuple[PendingClaim, ...] = ()  # prepared claims known only by their CDI specs' markers
-    mps_daemons: tuple[GpuUUID, ...] = ()  # GPUs with a directory (and maybe a daemon) under the MPS dir
+    on_host: tuple[Leftover, ...] = ()  # what the host parts have running (a GPU's MPS control daemon)
     files: tuple[Leftover, ...] = ()  # paths found, in removal order
     inventory_problem: str = ""
     serving: tuple[str, ...] = ()  # DRA sockets another instance of the plugin serves (not this process's)
@@ -84,9 +76,9 @@ def _tessera_instances(entries: tuple[ClaimEntry, ...], inventory: Inventory) ->
     """Live instances at the placements interrupted unprepares recorded as Tessera's."""
     out: list[Leftover] = []
     for entry in entries:
-        for record in entry.of(mig.NAME):
-            if isinstance(record, MigRecord) and record.created_by_tessera:
-                live = inventory.instance_at(record.placement)
+        for f in families.placing():
+            for placement in f.placements(entry.family_records(f)):
+                live = inventory.instance_at(placement)
                 if live is not None:
                     out.append(Leftover(LeftoverKind.MIG_INSTANCE, live.uuid))
     return out
@@ -98,7 +90,7 @@ def plan_cleanup(cp: Checkpoint, survey: NodeSurvey) -> CleanupPlan:
     pending += tuple(c for c in survey.unrecorded if c.uid not in cp.claims)
     if pending or survey.serving:
         return CleanupPlan(pending=pending, serving=survey.serving)
-    leftovers = [Leftover(LeftoverKind.MPS_DAEMON, g) for g in survey.mps_daemons]
+    leftovers = list(survey.on_host)
     kept: list[str] = []
     owned = cp.owned_by(mig.NAME)
     if survey.inventory is None:

@@ -2,9 +2,10 @@
 `kubelet_plugin.removal.cleanup_plan`, which decides what of it goes.
 
 Only names Tessera writes are listed: our CDI specs (never another vendor's), the claim directories and GPU
-views, the MPS control daemons' directories, the installed library and its install's temp file, the
-checkpoint (with its set-aside copies and temp files) and the plugin lock, sockets of ours that nobody
-serves (a served one belongs to a running instance), and the directories only Tessera uses, last.
+views, what the host parts keep and run (the MPS control daemons and their directories), the installed
+library and its install's temp file, the checkpoint (with its set-aside copies and temp files) and the plugin
+lock, sockets of ours that nobody serves (a served one belongs to a running instance), and the directories
+only Tessera uses, last.
 """
 
 from __future__ import annotations
@@ -13,19 +14,17 @@ import os
 from pathlib import Path
 
 from cdi.writer import list_specs, stale_temp_files
-from dra_driver.core.families import mps
 from dra_driver.system.files import is_temp
 from dra_driver.values.errors import InventoryError
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.recovery import marked_claims
-from kubelet_plugin.hosts.mps import MpsHost
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.node.sockets import is_served
 from kubelet_plugin.record.checkpoint import Checkpoint
-from kubelet_plugin.record.leftovers import LeftoverKind
-from kubelet_plugin.removal.cleanup_plan import Leftover, NodeSurvey, PendingClaim
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
+from kubelet_plugin.removal.cleanup_plan import NodeSurvey, PendingClaim
 
 UNREADABLE_MARK = ".unreadable-"  # CheckpointStore.set_aside's names: checkpoint.json.unreadable-<stamp>
 
@@ -96,8 +95,6 @@ def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> N
     except InventoryError as e:
         problem = str(e)
     markers, _ = marked_claims(state, skip=cp.claims)
-    host = state.hosts[mps.NAME]
-    assert isinstance(host, MpsHost)
     stale, served = _sockets(paths)
     files = [
         *_found(LeftoverKind.CDI_SPEC, [p for _, p in list_specs(paths.cdi_dir)]),
@@ -108,7 +105,8 @@ def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> N
         *_found(LeftoverKind.PLUGIN_STATE, _plugin_state(paths)),
         *_found(LeftoverKind.SOCKET, stale),
     ]
-    roots = [paths.claims_dir, paths.gpus_dir, paths.mps_dir, paths.library_path.parent]
+    host_dirs = [d for part in state.hosts for d in part.state_dirs()]
+    roots = [paths.claims_dir, paths.gpus_dir, *host_dirs, paths.library_path.parent]
     files += _found(LeftoverKind.DIRECTORY, roots if serving else [*roots, paths.plugin_dir])
     return NodeSurvey(
         inventory=inventory,
@@ -116,7 +114,7 @@ def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> N
             PendingClaim(namespace=m.entry.namespace, name=m.entry.name, uid=uid)
             for uid, m in sorted(markers.items())
         ),
-        mps_daemons=tuple(s.gpu_uuid for s in host.control.running()),
+        on_host=tuple(item for part in state.hosts for item in part.on_host()),
         files=tuple(files),
         inventory_problem=problem,
         serving=tuple(str(p) for p in served if not (serving and p == paths.dra_socket)),

@@ -2,8 +2,8 @@
 own code wherever it has some.
 
 Interrupted unprepares are finished by the real unprepare (`Preparer.unprepare`: teardown, MIG mode, the
-checkpoint entry); MIG mode left to restore is settled by the MIG host part; MPS control daemons are stopped
-by `MpsControl.stop` (quit, killed if they do not go, their directories removed); files are removed with the
+checkpoint entry); MIG mode left to restore is settled by the MIG host part; what a host part
+runs (MPS control daemons) is taken down by that part (`FamilyHost.take_down`); files are removed with the
 link-safe `remove_tree`; a directory only when it is empty (one that holds what Tessera did not put there
 stays, and a mount point, as the cleanup DaemonSet's host directories are, can only be emptied).
 
@@ -19,19 +19,15 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.core.families import mps
 from dra_driver.system.safe_tree import remove_tree
 from dra_driver.values.errors import StorageError, TesseraError
-from dra_driver.values.names import GpuUUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer
-from kubelet_plugin.hosts.mps import MpsHost
-from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.removal.cleanup_plan import (
     SETTLED_BY_HOSTS,
     CleanupPlan,
-    Leftover,
     PendingClaim,
     plan_cleanup,
 )
@@ -96,16 +92,12 @@ def release_plugin_dir(plugin_dir: Path, lock_file: Path) -> list[str]:
     return went
 
 
-def _stop_mps(state: NodeState, gpu: GpuUUID) -> bool:
-    host = state.hosts[mps.NAME]
-    assert isinstance(host, MpsHost)
-    return host.control.stop(gpu_uuid=gpu)
-
-
 def _carry_out(state: NodeState, item: Leftover) -> bool | str:
     """True: removed; False: already gone; a str: why it stays."""
-    if item.kind is LeftoverKind.MPS_DAEMON:
-        return _stop_mps(state, GpuUUID(item.target))
+    for part in state.hosts:
+        went = part.take_down(item)
+        if went is not None:
+            return went
     if item.kind is LeftoverKind.DIRECTORY:
         return _rmdir(Path(item.target))
     return remove_tree(Path(item.target)) > 0

@@ -12,15 +12,14 @@ import threading
 from collections.abc import Collection, Iterable, Mapping
 
 from dra_driver.backends.base import GpuBackend
+from dra_driver.system.driver_root import DriverRoot
 from dra_driver.values.names import ClaimUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.reconcile import ReconcileReport
 from kubelet_plugin.hosts.base import Removed
-from kubelet_plugin.node.host_launch import HostLauncher
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
-from kubelet_plugin.record.leftovers import LeftoverKind
-from kubelet_plugin.removal.cleanup_plan import Leftover
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 
 
 def removal_lines(removed: Removed) -> list[str]:
@@ -52,11 +51,13 @@ class RecordedState(NodeState):
         *,
         backend: GpuBackend,
         paths: PluginPaths,
-        tools: Mapping[str, str] | None = None,
-        launcher: HostLauncher | None = None,
+        host_options: Mapping[str, str] | None = None,
+        driver_root: DriverRoot | None = None,
         boot_id: str | None = None,
     ) -> None:
-        super().__init__(backend=backend, paths=paths, tools=tools, launcher=launcher, boot_id=boot_id)
+        super().__init__(
+            backend=backend, paths=paths, host_options=host_options, driver_root=driver_root, boot_id=boot_id
+        )
         self._went: list[str] = []
         self._went_lock = threading.Lock()
 

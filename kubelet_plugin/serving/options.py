@@ -28,12 +28,10 @@ class DaemonOptions:
     sim_state: Path | None = None
     kubeconfig: Path | None = None
     library_path: Path | None = None
-    mps_dir: Path | None = None  # None: the layout's (PluginPaths)
-    mps_control: str | None = None  # None: the driver root's, else MPS_CONTROL_TOOL on PATH
     driver_library_dirs: tuple[Path, ...] = ()
     driver_root: str | None = None  # host path or "auto"; None: no driver files for containers
     driver_root_mount: Path | None = None  # where this process sees the driver root (None: its host path)
-    mps_host_cgroup: str | None = None  # MPS daemons start on the host, in this cgroup (None: in-process)
+    host_options: tuple[tuple[str, str], ...] = ()  # the host parts' own flags given (kubelet_plugin.hosts)
     # the host paths the chart mounts in place (None: the layout's, PluginPaths)
     kubelet_plugins_dir: Path | None = None
     kubelet_registry_dir: Path | None = None
@@ -46,6 +44,8 @@ class DaemonOptions:
     metrics_address: str = ""  # HOST:PORT of /metrics and /healthz; empty: no endpoint
     usage_status_interval: float = USAGE_STATUS_INTERVAL_S  # 0: no usage in claim status
     publish: bool = True
+    # another GPU device plugin's resources on the Node do not stop publishing: the GPUs are split
+    gpus_split_with_device_plugin: bool = False
     log_format: str = LOG_FORMAT
     log_level: str = LOG_LEVEL
 
@@ -65,7 +65,6 @@ class DaemonOptions:
             claims_dir=self.claims_dir or base.claims_dir,
             gpus_dir=self.gpus_dir or base.gpus_dir,
             library_path=self.library_path or base.library_path,
-            mps_dir=self.mps_dir or base.mps_dir,
         )
 
 

@@ -25,6 +25,7 @@ from prometheus_client import generate_latest
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core.cluster_features import enforceable_families, server_minor, unenforced_message
+from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.gpu_health import HealthPolicy
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
@@ -42,7 +43,6 @@ from kubelet_plugin.health.service import (
     InventoryHealthPoller,
 )
 from kubelet_plugin.hosts.base import Running
-from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_CONTROL_TOOL
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.node.events import (
     CHECKPOINT_NEWER_REASON,
@@ -57,6 +57,7 @@ from kubelet_plugin.node.file_modes import (
     REGISTRY_DIR_MODE,
     make_dir,
 )
+from kubelet_plugin.node.foreign_plugin import ForeignPluginGuard
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.observability.metrics_server import MetricsServer
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
@@ -192,8 +193,8 @@ class Node:
             backend=backend,
             paths=paths,
             steps=self.steps,
-            tools={MPS_CONTROL_TOOL: driver.mps_control},
-            launcher=driver.launcher,
+            host_options=dict(o.host_options),
+            driver_root=driver.root,
         )
         preparer = Preparer(
             state=state,
@@ -310,7 +311,7 @@ class Node:
             claims_dir=self.paths.claims_dir,
             health=lambda: board.current,
             conditions=lambda: poller.conditions,
-            vgpu_shares=settings.vgpu_shares,
+            vgpu_shares=settings.setting(SHARES),
             pods=usage.pods if usage is not None else (lambda _uid: ""),
             pods_version=usage.pods_version if usage is not None else (lambda: 0),
         )
@@ -386,8 +387,19 @@ class Node:
         from kubelet_plugin.publish.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
 
         settings = self._enforceable(api, settings, events)
+        # another GPU device plugin on this node: publish nothing (checked before the first publish)
+        guard = ForeignPluginGuard(
+            core_api=k8s.CoreV1Api(api),
+            node_name=self.options.node_name,
+            split=self.options.gpus_split_with_device_plugin,
+            events=events,
+            on_change=lambda: publisher.request_resync("other-device-plugin"),
+        )
+        guard.check()
 
         def desired(degraded: bool) -> Sequence[dict[str, object]]:
+            if guard.blocked:
+                return ()
             conditions = self.poller.conditions if self.poller is not None else {}
             return build_slices(
                 state.backend.inventory(),
@@ -408,6 +420,9 @@ class Node:
             daemon=True,
         )
         self._publisher_thread.start()
+        threading.Thread(
+            target=guard.run, args=(self.stop_event,), name="other-device-plugin", daemon=True
+        ).start()
 
     @staticmethod
     def _enforceable(api: Any, settings: NodeSettings, events: NodeEvents | None) -> NodeSettings:

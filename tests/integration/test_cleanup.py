@@ -117,14 +117,14 @@ class Node:
             backend.close()
 
     def mps_pids(self) -> list[int | None]:
-        control = MpsControl(root=self.paths.mps_dir, tool=str(FAKE_MPS_CONTROL))
+        control = MpsControl(root=self.paths.family_dir(mps.NAME), tool=str(FAKE_MPS_CONTROL))
         return [s.pid for s in control.running()]
 
     def leftovers(self) -> list[str]:
         """Everything below the root that Tessera could have put there."""
         p = self.paths
         found = [str(x) for x in p.cdi_dir.rglob("*")]  # the CDI directory is every vendor's
-        for base in (p.claims_dir, p.gpus_dir, p.mps_dir, p.library_path.parent, p.plugin_dir):
+        for base in (p.claims_dir, p.gpus_dir, p.family_dir(mps.NAME), p.library_path.parent, p.plugin_dir):
             if base.exists():
                 found += [str(x) for x in base.rglob("*")] or [str(base)]
         return found
@@ -179,7 +179,7 @@ def node() -> Iterator[Node]:
     try:
         yield Node(root=root, plugin=plugin.start(), admin_instance=admin.uuid)
     finally:
-        stop_mps_daemons(plugin.paths.mps_dir)
+        stop_mps_daemons(plugin.paths.family_dir(mps.NAME))
         cleanup([plugin], root)
 
 
@@ -265,7 +265,7 @@ def test_serve_mode_refuses_prepares_serves_unprepares_and_cleans_the_node_after
                 f"gpu-view {node.paths.gpus_dir / FAKE_GPU1}",
                 f"library {node.paths.library_path}",
                 f"plugin-state {node.paths.checkpoint_file}",
-                f"directory {node.paths.mps_dir}",
+                f"directory {node.paths.family_dir(mps.NAME)}",
             ):
                 assert expected in went, went
             assert any(line.startswith("cdi-spec ") for line in went), went

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from cdi.writer import read_spec
+from dra_driver.core.families import mps as mps_family
 from dra_driver.core.families.mps import (
     PINNED_MEMORY_ENV,
     PIPE_DIRECTORY_ENV,
@@ -59,7 +60,7 @@ def node() -> Iterator[Env]:
     try:
         yield e
     finally:
-        stop_mps_daemons(e.paths.mps_dir)
+        stop_mps_daemons(e.paths.family_dir(mps_family.NAME))
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -73,7 +74,10 @@ def mps(gpu: int, *, memory: str, cores: str, request: str = "gpu") -> dict[str,
 
 
 def daemons(e: Env) -> dict[GpuUUID, int | None]:
-    return {s.gpu_uuid: s.pid for s in MpsControl(root=e.paths.mps_dir, tool=str(MPS_CONTROL)).running()}
+    return {
+        s.gpu_uuid: s.pid
+        for s in MpsControl(root=e.paths.family_dir(mps_family.NAME), tool=str(MPS_CONTROL)).running()
+    }
 
 
 def claim_env(e: Env, uid: str) -> dict[str, str]:
@@ -106,7 +110,7 @@ def test_two_claims_one_daemon_per_gpu_their_variables_and_its_life(node: Env) -
     # each claim has a directory of its own, holding one link to the same daemon's control socket
     dirs = [os.path.realpath(x[PIPE_DIRECTORY_ENV]) for x in (ea, eb)]
     assert dirs[0] != dirs[1] and [sorted(os.listdir(d)) for d in dirs] == [["control"], ["control"]]
-    pipe = node.paths.mps_dir / FAKE_GPU0 / "pipe"
+    pipe = node.paths.family_dir(mps_family.NAME) / FAKE_GPU0 / "pipe"
     assert {os.stat(Path(d) / "control").st_ino for d in dirs} == {os.stat(pipe / "control").st_ino}
 
     # a process with claim a's variables is a client of GPU 0's daemon, sees that GPU as device 0, and stops
@@ -189,7 +193,7 @@ def tool(pipe_dir: str, commands: list[str], *, uid: int | None = None) -> subpr
 
 
 def admin(node: Env, gpu: str, command: str) -> str:
-    pipe = str(node.paths.mps_dir / gpu / "pipe")
+    pipe = str(node.paths.family_dir(mps_family.NAME) / gpu / "pipe")
     done = tool(pipe, [command])
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -303,7 +307,7 @@ def test_a_daemon_that_died_or_was_replaced_is_replaced_by_the_watch_with_an_eve
     )
     preparer = node.preparer()
     assert all(r.error is None for r in preparer.prepare([a, b]).values())
-    control = MpsControl(root=node.paths.mps_dir, tool=str(MPS_CONTROL))
+    control = MpsControl(root=node.paths.family_dir(mps_family.NAME), tool=str(MPS_CONTROL))
     events: list[tuple[str, str]] = []
     watch = MpsWatch(
         control=control,
@@ -324,7 +328,7 @@ def test_a_daemon_that_died_or_was_replaced_is_replaced_by_the_watch_with_an_eve
 
     # replaced behind our back (a host process binds its own socket at pipe/control): the links still name
     # the old socket; the watch sees the difference and starts a daemon everyone reaches again
-    pipe = node.paths.mps_dir / FAKE_GPU0 / "pipe"
+    pipe = node.paths.family_dir(mps_family.NAME) / FAKE_GPU0 / "pipe"
     os.rename(pipe / "control", pipe / "moved")
     impostor = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     impostor.bind(str(pipe / "control"))

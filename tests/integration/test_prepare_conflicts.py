@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from dra_driver.core.families import gpu as gpu_family
+from dra_driver.core.families import mps as mps_family
 from dra_driver.values.names import ClaimUID
 from e2e.fake_mps import stop_mps_daemons
 from kubelet_plugin.record.results import ClaimRef
@@ -30,7 +31,7 @@ def env(request: pytest.FixtureRequest) -> Iterator[Env]:
     try:
         with backend_env(root, request.param) as e:
             yield e
-            stop_mps_daemons(e.paths.mps_dir)
+            stop_mps_daemons(e.paths.family_dir(mps_family.NAME))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -26,7 +26,6 @@ from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.claims.api import NullClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer
-from kubelet_plugin.hosts.mps.control import DEFAULT_TOOL as MPS_TOOL_NAME
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.record.results import ClaimRef
@@ -136,7 +135,7 @@ class Env:
             backend=self.open_backend(),
             paths=self.paths,
             steps=steps,
-            tools={MPS_TOOL_NAME: str(FAKE_MPS_CONTROL)},
+            host_options={"mps_control": str(FAKE_MPS_CONTROL)},
             boot_id=boot_id,
         )
         return Preparer(

@@ -8,19 +8,28 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from dra_driver.core.config_schema import ConfigKind
-from dra_driver.core.families.base import DeviceFamily
+from dra_driver.core.families.base import AnyPlanned, LibraryLimits, NodeSetting
+from dra_driver.core.families.protocol import (
+    AnyFamily,
+    ClaimWide,
+    DeviceFamily,
+    LibraryLimited,
+    Placing,
+    Recording,
+    TimeSliced,
+)
 from dra_driver.values.errors import InvalidNameError
 from dra_driver.values.excerpt import excerpt
 from dra_driver.values.names import Family, split_device_name
 
-_SUPPORT = {"base", "published", "capacity"}  # modules of this package that are not families
+_SUPPORT = {"base", "protocol", "published", "capacity"}  # modules of this package that are not families
 
 
-def _discover() -> tuple[DeviceFamily, ...]:
+def _discover() -> tuple[AnyFamily, ...]:
     found = []
     for info in pkgutil.iter_modules(__path__):
         if info.name in _SUPPORT or info.name.startswith("_"):
@@ -37,7 +46,7 @@ def _discover() -> tuple[DeviceFamily, ...]:
     return tuple(found)
 
 
-FAMILIES: tuple[DeviceFamily, ...] = _discover()
+FAMILIES: tuple[AnyFamily, ...] = _discover()
 _BY_NAME = {f.name: f for f in FAMILIES}
 _BY_KIND = {f.config.kind: f for f in FAMILIES}
 
@@ -46,16 +55,16 @@ def names() -> tuple[Family, ...]:
     return tuple(f.name for f in FAMILIES)
 
 
-def family(name: str) -> DeviceFamily:
+def family(name: str) -> AnyFamily:
     """The family of that name; KeyError for none (names come from our own records and settings)."""
     return _BY_NAME[Family(name)]
 
 
-def find(name: str) -> DeviceFamily | None:
+def find(name: str) -> AnyFamily | None:
     return _BY_NAME.get(Family(name))
 
 
-def by_config_kind(kind: str) -> DeviceFamily | None:
+def by_config_kind(kind: str) -> AnyFamily | None:
     return _BY_KIND.get(kind)
 
 
@@ -63,13 +72,45 @@ def config_kinds() -> tuple[ConfigKind, ...]:
     return tuple(f.config for f in FAMILIES)
 
 
-def with_records() -> Iterator[DeviceFamily]:
-    return (f for f in FAMILIES if f.record_key is not None)
+# The families that opt into a capability (protocol.py), in the families' order.
+
+
+def recording() -> tuple[Recording[Any, Any, Any], ...]:
+    return tuple(f for f in FAMILIES if isinstance(f, Recording))
+
+
+def placing() -> tuple[Placing[Any, Any, Any], ...]:
+    return tuple(f for f in FAMILIES if isinstance(f, Placing))
+
+
+def time_sliced() -> tuple[TimeSliced[Any, Any, Any], ...]:
+    return tuple(f for f in FAMILIES if isinstance(f, TimeSliced))
+
+
+def claim_wide() -> tuple[ClaimWide[Any, Any, Any], ...]:
+    return tuple(f for f in FAMILIES if isinstance(f, ClaimWide))
+
+
+def library_limits(d: AnyPlanned) -> LibraryLimits | None:
+    """What the interception library enforces for a planned device; None: its family does not use it."""
+    f = family(d.family)
+    return f.library(d) if isinstance(f, LibraryLimited) else None
+
+
+def node_settings() -> dict[str, NodeSetting[Any]]:
+    """Every NodeSettings field a family declares, by key; TypeError when two families declare one key."""
+    found: dict[str, NodeSetting[Any]] = {}
+    for f in FAMILIES:
+        for s in f.settings:
+            if found.get(s.key, s) is not s:
+                raise TypeError(f"two families declare the node setting {s.key}")
+            found[s.key] = s
+    return found
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedDevice:
-    family: DeviceFamily
+    family: AnyFamily
     index: int
     detail: object  # the family's reading of its part of the name
 

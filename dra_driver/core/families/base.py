@@ -1,28 +1,76 @@
-"""The family seam: what every device family is to the rest of Tessera (pure). docs/architecture.md,
-"The family seam".
-
-A family (whole GPU, vgpu, MIG, MPS, ...) is one module in this package defining one `DeviceFamily`: which
-devices it offers in a GPU's slice, how its device names read, its opaque-config kind, how an allocated device
-plans, what the node records for it in the checkpoint, what the container gets (CDI edits), and what the
-interception library enforces for it. What a family creates on the host (MIG instances, an MPS control daemon,
-a GPU's sharing view) is its host part, `kubelet_plugin.hosts`, registered under the same name.
+"""What the family seam passes around (pure): a GPU as offered to the families, a node setting a family
+declares, an allocated device before and after planning, what the node holds, and what a device takes of its
+GPU. The protocol itself is `protocol.py`. docs/architecture.md, "The family seam".
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Never, cast
 
-from cdi.spec import ContainerEdits, DeviceNode
-from dra_driver.core.config_schema import ConfigKind
-from dra_driver.values.errors import ClaimError
+from typing_extensions import TypeVar
+
+from cdi.spec import DeviceNode
+from dra_driver.values.errors import ClaimError, ConfigError
 from dra_driver.values.model import DeviceNode as HostNode
-from dra_driver.values.model import Gpu, Inventory, MigInstance, Placement
+from dra_driver.values.model import Gpu, Inventory, MigInstance
 from dra_driver.values.names import DeviceName, Family, GpuUUID
 
 Json = dict[str, Any]  # a resource.k8s.io/v1 object in wire form
+
+# A family's own types (protocol.py): its config value, its reading of a device name's part, its plan of a
+# device, its checkpoint record, and what its host part makes for a device. A family without records or host
+# part leaves those `Never`; one whose names carry nothing reads them as `Unnamed`.
+Unnamed = tuple[()]
+T = TypeVar("T")
+ConfigT = TypeVar("ConfigT")
+DetailT = TypeVar("DetailT", default=Unnamed)
+SpecT = TypeVar("SpecT", default=None)
+RecordT = TypeVar("RecordT", default=Never)
+MadeT = TypeVar("MadeT", default=Never)
+
+
+# ---- node settings -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSetting(Generic[T]):
+    """A field of the NodeSettings file that a family declares and reads (`vgpuShares`, `migProfiles`): its
+    key, its value when absent, and a strict decoder raising ConfigError that names the key."""
+
+    key: str
+    default: T
+    meaning: str
+    decode: Callable[[object], T]
+    # the value's JSON Schema: the chart's values.schema.json checks nodeGroups[].<key> with it (generated)
+    schema: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class FamilySettings:
+    """The families' settings of one node, by key, decoded; absent keys read as their default."""
+
+    values: Mapping[str, object] = field(default_factory=dict)
+
+    def get(self, setting: NodeSetting[T]) -> T:
+        if setting.key not in self.values:
+            return setting.default
+        # every value was decoded by the setting of its key (settings.py), so it is the setting's type
+        return cast(T, self.values[setting.key])
+
+
+def decoded_settings(declared: Mapping[str, NodeSetting[Any]], raw: Mapping[str, object]) -> FamilySettings:
+    """Decode the given keys with the settings that declare them; ConfigError for a key none declares."""
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        setting = declared.get(key)
+        if setting is None:
+            raise ConfigError(f"{key}: no family declares this node setting (known: {', '.join(declared)})")
+        decoded = setting.decode(value)
+        if decoded != setting.default:  # a default given explicitly is the same node as one left out
+            values[key] = decoded
+    return FamilySettings(values)
 
 
 # ---- offering ----------------------------------------------------------------------------------------
@@ -34,17 +82,14 @@ class GpuOffer:
 
     gpu: Gpu
     inventory: Inventory
-    # of the node's settings, what the families read (not all of NodeSettings: settings validate family
-    # names against the registry, which imports this module)
-    shares: int  # how many claims may share one GPU (vgpuShares; MPS takes at most its own maximum)
-    mig_profiles: frozenset[str] | None  # the MIG profiles to publish (None: every profile)
+    settings: FamilySettings  # the node's family settings (a family reads its own through its NodeSetting)
     admin: tuple[MigInstance, ...]  # live MIG instances no Tessera claim holds: an administrator's
     counters: (
         Mapping[str, int] | None
     )  # the GPU's counter totals; None: degraded (whole GPUs only, no counters)
 
-    def publishes_profile(self, profile: str) -> bool:
-        return self.mig_profiles is None or profile in self.mig_profiles
+    def setting(self, setting: NodeSetting[T]) -> T:
+        return self.settings.get(setting)
 
     @property
     def shareable(self) -> bool:
@@ -58,18 +103,18 @@ class GpuOffer:
 
 
 @dataclass(frozen=True, slots=True)
-class Allocated:
+class Allocated(Generic[ConfigT, DetailT]):
     """One device of ours in a claim's allocation, with what planning knows about it."""
 
     request: str
     device: DeviceName
-    detail: object  # the family's reading of its part of the device name (`parse_name`)
+    detail: DetailT  # the family's reading of its part of the device name (`parse_name`)
     gpu: Gpu
     share_id: str | None
     consumed: Mapping[str, str]  # consumedCapacity ({} when the device has none)
-    config: object  # the family's config, merged for this device's request
+    config: ConfigT  # the family's config, merged for this device's request
 
-    def planned(self, family: Family, spec: object = None) -> PlannedDevice:
+    def planned(self, family: Family, spec: SpecT) -> PlannedDevice[ConfigT, SpecT]:
         """This device as `family` plans it, with the family's own plan in `spec`."""
         return PlannedDevice(
             request=self.request,
@@ -84,23 +129,26 @@ class Allocated:
 
 
 @dataclass(frozen=True, slots=True)
-class Held:
+class Held(Generic[RecordT]):
     """What the node already records for a family, so planning never books a thing twice."""
 
-    claim: tuple[object, ...] = ()  # records of the claim being planned (it is prepared again)
-    others: tuple[object, ...] = ()  # every other claim's, and those planned earlier in the same call
+    claim: tuple[RecordT, ...] = ()  # records of the claim being planned (it is prepared again)
+    others: tuple[RecordT, ...] = ()  # every other claim's, and those planned earlier in the same call
 
 
 @dataclass(frozen=True, slots=True)
-class PlannedDevice:
+class PlannedDevice(Generic[ConfigT, SpecT]):
     request: str
     device: DeviceName
     family: Family
     gpu_index: int
     gpu_uuid: GpuUUID
     share_id: str | None
-    config: object  # the family's config value
-    spec: object = None  # the family's plan for it (limits, a MIG placement, ...)
+    config: ConfigT  # the family's config value
+    spec: SpecT  # the family's plan for it (limits, a MIG placement, ...; None for nothing)
+
+
+AnyPlanned = PlannedDevice[Any, Any]  # a device of any family, as the callers hold them
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,132 +202,9 @@ def device_node(node: HostNode) -> DeviceNode:
     return DeviceNode(path=node.path, host_path=node.path, type="c", major=node.major, minor=node.minor)
 
 
-def not_in_mig_mode(d: Allocated, what: str) -> None:
+def not_in_mig_mode(d: Allocated[Any, Any], what: str) -> None:
     """A GPU an administrator put in MIG mode cannot be handed out whole or sliced in software."""
     if d.gpu.mig_enabled:
         raise ClaimError(
             f"device {d.device}: GPU {d.gpu.index} is in MIG mode, so it cannot be used as {what}"
         )
-
-
-# ---- the protocol --------------------------------------------------------------------------------------
-
-
-class DeviceFamily(ABC):
-    """One family. Subclasses are stateless; the registry (`dra_driver.core.families`) holds one of each."""
-
-    name: ClassVar[Family]
-    config: ClassVar[ConfigKind]
-    rank: ClassVar[int]  # publishing order within a GPU (lower first)
-    # The family's group in the fragmentation-aware publishing order (dra_driver.core.device_order; lower
-    # first).
-    order_group: ClassVar[int]
-    # The checkpoint entry's JSON key for this family's per-claim records (None: it records nothing).
-    record_key: ClassVar[str | None] = None
-    # The checkpoint's JSON key for GPUs whose state this family changed node-wide and must restore.
-    owned_key: ClassVar[str | None] = None
-    # What its DeviceClass (`<name>.tessera.dev`) selects, in a sentence: the generated class's comment
-    # (dra_driver.core.device_classes).
-    class_meaning: ClassVar[str]
-
-    def class_profiles(self) -> tuple[str, ...]:
-        """Profiles that get a DeviceClass each besides the family's (`<name>-<profile>.gpu.tessera.dev`,
-        for extended resources); none by default."""
-        return ()
-
-    # -- names -----------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def parse_name(self, part: str) -> object | None:
-        """This family's reading of the part after `gpu-<index>` ("" for none), or None if not its own."""
-
-    @abstractmethod
-    def possible_devices(self, gpu: Gpu) -> tuple[DeviceName, ...]:
-        """Every device this family could ever publish for the GPU (health reports cover them all)."""
-
-    # -- the slice -------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def offer(self, o: GpuOffer) -> tuple[Json, ...]:
-        """The devices this family publishes for one GPU now (resource.k8s.io/v1 wire form)."""
-
-    def order_key(self, device: Json, index: int) -> tuple[int, int, bool, int, int]:
-        """The device's place within its group in the fragmentation-aware order (`index`: its GPU's). By
-        default a sharing family's: pack from the first GPU upwards."""
-        return (0, 0, False, index, 0)
-
-    # -- planning --------------------------------------------------------------------------------------
-
-    @abstractmethod
-    def plan(self, d: Allocated, held: Held) -> PlannedDevice:
-        """Plan one allocated device, or raise ClaimError/ConfigError naming the problem and the fix."""
-
-    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
-        """What of the GPU a device of this family takes (`detail`: `parse_name`'s reading of its name). By
-        default all of it, alone."""
-        return Footprint(family=self.name, slices=all_slices(gpu))
-
-    def check_claim(self, devices: Sequence[PlannedDevice]) -> None:  # noqa: B027 - optional, no rules
-        """Rules across one claim's devices of this family (e.g. one GPU at most once)."""
-
-    def records(self, devices: Sequence[PlannedDevice], held: Held) -> tuple[object, ...]:
-        """What the checkpoint entry records for the claim's devices before anything is created."""
-        return ()
-
-    def placements(self, records: Sequence[object]) -> tuple[Placement, ...]:
-        """MIG placements the records hold (they make live instances Tessera's, not an administrator's)."""
-        return ()
-
-    def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
-        """The GPUs the records are about."""
-        return frozenset()
-
-    def slots(self, records: Sequence[object]) -> Mapping[GpuUUID, int]:
-        """The claim's slot in each GPU's time-division schedule, from its records (the limits file names
-        it)."""
-        return {}
-
-    def encode_record(self, record: object) -> Json:
-        raise NotImplementedError(f"{self.name} records nothing")
-
-    def decode_record(self, data: Mapping[str, Any]) -> object:
-        """Raises ValueError naming the field on anything unexpected."""
-        raise NotImplementedError(f"{self.name} records nothing")
-
-    # -- what the container gets -------------------------------------------------------------------------
-
-    def library(self, d: PlannedDevice) -> LibraryLimits | None:
-        """What the interception library enforces for the device; None: the library is not injected for it."""
-        return None
-
-    def device_edits(self, d: PlannedDevice, gpu: Gpu, made: object) -> ContainerEdits:
-        """The device's own CDI edits; `made` is what its host part created for it (None if nothing).
-        By default the GPU's device node."""
-        return ContainerEdits(device_nodes=(device_node(gpu.device_node),))
-
-    def claim_edits(
-        self, devices: Sequence[PlannedDevice], made: Mapping[DeviceName, object]
-    ) -> ContainerEdits:
-        """Edits once per claim for the family's devices in it."""
-        return ContainerEdits()
-
-    def status(self, d: PlannedDevice, made: object) -> Json:
-        """What the claim's `status.devices[].data` says about the device besides its GPU (limits, MIG
-        UUID)."""
-        limits = self.library(d)
-        if limits is None:
-            return {}
-        return {"limits": {"memory": f"{limits.memory_bytes >> 20}Mi", "cores": limits.cores}}
-
-    def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
-    ) -> Allotment:
-        """What a prepared device holds, from the claim's records of this family and `limited`, the
-        (memory bytes, cores %) line of the claim's limits file for the GPU (None: no line). By default the
-        whole GPU."""
-        return Allotment(gpu.memory_bytes, 1.0)
-
-    def visible_id(self, d: PlannedDevice, made: object) -> str | None:
-        """The CUDA_VISIBLE_DEVICES entry a device needs listed; a family returning one for any device makes
-        the claim list every device (CUDA hides MIG instances that are not named)."""
-        return None

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from dra_driver.core.families.base import Allocated, Footprint, GpuOffer, Json, all_slices
+from dra_driver.core.families.base import Allocated, Footprint, GpuOffer, Json, NodeSetting, all_slices
 from dra_driver.core.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
 from dra_driver.values.errors import ClaimError, ConfigError
 from dra_driver.values.excerpt import excerpt
@@ -18,6 +19,26 @@ from dra_driver.values.names import Attr, Cap, Family, gpu_device_name, qualifie
 from dra_driver.values.quantity import parse_quantity
 
 MAX_CORES = 100
+DEFAULT_SHARES = 10  # HAMi's default split count
+MAX_SHARES = 128
+
+
+def _shares(raw: object) -> int:
+    if not isinstance(raw, int) or isinstance(raw, bool):
+        raise ConfigError(f"vgpuShares: expected an integer, got {excerpt(raw)}")
+    if not 1 <= raw <= MAX_SHARES:
+        raise ConfigError(f"vgpuShares: {raw} is out of range; use 1..{MAX_SHARES}")
+    return raw
+
+
+# Declared by vgpu (its node setting); MPS reads it too and takes at most its own maximum.
+SHARES = NodeSetting(
+    key="vgpuShares",
+    default=DEFAULT_SHARES,
+    meaning=f"how many claims may share one GPU (1..{MAX_SHARES})",
+    decode=_shares,
+    schema={"type": "integer", "minimum": 1, "maximum": MAX_SHARES},
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +47,11 @@ class SharedLimits:
 
     memory_bytes: int
     cores: int
+
+
+def limits_status(limits: SharedLimits) -> Json:
+    """What a claim's status says of a shared device's limits."""
+    return {"limits": {"memory": f"{limits.memory_bytes >> 20}Mi", "cores": limits.cores}}
 
 
 def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Json:
@@ -74,7 +100,7 @@ def _consumed(consumed: Mapping[str, str], name: str) -> str | None:
     return consumed.get(name, consumed.get(qualified(name)))
 
 
-def shared_limits(d: Allocated, *, family: str) -> SharedLimits:
+def shared_limits(d: Allocated[Any, Any], *, family: str) -> SharedLimits:
     """The allocated share's limits, or a ClaimError naming what is wrong and what to do."""
     where = f"{family} device {d.device}"
     if not d.consumed:

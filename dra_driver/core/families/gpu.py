@@ -9,15 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.core.config_schema import ConfigKind
-from dra_driver.core.families.base import (
-    Allocated,
-    DeviceFamily,
-    GpuOffer,
-    Held,
-    Json,
-    PlannedDevice,
-    not_in_mig_mode,
-)
+from dra_driver.core.families.base import Allocated, GpuOffer, Held, Json, PlannedDevice, not_in_mig_mode
+from dra_driver.core.families.protocol import DeviceFamily, Ordered, OrderKey
 from dra_driver.core.families.published import consumes, gpu_attributes, mib_quantity, string
 from dra_driver.values.model import Gpu
 from dra_driver.values.names import Attr, Cap, DeviceName, Family, gpu_device_name, qualified
@@ -30,20 +23,20 @@ class GpuConfig:
     """A whole GPU has nothing to tune yet; the kind exists so configs can name it explicitly."""
 
 
-class WholeGpu(DeviceFamily):
+class WholeGpu(DeviceFamily[GpuConfig], Ordered):
     name = NAME
     rank = 0
     order_group = 2
     config = ConfigKind(kind="GpuConfig", family=NAME, type=GpuConfig, meaning="a whole GPU")
     class_meaning = "a whole GPU, exclusively."
 
-    def parse_name(self, part: str) -> object | None:
+    def parse_name(self, part: str) -> tuple[()] | None:
         return () if part == "" else None
 
     def possible_devices(self, gpu: Gpu) -> tuple[DeviceName, ...]:
         return (gpu_device_name(gpu.index),)
 
-    def order_key(self, device: Json, index: int) -> tuple[int, int, bool, int, int]:
+    def order_key(self, device: Json, index: int) -> OrderKey:
         return (0, 0, False, -index, 0)  # taken from the last GPU down, away from the sharing end
 
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
@@ -65,9 +58,9 @@ class WholeGpu(DeviceFamily):
             device["consumesCounters"] = consumes(gpu, o.counters)
         return (device,)
 
-    def plan(self, d: Allocated, held: Held) -> PlannedDevice:
+    def plan(self, d: Allocated[GpuConfig], held: Held) -> PlannedDevice[GpuConfig, None]:
         not_in_mig_mode(d, "a whole GPU")
-        return d.planned(NAME)
+        return d.planned(NAME, None)
 
 
 FAMILY = WholeGpu()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -22,20 +22,27 @@ from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    DeviceFamily,
     Footprint,
     GpuOffer,
     Held,
     Json,
+    NodeSetting,
     PlannedDevice,
     all_slices,
     device_node,
 )
+from dra_driver.core.families.protocol import (
+    DeviceFamily,
+    NamedVisible,
+    Ordered,
+    OrderKey,
+    Placing,
+)
 from dra_driver.core.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.core.profiles import PRODUCTS
-from dra_driver.values.errors import ClaimError, InvalidNameError, MigError, PlacementTakenError
+from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError, MigError, PlacementTakenError
 from dra_driver.values.excerpt import excerpt
-from dra_driver.values.model import Gpu, Inventory, MigInstance, MigProfile, Placement
+from dra_driver.values.model import Gpu, MigInstance, MigProfile, Placement
 from dra_driver.values.names import (
     Attr,
     Cap,
@@ -99,6 +106,53 @@ class MigName:
     start: int
 
 
+# ---- the node setting -------------------------------------------------------------------------------------
+
+
+def _profiles(raw: object) -> frozenset[str] | None:
+    """A list of distinct canonical profile names; `migProfiles` only thins what is published (a profile a
+    GPU does not have is ignored, so one list serves a mixed fleet)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list):
+        raise ConfigError(
+            f"migProfiles: expected a list like [1g.10gb, 3g.40gb, 7g.80gb], got {excerpt(raw)}"
+        )
+    if not raw:
+        raise ConfigError("migProfiles: empty; to publish no MIG devices set families.mig: false instead")
+    seen: set[str] = set()
+    for k, p in enumerate(raw):
+        if not isinstance(p, str):
+            raise ConfigError(f"migProfiles[{k}]: expected a profile name like 1g.10gb, got {excerpt(p)}")
+        try:
+            profile_size(p)
+        except InvalidNameError as e:
+            raise ConfigError(f"migProfiles[{k}]: {e} (spelled as nvidia-smi mig -lgip does: 1g.10gb)") from e
+        if p in seen:
+            raise ConfigError(f"migProfiles[{k}]: {p} is listed twice; list each profile once")
+        seen.add(p)
+    return frozenset(seen)
+
+
+PROFILES: NodeSetting[frozenset[str] | None] = NodeSetting(
+    key="migProfiles",
+    default=None,  # every profile
+    meaning="the MIG profiles to publish (default: every profile the GPU has)",
+    decode=_profiles,
+    schema={
+        "type": "array",
+        "items": {"type": "string", "pattern": _PROFILE_RE.pattern},
+        "minItems": 1,
+        "uniqueItems": True,
+    },
+)
+
+
+def publishes_profile(o: GpuOffer, profile: str) -> bool:
+    chosen = o.setting(PROFILES)
+    return chosen is None or profile in chosen
+
+
 # ---- config, plan, record ----------------------------------------------------------------------------------
 
 
@@ -146,35 +200,6 @@ class MigRecord:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class MigModeRestore:
-    """Which GPUs whose MIG mode Tessera switched on go back to MIG mode off, once no claim uses them."""
-
-    switch_off: tuple[GpuUUID, ...]  # MIG mode on, no claim and no instance left: switch it off
-    keep: frozenset[GpuUUID]  # still Tessera's to switch off later (a claim or an instance is there)
-
-
-def mig_mode_restore(
-    owned: Collection[GpuUUID],
-    *,
-    in_use: Collection[GpuUUID],
-    inventory: Inventory,
-    going: Collection[str] = (),
-) -> MigModeRestore:
-    """The rule for MIG mode Tessera switched on (`owned`): off once no claim (`in_use`) and no instance (but
-    those `going`, by UUID) is on the GPU; a GPU that is gone or already off is simply no longer owned."""
-    off: list[GpuUUID] = []
-    keep: set[GpuUUID] = set()
-    for uuid in sorted(owned):
-        gpu = inventory.gpu_by_uuid(uuid)
-        left = [i for i in gpu.mig_instances if i.uuid not in going] if gpu is not None else []
-        if uuid in in_use or left:
-            keep.add(uuid)
-        elif gpu is not None and gpu.mig_enabled:
-            off.append(uuid)
-    return MigModeRestore(switch_off=tuple(off), keep=frozenset(keep))
-
-
 def _overlaps(a_start: int, a_size: int, b_start: int, b_size: int) -> bool:
     return a_start < b_start + b_size and b_start < a_start + a_size
 
@@ -193,7 +218,7 @@ def _required(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
     return value
 
 
-def _mig_plan(d: Allocated, name: MigName, held: Held) -> MigPlan:
+def _mig_plan(d: Allocated[MigConfig, MigName], name: MigName, held: Held[MigRecord]) -> MigPlan:
     """Where the instance comes from: created by Tessera, reused (rolling forward), or an administrator's
     static one."""
     gpu = d.gpu
@@ -237,15 +262,18 @@ def _mig_plan(d: Allocated, name: MigName, held: Held) -> MigPlan:
     return create
 
 
-def mig_plan(d: PlannedDevice) -> MigPlan:
-    assert isinstance(d.spec, MigPlan)
-    return d.spec
-
-
 # ---- the family ------------------------------------------------------------------------------------------
 
 
-class Mig(DeviceFamily):
+Planned = PlannedDevice[MigConfig, MigPlan]
+
+
+class Mig(
+    DeviceFamily[MigConfig, MigName, MigPlan, MigRecord, MigInstance],
+    Ordered,
+    Placing[MigConfig, MigPlan, MigRecord],
+    NamedVisible[MigConfig, MigPlan, MigInstance],
+):
     name = NAME
     rank = 30
     order_group = 3
@@ -253,12 +281,13 @@ class Mig(DeviceFamily):
     record_key = "mig"
     owned_key = "migModeOwned"  # GPUs whose MIG mode Tessera switched on: it switches them off after its last
     class_meaning = "a MIG instance of any profile, created when the claim is prepared."
+    settings = (PROFILES,)
 
     def class_profiles(self) -> tuple[str, ...]:
         """Every profile of the GPUs Tessera knows, GPU by GPU (`mig-1g.10gb.gpu.tessera.dev`, ...)."""
         return tuple(dict.fromkeys(p.name for product in PRODUCTS for p in product.mig_profiles))
 
-    def parse_name(self, part: str) -> object | None:
+    def parse_name(self, part: str) -> MigName | None:
         m = _LABEL_RE.match(part)
         if m is None:
             return None
@@ -273,7 +302,7 @@ class Mig(DeviceFamily):
 
     # -- offer --
 
-    def order_key(self, device: Json, index: int) -> tuple[int, int, bool, int, int]:
+    def order_key(self, device: Json, index: int) -> OrderKey:
         # smallest profile first; on each GPU the highest start first, so large placements stay open
         size = profile_size(str(attribute(device, Attr.PROFILE)))
         start = attribute(device, Attr.MIG_START)
@@ -292,7 +321,7 @@ class Mig(DeviceFamily):
         placements = tuple(
             self._placement(o, p, s)
             for p in gpu.mig_profiles
-            if o.publishes_profile(p.name)
+            if publishes_profile(o, p.name)
             for s in p.placement_starts
             if taken[p.profile_id] < p.max_instances
             and not any(_overlaps(s, p.memory_slices, a.start, a.size) for a in o.admin)
@@ -342,9 +371,8 @@ class Mig(DeviceFamily):
 
     # -- plan --
 
-    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+    def footprint(self, detail: MigName, gpu: Gpu) -> Footprint:
         """The placement's memory slices; a profile the GPU does not know (yet) is taken as all of them."""
-        assert isinstance(detail, MigName)
         profile = gpu.profile_by_name(detail.profile)
         slices = (
             frozenset(range(detail.start, detail.start + profile.memory_slices))
@@ -354,24 +382,23 @@ class Mig(DeviceFamily):
         what = f"MIG {detail.profile} at memory slice {detail.start}"
         return Footprint(family=NAME, slices=slices, what=what)
 
-    def plan(self, d: Allocated, held: Held) -> PlannedDevice:
-        assert isinstance(d.detail, MigName)
+    def plan(self, d: Allocated[MigConfig, MigName], held: Held[MigRecord]) -> Planned:
         return d.planned(NAME, _mig_plan(d, d.detail, held))
 
-    def check_claim(self, devices: Sequence[PlannedDevice]) -> None:
+    def check_claim(self, devices: Sequence[Planned]) -> None:
         seen: set[Placement] = set()
         for d in devices:
-            placement = mig_plan(d).placement
+            placement = d.spec.placement
             if placement in seen:
                 raise ClaimError(f"device {d.device} is allocated twice in one claim")
             seen.add(placement)
 
-    def records(self, devices: Sequence[PlannedDevice], held: Held) -> tuple[object, ...]:
+    def records(self, devices: Sequence[Planned], held: Held[MigRecord]) -> tuple[MigRecord, ...]:
         """Written ahead of any creation: the placements to create, and the administrator's instances used
         as they are."""
         out = []
         for d in devices:
-            plan = mig_plan(d)
+            plan = d.spec
             inst = plan.instance
             out.append(
                 MigRecord(
@@ -386,24 +413,23 @@ class Mig(DeviceFamily):
             )
         return tuple(out)
 
-    def placements(self, records: Sequence[object]) -> tuple[Placement, ...]:
-        return tuple(r.placement for r in records if isinstance(r, MigRecord) and r.created_by_tessera)
+    def placements(self, records: Sequence[MigRecord]) -> tuple[Placement, ...]:
+        return tuple(r.placement for r in records if r.created_by_tessera)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MigRecord], limited: tuple[int, int] | None
     ) -> Allotment:
-        record = next((r for r in records if isinstance(r, MigRecord) and r.device == device), None)
+        record = next((r for r in records if r.device == device), None)
         profile = gpu.profile_by_name(record.profile_name) if record else None
         if record is None or profile is None:
             return Allotment(0, 0.0)
         ratio = profile.multiprocessors / gpu.multiprocessors if gpu.multiprocessors else 0.0
         return Allotment(profile.memory_mib << 20, ratio, mig_profile=profile.name, mig_uuid=record.uuid)
 
-    def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
-        return frozenset(r.placement.gpu_uuid for r in records if isinstance(r, MigRecord))
+    def record_gpus(self, records: Sequence[MigRecord]) -> frozenset[GpuUUID]:
+        return frozenset(r.placement.gpu_uuid for r in records)
 
-    def encode_record(self, record: object) -> Json:
-        assert isinstance(record, MigRecord)
+    def encode_record(self, record: MigRecord) -> Json:
         return {
             "device": record.device,
             "gpuUUID": record.placement.gpu_uuid,
@@ -416,7 +442,7 @@ class Mig(DeviceFamily):
             "uuid": record.uuid,
         }
 
-    def decode_record(self, data: Mapping[str, Any]) -> object:
+    def decode_record(self, data: Mapping[str, Any]) -> MigRecord:
         uuid = data.get("uuid")
         if uuid is not None and not isinstance(uuid, str):
             raise ValueError(f"field 'uuid' must be a string or null, got {excerpt(uuid)}")
@@ -436,23 +462,23 @@ class Mig(DeviceFamily):
 
     # -- the container --
 
-    def device_edits(self, d: PlannedDevice, gpu: Gpu, made: object) -> ContainerEdits:
+    def device_edits(self, d: Planned, gpu: Gpu, made: MigInstance | None) -> ContainerEdits:
         inst = _instance(d, made)
         return ContainerEdits(
             device_nodes=(device_node(gpu.device_node), *(device_node(n) for n in inst.device_nodes))
         )
 
-    def status(self, d: PlannedDevice, made: object) -> Json:
-        inst = mig_plan(d).instance or made
-        return {"migUUID": inst.uuid if isinstance(inst, MigInstance) else None}
+    def status(self, d: Planned, made: MigInstance | None) -> Json:
+        inst = d.spec.instance or made
+        return {"migUUID": inst.uuid if inst is not None else None}
 
-    def visible_id(self, d: PlannedDevice, made: object) -> str | None:
+    def visible_id(self, d: Planned, made: MigInstance | None) -> str:
         return _instance(d, made).uuid
 
 
-def _instance(d: PlannedDevice, made: object) -> MigInstance:
-    inst = mig_plan(d).instance or made
-    if not isinstance(inst, MigInstance):
+def _instance(d: Planned, made: MigInstance | None) -> MigInstance:
+    inst = d.spec.instance or made
+    if inst is None:
         raise MigError(f"device {d.device}: no MIG instance was created for it")
     return inst
 

@@ -21,16 +21,24 @@ from dra_driver.core.config_schema import ConfigField, ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    DeviceFamily,
     Footprint,
     GpuOffer,
     Held,
     Json,
     LibraryLimits,
     PlannedDevice,
+    Unnamed,
     not_in_mig_mode,
 )
-from dra_driver.core.families.capacity import SharedLimits, shared_device, shared_footprint, shared_limits
+from dra_driver.core.families.capacity import (
+    SHARES,
+    SharedLimits,
+    limits_status,
+    shared_device,
+    shared_footprint,
+    shared_limits,
+)
+from dra_driver.core.families.protocol import ClaimWide, DeviceFamily, LibraryLimited, Recording
 from dra_driver.values.errors import ClaimError
 from dra_driver.values.excerpt import excerpt
 from dra_driver.values.model import Gpu
@@ -41,6 +49,9 @@ _PART = "mps"
 MIN_COMPUTE_CAPABILITY = 7  # Volta: a GPU address space per client, 48 clients per GPU
 MAX_CLIENTS = 48
 CONTAINER_MPS_ROOT = "/var/run/tessera/mps"  # where a GPU's MPS pipe directory appears in a container
+
+CONTROL_TOOL = "nvidia-cuda-mps-control"  # runs a GPU's control daemon (the host part starts it)
+SERVER_TOOL = "nvidia-cuda-mps-server"  # started by the control daemon for each client's user
 
 PIPE_DIRECTORY_ENV = "CUDA_MPS_PIPE_DIRECTORY"
 THREAD_PERCENTAGE_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -77,7 +88,15 @@ def _supported(gpu: Gpu) -> bool:
     return major.isdigit() and int(major) >= MIN_COMPUTE_CAPABILITY
 
 
-class Mps(DeviceFamily):
+Planned = PlannedDevice[MpsConfig, SharedLimits]
+
+
+class Mps(
+    DeviceFamily[MpsConfig, Unnamed, SharedLimits, MpsClient, MpsPipe],
+    Recording[MpsConfig, SharedLimits, MpsClient],
+    LibraryLimited[MpsConfig, SharedLimits],
+    ClaimWide[MpsConfig, SharedLimits, MpsPipe],
+):
     name = NAME
     rank = 20
     order_group = 1
@@ -98,12 +117,13 @@ class Mps(DeviceFamily):
         ),
     )
     record_key = "mps"
+    driver_tools = (CONTROL_TOOL, SERVER_TOOL)
     class_meaning = (
         "a share of a GPU run by NVIDIA MPS (memory and SM share from capacity.requests; the claims on one "
         "GPU run concurrently as clients of its MPS control daemon). docs/mps.md."
     )
 
-    def parse_name(self, part: str) -> object | None:
+    def parse_name(self, part: str) -> Unnamed | None:
         return () if part == _PART else None
 
     def possible_devices(self, gpu: Gpu) -> tuple[DeviceName, ...]:
@@ -112,13 +132,13 @@ class Mps(DeviceFamily):
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         if not o.shareable or o.counters is None or not _supported(o.gpu):
             return ()
-        shares = min(o.shares, MAX_CLIENTS)
+        shares = min(o.setting(SHARES), MAX_CLIENTS)
         return (shared_device(o, family=NAME, part=_PART, shares=shares),)
 
-    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+    def footprint(self, detail: Unnamed, gpu: Gpu) -> Footprint:
         return shared_footprint(gpu, family=NAME, what="an MPS share")
 
-    def plan(self, d: Allocated, held: Held) -> PlannedDevice:
+    def plan(self, d: Allocated[MpsConfig], held: Held[MpsClient]) -> Planned:
         not_in_mig_mode(d, "an MPS share")
         if not _supported(d.gpu):
             raise ClaimError(
@@ -128,7 +148,7 @@ class Mps(DeviceFamily):
             )
         return d.planned(NAME, shared_limits(d, family=NAME))
 
-    def check_claim(self, devices: Sequence[PlannedDevice]) -> None:
+    def check_claim(self, devices: Sequence[Planned]) -> None:
         if len(devices) > 1:
             names = ", ".join(d.device for d in devices)
             raise ClaimError(
@@ -136,17 +156,16 @@ class Mps(DeviceFamily):
                 "one MPS control daemon (one GPU); use one claim per GPU"
             )
 
-    def records(self, devices: Sequence[PlannedDevice], held: Held) -> tuple[object, ...]:
-        return tuple(MpsClient(d.gpu_uuid, _limits(d).cores) for d in devices)
+    def records(self, devices: Sequence[Planned], held: Held[MpsClient]) -> tuple[MpsClient, ...]:
+        return tuple(MpsClient(d.gpu_uuid, d.spec.cores) for d in devices)
 
-    def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
-        return frozenset(r.gpu_uuid for r in records if isinstance(r, MpsClient))
+    def record_gpus(self, records: Sequence[MpsClient]) -> frozenset[GpuUUID]:
+        return frozenset(r.gpu_uuid for r in records)
 
-    def encode_record(self, record: object) -> Json:
-        assert isinstance(record, MpsClient)
+    def encode_record(self, record: MpsClient) -> Json:
         return {"gpuUUID": record.gpu_uuid, "cores": record.cores}
 
-    def decode_record(self, data: Mapping[str, Any]) -> object:
+    def decode_record(self, data: Mapping[str, Any]) -> MpsClient:
         uuid = data.get("gpuUUID")
         if not isinstance(uuid, str) or not uuid:
             raise ValueError(f"an MPS record needs a string 'gpuUUID', got {excerpt(uuid)}")
@@ -158,17 +177,15 @@ class Mps(DeviceFamily):
         return MpsClient(GpuUUID(uuid), cores)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MpsClient], limited: tuple[int, int] | None
     ) -> Allotment:
         # the library holds the memory limit; MPS holds the SM share (0: the client may use every SM)
-        cores = next((r.cores for r in records if isinstance(r, MpsClient) and r.gpu_uuid == gpu.uuid), 0)
+        cores = next((r.cores for r in records if r.gpu_uuid == gpu.uuid), 0)
         memory = limited[0] if limited else gpu.memory_bytes
         return Allotment(memory, cores / 100 if cores else 1.0)
 
-    def library(self, d: PlannedDevice) -> LibraryLimits | None:
-        limits = _limits(d)
-        config = d.config
-        assert isinstance(config, MpsConfig)
+    def library(self, d: Planned) -> LibraryLimits:
+        limits, config = d.spec, d.config
         # the library accounts memory exactly and shows it to nvidia-smi; MPS divides the SMs, so no SM limit
         return LibraryLimits(
             gpu_index=d.gpu_index,
@@ -179,18 +196,15 @@ class Mps(DeviceFamily):
             log_level=config.log_level,
         )
 
-    def status(self, d: PlannedDevice, made: object) -> Json:
-        limits = _limits(d)
-        return {"limits": {"memory": f"{limits.memory_bytes >> 20}Mi", "cores": limits.cores}}
+    def status(self, d: Planned, made: MpsPipe | None) -> Json:
+        return limits_status(d.spec)
 
-    def claim_edits(
-        self, devices: Sequence[PlannedDevice], made: Mapping[DeviceName, object]
-    ) -> ContainerEdits:
+    def claim_edits(self, devices: Sequence[Planned], made: Mapping[DeviceName, MpsPipe]) -> ContainerEdits:
         (d,) = devices  # check_claim allows one
         pipe = made.get(d.device)
-        if not isinstance(pipe, MpsPipe):
+        if pipe is None:
             raise ClaimError(f"device {d.device}: no MPS control daemon was started for it")
-        limits = _limits(d)
+        limits = d.spec
         inside = container_pipe_dir(d.gpu_uuid)
         # the daemon serves one GPU (CUDA_VISIBLE_DEVICES=<its UUID>): its clients see it as device 0
         env = [f"{PIPE_DIRECTORY_ENV}={inside}", f"{PINNED_MEMORY_ENV}=0={limits.memory_bytes >> 20}M"]
@@ -203,11 +217,6 @@ class Mps(DeviceFamily):
             host_path=pipe.host_dir, container_path=inside, options=("ro", "nosuid", "nodev", "bind")
         )
         return ContainerEdits(env=tuple(env), mounts=(mount,))
-
-
-def _limits(d: PlannedDevice) -> SharedLimits:
-    assert isinstance(d.spec, SharedLimits)
-    return d.spec
 
 
 FAMILY = Mps()

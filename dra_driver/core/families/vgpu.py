@@ -17,16 +17,24 @@ from dra_driver.core.config_schema import ClassOnly, ConfigField, ConfigKind, Sm
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    DeviceFamily,
     Footprint,
     GpuOffer,
     Held,
     Json,
     LibraryLimits,
     PlannedDevice,
+    Unnamed,
     not_in_mig_mode,
 )
-from dra_driver.core.families.capacity import SharedLimits, shared_device, shared_footprint, shared_limits
+from dra_driver.core.families.capacity import (
+    SHARES,
+    SharedLimits,
+    limits_status,
+    shared_device,
+    shared_footprint,
+    shared_limits,
+)
+from dra_driver.core.families.protocol import DeviceFamily, LibraryLimited, TimeSliced
 from dra_driver.core.sm_schedule import free_slot
 from dra_driver.values.errors import ClaimError, ConfigError
 from dra_driver.values.model import Gpu
@@ -108,15 +116,23 @@ def _int(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
     return value
 
 
-class Vgpu(DeviceFamily):
+Planned = PlannedDevice[VgpuConfig, SharedLimits]
+
+
+class Vgpu(
+    DeviceFamily[VgpuConfig, Unnamed, SharedLimits, GpuShare],
+    TimeSliced[VgpuConfig, SharedLimits, GpuShare],
+    LibraryLimited[VgpuConfig, SharedLimits],
+):
     name = NAME
     rank = 10
     order_group = 0
     config = _CONFIG
     record_key = "sharing"
     class_meaning = "a software slice of a GPU (memory and SM share from capacity.requests)."
+    settings = (SHARES,)
 
-    def parse_name(self, part: str) -> object | None:
+    def parse_name(self, part: str) -> Unnamed | None:
         return () if part == _PART else None
 
     def possible_devices(self, gpu: Gpu) -> tuple[DeviceName, ...]:
@@ -125,16 +141,16 @@ class Vgpu(DeviceFamily):
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         if not o.shareable or o.counters is None:
             return ()
-        return (shared_device(o, family=NAME, part=_PART, shares=o.shares),)
+        return (shared_device(o, family=NAME, part=_PART, shares=o.setting(SHARES)),)
 
-    def footprint(self, detail: object, gpu: Gpu) -> Footprint:
+    def footprint(self, detail: Unnamed, gpu: Gpu) -> Footprint:
         return shared_footprint(gpu, family=NAME, what="a vGPU share")
 
-    def plan(self, d: Allocated, held: Held) -> PlannedDevice:
+    def plan(self, d: Allocated[VgpuConfig], held: Held[GpuShare]) -> Planned:
         not_in_mig_mode(d, "a vGPU")
         return d.planned(NAME, shared_limits(d, family=NAME))
 
-    def check_claim(self, devices: Sequence[PlannedDevice]) -> None:
+    def check_claim(self, devices: Sequence[Planned]) -> None:
         seen: set[int] = set()
         for d in devices:
             if d.gpu_index in seen:
@@ -152,18 +168,16 @@ class Vgpu(DeviceFamily):
                     "logLevel"
                 )
 
-    def records(self, devices: Sequence[PlannedDevice], held: Held) -> tuple[object, ...]:
+    def records(self, devices: Sequence[Planned], held: Held[GpuShare]) -> tuple[GpuShare, ...]:
         """A slot on each GPU: kept when the claim is prepared again, else the lowest free there."""
-        kept = tuple(r for r in held.claim if isinstance(r, GpuShare))
-        if kept:
-            return kept
+        if held.claim:
+            return held.claim
         taken: dict[GpuUUID, set[int]] = {}
         for r in held.others:
-            if isinstance(r, GpuShare):
-                taken.setdefault(r.gpu_uuid, set()).add(r.slot)
+            taken.setdefault(r.gpu_uuid, set()).add(r.slot)
         shares = []
         for d in devices:
-            config, limits = _config(d), _limits(d)
+            config, limits = d.config, d.spec
             arbitrated = config.sm_limit_policy is not SmLimitPolicy.DISABLE
             shares.append(
                 GpuShare(
@@ -175,20 +189,19 @@ class Vgpu(DeviceFamily):
             )
         return tuple(shares)
 
-    def record_gpus(self, records: Sequence[object]) -> frozenset[GpuUUID]:
-        return frozenset(r.gpu_uuid for r in records if isinstance(r, GpuShare))
+    def record_gpus(self, records: Sequence[GpuShare]) -> frozenset[GpuUUID]:
+        return frozenset(r.gpu_uuid for r in records)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[object], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[GpuShare], limited: tuple[int, int] | None
     ) -> Allotment:
         memory, cores = limited or (0, 0)
         return Allotment(memory, cores / 100)
 
-    def slots(self, records: Sequence[object]) -> Mapping[GpuUUID, int]:
-        return {r.gpu_uuid: r.slot for r in records if isinstance(r, GpuShare)}
+    def slots(self, records: Sequence[GpuShare]) -> Mapping[GpuUUID, int]:
+        return {r.gpu_uuid: r.slot for r in records}
 
-    def encode_record(self, record: object) -> Json:
-        assert isinstance(record, GpuShare)
+    def encode_record(self, record: GpuShare) -> Json:
         return {
             "gpuUUID": record.gpu_uuid,
             "slot": record.slot,
@@ -196,7 +209,7 @@ class Vgpu(DeviceFamily):
             "highPriority": record.high_priority,
         }
 
-    def decode_record(self, data: Mapping[str, Any]) -> object:
+    def decode_record(self, data: Mapping[str, Any]) -> GpuShare:
         uuid, high = data.get("gpuUUID"), data.get("highPriority")
         if not isinstance(uuid, str) or not isinstance(high, bool):
             raise ValueError("a share needs a string 'gpuUUID' and a boolean 'highPriority'")
@@ -207,8 +220,8 @@ class Vgpu(DeviceFamily):
             high_priority=high,
         )
 
-    def library(self, d: PlannedDevice) -> LibraryLimits | None:
-        config, limits = _config(d), _limits(d)
+    def library(self, d: Planned) -> LibraryLimits:
+        config, limits = d.config, d.spec
         return LibraryLimits(
             gpu_index=d.gpu_index,
             gpu_uuid=d.gpu_uuid,
@@ -220,15 +233,8 @@ class Vgpu(DeviceFamily):
             log_level=config.log_level,
         )
 
-
-def _config(d: PlannedDevice) -> VgpuConfig:
-    assert isinstance(d.config, VgpuConfig)
-    return d.config
-
-
-def _limits(d: PlannedDevice) -> SharedLimits:
-    assert isinstance(d.spec, SharedLimits)
-    return d.spec
+    def status(self, d: Planned, made: None) -> Json:
+        return limits_status(d.spec)
 
 
 FAMILY = Vgpu()

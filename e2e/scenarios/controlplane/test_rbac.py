@@ -352,7 +352,10 @@ def test_pods_secrets_nodes_and_device_classes_are_refused(identity: PluginIdent
     denied(lambda: core.list_namespaced_pod(identity.namespace))
     denied(core.list_secret_for_all_namespaces)
     denied(lambda: core.read_namespaced_secret("anything", SYSTEM_NS))
-    denied(lambda: core.read_node(NODE))
+    # it reads its Node (another GPU device plugin's nvidia.com/gpu there stops publishing), never lists them
+    core.read_node(NODE)
+    denied(core.list_node)
+    denied(lambda: core.patch_node(NODE, {"metadata": {"labels": {"x": "y"}}}))
     resource = k8s.ResourceV1Api(identity.api)
     device_class = {
         "apiVersion": "resource.k8s.io/v1",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.core.families import mps as mps_family
 from dra_driver.core.families.mps import (
     PINNED_MEMORY_ENV,
     PIPE_DIRECTORY_ENV,
@@ -45,7 +46,9 @@ def ask(pipe: str, command: str) -> list[str]:
 
 
 def test_two_mps_claims_are_clients_of_one_daemon(bed: SimCluster, real_node: RealNode, real_ns: str) -> None:
-    control = MpsControl(root=PluginPaths.under(real_node.root).mps_dir, tool=str(FAKE_MPS_CONTROL))
+    control = MpsControl(
+        root=PluginPaths.under(real_node.root).family_dir(mps_family.NAME), tool=str(FAKE_MPS_CONTROL)
+    )
     apply(
         bed,
         real_ns,
@@ -94,7 +97,9 @@ def test_mps_clients_keep_running_across_a_plugin_upgrade(
     """The control daemon runs on the host, outside the plugin's container (chart value mps.hostCgroup): a
     `helm upgrade` replaces the plugin's pod, and the daemon, its server and its clients go on; the new pod
     adopts the daemon for the next MPS claim."""
-    control = MpsControl(root=PluginPaths.under(real_node.root).mps_dir, tool=str(FAKE_MPS_CONTROL))
+    control = MpsControl(
+        root=PluginPaths.under(real_node.root).family_dir(mps_family.NAME), tool=str(FAKE_MPS_CONTROL)
+    )
     apply(bed, real_ns, [claim_template("mps-40", mps("1000Mi", "40"))])
 
     def client(name: str) -> Json:

@@ -18,6 +18,7 @@ import pytest
 import structlog
 from kubernetes import client as k8s
 
+from dra_driver.core.families import mps as mps_family
 from e2e.kube import get_pod, is_running, wait_for
 from e2e.realnode.chart import CLEANUP_LABELS, CLEANUP_RELEASE
 from e2e.realnode.node import RealNode
@@ -37,7 +38,7 @@ def tessera_files(root: Path) -> list[str]:
     """Everything of Tessera's below the node's host paths, as the node shows it."""
     paths = PluginPaths.under(root)
     found = [str(p) for p in paths.cdi_dir.glob("k8s.gpu.tessera.dev*")]
-    for d in (paths.claims_dir, paths.gpus_dir, paths.mps_dir, paths.plugin_dir):
+    for d in (paths.claims_dir, paths.gpus_dir, paths.family_dir(mps_family.NAME), paths.plugin_dir):
         if d.exists():
             found += [str(p) for p in d.iterdir()]
     if paths.library_path.exists():

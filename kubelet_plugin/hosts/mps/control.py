@@ -24,6 +24,7 @@ from pathlib import Path
 
 import structlog
 
+from dra_driver.core.families.mps import CONTROL_TOOL
 from dra_driver.system.files import atomic_write, fsync_dir, read_bounded, remove_durably
 from dra_driver.system.safe_tree import remove_tree
 from dra_driver.values.errors import MpsError, MpsToolError, StorageError
@@ -51,7 +52,7 @@ MPS_PIPE_DIR_MODE = 0o755  # the daemon's sockets (control 0666, control_privile
 MPS_LOG_DIR_MODE = 0o755  # control.log, server.log: for humans and `kubectl debug`
 MPS_RECORD_MODE = 0o600
 
-DEFAULT_TOOL = "nvidia-cuda-mps-control"
+DEFAULT_TOOL = CONTROL_TOOL
 PID_FILE = "nvidia-cuda-mps-control.pid"  # the daemon writes it into its pipe directory
 SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 LONGEST_SOCKET = "control_privileged"  # of the daemon's sockets in its pipe directory (the other: control)
@@ -121,6 +122,18 @@ class MpsControl:
         self._launcher = launcher  # None: daemons start in this process's namespaces and cgroup
         self._locks: dict[GpuUUID, threading.Lock] = {}
         self._locks_guard = threading.Lock()
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def tool(self) -> str:
+        return self._tool
+
+    @property
+    def launcher(self) -> HostLauncher | None:
+        return self._launcher
 
     def dirs(self, gpu_uuid: GpuUUID) -> MpsDirs:
         if not gpu_uuid or "/" in gpu_uuid or gpu_uuid.startswith("."):

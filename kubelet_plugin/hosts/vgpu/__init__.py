@@ -14,12 +14,14 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any, Never
 
 import structlog
 
 from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import PlannedDevice
-from dra_driver.core.families.vgpu import NAME, GpuShare
+from dra_driver.core.families.capacity import SharedLimits
+from dra_driver.core.families.vgpu import FAMILY, NAME, GpuShare
 from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
 from dra_driver.values.errors import StorageError
 from dra_driver.values.model import Inventory
@@ -37,7 +39,7 @@ GPU_VIEW_DIR_MODE = 0o755  # mounted read-only into every vgpu container on the 
 log = structlog.get_logger(__name__)
 
 
-class GpuSharing(FamilyHost):
+class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
     """The views of the node's shared GPUs (thread-safe: prepare, unprepare and the relay all use it)."""
 
     def __init__(self, *, gpus_dir: Path, claims_dir: Path, frame_us: int = DEFAULT_FRAME_US) -> None:
@@ -70,11 +72,11 @@ class GpuSharing(FamilyHost):
         self,
         *,
         plan: ClaimPlan,
-        devices: Sequence[PlannedDevice],
-        records: tuple[object, ...],
+        devices: Sequence[PlannedDevice[Any, SharedLimits]],
+        records: tuple[GpuShare, ...],
         snapshot: Inventory,
-    ) -> Created:
-        self.ensure(r.gpu_uuid for r in records if isinstance(r, GpuShare))
+    ) -> Created[GpuShare, Never]:
+        self.ensure(r.gpu_uuid for r in records)
         return Created(records=records)
 
     def refresh(self, cp: Checkpoint) -> None:
@@ -82,9 +84,8 @@ class GpuSharing(FamilyHost):
         one). A view that cannot be written is logged: the claims on that GPU then run on their buckets."""
         by_gpu: dict[GpuUUID, list[tuple[str, GpuShare]]] = defaultdict(list)
         for entry in cp.claims.values():
-            for share in entry.of(NAME):
-                if isinstance(share, GpuShare):
-                    by_gpu[share.gpu_uuid].append((entry.uid, share))
+            for share in entry.family_records(FAMILY):
+                by_gpu[share.gpu_uuid].append((entry.uid, share))
         relayed = []
         with self._lock:
             for gpu in sorted(set(by_gpu) | set(self._views)):
@@ -120,5 +121,5 @@ class GpuSharing(FamilyHost):
             self._relayed = ()
 
 
-def make(ctx: HostContext) -> FamilyHost:
+def make(ctx: HostContext) -> GpuSharing:
     return GpuSharing(gpus_dir=ctx.paths.gpus_dir, claims_dir=ctx.paths.claims_dir)

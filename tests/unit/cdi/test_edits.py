@@ -7,7 +7,7 @@ from dra_driver.core.allocation import ClaimPlan, LibrarySettings
 from dra_driver.core.config_schema import SmLimitPolicy
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, mps, vgpu
-from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.base import AnyPlanned, PlannedDevice
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mig import MigAction, MigPlan
 from dra_driver.core.families.vgpu import VgpuConfig
@@ -64,7 +64,7 @@ def planned(
     share: str | None = None,
     spec: object = None,
     config: object = None,
-) -> PlannedDevice:
+) -> AnyPlanned:
     configs = {whole.NAME: whole.GpuConfig(), vgpu.NAME: VgpuConfig(), mig.NAME: mig.MigConfig()}
     return PlannedDevice(
         request=request,
@@ -78,7 +78,7 @@ def planned(
     )
 
 
-def claim_plan(*devices: PlannedDevice, library: LibrarySettings | None = None) -> ClaimPlan:
+def claim_plan(*devices: AnyPlanned, library: LibrarySettings | None = None) -> ClaimPlan:
     return ClaimPlan(uid=UID, namespace="ns", name="c", pool="node", devices=devices, library=library)
 
 
@@ -206,8 +206,15 @@ DRIVER = DriverFiles(
         DriverMount("/run/nvidia/driver/usr/lib64/libcuda.so.580", "/usr/lib64/libcuda.so.1"),
         DriverMount("/run/nvidia/driver/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi"),
     ),
-    mps=(
-        DriverMount("/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control"),
+    tools=(
+        (
+            mps.NAME,
+            (
+                DriverMount(
+                    "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control", "/usr/bin/nvidia-cuda-mps-control"
+                ),
+            ),
+        ),
     ),
 )
 RO = ("ro", "nosuid", "nodev", "bind")

@@ -14,6 +14,7 @@ import yaml
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, vgpu
+from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.families.published import NumaForm
 from dra_driver.core.settings import NodeSettings
 from e2e.controlplane.releases import default_version
@@ -186,6 +187,7 @@ def test_rbac_is_least_privilege() -> None:
         (("resource.k8s.io",), ("resourceclaims",)): ({"get"}, None),
         (("resource.k8s.io",), ("resourceclaims/status",)): ({"patch"}, None),
         (("resource.k8s.io",), ("resourceclaims/driver",)): ({"associated-node:patch"}, ["gpu.tessera.dev"]),
+        (("",), ("nodes",)): ({"get"}, None),
         (("",), ("events",)): ({"create"}, None),
     }
 
@@ -203,12 +205,12 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     l4 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-l4"]["data"]["settings.yaml"]), node_name="n"
     )
-    assert l4.families == {whole.NAME} and l4.vgpu_shares == 1
+    assert l4.families == {whole.NAME} and l4.setting(SHARES) == 1
     h100 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-h100"]["data"]["settings.yaml"]), node_name="n"
     )
     assert h100.families == {vgpu.NAME, mig.NAME} and h100.device_order is DeviceOrder.BY_GPU
-    assert h100.mig_profiles == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
+    assert h100.setting(mig.PROFILES) == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
     assert h100.numa_node_form is NumaForm.LIST and l4.numa_node_form is NumaForm.SCALAR
     assert set(by_kind(objs, "DeviceClass")) == {
         "gpu.tessera.dev",
@@ -231,14 +233,21 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     ("values", "message"),
     [
         ("nodeGroups: [{name: x, families: [tpu], vgpuShares: 1}]", 'families: "tpu" is not one of'),
-        ("nodeGroups: [{name: x, families: [vgpu], vgpuShares: 0}]", "vgpuShares: 0 is out of range"),
+        (
+            "nodeGroups: [{name: x, families: [vgpu], vgpuShares: 0}]",
+            "at '/nodeGroups/0/vgpuShares': minimum",
+        ),
+        (
+            "nodeGroups: [{name: x, families: [vgpu], vgpuShares: 129}]",
+            "at '/nodeGroups/0/vgpuShares': maximum",
+        ),
         (
             "nodeGroups: [{name: x, families: [mig], vgpuShares: 1, deviceOrder: best}]",
             'deviceOrder: "best" is not one of fragmentation-aware, by-gpu',
         ),
         (
             "nodeGroups: [{name: x, families: [mig], vgpuShares: 1, migProfiles: []}]",
-            "migProfiles: empty",
+            "at '/nodeGroups/0/migProfiles': minItems",
         ),
         (
             "nodeGroups: [{name: x, families: [gpu], vgpuShares: 1, numaNodeForm: lists}]",

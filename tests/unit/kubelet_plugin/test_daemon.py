@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.core.families import mps
 from kubelet_plugin.command import build_parser
 from kubelet_plugin.daemon import add_arguments, options_from
+from kubelet_plugin.hosts import mps as mps_host
 from kubelet_plugin.serving.options import DaemonOptions
 
 
@@ -22,7 +24,7 @@ def test_root_relocates_every_path(tmp_path: Path) -> None:
     options = parse("--node-name", "node-a", "--root", str(tmp_path), "--pod-uid", "p1")
     paths = options.paths()
     for p in (paths.plugin_dir, paths.registry_dir, paths.cdi_dir, paths.claims_dir, paths.library_path,
-              paths.mps_dir):  # fmt: skip
+              paths.family_dir(mps.NAME)):  # fmt: skip
         assert p.is_relative_to(tmp_path)
     assert paths.dra_socket.name == "dra-p1.sock"
     assert paths.registration_socket.name == "gpu.tessera.dev-p1-reg.sock"
@@ -51,14 +53,18 @@ def test_library_path_and_driver_dirs(tmp_path: Path) -> None:
     assert options.driver_library_dirs == (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/bin"))
 
 
-def test_mps_control_tool_defaults_to_the_driver_root_or_path_and_can_be_given() -> None:
-    assert parse("--node-name", "n").mps_control is None  # driver_setup: the driver root's, else PATH
-    assert parse("--node-name", "n", "--mps-control", "/opt/nv/nvidia-cuda-mps-control").mps_control == (
-        "/opt/nv/nvidia-cuda-mps-control"
-    )
-    assert str(parse("--node-name", "n").paths().mps_dir) == "/var/lib/tessera/mps"
-    moved = parse("--node-name", "n", "--root", "/r", "--mps-dir", "/run/mps").paths()
-    assert (moved.mps_dir, moved.claims_dir) == (Path("/run/mps"), Path("/r/var/lib/tessera/claims"))
+def test_the_host_parts_flags_reach_them() -> None:
+    """--mps-* are the MPS host part's own flags (kubelet_plugin.hosts.mps.OPTIONS): parsed with the rest,
+    handed to it by their dest, read by it alone."""
+    assert parse("--node-name", "n").host_options == ()  # the driver root's tool, else PATH
+    given = parse("--node-name", "n", "--mps-control", "/opt/nv/nvidia-cuda-mps-control")
+    assert given.host_options == (("mps_control", "/opt/nv/nvidia-cuda-mps-control"),)
+    default = parse("--node-name", "n")
+    control = mps_host.control_of(options=dict(default.host_options), driver_root=None, paths=default.paths())
+    assert str(control.root) == "/var/lib/tessera/mps"
+    moved = parse("--node-name", "n", "--root", "/r", "--mps-dir", "/run/mps")
+    control = mps_host.control_of(options=dict(moved.host_options), driver_root=None, paths=moved.paths())
+    assert (control.root, moved.paths().claims_dir) == (Path("/run/mps"), Path("/r/var/lib/tessera/claims"))
 
 
 def test_incomplete_command_lines_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:

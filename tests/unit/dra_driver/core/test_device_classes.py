@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import yaml
 
 from dra_driver.core import families
-from dra_driver.core.device_classes import CHART_FILE, chart_families, main, manifests
+from dra_driver.core.device_classes import CHART_FILE, chart_families, chart_schema, main, manifests
+from dra_driver.core.families.base import NodeSetting
 from dra_driver.core.families.gpu import WholeGpu
 from dra_driver.core.families.mig import Mig, mig_device_class_name
 from dra_driver.values.names import Family, device_class_name
@@ -34,6 +36,35 @@ def test_the_chart_ranges_over_the_generated_families() -> None:
     assert (CHART / "files" / CHART_FILE).read_text() == chart_families(), "run deploy/render-manifests.sh"
     listed = yaml.safe_load(chart_families())["families"]
     assert [f["name"] for f in listed] == list(families.names())
+
+
+def test_the_values_schema_checks_the_family_settings_as_declared() -> None:
+    shipped = json.loads((CHART / "values.schema.json").read_text())
+    assert chart_schema(shipped) == shipped, "run deploy/render-manifests.sh"
+    group = shipped["properties"]["nodeGroups"]["items"]["properties"]
+    assert group["vgpuShares"]["maximum"] == 128 and group["migProfiles"]["minItems"] == 1
+
+
+class Dial(WholeGpu):
+    name = Family("dial")
+    class_meaning = "a test family with a node setting."
+    settings = (
+        NodeSetting(
+            key="dialTurns", default=1, meaning="turns", decode=lambda raw: raw, schema={"type": "integer"}
+        ),
+    )
+
+
+def test_a_family_setting_enters_the_schema_and_leaves_it_with_its_family() -> None:
+    shipped = json.loads((CHART / "values.schema.json").read_text())
+    added = chart_schema(shipped, [*families.FAMILIES, Dial()])
+    group = added["properties"]["nodeGroups"]["items"]["properties"]
+    assert group["dialTurns"] == {"description": "turns", "type": "integer"}
+    assert yaml.safe_load(chart_families([Dial()]))["families"] == [
+        {"name": "dial", "settings": ["dialTurns"]}
+    ]
+    gone = chart_schema(added)  # the family's module is removed again
+    assert "dialTurns" not in gone["properties"]["nodeGroups"]["items"]["properties"] and gone == shipped
 
 
 def test_the_chart_offers_a_class_for_every_profile_by_default() -> None:
@@ -81,7 +112,7 @@ def test_a_new_family_gets_its_classes_without_touching_the_generator() -> None:
     assert profiles[0]["metadata"]["name"] == "slab-1g.5gb.gpu.tessera.dev"
     assert yaml.safe_load(chart_families([Widget(), Slab()]))["families"] == [
         {"name": "widget"},
-        {"name": "slab", "profiles": "slabProfiles"},
+        {"name": "slab", "profiles": "slabProfiles", "settings": ["migProfiles"]},
     ]
 
 

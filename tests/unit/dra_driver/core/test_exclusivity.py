@@ -6,7 +6,7 @@ import pytest
 
 from dra_driver.core.exclusivity import Holding, check_exclusive
 from dra_driver.core.families import parse_device_name
-from dra_driver.core.families.base import PlannedDevice
+from dra_driver.core.families.base import AnyPlanned, PlannedDevice
 from dra_driver.values.errors import ClaimError, ExclusivityError
 from dra_driver.values.names import DeviceName, GpuUUID
 from tests.support.inventories import make_gpu, make_inventory
@@ -14,7 +14,7 @@ from tests.support.inventories import make_gpu, make_inventory
 NODE = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM"), make_gpu(2, "L4"))
 
 
-def planned(device: str, request: str = "gpu") -> PlannedDevice:
+def planned(device: str, request: str = "gpu") -> AnyPlanned:
     index = parse_device_name(device).index
     return PlannedDevice(
         request=request,
@@ -24,6 +24,7 @@ def planned(device: str, request: str = "gpu") -> PlannedDevice:
         gpu_uuid=GpuUUID(f"GPU-{index}"),
         share_id=None,
         config=None,
+        spec=None,
     )
 
 

@@ -6,7 +6,8 @@ from dra_driver.core import families
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, mps
-from dra_driver.core.settings import NodeSettings
+from dra_driver.core.families.capacity import SHARES
+from dra_driver.core.settings import NodeSettings, family_settings
 from dra_driver.values.errors import ConfigError
 
 HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
@@ -14,8 +15,8 @@ HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
 
 def test_defaults_offer_everything() -> None:
     s = NodeSettings(node_name="node-a")
-    assert s.families == frozenset(families.names()) and s.vgpu_shares == 10
-    assert s.mig_profiles is None and s.publishes_profile("1g.5gb")
+    assert s.families == frozenset(families.names()) and s.setting(SHARES) == 10
+    assert s.setting(mig.PROFILES) is None
     assert s.device_order is DeviceOrder.FRAGMENTATION_AWARE
 
 
@@ -23,14 +24,13 @@ def test_from_mapping_reads_profiles_and_order() -> None:
     s = NodeSettings.from_mapping(
         {**HEADER, "migProfiles": ["1g.10gb", "3g.40gb", "7g.80gb"], "deviceOrder": "by-gpu"}, node_name="n"
     )
-    assert s.mig_profiles == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
+    assert s.setting(mig.PROFILES) == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
     assert s.device_order is DeviceOrder.BY_GPU
-    assert s.publishes_profile("3g.40gb") and not s.publishes_profile("1g.10gb+me")
 
 
 def test_from_mapping_switches_families_off() -> None:
     s = NodeSettings.from_mapping({**HEADER, "families": {"vgpu": False}, "vgpuShares": 4}, node_name="n1")
-    assert s.families == {whole.NAME, mps.NAME, mig.NAME} and s.vgpu_shares == 4 and s.node_name == "n1"
+    assert s.families == {whole.NAME, mps.NAME, mig.NAME} and s.setting(SHARES) == 4 and s.node_name == "n1"
     s2 = NodeSettings.from_mapping({**HEADER, "nodeName": "from-file"})
     assert s2.node_name == "from-file"
 
@@ -44,9 +44,11 @@ def test_from_mapping_switches_families_off() -> None:
         ({**HEADER, "vgpuShares": 0}, "vgpuShares: 0 is out of range"),
         ({**HEADER, "vgpuShares": "10"}, "vgpuShares: expected an integer"),
         ({**HEADER, "vgpuShares": True}, "vgpuShares: expected an integer"),
+        ({**HEADER, "vgpuShares": 129}, r"vgpuShares: 129 is out of range; use 1\.\.128"),
         ({"apiVersion": "v1", "kind": "NodeSettings"}, "apiVersion/kind"),
         ({**HEADER}, "nodeName: not set"),
         ({**HEADER, "migProfiles": "1g.10gb"}, "migProfiles: expected a list"),
+        ({**HEADER, "migProfiles": None}, None),  # null: every profile, as when absent
         ({**HEADER, "migProfiles": []}, "migProfiles: empty; .* families.mig: false"),
         ({**HEADER, "migProfiles": ["1g.10gb", 7]}, r"migProfiles\[1\]: expected a profile name"),
         ({**HEADER, "migProfiles": ["1g10gb"]}, r"migProfiles\[0\]: MIG profile '1g10gb' is not of the form"),
@@ -54,7 +56,10 @@ def test_from_mapping_switches_families_off() -> None:
         ({**HEADER, "deviceOrder": "best"}, "deviceOrder: 'best' is not one of fragmentation-aware, by-gpu"),
     ],
 )
-def test_bad_settings_name_the_field(data: dict[str, object], message: str) -> None:
+def test_bad_settings_name_the_field(data: dict[str, object], message: str | None) -> None:
+    if message is None:
+        assert NodeSettings.from_mapping(data, node_name="n").setting(mig.PROFILES) is None
+        return
     with pytest.raises(ConfigError, match=message):
         NodeSettings.from_mapping(data, node_name=None if message.startswith("nodeName") else "n")
 
@@ -66,6 +71,15 @@ def test_node_name_must_be_a_dns_subdomain() -> None:
 
 def test_values_are_checked_when_made_in_code_too() -> None:
     with pytest.raises(ConfigError, match="migProfiles: empty"):
-        NodeSettings(node_name="n", mig_profiles=frozenset())
+        NodeSettings(node_name="n", family=family_settings(migProfiles=[]))
     with pytest.raises(ConfigError, match="deviceOrder"):
         NodeSettings(node_name="n", device_order="by-gpu")  # type: ignore[arg-type]
+
+
+def test_the_families_declare_their_own_fields() -> None:
+    """A family's setting is read by its NodeSetting, and a key no family declares is refused by name."""
+    declared = families.node_settings()
+    assert declared["vgpuShares"] is SHARES and declared["migProfiles"] is mig.PROFILES
+    assert {s.key for f in families.FAMILIES for s in f.settings} == set(declared)
+    with pytest.raises(ConfigError, match="mpsShares: no family declares this node setting"):
+        family_settings(mpsShares=3)

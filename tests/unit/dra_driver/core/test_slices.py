@@ -19,7 +19,7 @@ from dra_driver.core.families.base import Json
 from dra_driver.core.families.mig import MigName
 from dra_driver.core.families.published import attribute_version, pci_bus_id
 from dra_driver.core.profiles import PRODUCTS, product
-from dra_driver.core.settings import NodeSettings
+from dra_driver.core.settings import NodeSettings, family_settings
 from dra_driver.core.slices import build_slices, device_names, pack_devices
 from dra_driver.values.errors import MigError
 from dra_driver.values.model import Gpu, Inventory, Placement
@@ -57,7 +57,8 @@ def test_eight_h100s_offer_everything_in_five_slices() -> None:
 
 def test_vgpu_device_is_multi_allocatable_with_policies() -> None:
     slices = build_slices(
-        make_inventory(make_gpu(0, "H100-80GB-SXM")), NodeSettings(node_name=NODE, vgpu_shares=7)
+        make_inventory(make_gpu(0, "H100-80GB-SXM")),
+        NodeSettings(node_name=NODE, family=family_settings(vgpuShares=7)),
     )
     vgpu = by_name(slices)["gpu-0-vgpu"]
     assert vgpu["allowMultipleAllocations"] is True
@@ -210,7 +211,9 @@ def profile_of(name: str) -> str | None:
 
 def test_mig_profiles_thin_the_published_placements() -> None:
     inv = make_inventory(*(make_gpu(i, "H100-80GB-SXM") for i in range(8)))
-    fewer = NodeSettings(node_name=NODE, mig_profiles=frozenset({"1g.10gb", "3g.40gb", "7g.80gb", "1g.5gb"}))
+    fewer = NodeSettings(
+        node_name=NODE, family=family_settings(migProfiles=["1g.10gb", "3g.40gb", "7g.80gb", "1g.5gb"])
+    )
     slices = build_slices(inv, fewer)
     check_slices(slices, NODE)
     names = device_names(slices)
@@ -225,7 +228,7 @@ def test_mig_profiles_keep_an_administrators_instances() -> None:
         make_gpu(1, "H100-80GB-SXM"),
     )
     mig_only = NodeSettings(
-        node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"7g.80gb"})
+        node_name=NODE, families=frozenset({mig.NAME}), family=family_settings(migProfiles=["7g.80gb"])
     )
     slices = build_slices(inv, mig_only)
     check_slices(slices, NODE)
@@ -240,11 +243,15 @@ def test_counter_sets_that_cannot_bind_are_left_out() -> None:
     assert counter_sets(vgpu_only) == {} and len(vgpu_only) == 1
     assert all("consumesCounters" not in d for d in devices(vgpu_only))
     # seven 1g.10gb placements never overlap and fit the GPU's engines and SMs together: nothing to count
-    one_g = NodeSettings(node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"1g.10gb"}))
+    one_g = NodeSettings(
+        node_name=NODE, families=frozenset({mig.NAME}), family=family_settings(migProfiles=["1g.10gb"])
+    )
     assert counter_sets(build_slices(inv, one_g)) == {}
     # 1g.10gb and 3g.40gb overlap: the counters stay, on every device of the GPU
     overlapping = NodeSettings(
-        node_name=NODE, families=frozenset({mig.NAME}), mig_profiles=frozenset({"1g.10gb", "3g.40gb"})
+        node_name=NODE,
+        families=frozenset({mig.NAME}),
+        family=family_settings(migProfiles=["1g.10gb", "3g.40gb"]),
     )
     slices = build_slices(inv, overlapping)
     assert sorted(counter_sets(slices)) == sorted(counter_set_name(i) for i in range(8))
@@ -349,13 +356,18 @@ def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[Placement
     families = frozenset(draw(st.sets(st.sampled_from(list(registry.names())))))
     node = draw(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True))
     names = sorted({p.name for prod in PRODUCTS for p in prod.mig_profiles})
-    profiles = draw(st.none() | st.frozensets(st.sampled_from(names), min_size=1))
+    profiles = draw(st.none() | st.lists(st.sampled_from(names), min_size=1, unique=True))
+    shares = draw(st.integers(1, 128))
+    chosen = (
+        family_settings(vgpuShares=shares)
+        if profiles is None
+        else family_settings(vgpuShares=shares, migProfiles=profiles)
+    )
     settings_ = NodeSettings(
         node_name=node,
         families=families,
-        vgpu_shares=draw(st.integers(1, 128)),
-        mig_profiles=profiles,
         device_order=draw(st.sampled_from(list(DeviceOrder))),
+        family=chosen,
     )
     live = [Placement(g.uuid, m.profile_id, m.start) for g in inv.gpus for m in g.mig_instances]
     owned = frozenset(draw(st.lists(st.sampled_from(live), max_size=3))) if live else frozenset()
@@ -376,7 +388,8 @@ def test_random_inventories_respect_every_limit(
         assert parsed.family.name in settings_.families
         static = "gpu.tessera.dev/migStatic" in d["attributes"]
         profile = parsed.detail.profile if isinstance(parsed.detail, MigName) else None
-        assert profile is None or static or settings_.publishes_profile(profile)
+        chosen = settings_.setting(mig.PROFILES)
+        assert profile is None or static or chosen is None or profile in chosen
     # every published set can bind: its devices together want more than it holds
     demand: dict[str, Count[str]] = {}
     for d in devices(slices):

@@ -7,6 +7,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from dra_driver.core.families import mps
 from dra_driver.system.driver_root import AUTO, driver_files, open_driver_root
 from dra_driver.values.errors import ConfigError
 from dra_driver.values.model import DriverMount
@@ -23,7 +24,7 @@ def test_a_host_install_seen_through_a_mount(tmp_path: Path) -> None:
     assert DriverMount(f"/{LIB}/libcuda.so.580.159.04", f"/{LIB}/libcuda.so.1") in files.common
     assert DriverMount(f"/{LIB}/libnvidia-ml.so.580.159.04", f"/{LIB}/libnvidia-ml.so.1") in files.common
     assert DriverMount("/usr/bin/nvidia-smi", "/usr/bin/nvidia-smi") in files.common
-    assert {m.container_path for m in files.mps} == {
+    assert {m.container_path for m in files.of(mps.NAME)} == {
         "/usr/bin/nvidia-cuda-mps-control",
         "/usr/bin/nvidia-cuda-mps-server",
     }

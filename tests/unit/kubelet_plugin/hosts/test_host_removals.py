@@ -11,11 +11,11 @@ from dra_driver.values.model import Inventory, MigInstance
 from dra_driver.values.names import GpuUUID
 from kubelet_plugin.claims.node_state import merged
 from kubelet_plugin.claims.reconcile import ReconcileReport
-from kubelet_plugin.hosts.base import HostContext, Removed, Went
+from kubelet_plugin.hosts.base import HostContext, Removed
 from kubelet_plugin.hosts.mig import MigHost
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint
-from kubelet_plugin.record.leftovers import LeftoverKind
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 from kubelet_plugin.record.steps import NO_OBSERVER
 from kubelet_plugin.removal.removal_record import removal_lines, report_lines
 from tests.support.inventories import make_gpu, make_inventory
@@ -59,7 +59,7 @@ def test_a_family_nobody_listed_reads_like_the_rest() -> None:
     removed = merged(
         [
             Removed(cdi_files=["/var/run/cdi/x.json"]),
-            Removed(host=[Went(LeftoverKind.MIG_INSTANCE, "MIG-1"), Went("widget-lease", "GPU-0")]),
+            Removed(host=[Leftover(LeftoverKind.MIG_INSTANCE, "MIG-1"), Leftover("widget-lease", "GPU-0")]),
             Removed(claim_dirs=["/var/lib/tessera/claims/x"]),
         ]
     )
@@ -72,7 +72,11 @@ def test_a_family_nobody_listed_reads_like_the_rest() -> None:
 
 
 def test_the_reconcile_report_keeps_what_host_parts_said() -> None:
-    went = (Went(LeftoverKind.MIG_INSTANCE, "MIG-1"), Went(LeftoverKind.MIG_MODE, "GPU-0"), Went("w", "x"))
+    went = (
+        Leftover(LeftoverKind.MIG_INSTANCE, "MIG-1"),
+        Leftover(LeftoverKind.MIG_MODE, "GPU-0"),
+        Leftover("w", "x"),
+    )
     report = ReconcileReport(
         boot_changed=False,
         recovery=None,
@@ -95,7 +99,7 @@ def test_mig_mode_switched_off_is_reported_by_the_mig_host_part() -> None:
     backend = Backend()
     cp, removed = host(backend).settle(OWNED, leaving=())
     assert backend.switched == [(GPU.uuid, False)] and cp.owned_by(mig.NAME) == frozenset()
-    assert removed.host == [Went(LeftoverKind.MIG_MODE, GPU.uuid)]
+    assert removed.host == [Leftover(LeftoverKind.MIG_MODE, GPU.uuid)]
 
 
 def test_a_settle_failure_says_what_the_host_part_was_undoing() -> None:

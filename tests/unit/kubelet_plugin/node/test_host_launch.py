@@ -3,16 +3,12 @@ cgroup of their own in every hierarchy (a fake /proc/1 whose root holds cgroup v
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from dra_driver.values.errors import MpsError
 from kubelet_plugin.node.host_launch import HostLauncher
-from kubelet_plugin.serving.driver_setup import driver_setup
-from kubelet_plugin.serving.options import DaemonOptions
-from tests.support.driver_root import install_driver as install
 
 
 def test_the_tool_runs_by_its_host_path_in_the_hosts_mount_namespace() -> None:
@@ -48,30 +44,6 @@ def test_adopt_on_cgroup_v2_and_without_host_pid(tmp_path: Path) -> None:
 def test_a_cgroup_that_is_not_an_absolute_path_is_refused(bad: str) -> None:
     with pytest.raises(MpsError, match="--mps-host-cgroup"):
         HostLauncher(cgroup=bad)
-
-
-def test_the_operators_driver_root_puts_its_libraries_on_the_daemons_loader_path(tmp_path: Path) -> None:
-    install(tmp_path)
-    setup = driver_setup(
-        DaemonOptions(
-            node_name="n",
-            driver_root="/run/nvidia/driver",
-            driver_root_mount=tmp_path,
-            mps_host_cgroup="/tessera-mps",
-        )
-    )
-    assert setup.launcher is not None
-    assert setup.mps_control == os.fspath(tmp_path / "usr/bin/nvidia-cuda-mps-control")
-    assert (
-        setup.launcher.command([setup.mps_control, "-d"])[3]
-        == "/run/nvidia/driver/usr/bin/nvidia-cuda-mps-control"
-    )
-    assert setup.launcher.env == {"LD_LIBRARY_PATH": "/run/nvidia/driver/usr/lib/x86_64-linux-gnu"}
-    assert setup.nvml_library == tmp_path / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.159.04"
-    host = driver_setup(
-        DaemonOptions(node_name="n", driver_root="/", driver_root_mount=tmp_path, mps_host_cgroup="/m")
-    )
-    assert host.launcher is not None and host.launcher.env == {}
 
 
 def test_a_new_cpuset_cgroup_gets_its_parents_cpus_and_memory_nodes(tmp_path: Path) -> None:

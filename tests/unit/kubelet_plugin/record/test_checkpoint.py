@@ -81,7 +81,7 @@ def test_a_checkpoint_of_the_first_layout_reads_and_writes_back_what_it_said() -
     old = (DATA / "checkpoint-v1-first-layout.json").read_bytes().strip()
     assert decode(old) == CP
     then, now = json.loads(old), json.loads(encode(CP))
-    added = {f.record_key for f in families.with_records()} - set(then["claims"][0])
+    added = {f.record_key for f in families.recording()} - set(then["claims"][0])
     assert added == {"mps"}
     assert [{k: v for k, v in c.items() if k not in added} for c in now["claims"]] == then["claims"]
     assert all(c[k] == [] for c in now["claims"] for k in added)

@@ -7,12 +7,13 @@ from dataclasses import replace
 import pytest
 
 from dra_driver.core.families import mig
-from dra_driver.core.families.mig import MigRecord, mig_mode_restore
+from dra_driver.core.families.mig import MigRecord
+from dra_driver.core.mig_mode import mig_mode_restore
 from dra_driver.values.model import Architecture, DeviceNode, Gpu, Inventory, MigInstance, Placement
 from dra_driver.values.names import ClaimUID, GpuUUID, is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
-from kubelet_plugin.record.leftovers import LeftoverKind
-from kubelet_plugin.removal.cleanup_plan import Leftover, NodeSurvey, PendingClaim, plan_cleanup
+from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
+from kubelet_plugin.removal.cleanup_plan import NodeSurvey, PendingClaim, plan_cleanup
 
 H100 = GpuUUID("GPU-h100")
 A100 = GpuUUID("GPU-a100")
@@ -81,7 +82,9 @@ FILES = (
 @pytest.mark.parametrize("state", [ClaimState.PREPARE_COMPLETED, ClaimState.PREPARE_STARTED])
 def test_a_prepared_claim_blocks_everything_and_is_named(state: ClaimState) -> None:
     cp = Checkpoint(boot_id="b", claims={ClaimUID("u"): entry("u", state)})
-    plan = plan_cleanup(cp, NodeSurvey(inventory=inventory(), mps_daemons=(H100,), files=FILES))
+    plan = plan_cleanup(
+        cp, NodeSurvey(inventory=inventory(), on_host=(Leftover(LeftoverKind.MPS_DAEMON, H100),), files=FILES)
+    )
     assert plan.blocked and plan.pending == (PendingClaim("ns", "claim-u", ClaimUID("u")),)
     assert (plan.leftovers, plan.unfinished) == ((), ())
     assert str(plan.pending[0]) == "ns/claim-u (UID u)"
@@ -111,7 +114,8 @@ def test_daemons_then_instances_and_mode_then_files_in_the_order_found() -> None
         claims={ClaimUID("u"): entry("u", ClaimState.UNPREPARE_STARTED, record(0))},
         owned={mig.NAME: frozenset({H100})},
     )
-    survey = NodeSurvey(inventory=inventory(gpu(H100, 0, ours)), mps_daemons=(A100,), files=FILES)
+    on_host = (Leftover(LeftoverKind.MPS_DAEMON, A100),)
+    survey = NodeSurvey(inventory=inventory(gpu(H100, 0, ours)), on_host=on_host, files=FILES)
     plan = plan_cleanup(cp, survey)
     assert plan.unfinished == (PendingClaim("ns", "claim-u", ClaimUID("u")),)
     assert plan.leftovers == (

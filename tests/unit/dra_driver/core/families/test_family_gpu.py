@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dra_driver.core.families import gpu as whole
+from dra_driver.core.families.protocol import LibraryLimited
 from tests.support.claim_models import claim, result
 from tests.support.family_plans import error_of, plan
 from tests.support.inventories import make_gpu, make_inventory
@@ -9,7 +10,7 @@ from tests.support.inventories import make_gpu, make_inventory
 def test_a_whole_gpu_plans_to_itself() -> None:
     (d,) = plan(claim(result("gpu-1"))).devices
     assert (d.family, d.gpu_index, d.spec) == (whole.NAME, 1, None)
-    assert whole.FAMILY.library(d) is None and whole.FAMILY.status(d, None) == {}
+    assert not isinstance(whole.FAMILY, LibraryLimited) and whole.FAMILY.status(d, None) == {}
 
 
 def test_not_on_a_gpu_in_mig_mode() -> None:

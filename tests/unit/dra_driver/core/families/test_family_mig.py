@@ -5,14 +5,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dra_driver.core.families import mig, parse_device_name
-from dra_driver.core.families.base import Held
+from dra_driver.core.families.base import AnyPlanned, Held
 from dra_driver.core.families.mig import (
     MigAction,
     MigName,
+    MigPlan,
     MigRecord,
     mig_device_class_name,
     mig_device_name,
-    mig_plan,
 )
 from dra_driver.values.errors import InvalidNameError
 from dra_driver.values.model import Placement
@@ -20,6 +20,12 @@ from dra_driver.values.names import GpuUUID
 from tests.support.claim_models import claim, result
 from tests.support.family_plans import H100, error_of, plan
 from tests.support.inventories import make_gpu, make_inventory
+
+
+def mig_plan(d: AnyPlanned) -> MigPlan:
+    assert isinstance(d.spec, MigPlan)
+    return d.spec
+
 
 ADMIN = make_inventory(make_gpu(0, "A100-SXM4-80GB", mig_enabled=True, instances=(("3g.40gb", 0),)))
 
@@ -54,7 +60,7 @@ def test_exact_admin_instance_is_used_as_a_static_device() -> None:
     assert m.action is MigAction.STATIC and not m.enable_mig_mode
     assert m.instance == ADMIN.gpus[0].mig_instances[0]
     (record,) = mig.FAMILY.records(p.devices, Held())
-    assert not record.created_by_tessera and record.uuid == m.instance.uuid  # type: ignore[attr-defined]
+    assert m.instance is not None and not record.created_by_tessera and record.uuid == m.instance.uuid
     assert mig.FAMILY.placements((record,)) == ()
 
 

@@ -11,10 +11,12 @@ from dra_driver.core import config as cfg
 from dra_driver.core.allocation import LibrarySettings
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mps, parse_device_name, vgpu
-from dra_driver.core.families.base import Allotment, Footprint, GpuOffer, Held, LibraryLimits, PlannedDevice
+from dra_driver.core.families.base import Allotment, Footprint, GpuOffer, Held, LibraryLimits
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
+from dra_driver.core.families.protocol import NamedVisible, Placing, TimeSliced
 from dra_driver.core.families.published import counter_totals
+from dra_driver.core.settings import family_settings
 from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError
 from dra_driver.values.model import Gpu
 from dra_driver.values.names import CONFIG_API_VERSION, DeviceName, GpuUUID
@@ -36,7 +38,7 @@ def mps_result(gpu: int = 0, *, memory: str = "20Gi", cores: str = "50", request
     )
 
 
-def planned(memory: str = "20Gi", cores: str = "50", *configs: Any) -> PlannedDevice:
+def planned(memory: str = "20Gi", cores: str = "50", *configs: Any) -> mps.Planned:
     (d,) = plan(claim(mps_result(0, memory=memory, cores=cores), configs=configs)).devices
     return d
 
@@ -52,8 +54,7 @@ def offer(gpu: Gpu, *, shares: int = 10, degraded: bool = False, admin: bool = F
     return GpuOffer(
         gpu=gpu,
         inventory=inventory,
-        shares=shares,
-        mig_profiles=None,
+        settings=family_settings(vgpuShares=shares),
         admin=held,
         counters=None if degraded else counter_totals(gpu, held),
     )
@@ -255,8 +256,9 @@ def test_records_name_the_gpu_and_the_thread_percentage() -> None:
     # unlike a vgpu share, an MPS client takes no slot, so other claims' clients of the GPU change nothing
     (record,) = mps.FAMILY.records(p.devices, Held(others=(MpsClient(G1, 70),)))
     assert record == MpsClient(G1, 30)
-    assert mps.FAMILY.record_gpus((record, MpsClient(G0), object())) == {G0, G1}
-    assert mps.FAMILY.placements((record,)) == () and mps.FAMILY.slots((record,)) == {}
+    assert mps.FAMILY.record_gpus((record, MpsClient(G0))) == {G0, G1}
+    # an MPS client holds no MIG placement and takes no time-division slot
+    assert not isinstance(mps.FAMILY, Placing) and not isinstance(mps.FAMILY, TimeSliced)
     assert mps.FAMILY.record_key == "mps"  # the checkpoint's key: on-disk format
 
 
@@ -324,8 +326,8 @@ def test_no_thread_percentage_without_an_sm_share() -> None:
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1024M" in edits.env
 
 
-@pytest.mark.parametrize("made", [{}, {"gpu-0-mps": None}, {"gpu-0-mps": "/h"}])
-def test_claim_edits_need_the_daemons_client_directory(made: dict[str, object]) -> None:
+@pytest.mark.parametrize("made", [{}, {"gpu-1-mps": MpsPipe(host_dir="/h")}])
+def test_claim_edits_need_the_daemons_client_directory(made: dict[str, MpsPipe]) -> None:
     d = planned()
     with pytest.raises(ClaimError, match="device gpu-0-mps: no MPS control daemon was started for it"):
         mps.FAMILY.claim_edits((d,), {DeviceName(k): v for k, v in made.items()})
@@ -338,4 +340,4 @@ def test_device_edits_are_the_gpus_node_and_no_visible_id() -> None:
     assert edits == ContainerEdits(
         device_nodes=(DeviceNode(path="/dev/nvidia0", host_path="/dev/nvidia0", major=195, minor=0),)
     )
-    assert mps.FAMILY.visible_id(d, MpsPipe(host_dir="/h")) is None
+    assert not isinstance(mps.FAMILY, NamedVisible)  # CUDA sees the GPU without naming it

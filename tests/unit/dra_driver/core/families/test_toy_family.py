@@ -1,7 +1,7 @@
 """A fifth family is its own module and nothing else: a toy family, written into a copy of the product as one
-new file, reaches every place that lists families (slices, device names, node settings, DeviceClasses, the
-config policy and decoder, planning, the claim's CDI spec, the node daemon's host parts) without a change to
-any other product file."""
+new file, reaches every place that lists families (slices, device names, node settings and its own setting,
+DeviceClasses, the config policy and decoder, planning, the claim's CDI spec, the node daemon's host parts)
+without a change to any other product file."""
 
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ from dataclasses import dataclass
 
 from cdi.spec import ContainerEdits
 from dra_driver.core.config_schema import ConfigField, ConfigKind
-from dra_driver.core.families.base import Allocated, DeviceFamily, GpuOffer, Held, Json, PlannedDevice
+from dra_driver.core.families.base import Allocated, GpuOffer, Held, Json, NodeSetting, PlannedDevice
+from dra_driver.core.families.protocol import DeviceFamily
 from dra_driver.core.families.published import consumes, gpu_attributes
+from dra_driver.values.errors import ConfigError
 from dra_driver.values.model import Gpu
 from dra_driver.values.names import DeviceName, Family, gpu_device_name
 
@@ -35,7 +37,16 @@ class ToyConfig:
     volume: int = 3
 
 
-class Toy(DeviceFamily):
+def _gpus(raw: object) -> int:
+    if not isinstance(raw, int) or isinstance(raw, bool) or raw < 0:
+        raise ConfigError(f"toyGpus: expected a count of GPUs, got {raw!r}")
+    return raw
+
+
+GPUS = NodeSetting(key="toyGpus", default=1024, meaning="how many GPUs offer a toy", decode=_gpus)
+
+
+class Toy(DeviceFamily[ToyConfig]):
     name = NAME
     rank = 9
     order_group = 9
@@ -49,25 +60,28 @@ class Toy(DeviceFamily):
         ),
     )
     class_meaning = "a toy device, for a test."
+    settings = (GPUS,)
 
-    def parse_name(self, part: str) -> object | None:
+    def parse_name(self, part: str) -> tuple[()] | None:
         return () if part == "toy" else None
 
     def possible_devices(self, gpu: Gpu) -> tuple[DeviceName, ...]:
         return (gpu_device_name(gpu.index, "toy"),)
 
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
+        if o.gpu.index >= o.setting(GPUS):
+            return ()
         name = gpu_device_name(o.gpu.index, "toy")
         device: Json = {"name": name, "attributes": gpu_attributes(o.gpu, o.inventory, NAME)}
         if o.counters is not None:
             device["consumesCounters"] = consumes(o.gpu, o.counters)
         return (device,)
 
-    def plan(self, d: Allocated, held: Held) -> PlannedDevice:
-        return d.planned(NAME)
+    def plan(self, d: Allocated[ToyConfig], held: Held) -> PlannedDevice[ToyConfig, None]:
+        return d.planned(NAME, None)
 
-    def device_edits(self, d: PlannedDevice, gpu: Gpu, made: object) -> ContainerEdits:
-        return ContainerEdits(env=("TOY=1",))
+    def device_edits(self, d: PlannedDevice[ToyConfig, None], gpu: Gpu, made: None) -> ContainerEdits:
+        return ContainerEdits(env=(f"TOY={d.config.volume}",))
 
 
 FAMILY = Toy()
@@ -101,7 +115,7 @@ slices = build_slices(inventory, NodeSettings(node_name="n1"))
 published = [d["name"] for s in slices for d in s["spec"].get("devices", [])]
 only_toy = build_slices(inventory, NodeSettings.from_mapping(
     {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings", "families": {"toy": True, "gpu": False,
-     "vgpu": False, "mps": False, "mig": False}}, node_name="n1"))
+     "vgpu": False, "mps": False, "mig": False}, "toyGpus": 3}, node_name="n1"))
 p = plan(claim(result("gpu-1-toy")), inventory)
 spec = claim_spec(plan=p, inventory=inventory, host=HostLayout(library_path="/lib/t.so", claim_dir="/c"))
 def config(volume):
@@ -156,9 +170,10 @@ def test_a_toy_family_is_one_new_module(tmp_path: Path) -> None:
     assert seen["parsed"] == "toy"
     assert seen["published"] == [f"gpu-{i}-toy" for i in range(8)]
     assert seen["gpu0_counted_with_toy"]  # it excludes the other families on its GPU through the counters
-    assert seen["only_toy"] == [f"gpu-{i}-toy" for i in range(8)]  # nodeGroups[].families knows it
+    # nodeGroups[].families knows it, and its own node setting (toyGpus: 3) is read from the settings file
+    assert seen["only_toy"] == [f"gpu-{i}-toy" for i in range(3)]
     assert "toy.yaml" in seen["classes"] and "toy" in seen["chart"]
     assert seen["policy_names_toy"]
     assert "'volume': 7" in seen["config"] and "volume" in (seen["too_loud"] or "")
     assert seen["planned"] == ["toy"]
-    assert seen["env"] == ["TOY=1"]
+    assert seen["env"] == ["TOY=3"]  # the default volume, read as the family's own config type

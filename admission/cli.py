@@ -1,0 +1,198 @@
+"""The admission component's commands: `tessera convert` and `tessera webhook` (only its parser here).
+
+`tessera convert FILE…`: HAMi/Volcano workloads → the same workloads on Tessera, with their templates.
+
+    tessera convert deploy/*.yaml [--slices SLICES.yaml] [--high-priority-class CLASS] [-o yaml|json]
+    tessera convert --summary FILE…
+
+prints, for each file, the ResourceClaimTemplates to apply first and every object as Tessera runs it (objects
+that ask for no foreign GPU unchanged), with the conversion the webhook makes at admission. `--summary`
+prints what each container gets instead. Exit 0: converted; 2: a file cannot be read or converted (the
+message names the file, the object and the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from admission.convert.catalog import Catalog, from_slices, known_products
+from admission.convert.claims import Options
+from admission.convert.pod import TEMPLATE_PATHS, ObjectConversion, convert_object
+from dra_driver.values.errors import ConfigError, TesseraError
+
+DEFAULT_REPLACED_SCHEDULERS = ("volcano",)
+
+
+def _documents(path: str) -> list[Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read it: {e}") from e
+
+
+def _catalog(paths: Sequence[str]) -> Catalog:
+    if not paths:
+        return known_products()
+    slices: list[Any] = []
+    for p in paths:
+        for d in _documents(p):
+            items = d.get("items") if isinstance(d, dict) and d.get("kind", "").endswith("List") else [d]
+            slices.extend(i for i in items or () if isinstance(i, dict) and i.get("kind") == "ResourceSlice")
+    return from_slices(slices)
+
+
+def options_from_args(args: argparse.Namespace) -> Options:
+    return Options(
+        catalog=_catalog(getattr(args, "slices", None) or ()),
+        high_priority_class=args.high_priority_class,
+        replace_schedulers=()
+        if args.keep_scheduler
+        else tuple(args.replace_scheduler or DEFAULT_REPLACED_SCHEDULERS),
+    )
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    """The conversion's options, shared by `convert` and `webhook`."""
+    p.add_argument(
+        "--high-priority-class",
+        metavar="CLASS",
+        help="DeviceClass for nvidia.com/priority: 0 (one whose config sets VgpuConfig priority 0); "
+        "without it such pods are refused",
+    )
+    p.add_argument(
+        "--replace-scheduler",
+        action="append",
+        metavar="NAME",
+        help="schedulerName a converted pod loses, so the default scheduler allocates its claims "
+        f"(repeatable; default: {', '.join(DEFAULT_REPLACED_SCHEDULERS)})",
+    )
+    p.add_argument("--keep-scheduler", action="store_true", help="never change a pod's schedulerName")
+
+
+def _summary(path: str, results: Sequence[ObjectConversion]) -> str:
+    lines = []
+    for r in results:
+        meta = r.obj.get("metadata") or {}
+        lines.append(f"{path}: {r.obj.get('kind')}/{meta.get('name', '?')}")
+        if not r.pod.changed:
+            lines.append("  no HAMi or Volcano GPU request")
+        for t in r.pod.templates:
+            lines.append(f"  container {t.container}: {t.summary}, from template {t.name}")
+        lines.extend(f"  note: {n}" for n in r.pod.notes)
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    options = options_from_args(args)
+    out: list[Any] = []
+    for path in args.files:
+        try:
+            results = [convert_object(d, options) for d in _documents(path) if isinstance(d, dict)]
+        except TesseraError as e:
+            sys.stderr.write(f"tessera convert: {path}: {e}\n")
+            return 2
+        if args.summary:
+            sys.stdout.write(_summary(path, results))
+        else:
+            out.extend(m for r in results for m in r.manifests())
+    if args.summary:
+        return 0
+    if args.output == "json":
+        sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": out}, indent=2) + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump_all(out, sort_keys=False))
+    return 0
+
+
+def workload_claims(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """For `tessera explain FILE`: the templates the Pods and workloads in FILE would get (none when it
+    holds none), converted for every product Tessera knows."""
+    docs = [d for d in _documents(str(path)) if isinstance(d, dict) and d.get("kind") in TEMPLATE_PATHS]
+    options = Options(known_products(), replace_schedulers=DEFAULT_REPLACED_SCHEDULERS)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for d in docs:
+        result = convert_object(d, options)
+        name = f"{d.get('kind')}/{(d.get('metadata') or {}).get('name', '?')}"
+        out.extend(
+            (f"{name} container {t.container}: {t.summary}", t.manifest(None)) for t in result.pod.templates
+        )
+    return out
+
+
+def add_convert_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`tessera convert`; kubelet_plugin.command adds it to `tessera`."""
+    p = subparsers.add_parser(
+        "convert",
+        help="print HAMi/Volcano workloads as they run on Tessera (templates first)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Pods or workloads; - for stdin")
+    p.add_argument(
+        "--slices",
+        action="append",
+        metavar="FILE",
+        help="ResourceSlices (kubectl get resourceslices -o yaml) to take the offered GPU products from "
+        "(default: every product Tessera knows)",
+    )
+    add_options(p)
+    p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    p.add_argument("--summary", action="store_true", help="say what each container gets instead")
+    p.set_defaults(handler=run)
+
+
+# ---- tessera webhook ---------------------------------------------------------------------------
+
+WEBHOOK_DOC = """`tessera webhook`: the mutating admission webhook, as the chart runs it (2 replicas).
+
+    tessera webhook --namespace NS --service SVC --secret SECRET --webhook-configuration NAME [--port 8443]
+    tessera webhook --cert-dir /tls ...          (cert-manager's Secret, mounted)
+
+Serves POST /mutate over HTTPS; keeps its own certificate in SECRET (or reloads --cert-dir); refreshes the
+catalog of offered GPU products from the ResourceSlices every --catalog-refresh seconds. Only the parser
+lives here: the server's modules load when the command runs, so other `tessera` commands do not pay for them.
+"""
+
+
+def _run(args: argparse.Namespace) -> int:
+    from admission.main import run  # noqa: PLC0415 - deferred on purpose: see WEBHOOK_DOC
+
+    return run(args)
+
+
+def add_webhook_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`tessera webhook`; kubelet_plugin.command adds it to `tessera`. Its modules load when it runs."""
+    p = subparsers.add_parser(
+        "webhook",
+        help="serve the admission webhook that turns HAMi/Volcano GPU requests into claims",
+        description=WEBHOOK_DOC,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--address", default="0.0.0.0", help="listen address (default: all)")
+    p.add_argument("--port", type=int, default=8443)
+    p.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
+    p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "tessera-system"))
+    p.add_argument("--service", help="the webhook's Service (its DNS names go into the certificate)")
+    p.add_argument("--dns-name", action="append", help="another name or IP for the certificate; repeatable")
+    p.add_argument("--secret", default="tessera-admission-tls", help="Secret the webhook keeps its TLS in")
+    p.add_argument(
+        "--webhook-configuration",
+        default="tessera-admission",
+        help="MutatingWebhookConfiguration to set caBundle of",
+    )
+    p.add_argument("--cert-dir", type=Path, help="serve tls.crt/tls.key from here (cert-manager) instead")
+    p.add_argument("--certificate-check", type=float, default=3600.0, metavar="SECONDS")
+    p.add_argument("--catalog-refresh", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-format", default="json", choices=("json", "console"))
+    add_options(p)
+    p.set_defaults(handler=_run)

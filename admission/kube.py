@@ -1,0 +1,188 @@
+"""The webhook's API calls (the edge: kubernetes client errors become TesseraErrors here).
+
+Claim templates are created in a Pod's namespace (an existing one of the same name is the same content: the
+name is its hash); ResourceSlices give the catalog of offered products; a Secret holds the TLS bundle, and
+the MutatingWebhookConfiguration gets its caBundle.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from admission.certs import Bundle, KeyPair
+from admission.convert.catalog import Catalog, from_slices
+from admission.convert.pod import Template
+from dra_driver.values.errors import ConfigError, TesseraError
+
+log = structlog.get_logger()
+
+
+class ApiError(TesseraError):
+    """An API call of the webhook failed; the message says which and why."""
+
+
+def api_client(kubeconfig: Path | None) -> Any:
+    """A `kubernetes.client.ApiClient` from the kubeconfig, or the pod's service account."""
+    from kubernetes import client as k8s  # noqa: PLC0415 - keeps `tessera convert` free of the client
+    from kubernetes import config as k8s_config  # noqa: PLC0415
+
+    configuration = k8s.Configuration()
+    try:
+        if kubeconfig is not None:
+            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig), client_configuration=configuration
+            )
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except (k8s_config.ConfigException, OSError) as e:
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
+        raise ConfigError(f"cannot load API credentials from {where}: {e}; give --kubeconfig") from e
+    return k8s.ApiClient(configuration)
+
+
+def _status(e: Exception) -> int | None:
+    status = getattr(e, "status", None)
+    return status if isinstance(status, int) else None
+
+
+class Kube:
+    """The calls, over one ApiClient."""
+
+    def __init__(self, api: Any) -> None:
+        from kubernetes import client as k8s  # noqa: PLC0415
+
+        self._resource = k8s.ResourceV1Api(api)
+        self._core = k8s.CoreV1Api(api)
+        self._admission = k8s.AdmissionregistrationV1Api(api)
+        self._exception: type[Exception] = k8s.ApiException
+        self._models = k8s
+        self._known: set[tuple[str, str]] = set()  # (namespace, template) seen to exist
+        self._lock = threading.Lock()
+
+    # ---- templates -------------------------------------------------------------------------------
+
+    def ensure_templates(self, namespace: str, templates: Sequence[Template], dry_run: bool) -> None:
+        for t in templates:
+            key = (namespace, t.name)
+            with self._lock:
+                if key in self._known:
+                    continue
+            try:
+                body = self._models.V1ResourceClaimTemplate.model_validate(t.manifest(namespace))
+                self._resource.create_namespaced_resource_claim_template(
+                    namespace, body, dry_run="All" if dry_run else None
+                )
+            except self._exception as e:
+                if _status(e) != 409:  # AlreadyExists: same name, same content
+                    raise ApiError(f"create ResourceClaimTemplate {namespace}/{t.name}: {_reason(e)}") from e
+            if not dry_run:
+                with self._lock:
+                    self._known.add(key)
+                log.info("claim template ready", namespace=namespace, template=t.name, container=t.container)
+
+    # ---- catalog ---------------------------------------------------------------------------------
+
+    def catalog(self) -> Catalog:
+        try:
+            raw: Any = self._resource.list_resource_slice(_preload_content=False)
+            items = json.loads(raw.data).get("items") or []
+        except (self._exception, ValueError) as e:
+            raise ApiError(f"list ResourceSlices: {_reason(e)}") from e
+        return from_slices(items)
+
+    # ---- TLS bundle ------------------------------------------------------------------------------
+
+    def read_bundle(self, namespace: str, name: str) -> tuple[Bundle | None, str | None]:
+        """The Secret's bundle and resourceVersion; (None, None) when there is no Secret."""
+        try:
+            secret = self._core.read_namespaced_secret(name, namespace)
+        except self._exception as e:
+            if _status(e) == 404:
+                return None, None
+            raise ApiError(f"read Secret {namespace}/{name}: {_reason(e)}") from e
+        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+        try:
+            bundle = Bundle(
+                KeyPair(data["ca.crt"], data["ca.key"]), KeyPair(data["tls.crt"], data["tls.key"]),
+                data.get("previous-ca.crt", b""),
+            )  # fmt: skip
+        except KeyError:
+            bundle = None  # not ours, or half written: remade
+        return bundle, str(secret.metadata.resource_version if secret.metadata else "")
+
+    def write_bundle(self, namespace: str, name: str, bundle: Bundle, resource_version: str | None) -> bool:
+        """Store the bundle; False when another replica wrote first (re-read and use theirs)."""
+        data = {
+            "ca.crt": bundle.ca.cert_pem,
+            "ca.key": bundle.ca.key_pem,
+            "tls.crt": bundle.serving.cert_pem,
+            "tls.key": bundle.serving.key_pem,
+            "previous-ca.crt": bundle.previous_ca_pem,
+        }
+        metadata: dict[str, Any] = {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "tessera"},
+        }
+        if resource_version is not None:
+            metadata["resourceVersion"] = resource_version
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": metadata,
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        try:
+            secret = self._models.V1Secret.model_validate(body)
+            if resource_version is None:
+                self._core.create_namespaced_secret(namespace, secret)
+            else:
+                self._core.replace_namespaced_secret(name, namespace, secret)
+        except self._exception as e:
+            if _status(e) == 409:
+                return False
+            raise ApiError(f"write Secret {namespace}/{name}: {_reason(e)}") from e
+        return True
+
+    def set_ca_bundle(self, configuration: str, ca_bundle: bytes) -> bool:
+        """Put `ca_bundle` into every webhook of the MutatingWebhookConfiguration; True if it changed."""
+        encoded = base64.b64encode(ca_bundle).decode()
+        try:
+            current: Any = self._admission.read_mutating_webhook_configuration(
+                configuration, _preload_content=False
+            )
+            webhooks = json.loads(current.data).get("webhooks") or []
+            if all((w.get("clientConfig") or {}).get("caBundle") == encoded for w in webhooks):
+                return False
+            patch = [
+                {"op": "replace" if "caBundle" in (w.get("clientConfig") or {}) else "add",
+                 "path": f"/webhooks/{i}/clientConfig/caBundle", "value": encoded}
+                for i, w in enumerate(webhooks)
+            ]  # fmt: skip
+            # a list body goes as application/json-patch+json
+            self._admission.patch_mutating_webhook_configuration(configuration, patch)
+        except (self._exception, ValueError) as e:
+            raise ApiError(
+                f"set caBundle of MutatingWebhookConfiguration {configuration}: {_reason(e)}"
+            ) from e
+        return True
+
+
+def _reason(e: Exception) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, bytes | str):
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if isinstance(message, str):
+            return message
+    return str(e).splitlines()[0] if str(e) else type(e).__name__

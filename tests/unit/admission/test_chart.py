@@ -1,0 +1,97 @@
+"""The chart's webhook: 2 replicas, a PDB, Fail with matchConditions, TLS its own or cert-manager's, RBAC."""
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from admission.convert.names import all_resource_names
+from admission.review import match_expression
+
+ROOT = Path(__file__).resolve().parents[3]
+CHART = ROOT / "deploy" / "helm" / "tessera"
+CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
+HELM = shutil.which("helm") or next((str(p) for p in [CACHE / "helm" / "helm"] if p.exists()), None)
+pytestmark = pytest.mark.skipif(HELM is None, reason="no helm: run deploy/helm/build-helm.sh")
+
+
+def render(*extra: str) -> dict[tuple[str, str], dict[str, Any]]:
+    assert HELM is not None
+    done = subprocess.run(
+        [HELM, "template", "t", str(CHART), "--namespace", "gpu", "--kube-version", "1.36.3", *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout) if d}
+
+
+def test_off_by_default() -> None:
+    assert not any(name == "tessera-admission" for _, name in render())
+
+
+def test_webhook_deployment_pdb_and_configuration() -> None:
+    objs = render("--set", "admissionWebhook.enabled=true")
+    deployment = objs[("Deployment", "tessera-admission")]
+    assert deployment["spec"]["replicas"] == 2
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["tessera", "webhook"]
+    assert (
+        "--secret=tessera-admission-tls" in container["args"]
+        and "--replace-scheduler=volcano" in container["args"]
+    )
+    assert objs[("PodDisruptionBudget", "tessera-admission")]["spec"]["minAvailable"] == 1
+    hook = objs[("MutatingWebhookConfiguration", "tessera-admission")]["webhooks"][0]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "NoneOnDryRun"
+    assert hook["matchConditions"][0]["expression"] == match_expression(all_resource_names())
+    service = {"name": "tessera-admission", "namespace": "gpu", "path": "/mutate", "port": 443}
+    assert hook["clientConfig"]["service"] == service
+    assert ("Role", "tessera-admission") in objs and ("Certificate", "tessera-admission") not in objs
+
+
+def test_cert_manager_is_used_when_served() -> None:
+    objs = render("--set", "admissionWebhook.enabled=true", "--api-versions", "cert-manager.io/v1")
+    assert objs[("Certificate", "tessera-admission")]["spec"]["secretName"] == "tessera-admission-tls"
+    config = objs[("MutatingWebhookConfiguration", "tessera-admission")]
+    assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "gpu/tessera-admission"
+    args = objs[("Deployment", "tessera-admission")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--cert-dir=/tls" in args and ("Role", "tessera-admission") not in objs
+
+
+def test_rbac_grants_the_calls_the_webhook_makes() -> None:
+    objs = render("--set", "admissionWebhook.enabled=true")
+    rules = objs[("ClusterRole", "tessera-admission")]["rules"] + objs[("Role", "tessera-admission")]["rules"]
+    granted = {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    source = (ROOT / "admission" / "kube.py").read_text()
+    calls = {
+        "create_namespaced_resource_claim_template": ("resource.k8s.io", "resourceclaimtemplates", "create"),
+        "list_resource_slice": ("resource.k8s.io", "resourceslices", "list"),
+        "read_namespaced_secret": ("", "secrets", "get"),
+        "create_namespaced_secret": ("", "secrets", "create"),
+        "replace_namespaced_secret": ("", "secrets", "update"),
+        "read_mutating_webhook_configuration": (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "get",
+        ),
+        "patch_mutating_webhook_configuration": (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "patch",
+        ),
+    }
+    made = {m for m in calls if f".{m}(" in source}
+    assert made == set(calls), "a new API call: add it here and to the chart's RBAC"
+    assert {calls[m] for m in made} <= granted

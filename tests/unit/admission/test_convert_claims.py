@@ -1,0 +1,135 @@
+"""Container requests → claim specs: families, capacities, distinct GPUs, selectors, MIG, refusals."""
+
+from typing import Any
+
+import pytest
+
+from admission.convert import names
+from admission.convert.catalog import Catalog, MigOption, Product, known_products
+from admission.convert.claims import Options, convert_ask
+from admission.convert.parse import GpuAsk, Selection
+from dra_driver.values.errors import ConversionError
+
+H100 = Product(
+    "NVIDIA H100 80GB HBM3",
+    81559,
+    (MigOption(9856, 1, "1g.10gb"), MigOption(20096, 1, "1g.20gb"), MigOption(40192, 3, "3g.40gb")),
+)
+L4 = Product("NVIDIA L4", 23034)
+OPTIONS = Options(Catalog((H100, L4)))
+NONE = Selection()
+
+
+def ask(**kw: Any) -> GpuAsk:
+    base: dict[str, Any] = {"path": "spec.containers[0]", "container": "c", "dialect": names.HAMI, "count": 1}
+    return GpuAsk(**{**base, **kw})
+
+
+def devices(a: GpuAsk, selection: Selection = NONE, options: Options = OPTIONS) -> dict[str, Any]:
+    spec: Any = convert_ask(a, selection, options).spec
+    return dict(spec["spec"]["devices"])
+
+
+def test_memory_and_cores_are_capacity_of_a_vgpu_request_on_distinct_gpus() -> None:
+    d = devices(ask(count=2, memory_mib=3000, cores=30))
+    exactly = d["requests"][0]["exactly"]
+    assert exactly["deviceClassName"] == "vgpu.tessera.dev" and exactly["count"] == 2
+    assert exactly["capacity"] == {"requests": {"memory": "3000Mi", "cores": "30"}}
+    assert d["constraints"] == [{"requests": ["gpu"], "distinctAttribute": "gpu.tessera.dev/uuid"}]
+
+
+def test_no_memory_no_cores_is_a_full_size_slice_without_sm_limit() -> None:
+    d = devices(ask())
+    assert d["requests"][0]["exactly"]["deviceClassName"] == "vgpu.tessera.dev"
+    assert "capacity" not in d["requests"][0]["exactly"] and "constraints" not in d
+
+
+@pytest.mark.parametrize("percent", [100, None])
+def test_all_memory_and_all_cores_is_a_whole_gpu(percent: int | None) -> None:
+    converted = convert_ask(ask(count=2, memory_percent=percent, cores=100), Selection(), OPTIONS)
+    assert converted.family == "gpu"
+    spec: Any = converted.spec
+    d = spec["spec"]["devices"]
+    assert d["requests"][0]["exactly"]["deviceClassName"] == "gpu.tessera.dev"
+    assert "whole GPUs on distinct GPUs" in converted.summary
+
+
+def test_memory_percentage_is_one_alternative_per_product() -> None:
+    d = devices(ask(memory_percent=50, cores=10))
+    alternatives = d["requests"][0]["firstAvailable"]
+    assert [a["capacity"]["requests"]["memory"] for a in alternatives] == ["40779Mi", "11517Mi"]
+    assert [a["name"] for a in alternatives] == ["nvidia-h100-80gb-hbm3", "nvidia-l4"]
+    assert 'productName == "NVIDIA L4"' in alternatives[1]["selectors"][0]["cel"]["expression"]
+    assert all(a["capacity"]["requests"]["cores"] == "10" for a in alternatives)
+
+
+def test_mig_mode_takes_the_smallest_profile_that_holds_the_memory() -> None:
+    sel = Selection(modes=(("hami", "mig"),))
+    d = devices(ask(count=2, memory_mib=12000), sel)
+    exactly = d["requests"][0]["exactly"]
+    assert exactly["deviceClassName"] == "mig.tessera.dev"
+    assert 'profile == "1g.20gb"' in exactly["selectors"][0]["cel"]["expression"]
+    assert d["constraints"][0]["distinctAttribute"] == "gpu.tessera.dev/parentUUID"
+
+
+def test_mig_alternatives_have_distinct_names_over_all_known_products() -> None:
+    sel = Selection(modes=(("hami", "mig"),))
+    d = devices(ask(memory_mib=8000), sel, Options(known_products()))
+    names_ = [a["name"] for a in d["requests"][0]["firstAvailable"]]
+    assert len(names_) == len(set(names_)) and names_[0] == "1g-10gb"
+
+
+def test_mps_mode_uses_the_mps_class() -> None:
+    d = devices(ask(memory_mib=1000, cores=20), Selection(modes=(("hami", "mps"),)))
+    assert d["requests"][0]["exactly"]["deviceClassName"] == "mps.tessera.dev"
+
+
+def test_selectors_for_types_and_uuids() -> None:
+    sel = Selection(
+        use_types=("a100", "H100"), nouse_types=("T4",), use_uuids=("GPU-1",), nouse_uuids=("GPU-2",)
+    )
+    exprs = [s["cel"]["expression"] for s in devices(ask(), sel)["requests"][0]["exactly"]["selectors"]]
+    assert (
+        exprs[0] == '["A100", "H100"].exists(t, device.attributes["gpu.tessera.dev"].productName.upperAscii()'
+        ".contains(t))"
+    )
+    assert exprs[1].startswith("![") and '"T4"' in exprs[1]
+    assert exprs[2] == 'device.attributes["gpu.tessera.dev"].uuid in ["GPU-1"]'
+    assert exprs[3] == '!(device.attributes["gpu.tessera.dev"].uuid in ["GPU-2"])'
+
+
+def test_env_config_becomes_an_opaque_vgpu_config() -> None:
+    spec: Any = convert_ask(ask(), Selection(), OPTIONS, {"smLimitPolicy": "force"}).spec
+    config = spec["spec"]["devices"]["config"][0]
+    assert config["opaque"]["driver"] == "gpu.tessera.dev"
+    assert config["opaque"]["parameters"] == {
+        "apiVersion": "resource.tessera.dev/v1",
+        "kind": "VgpuConfig",
+        "smLimitPolicy": "force",
+    }
+
+
+def test_high_priority_needs_the_administrators_class() -> None:
+    with pytest.raises(ConversionError, match=r"limits\[nvidia.com/priority\]: 0 .*--high-priority-class"):
+        convert_ask(ask(priority=0), Selection(), OPTIONS)
+    d = devices(
+        ask(priority=0), Selection(), Options(OPTIONS.catalog, high_priority_class="vgpu-high.example")
+    )
+    assert d["requests"][0]["exactly"]["deviceClassName"] == "vgpu-high.example"
+
+
+@pytest.mark.parametrize(
+    ("a", "selection", "message"),
+    [
+        (
+            ask(memory_mib=90000),
+            Selection(),
+            r"limits\[nvidia.com/gpumem\]: 90000 MiB is more than .*81559 MiB",
+        ),
+        (ask(memory_mib=1000, cores=10), Selection(modes=(("hami", "mig"),)), r"gpucores\]: a MIG instance"),
+        (ask(memory_mib=50000), Selection(modes=(("hami", "mig"),)), r"no MIG profile holds 50000 MiB"),
+    ],
+)
+def test_refusals_name_the_field(a: GpuAsk, selection: Selection, message: str) -> None:
+    with pytest.raises(ConversionError, match=message):
+        convert_ask(a, selection, OPTIONS)
