@@ -134,6 +134,7 @@ bench-scale: dev cluster
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster
 	$(BIN)/python -m e2e.scale.fragmentation
+	$(BIN)/python -m e2e.scale.fragmentation --mix aligned
 
 bench-upgrade: dev cluster realnode helm image
 	$(BIN)/python -m e2e.realnode upgrade

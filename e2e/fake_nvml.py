@@ -1,10 +1,10 @@
 """The fake `libnvidia-ml.so.1` (interceptor/build/fake) as a node's GPU driver, for tests and the demo.
 
 A `FakeNvmlNode` is a SimulatedNode file driven through NVML: `env()` is what a process needs to run
-Tessera's NVML backend over it (the library on LD_LIBRARY_PATH, the node file, the fake's MIG state file
-and /proc tree, and the backend's /proc root pointing there); `read_state()` reads the fake's state file, as
-the simulated backend's state file is read; `pynvml_on_fake()` makes pynvml drive the fake inside the
-calling process (tests that would otherwise start a process per check).
+Tessera's NVML backend over it (the library on LD_LIBRARY_PATH, the node file, the fake's MIG state file,
+/proc and sysfs trees, and the backend's /proc and sysfs roots pointing there); `read_state()` reads the
+fake's state file, as the simulated backend's state file is read; `pynvml_on_fake()` makes pynvml drive the
+fake inside the calling process (tests that would otherwise start a process per check).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import yaml
 
 from dra_driver.backends.decoding import check_fields, check_header, expect_list, expect_mapping, get_typed
 from dra_driver.values.errors import ConfigError, StorageError
-from dra_driver.values.names import DRIVER_PROC_ROOT_ENV
+from dra_driver.values.names import DRIVER_PROC_ROOT_ENV, SYSFS_ROOT_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_LIBRARY_DIR = REPO_ROOT / "interceptor" / "build" / "fake"
@@ -31,6 +31,7 @@ FAKE_NVML_LIBRARY = FAKE_LIBRARY_DIR / "libnvidia-ml.so.1"
 NODE_ENV = "FAKE_NVML_NODE"
 STATE_ENV = "FAKE_NVML_STATE"
 PROC_ENV = "FAKE_NVML_PROC"
+SYS_ENV = "FAKE_NVML_SYS"
 STATE_API_VERSION = "fake.tessera.dev/v1"
 STATE_KIND = "FakeNvmlState"
 # SimulatedNode fields the fake reads and checks but cannot show through NVML, with why. Everything else in
@@ -137,13 +138,20 @@ class FakeNvmlNode:
     def proc_root(self) -> Path:
         return self.state_dir / "proc"
 
+    @property
+    def sysfs_root(self) -> Path:
+        """The fake's sysfs tree (the GPUs' PCI entries: root complex, NUMA node), written at nvmlInit."""
+        return self.state_dir / "sys"
+
     def variables(self) -> dict[str, str]:
-        """The fake's variables and the backend's /proc root (no library path)."""
+        """The fake's variables and the backend's /proc and sysfs roots (no library path)."""
         return {
             NODE_ENV: str(self.node_file),
             STATE_ENV: str(self.state_file),
             PROC_ENV: str(self.proc_root),
+            SYS_ENV: str(self.sysfs_root),
             DRIVER_PROC_ROOT_ENV: str(self.proc_root),
+            SYSFS_ROOT_ENV: str(self.sysfs_root),
         }
 
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import threading
+import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,19 +21,30 @@ import pynvml
 import structlog
 
 from dra_driver.backends.nvml_health import NvmlHealthWatcher
+from dra_driver.backends.sysfs import pci_place
+from dra_driver.core.families.published import pci_bus_id
 from dra_driver.core.profiles import find_product, profile_order
 from dra_driver.values.errors import ConfigError, InventoryError, MigError, PlacementTakenError
 from dra_driver.values.model import (
+    NO_NVLINK,
     Architecture,
     DeviceNode,
+    Fabric,
     FaultKind,
     Gpu,
     GpuFault,
     Inventory,
     MigInstance,
     MigProfile,
+    NvLinks,
 )
-from dra_driver.values.names import DEFAULT_DRIVER_PROC_ROOT, DRIVER_PROC_ROOT_ENV, GpuUUID
+from dra_driver.values.names import (
+    DEFAULT_DRIVER_PROC_ROOT,
+    DEFAULT_SYSFS_ROOT,
+    DRIVER_PROC_ROOT_ENV,
+    SYSFS_ROOT_ENV,
+    GpuUUID,
+)
 
 T = TypeVar("T")
 log = structlog.get_logger(__name__)
@@ -165,12 +177,18 @@ def load_library(path: Path) -> None:
 class NvmlBackend:
     """`GpuBackend` over NVML. NVML is initialised once per backend and shut down by `close()`.
 
-    `proc_root` is where the driver's /proc files are: the device majors and the MIG capability minors.
+    `proc_root` is where the driver's /proc files are: the device majors and the MIG capability minors;
+    `sysfs_root` where the PCI topology is (pcieRoot, numaNode: dra_driver/backends/sysfs.py).
     """
 
     def __init__(
-        self, *, proc_root: Path = Path(DEFAULT_DRIVER_PROC_ROOT), watcher: NvmlHealthWatcher | None = None
+        self,
+        *,
+        proc_root: Path = Path(DEFAULT_DRIVER_PROC_ROOT),
+        watcher: NvmlHealthWatcher | None = None,
+        sysfs_root: Path = Path(DEFAULT_SYSFS_ROOT),
     ) -> None:
+        self._sysfs_root = sysfs_root
         self._lock = threading.Lock()
         self._watcher = watcher
         self._last: dict[GpuUUID, Gpu] = {}  # each GPU as last read: what a GPU that fails now was
@@ -180,7 +198,8 @@ class NvmlBackend:
 
     @classmethod
     def open(cls, *, watch_health: bool = False, library: Path | None = None) -> NvmlBackend:
-        """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc); `watch_health`:
+        """NVML initialised; the /proc root from $TESSERA_DRIVER_PROC_ROOT (default /proc), the sysfs root
+        from $TESSERA_SYSFS_ROOT (default /sys); `watch_health`:
         a thread collects XID and double-bit ECC events (the node daemon's health checks add them);
         `library`: libnvidia-ml by path (a driver root's), instead of the loader's search path."""
         proc_root = Path(os.environ.get(DRIVER_PROC_ROOT_ENV) or DEFAULT_DRIVER_PROC_ROOT)
@@ -193,7 +212,8 @@ class NvmlBackend:
         watcher = NvmlHealthWatcher() if watch_health else None
         if watcher is not None:
             watcher.start()
-        return cls(proc_root=proc_root, watcher=watcher)
+        sysfs_root = Path(os.environ.get(SYSFS_ROOT_ENV) or DEFAULT_SYSFS_ROOT)
+        return cls(proc_root=proc_root, watcher=watcher, sysfs_root=sysfs_root)
 
     @contextmanager
     def _nvml(self, what: str, *, mig: bool = False) -> Iterator[None]:
@@ -229,17 +249,24 @@ class NvmlBackend:
         """Every GPU with its faults: a GPU NVML fails on (or no longer lists) is its last reading, lost or
         failing; the watcher's events are added to each."""
         read: dict[GpuUUID, Gpu] = {}
+        links: dict[GpuUUID, tuple[bool, tuple[str, ...]]] = {}
         for i in range(count):
             try:
-                gpu = self._gpu(pynvml.nvmlDeviceGetHandleByIndex(i))
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                gpu = self._gpu(h)
+                links[gpu.uuid] = _nvlink_ends(h)
             except pynvml.NVMLError as e:
                 failed = self._failed(i, e)
                 if failed is None:
                     raise
                 gpu = failed
-            else:
-                self._last[gpu.uuid] = gpu
             read[gpu.uuid] = gpu
+        # A link's far end is named by its PCI bus id: peers are known once every GPU has been read.
+        by_bus = {pci_bus_id(g.pci_bus_id): g.index for g in read.values()}
+        for gid, (switch, buses) in links.items():
+            peers = tuple(sorted({by_bus[b] for b in buses if b in by_bus}))
+            nvlinks = NvLinks(switch=switch, peers=peers) if switch or peers else NO_NVLINK
+            read[gid] = self._last[gid] = dataclasses.replace(read[gid], nvlinks=nvlinks)
         for uuid, last in self._last.items():
             if uuid not in read:
                 lost = GpuFault(FaultKind.LOST, detail="NVML no longer lists it")
@@ -275,6 +302,8 @@ class NvmlBackend:
                 raise
             mig_capable, mig_enabled = False, False
         profiles = self._profiles(h) if mig_capable else ()
+        bus_id = _text(pynvml.nvmlDeviceGetPciInfo(h).busId)
+        place = pci_place(self._sysfs_root, bus_id)
         largest = max(profiles, key=lambda p: p.memory_slices, default=None)
         engines = known or largest
         return Gpu(
@@ -286,7 +315,7 @@ class NvmlBackend:
             cuda_compute_capability=cc,
             memory_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
             multiprocessors=sms,
-            pci_bus_id=_text(pynvml.nvmlDeviceGetPciInfo(h).busId),
+            pci_bus_id=bus_id,
             device_node=DeviceNode(f"/dev/nvidia{minor}", NVIDIA_MAJOR, minor),
             mig_capable=mig_capable,
             mig_enabled=mig_enabled,
@@ -298,6 +327,10 @@ class NvmlBackend:
             ofa_engines=engines.ofa_engines if engines else 0,
             mig_profiles=profiles,
             mig_instances=self._instances(h, minor, uuid, profiles) if mig_enabled else (),
+            pcie_root=place.pcie_root,
+            numa_node=place.numa_node,
+            numa_near=place.numa_near,
+            fabric=_fabric(h),
         )
 
     def _profiles(self, h: Any) -> tuple[MigProfile, ...]:
@@ -441,6 +474,43 @@ class NvmlBackend:
             self._watcher.stop()
         with self._nvml("shutting NVML down"):
             pynvml.nvmlShutdown()
+
+
+def _nvlink_ends(h: Any) -> tuple[bool, tuple[str, ...]]:
+    """Whether any active NVLink of the GPU ends at an NVSwitch, and the bus ids of GPUs its links end at.
+    On an HGX board every link ends at a switch, never at the peer GPU: only the remote device type tells
+    (HAMi's scoring saw no NVLink on 8 x H100 until it asked, HAMi #2103)."""
+    switch, peers = False, set()
+    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
+        try:
+            if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
+                continue
+            kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, link)
+            if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
+                switch = True
+            elif kind == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU:
+                peers.add(pci_bus_id(_text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)))
+        except pynvml.NVMLError as e:
+            # past the GPU's last link (InvalidArgument), or no NVLink at all (NotSupported)
+            if _is(e, pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_SUPPORTED):
+                break
+            raise
+    return switch, tuple(sorted(peers))
+
+
+def _fabric(h: Any) -> Fabric | None:
+    """The GPU fabric the GPU has joined (NVSwitch/IMEX systems); None where there is none or not yet."""
+    info = pynvml.c_nvmlGpuFabricInfo_v2_t()
+    try:
+        pynvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
+    except pynvml.NVMLError as e:
+        if _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            return None
+        raise
+    if info.state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED or info.status != pynvml.NVML_SUCCESS:
+        return None
+    cluster = uuidlib.UUID(bytes=bytes(info.clusterUuid))
+    return Fabric(cluster_uuid=str(cluster), clique_id=int(info.cliqueId))
 
 
 def _brand(code: int) -> str:

@@ -14,11 +14,19 @@ gpus:
   healthy: true             # optional
   instances:                # optional; MIG instances an administrator created
   - {profile: 3g.40gb, start: 0}
+  numaNode: 0               # optional; the NUMA node sysfs reports (none: no NUMA affinity)
+  pcieRoot: pci0000:15      # optional; the PCIe root complex above these GPUs (none: not known)
+  nvlink: switch            # optional; switch: links end at the board's NVSwitches; bridge: the GPUs of
+                            #   this entry are bridged to each other (count 2: a pair)
+  fabric:                   # optional, with nvlink: switch; the GPU fabric (NVSwitch/IMEX systems)
+    clusterUuid: 2b6d5c3a-...
+    cliqueId: 1
 """
 
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +40,9 @@ from dra_driver.backends.decoding import (
     get_typed,
 )
 from dra_driver.core.profiles import GpuProduct, product
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID
+from dra_driver.values.errors import ConfigError, InvalidNameError
+from dra_driver.values.model import NO_NVLINK, Fabric, NvLinks
+from dra_driver.values.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID, check_pcie_root
 
 DEFAULT_DRIVER_VERSION = "550.54.15"
 DEFAULT_CUDA_DRIVER_VERSION = "12.4"
@@ -41,8 +50,12 @@ DEFAULT_CUDA_DRIVER_VERSION = "12.4"
 NODE_REQUIRED = frozenset({"apiVersion", "kind", "gpus"})
 NODE_OPTIONAL = frozenset({"nodeName", "seed", "driverVersion", "cudaDriverVersion"})
 GPU_REQUIRED = frozenset({"product"})
-GPU_OPTIONAL = frozenset({"count", "migEnabled", "uuid", "healthy", "instances"})
+GPU_OPTIONAL = frozenset(
+    {"count", "migEnabled", "uuid", "healthy", "instances", "numaNode", "pcieRoot", "nvlink", "fabric"}
+)
 INSTANCE_REQUIRED = frozenset({"profile", "start"})
+FABRIC_REQUIRED = frozenset({"clusterUuid", "cliqueId"})
+NVLINK_KINDS = ("switch", "bridge")
 # Fixed namespace so the same seed always yields the same GPU UUIDs.
 _UUID_NAMESPACE = uuidlib.UUID("5f0c1d2e-7a43-4c59-9e1b-3c7d2a9b8e60")
 
@@ -62,6 +75,10 @@ class SimGpu:
     mig_enabled: bool
     healthy: bool
     admin_instances: tuple[AdminInstance, ...]
+    pcie_root: str | None = None
+    numa_node: int | None = None
+    nvlinks: NvLinks = NO_NVLINK
+    fabric: Fabric | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +143,61 @@ def _check_admin_layout(instances: tuple[AdminInstance, ...], prod: GpuProduct, 
             raise ConfigError(f"{where}: more than {prof.max_instances} instances of {prof.name}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Topology:
+    """An entry's topology fields, the same for each of its `count` GPUs (but bridge peers)."""
+
+    pcie_root: str | None
+    numa_node: int | None
+    nvlink: str | None
+    fabric: Fabric | None
+
+
+def _decode_fabric(raw: object, where: str) -> Fabric:
+    data = expect_mapping(raw, where)
+    check_fields(data, where, required=set(FABRIC_REQUIRED), optional=set())
+    cluster = get_typed(data, "clusterUuid", str, where, "")
+    try:
+        canonical = str(uuidlib.UUID(cluster))
+    except ValueError:
+        canonical = ""
+    if canonical != cluster:  # one spelling, so that the fake's reader and this one agree
+        raise ConfigError(f"{where}.clusterUuid: {cluster!r} is not a UUID (lowercase, with dashes)")
+    clique = get_typed(data, "cliqueId", int, where, -1)
+    if not 0 <= clique < 2**32:
+        raise ConfigError(f"{where}.cliqueId: expected 0..4294967295, got {clique}")
+    return Fabric(cluster_uuid=cluster, clique_id=clique)
+
+
+def _decode_topology(entry: Mapping[str, object], where: str, count: int) -> _Topology:
+    root = get_typed(entry, "pcieRoot", str, where, "") if "pcieRoot" in entry else None
+    if root is not None:
+        try:
+            check_pcie_root(root, f"{where}.pcieRoot")
+        except InvalidNameError as e:
+            raise ConfigError(str(e)) from e
+    numa = get_typed(entry, "numaNode", int, where, -1)
+    if "numaNode" in entry and not 0 <= numa < 1024:
+        raise ConfigError(f"{where}.numaNode: expected 0..1023 (leave it out for no NUMA node), got {numa}")
+    nvlink = get_typed(entry, "nvlink", str, where, "")
+    if nvlink and nvlink not in NVLINK_KINDS:
+        raise ConfigError(f"{where}.nvlink: {nvlink!r} is not one of {', '.join(NVLINK_KINDS)}")
+    if nvlink == "bridge" and count < 2:
+        raise ConfigError(f"{where}.nvlink: bridge joins the GPUs of this entry; give it count 2 or more")
+    fabric = _decode_fabric(entry["fabric"], f"{where}.fabric") if "fabric" in entry else None
+    if fabric is not None and nvlink != "switch":
+        raise ConfigError(f"{where}.fabric: a GPU fabric needs nvlink: switch")
+    return _Topology(root, numa if numa >= 0 else None, nvlink or None, fabric)
+
+
+def _nvlinks(topology: _Topology, first: int, count: int, index: int) -> NvLinks:
+    if topology.nvlink == "switch":
+        return NvLinks(switch=True)
+    if topology.nvlink == "bridge":
+        return NvLinks(peers=tuple(i for i in range(first, first + count) if i != index))
+    return NO_NVLINK
+
+
 def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
     data = expect_mapping(raw, "node file")
     check_fields(data, "", required=set(NODE_REQUIRED), optional=set(NODE_OPTIONAL))
@@ -163,6 +235,8 @@ def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
             _decode_instance(r, f"{where}.instances[{k}]", prod) for k, r in enumerate(raw_instances)
         )
         _check_admin_layout(instances, prod, f"{where}.instances")
+        topology = _decode_topology(entry, where, count)
+        first = len(gpus)
         for _ in range(count):
             index = len(gpus)
             uuid = GpuUUID(explicit_uuid) if explicit_uuid else gpu_uuid(seed, index)
@@ -178,6 +252,10 @@ def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
                     mig_enabled=mig_enabled,
                     healthy=healthy,
                     admin_instances=instances,
+                    pcie_root=topology.pcie_root,
+                    numa_node=topology.numa_node,
+                    nvlinks=_nvlinks(topology, first, count, index),
+                    fabric=topology.fabric,
                 )
             )
     if not gpus:

@@ -267,6 +267,10 @@ class SimulatedBackend:
             mig_instances=tuple(sorted(instances, key=lambda m: m.start)),
             healthy=g.healthy,
             faults=state.faults,
+            pcie_root=g.pcie_root,
+            numa_node=g.numa_node,
+            nvlinks=g.nvlinks,
+            fabric=g.fabric,
         )
 
     def set_mig_mode(self, *, gpu: GpuUUID, enabled: bool) -> None:

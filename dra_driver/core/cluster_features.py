@@ -33,6 +33,11 @@ GATES: Final = (
     Gate("DRAResourceClaimDeviceStatus", "1.33", "limits and MIG UUIDs in the claim's status.devices"),
 )
 
+# List-valued attributes (KEP-5491), alpha and off by default in 1.36 and 1.37: the list form of
+# resource.kubernetes.io/numaNode (NodeSettings numaNodeForm: list) needs it on every component; an API server
+# without it drops the list and the slice is refused, so the scalar form is the default (docs/topology.md).
+LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
+
 # family → the gates without which the family is not published (whole GPUs need none beyond DRA itself)
 FAMILY_GATES: Final[dict[str, tuple[str, ...]]] = {
     "gpu": (),

@@ -18,9 +18,17 @@ from dataclasses import dataclass
 
 from dra_driver.core import families
 from dra_driver.core.families.base import GpuOffer, Json
-from dra_driver.core.families.published import counter_set, counter_totals
+from dra_driver.core.families.gpu import NAME as WHOLE_GPU
+from dra_driver.core.families.published import (
+    attribute,
+    counter_set,
+    counter_totals,
+    nvlink_attributes,
+    topology_attributes,
+)
 from dra_driver.core.settings import NodeSettings
 from dra_driver.values.model import Gpu, Inventory, Placement
+from dra_driver.values.names import Attr
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,5 +62,24 @@ def gpu_devices(
         counters=totals,
     )
     devices = tuple(d for f in families.FAMILIES if settings.offers(f.name) for d in f.offer(offer))
+    devices = _placed(devices, gpu, inventory, settings)
     used = totals is not None and any("consumesCounters" in d for d in devices)
     return GpuDevices(gpu.index, counter_set(gpu, totals) if used and totals is not None else None, devices)
+
+
+def _placed(
+    devices: tuple[Json, ...], gpu: Gpu, inventory: Inventory, settings: NodeSettings
+) -> tuple[Json, ...]:
+    """Every device with its GPU's place (pcieRoot, numaNode), whole GPUs with its NVLink domain too, added
+    here once for every family (docs/topology.md); a GPU the node says nothing about is left as it was."""
+    everyone = topology_attributes(gpu, settings.numa_node_form)
+    whole = nvlink_attributes(gpu, inventory)
+    if not everyone and not whole:
+        return devices
+    out = []
+    for d in devices:
+        extra = {**everyone, **(whole if attribute(d, Attr.TYPE) == WHOLE_GPU else {})}
+        attributes = d.get("attributes", {})
+        assert isinstance(attributes, dict)
+        out.append({**d, "attributes": {**attributes, **extra}} if extra else d)
+    return tuple(out)

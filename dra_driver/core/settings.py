@@ -9,6 +9,7 @@ A settings file is versioned like every Tessera file:
     vgpuShares: 10                                  # vgpu's; optional, 1..128
     migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]        # MIG's; optional, default every profile the GPU has
     deviceOrder: fragmentation-aware                # optional; or by-gpu (the order before issue #12)
+    numaNodeForm: scalar                            # optional; or list (needs DRAListTypeAttributes)
     nodeName: node-a                                # optional; usually from the NODE_NAME env
 
 `migProfiles` only thins what is published (fewer devices per node, see docs/performance.md): a profile a
@@ -26,11 +27,12 @@ from typing import TypeVar
 from dra_driver.core import families as registry
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families.base import FamilySettings, NodeSetting, decoded_settings
+from dra_driver.core.families.published import NumaForm
 from dra_driver.values.errors import ConfigError
 from dra_driver.values.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
 T = TypeVar("T")
-_OWN_FIELDS = ("families", "deviceOrder", "nodeName")
+_OWN_FIELDS = ("families", "deviceOrder", "numaNodeForm", "nodeName")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -48,6 +50,7 @@ class NodeSettings:
     node_name: str
     families: frozenset[Family] = field(default_factory=lambda: frozenset(registry.names()))
     device_order: DeviceOrder = DeviceOrder.FRAGMENTATION_AWARE
+    numa_node_form: NumaForm = NumaForm.SCALAR
     # the families' own fields, decoded by the NodeSetting that declares each (`family_settings` builds it)
     family: FamilySettings = field(default_factory=FamilySettings)
 
@@ -58,6 +61,8 @@ class NodeSettings:
             raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(registry.names())}")
         if not isinstance(self.device_order, DeviceOrder):
             raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_orders()}")
+        if not isinstance(self.numa_node_form, NumaForm):
+            raise ConfigError(f"numaNodeForm: {self.numa_node_form!r} is not one of {_numa_forms()}")
 
     def offers(self, family: Family) -> bool:
         return family in self.families
@@ -99,6 +104,7 @@ class NodeSettings:
             node_name=name,
             families=frozenset(families),
             device_order=_decode_order(data.get("deviceOrder", DeviceOrder.FRAGMENTATION_AWARE.value)),
+            numa_node_form=_decode_numa_form(data.get("numaNodeForm", NumaForm.SCALAR.value)),
             family=decoded_settings(declared, {k: v for k, v in data.items() if k in declared}),
         )
 
@@ -112,6 +118,17 @@ def _decode_order(raw: object) -> DeviceOrder:
         return DeviceOrder(str(raw))
     except ValueError as e:
         raise ConfigError(f"deviceOrder: {raw!r} is not one of {_orders()}") from e
+
+
+def _numa_forms() -> str:
+    return ", ".join(f.value for f in NumaForm)
+
+
+def _decode_numa_form(raw: object) -> NumaForm:
+    try:
+        return NumaForm(str(raw))
+    except ValueError as e:
+        raise ConfigError(f"numaNodeForm: {raw!r} is not one of {_numa_forms()}") from e
 
 
 def family_settings(**raw: object) -> FamilySettings:

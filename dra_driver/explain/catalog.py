@@ -94,7 +94,10 @@ def _attribute(name: str, raw: Obj) -> AttributeValue:
             return value
     if "version" in raw:
         return parse_semver(str(raw["version"]))
-    raise ConfigError(f"attribute {name!r} has none of int, bool, string, version")
+    for kind in ("ints", "bools", "strings"):  # list-valued (DRAListTypeAttributes)
+        if isinstance(raw.get(kind), list):
+            return tuple(raw[kind])
+    raise ConfigError(f"attribute {name!r} has none of int, bool, string, version, ints, bools, strings")
 
 
 def _capacity(raw: Obj) -> CapacitySpec:

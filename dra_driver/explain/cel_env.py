@@ -30,7 +30,9 @@ from dra_driver.values.errors import ConfigError, TesseraError
 from dra_driver.values.quantity import Quantity, is_quantity, parse_quantity
 from dra_driver.values.semver import Semver, is_semver, parse_semver
 
-AttributeValue = int | bool | str | Semver
+ScalarValue = int | bool | str | Semver
+# A list-valued attribute (`ints`, `strings`, `bools`; DRAListTypeAttributes, e.g. numaNode's list form).
+AttributeValue = ScalarValue | tuple[int | bool | str, ...]
 CelValue = Any  # celpy's values are untyped at the Python level
 
 
@@ -225,6 +227,8 @@ class _DomainMap(celtypes.MapType):
 
 
 def _cel_attribute(value: AttributeValue) -> CelValue:
+    if isinstance(value, tuple):
+        return celtypes.ListType([_cel_attribute(v) for v in value])
     if isinstance(value, bool):
         return celtypes.BoolType(value)
     if isinstance(value, int):

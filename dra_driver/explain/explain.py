@@ -337,16 +337,20 @@ class Explainer:
                 return Reason(
                     ReasonKind.CONSTRAINT, f"has no attribute {attr} that the claim's constraint names"
                 )
+            common = _values(mine)  # a list matches where the lists of all picked devices share a value
             for o in others:
                 theirs = o.attributes.get(attr)
-                if c.match_attribute and theirs != mine:
+                common &= _values(theirs)
+                if c.match_attribute and (theirs != mine if _scalar(mine, theirs) else not common):
                     return Reason(
                         ReasonKind.CONSTRAINT,
-                        f"matchAttribute {attr}: {mine} differs from {theirs} of {o.name}",
+                        f"matchAttribute {attr}: {_show(mine)} differs from {_show(theirs)} of {o.name}",
                     )
-                if c.distinct_attribute and theirs == mine:
+                clash = theirs == mine if _scalar(mine, theirs) else bool(_values(mine) & _values(theirs))
+                if c.distinct_attribute and clash:
                     return Reason(
-                        ReasonKind.CONSTRAINT, f"distinctAttribute {attr}: {mine} already used by {o.name}"
+                        ReasonKind.CONSTRAINT,
+                        f"distinctAttribute {attr}: {_show(mine)} already used by {o.name}",
                     )
         return None
 
@@ -434,3 +438,16 @@ def explain_claim(
     return Explainer(
         claim=claim, classes=classes, catalog=catalog, allocations=allocations, node=node
     ).explain()
+
+
+def _scalar(*values: object) -> bool:
+    return not any(isinstance(v, tuple) for v in values)
+
+
+def _values(value: object) -> set[object]:
+    """An attribute as the set of its values (a scalar is a set of one)."""
+    return set(value) if isinstance(value, tuple) else {value}
+
+
+def _show(value: object) -> str:
+    return "[" + ", ".join(str(v) for v in value) + "]" if isinstance(value, tuple) else str(value)

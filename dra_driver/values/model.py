@@ -106,6 +106,27 @@ class GpuFault:
 
 
 @dataclass(frozen=True, slots=True)
+class Fabric:
+    """The GPU fabric a GPU has joined (NVML's nvmlGpuFabricInfo, state completed): GPUs of one clique of one
+    cluster reach each other over NVLink, across nodes too (NVSwitch/IMEX systems)."""
+
+    cluster_uuid: str
+    clique_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class NvLinks:
+    """Where a GPU's active NVLinks end: at NVSwitches (HGX boards: every GPU of the board reaches every
+    other) and/or directly at other GPUs (NVLink bridges on PCIe boards), named by their index."""
+
+    switch: bool = False
+    peers: tuple[int, ...] = ()
+
+
+NO_NVLINK = NvLinks()
+
+
+@dataclass(frozen=True, slots=True)
 class Gpu:
     index: int  # NVML minor number: names and /dev/nvidia<minor>
     uuid: GpuUUID
@@ -129,6 +150,12 @@ class Gpu:
     mig_instances: tuple[MigInstance, ...] = ()
     healthy: bool = True
     faults: tuple[GpuFault, ...] = ()  # what the backend sees wrong now (health watcher, injected faults)
+    # Topology (docs/topology.md); None where the node does not say (sysfs numa_node -1, no sysfs entry).
+    pcie_root: str | None = None  # `pci<domain>:<bus>`, the PCIe root complex above the GPU
+    numa_node: int | None = None
+    numa_near: tuple[int, ...] = ()  # other NUMA nodes at the nearest SLIT distance (the list form)
+    nvlinks: NvLinks = NO_NVLINK
+    fabric: Fabric | None = None
 
     def profile_by_name(self, name: str) -> MigProfile | None:
         return next((p for p in self.mig_profiles if p.name == name), None)

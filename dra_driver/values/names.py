@@ -43,6 +43,20 @@ DeviceName = NewType("DeviceName", str)
 DRIVER_NAME = "gpu.tessera.dev"
 ATTRIBUTE_DOMAIN = DRIVER_NAME
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
+# KEP-4381's and KEP-6072's standard attributes: every driver (GPUs, NICs, NVMe) that publishes them lets one
+# `matchAttribute` constraint align devices across drivers (docs/topology.md).
+PCIE_ROOT_ATTRIBUTE = "resource.kubernetes.io/pcieRoot"
+NUMA_NODE_ATTRIBUTE = "resource.kubernetes.io/numaNode"
+# The PCIe root complex as the upstream helper names it: the first directory under /sys/devices.
+_PCIE_ROOT_RE = re.compile(r"pci[0-9a-f]{4}:[0-9a-f]{2}")
+
+
+def check_pcie_root(value: str, where: str = "pcieRoot") -> str:
+    """`pci0000:15`: a PCIe root complex as `resource.kubernetes.io/pcieRoot` spells it: pci<domain>:<bus>."""
+    if not isinstance(value, str) or not _PCIE_ROOT_RE.fullmatch(value):
+        raise InvalidNameError(f"{where}: {excerpt(value)} is not a PCIe root complex like pci0000:15")
+    return value
+
 
 # Opaque configuration API (resource.tessera.dev/v1).
 CONFIG_GROUP = "resource.tessera.dev"
@@ -105,6 +119,11 @@ class Attr:
     INDEX = "index"
     MIG_START = "migPlacementStart"
     MIG_STATIC = "migStatic"
+    # Whole GPUs that reach each other over NVLink share one value (docs/topology.md).
+    NVLINK_DOMAIN = "nvlinkDomain"
+    # The GPU fabric (NVSwitch/IMEX systems): NVML's nvmlGpuFabricInfo clusterUuid and cliqueId.
+    FABRIC_CLUSTER_UUID = "fabricClusterUUID"
+    FABRIC_CLIQUE_ID = "fabricCliqueID"
 
 
 class Cap:
@@ -289,3 +308,6 @@ def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
 # FAKE_NVML_PROC).
 DRIVER_PROC_ROOT_ENV = "TESSERA_DRIVER_PROC_ROOT"
 DEFAULT_DRIVER_PROC_ROOT = "/proc"
+# Where the NVML backend reads the PCI topology (the standard attributes' sysfs: bus/pci/devices, node/...).
+SYSFS_ROOT_ENV = "TESSERA_SYSFS_ROOT"
+DEFAULT_SYSFS_ROOT = "/sys"

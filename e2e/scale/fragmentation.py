@@ -7,6 +7,12 @@ against each, one event at a time: an arrival is a claim and a pod pinned to the
 scheduler binds it or marks it Unschedulable; a departure deletes a random live pod and its claim and waits
 until the claim is gone. A run ends at the first arrival the scheduler cannot place. Printed per order and
 seed: arrivals placed before that failure, and the GPU memory allocated at that point.
+
+`--mix aligned` adds arrivals of whole GPUs that must land together (4 of one NVLink domain and NUMA node, 2
+under one PCIe switch; docs/topology.md) and, after every event, asks whether 4 and 8 such GPUs could still
+be had (free GPUs of one NUMA node and NVLink domain, read from the published attributes): printed are how
+many arrivals were placed when that first became impossible, and the share of placed arrivals after which it
+was possible.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from kubernetes.utils import parse_quantity
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.settings import NodeSettings
 from dra_driver.system.logs import configure
-from dra_driver.values.names import Cap
+from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, Attr, Cap, qualified, split_device_name
 from e2e.bench import pod as bench_pod
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
@@ -38,7 +44,7 @@ from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.kube import Kubectl, get_claim, wait_for
 from e2e.kubelet_standin.errors import StandInError
 from e2e.published_node import published_node
-from e2e.scale.workloads import Want, random_want
+from e2e.scale.workloads import ALIGNED_MIX_WEIGHTS, MIX_WEIGHTS, Want, random_want
 from e2e.testbed import H100_NODE, apply_device_classes
 from e2e.verdicts import scheduler_verdict
 
@@ -46,14 +52,62 @@ GIB = 1024**3
 Event = tuple[str, Any]  # ("arrive", Want) or ("depart", a fraction in [0, 1) choosing the live claim)
 
 
-def seeded_events(seed: int, *, p_depart: float) -> Iterator[Event]:
+MIXES = {"default": MIX_WEIGHTS, "aligned": ALIGNED_MIX_WEIGHTS}
+
+
+def seeded_events(seed: int, *, p_depart: float, weights: dict[str, int] = MIX_WEIGHTS) -> Iterator[Event]:
     """An endless stream: departures with probability `p_depart` (when something is live), else arrivals."""
     rng = random.Random(seed)
     while True:
         if rng.random() < p_depart:
             yield ("depart", rng.random())
         else:
-            yield ("arrive", random_want(rng))
+            yield ("arrive", random_want(rng, weights))
+
+
+@dataclass(frozen=True, slots=True)
+class AlignedProbe:
+    """Whether `size` whole GPUs of one NVLink domain (and, below 8, one NUMA node) are free: GPU index →
+    its group, from the whole GPUs' published attributes."""
+
+    groups: dict[int, tuple[object, object]]
+
+    @classmethod
+    def of(cls, slices: Sequence[dict[str, Any]]) -> AlignedProbe:
+        groups: dict[int, tuple[object, object]] = {}
+        for s in slices:
+            for d in s["spec"].get("devices") or []:
+                attrs = d["attributes"]
+                if attrs.get(qualified(Attr.TYPE)) != {"string": "gpu"}:
+                    continue
+                domain = (attrs.get(qualified(Attr.NVLINK_DOMAIN)) or {}).get("string")
+                numa = (attrs.get(NUMA_NODE_ATTRIBUTE) or {}).get("int")
+                groups[split_device_name(d["name"])[0]] = (domain, numa)
+        return cls(groups)
+
+    def possible(self, size: int, busy: set[int]) -> bool:
+        free: dict[tuple[object, object], int] = {}
+        for index, (domain, numa) in self.groups.items():
+            if index in busy or domain is None:
+                continue
+            key = (domain, numa if size < 8 else None)
+            free[key] = free.get(key, 0) + 1
+        return any(n >= size for n in free.values())
+
+
+@dataclass(slots=True)
+class _Aligned:
+    """When aligned requests of 4 and 8 GPUs were first impossible, and how often they were possible."""
+
+    lost: dict[int, int | None]
+    possible: dict[int, int]
+
+    def see(self, probe: AlignedProbe, busy: set[int], placed: int) -> None:
+        for size in self.lost:
+            if probe.possible(size, busy):
+                self.possible[size] += 1
+            elif self.lost[size] is None:
+                self.lost[size] = placed
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +117,19 @@ class Outcome:
     memory_bytes: int  # GPU memory allocated when it came
     failed: str | None  # the kind that could not be placed (None: the stream ran out first)
     events: int
-    devices: tuple[str, ...]  # the device each placed arrival got, in order
+    devices: tuple[str, ...]  # the device(s) each placed arrival got, in order (`+`-joined)
+    aligned_lost: dict[int, int | None]  # GPUs → arrivals placed when that many aligned first were not free
+    aligned_share: dict[int, float]  # GPUs → share of placed arrivals after which that many were free
+
+    def aligned_text(self) -> str:
+        def lost(size: int) -> str:
+            at = self.aligned_lost.get(size)
+            return "never" if at is None else str(at)
+
+        return " ".join(
+            f"x{size}_lost_at={lost(size)} x{size}_free={self.aligned_share[size]:.2f}"
+            for size in sorted(self.aligned_share)
+        )
 
 
 @dataclass(slots=True)
@@ -71,6 +137,7 @@ class _Live:
     pod: str
     claim: str
     memory: int
+    gpus: frozenset[int]
 
 
 class DisagreementError(StandInError):
@@ -104,15 +171,18 @@ def play(
     events: Iterable[Event],
     max_arrivals: int = 400,
     predict: Callable[[str], str | None] | None = None,
+    probe: AlignedProbe | None = None,
 ) -> Outcome:
     """Plays `events` against `node` until an arrival fails. `capacity`: device → memory bytes of the node's
     exclusive devices. `predict(claim)`, when given, is asked before each pod is made and must name the
-    device the scheduler then picks (None: that nothing fits)."""
+    device the scheduler then picks (None: that nothing fits). `probe`: asked after every placed arrival
+    whether aligned groups of 4 and 8 GPUs are still free."""
     core, resource = k8s.CoreV1Api(api), k8s.ResourceV1Api(api)
     live: list[_Live] = []
     devices: list[str] = []
     count = 0
     failed: str | None = None
+    aligned = _Aligned(lost={4: None, 8: None}, possible={4: 0, 8: 0})
     for count, (kind, value) in enumerate(events, start=1):  # noqa: B007 - count is reported
         if kind == "depart":
             if live:
@@ -139,12 +209,18 @@ def play(
         if not verdict.bound:
             failed = want.kind
             break
-        (result,) = verdict.results
-        live.append(_Live(pod, claim, _memory(result, capacity)))
-        devices.append(str(result["device"]))
+        results = verdict.results
+        gpus = frozenset(split_device_name(str(r["device"]))[0] for r in results)
+        live.append(_Live(pod, claim, sum(_memory(r, capacity) for r in results), gpus))
+        devices.append("+".join(str(r["device"]) for r in results))
+        if probe is not None:
+            aligned.see(probe, {g for x in live for g in x.gpus}, len(devices))
         if len(devices) >= max_arrivals:
             break
-    return Outcome(order, len(devices), sum(x.memory for x in live), failed, count, tuple(devices))
+    placed = len(devices)
+    share = {size: n / placed if placed else 0.0 for size, n in aligned.possible.items()} if probe else {}
+    memory = sum(x.memory for x in live)
+    return Outcome(order, placed, memory, failed, count, tuple(devices), aligned.lost, share)
 
 
 def clean(api: k8s.ApiClient, namespace: str) -> None:
@@ -206,8 +282,15 @@ def summary(totals: dict[str, list[Outcome]]) -> list[str]:
     for order_name, outcomes in totals.items():
         placed = sum(o.placed for o in outcomes)
         memory = sum(o.memory_bytes for o in outcomes) / GIB / max(len(outcomes), 1)
+        aligned = ""
+        for size in sorted(outcomes[0].aligned_share if outcomes else ()):
+            lost = [o.aligned_lost[size] for o in outcomes]
+            kept = sum(o.placed if at is None else at for o, at in zip(outcomes, lost, strict=True))
+            free = sum(o.aligned_share[size] for o in outcomes) / len(outcomes)
+            aligned += f" x{size}_lost_at_total={kept} x{size}_free_mean={free:.2f}"
         lines.append(
             f"total order={order_name} seeds={len(outcomes)} placed={placed} mean_memory_gib={memory:.1f}"
+            + aligned
         )
     old, new = (totals[o.value] for o in (DeviceOrder.BY_GPU, DeviceOrder.FRAGMENTATION_AWARE))
     pairs = list(zip(old, new, strict=True))
@@ -224,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.scale.fragmentation", description=__doc__)
     parser.add_argument("--seeds", default="1-20", help="seeds of the event stream: 1-20 or 1,4,9")
     parser.add_argument("--p-depart", type=float, default=0.45, help="probability an event is a departure")
+    parser.add_argument(
+        "--mix", choices=sorted(MIXES), default="default", help="aligned: with multi-GPU aligned arrivals"
+    )
     args = parser.parse_args(argv)
     configure(level="warning")
     seeds = parse_seeds(args.seeds)
@@ -238,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             for order in orders:
                 with ordered_node(api, order) as node:
                     ns = namespace(api, f"frag-{order.value}")
+                    probe = AlignedProbe.of(node.slices) if args.mix == "aligned" else None
                     for seed in seeds:
                         started = time.monotonic()
                         outcome = play(
@@ -246,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
                             node=node.name,
                             order=order.value,
                             capacity=exclusive_memory(node.slices),
-                            events=seeded_events(seed, p_depart=args.p_depart),
+                            events=seeded_events(seed, p_depart=args.p_depart, weights=MIXES[args.mix]),
+                            probe=probe,
                         )
                         clean(api, ns)
                         totals[order.value].append(outcome)
@@ -254,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                             f"order={order.value} seed={seed} p_depart={args.p_depart} "
                             f"placed={outcome.placed} "
                             f"memory_gib={outcome.memory_bytes / GIB:.1f} first_failure={outcome.failed} "
-                            f"events={outcome.events} seconds={time.monotonic() - started:.0f}",
+                            f"events={outcome.events} seconds={time.monotonic() - started:.0f} "
+                            f"{outcome.aligned_text()}".rstrip(),
                             flush=True,
                         )
         finally:

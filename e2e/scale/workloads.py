@@ -1,11 +1,14 @@
 """The claims the scale and fragmentation benchmarks ask for: one device per claim, by family, and a seeded
-random mix (MIG 1g/2g/3g/4g/7g, vgpu of random sizes, whole GPUs)."""
+random mix (MIG 1g/2g/3g/4g/7g, vgpu of random sizes, whole GPUs; with `ALIGNED_MIX_WEIGHTS` also groups of
+whole GPUs that must land together: docs/topology.md)."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 from typing import Any
+
+from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr, qualified
 
 Json = dict[str, Any]
 GIB = 1024**3
@@ -17,18 +20,40 @@ class Want:
 
     kind: str
     request: Json
+    match: tuple[str, ...] = ()  # attributes every device of the request must share (matchAttribute)
 
     def claim(self, name: str, namespace: str) -> Json:
+        devices: Json = {"requests": [{"name": "gpu", "exactly": self.request}]}
+        if self.match:
+            devices["constraints"] = [{"requests": ["gpu"], "matchAttribute": a} for a in self.match]
         return {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
             "metadata": {"name": name, "namespace": namespace},
-            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": self.request}]}},
+            "spec": {"devices": devices},
         }
 
 
 def whole() -> Want:
     return Want("gpu", {"deviceClassName": "gpu.tessera.dev"})
+
+
+NVLINK_DOMAIN = qualified(Attr.NVLINK_DOMAIN)
+
+
+def aligned(count: int, *match: str) -> Want:
+    """`count` whole GPUs that share the values of `match` (e.g. one NUMA node and NVLink domain)."""
+    request = {"deviceClassName": "gpu.tessera.dev", "allocationMode": "ExactCount", "count": count}
+    return Want(f"gpu-x{count}", request, match)
+
+
+# The aligned requests of docs/topology.md: 4 GPUs of one NVLink domain on one NUMA node, 2 under one PCIe
+# switch, 8 of one NVLink domain (the whole HGX board).
+ALIGNED = {
+    "gpu-x4": aligned(4, NVLINK_DOMAIN, NUMA_NODE_ATTRIBUTE),
+    "gpu-x2": aligned(2, PCIE_ROOT_ATTRIBUTE),
+    "gpu-x8": aligned(8, NVLINK_DOMAIN),
+}
 
 
 def vgpu(memory_gib: int, cores: int) -> Want:
@@ -52,6 +77,9 @@ MIX_WEIGHTS: dict[str, int] = {
     "vgpu": 30,
     "gpu": 13,
 }
+# The mix with aligned multi-GPU arrivals (`make bench-order`'s aligned run): 4 and 2 whole GPUs that land
+# together; 8 GPUs only fit an empty board, so they are probed (e2e/scale/fragmentation.py), not asked for.
+ALIGNED_MIX_WEIGHTS: dict[str, int] = {**MIX_WEIGHTS, "gpu-x4": 4, "gpu-x2": 4}
 VGPU_GIB = (1, 2, 4, 8, 10, 16, 20, 24, 32, 40)
 VGPU_CORES = (0, 10, 20, 25, 30, 50)
 
@@ -62,6 +90,8 @@ def random_want(rng: random.Random, weights: dict[str, int] = MIX_WEIGHTS) -> Wa
         return vgpu(rng.choice(VGPU_GIB), rng.choice(VGPU_CORES))
     if kind == "gpu":
         return whole()
+    if kind in ALIGNED:
+        return ALIGNED[kind]
     return mig(kind)
 
 

@@ -30,6 +30,8 @@
 
 #define API __attribute__((visibility("default")))
 
+static void sync_sys(void); /* nvml/topology.c: the node's sysfs tree, written at nvmlInit */
+
 enum { H_GPU = 1, H_MIG = 2 };
 struct nvmlDevice_st {
     int kind;
@@ -161,6 +163,7 @@ API nvmlReturn_t nvmlInitWithFlags(unsigned flags)
             plain_node(&g_node);
             return rc;
         }
+        sync_sys();
     } else {
         plain_node(&g_node);
     }
@@ -231,3 +234,4 @@ API nvmlReturn_t fakeNvmlResetGpu(unsigned index)
 
 #include "nvml/api_device.c"
 #include "nvml/api_mig.c"
+#include "nvml/topology.c"

@@ -295,6 +295,7 @@ def test_a_state_file_of_another_version_is_refused(
     assert "expected apiVersion fake.tessera.dev/v1" in capfd.readouterr().err
 
 
+CLUSTER = "2b6d5c3a-0f1e-4d2c-9b8a-7766554433aa"
 BAD_NODE_FILES = [
     "gpus: [{product: L4, colour: red}]",
     "gpus: [{product: L4, count: '2'}]",
@@ -315,6 +316,15 @@ BAD_NODE_FILES = [
     "gpus: [{product: L4, healthy: 'no'}]",
     "gpus: [{product: L4}]\ndriverVersion: 550",
     "gpus: {product: L4}",
+    "gpus: [{product: L4, pcieRoot: pci15}]",
+    "gpus: [{product: L4, pcieRoot: 15}]",
+    "gpus: [{product: L4, numaNode: -1}]",
+    "gpus: [{product: L4, nvlink: nvswitch}]",
+    "gpus: [{product: L4, nvlink: bridge}]",
+    f"gpus: [{{product: L4, nvlink: switch, fabric: {{clusterUuid: {CLUSTER.upper()}, cliqueId: 1}}}}]",
+    f"gpus: [{{product: L4, fabric: {{clusterUuid: {CLUSTER}, cliqueId: 1}}}}]",
+    f"gpus: [{{product: L4, nvlink: switch, fabric: {{clusterUuid: {CLUSTER}}}}}]",
+    f"gpus: [{{product: L4, nvlink: switch, fabric: {{clusterUuid: {CLUSTER}, cliqueId: 4294967296}}}}]",
 ]
 
 

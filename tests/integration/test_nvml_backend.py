@@ -22,6 +22,7 @@ from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.backends.sim_node import (
+    FABRIC_REQUIRED,
     GPU_OPTIONAL,
     GPU_REQUIRED,
     INSTANCE_REQUIRED,
@@ -33,9 +34,9 @@ from dra_driver.core.profiles import PRODUCTS, product
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.values.errors import MigError, PlacementTakenError
-from dra_driver.values.model import Gpu, Inventory, MigInstance
-from dra_driver.values.names import PCI_BUS_ID_ATTRIBUTE, GpuUUID, qualified
-from e2e.fake_nvml import SIMULATED_ONLY_FIELDS, FakeNvmlNode, pynvml_on_fake, reset_gpu
+from dra_driver.values.model import Fabric, Gpu, Inventory, MigInstance
+from dra_driver.values.names import PCI_BUS_ID_ATTRIBUTE, SYSFS_ROOT_ENV, GpuUUID, qualified
+from e2e.fake_nvml import SIMULATED_ONLY_FIELDS, SYS_ENV, FakeNvmlNode, pynvml_on_fake, reset_gpu
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_FILES = sorted((REPO / "e2e" / "nodes").glob("*.yaml"))
@@ -221,12 +222,17 @@ EVERY_FIELD = HEADER + textwrap.dedent(
     - product: NVIDIA H100 PCIe
       count: 2
       healthy: true
+      numaNode: 1
+      pcieRoot: pci0000:c1
+      nvlink: bridge
     - product: A100-SXM4-80GB
       uuid: GPU-00000000-1111-2222-3333-444444444444
       migEnabled: true
       instances:
       - {profile: 4g.40gb, start: 0}
       - {profile: 15, start: 4}
+      nvlink: switch
+      fabric: {clusterUuid: 2b6d5c3a-0f1e-4d2c-9b8a-7766554433aa, cliqueId: 32767}
     - product: L4
       healthy: false
     """
@@ -237,13 +243,14 @@ def fields_of(text: str) -> set[str]:
     node = yaml.safe_load(text)
     gpus = node["gpus"]
     instances = [i for g in gpus for i in g.get("instances", [])]
-    return set(node) | {k for g in gpus for k in g} | {k for i in instances for k in i}
+    fabrics = {k for g in gpus for k in g.get("fabric", {})}
+    return set(node) | {k for g in gpus for k in g} | {k for i in instances for k in i} | fabrics
 
 
 def test_a_node_file_means_the_same_to_both_backends(tmp_path: Path) -> None:
     """One description of a node: every SimulatedNode field is read by the fake too, and all but the
     documented simulated-only ones (SIMULATED_ONLY_FIELDS) give the same inventory."""
-    known = NODE_REQUIRED | NODE_OPTIONAL | GPU_REQUIRED | GPU_OPTIONAL | INSTANCE_REQUIRED
+    known = NODE_REQUIRED | NODE_OPTIONAL | GPU_REQUIRED | GPU_OPTIONAL | INSTANCE_REQUIRED | FABRIC_REQUIRED
     assert fields_of(EVERY_FIELD) == known  # the file below uses every field the simulated backend knows
     assert set(SIMULATED_ONLY_FIELDS) <= GPU_OPTIONAL
     node_file = tmp_path / "node.yaml"
@@ -255,6 +262,11 @@ def test_a_node_file_means_the_same_to_both_backends(tmp_path: Path) -> None:
         backend.close()
     assert nvml.gpus[2].uuid == simulated.gpus[2].uuid == "GPU-00000000-1111-2222-3333-444444444444"
     assert [len(g.mig_instances) for g in nvml.gpus] == [0, 0, 2, 0]
+    # topology: the fake's sysfs tree and NVLink/fabric answers say what the node file says
+    assert [(g.pcie_root, g.numa_node) for g in nvml.gpus] == [("pci0000:c1", 1)] * 2 + [(None, None)] * 2
+    assert [g.nvlinks.peers for g in nvml.gpus] == [(1,), (0,), (), ()]
+    assert [g.nvlinks.switch for g in nvml.gpus] == [False, False, True, False]
+    assert nvml.gpus[2].fabric == Fabric("2b6d5c3a-0f1e-4d2c-9b8a-7766554433aa", 32767)
     # healthy: false is the simulated backend's fault injection; the NVML path has no health to read
     assert [g.healthy for g in simulated.gpus] == [True, True, True, False]
     assert all(g.healthy for g in nvml.gpus)
@@ -281,6 +293,7 @@ def test_tessera_inventory_on_the_nvml_path_prints_the_simulated_slices(tmp_path
     base["NODE_NAME"] = "sim-h100x8"  # the pool name; the simulated run takes it from the node file
     nvml_env = {**base, "LD_LIBRARY_PATH": str(REPO / "interceptor" / "build" / "fake")}
     nvml_env["FAKE_NVML_NODE"] = str(node_file)
+    nvml_env[SYS_ENV] = nvml_env[SYSFS_ROOT_ENV] = str(tmp_path / "sys")  # the PCI topology's sysfs tree
     for output in ("summary", "json"):
         nvml = run_tessera(["-o", output], nvml_env)
         simulated = run_tessera(["--simulate", str(node_file), "-o", output], base)

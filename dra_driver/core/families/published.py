@@ -8,12 +8,15 @@ consumes all of it, a MIG placement its slices and engines. DESIGN: docs/archite
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 
 from dra_driver.core.families.base import Json
 from dra_driver.values.errors import ConfigError, InventoryError
 from dra_driver.values.model import Gpu, Inventory, MigInstance, MigProfile
 from dra_driver.values.names import (
+    NUMA_NODE_ATTRIBUTE,
     PCI_BUS_ID_ATTRIBUTE,
+    PCIE_ROOT_ATTRIBUTE,
     Attr,
     Counter,
     Family,
@@ -70,6 +73,69 @@ def gpu_attributes(gpu: Gpu, inventory: Inventory, family: Family) -> Json:
         qualified(Attr.INDEX): {"int": gpu.index},
         PCI_BUS_ID_ATTRIBUTE: string(pci_bus_id(gpu.pci_bus_id)),
     }
+
+
+# ---- topology (docs/topology.md) ------------------------------------------------------------------------
+
+
+class NumaForm(StrEnum):
+    """How `resource.kubernetes.io/numaNode` is written (KEP-6072): an int, which every release accepts, or
+    the list (own node first, then the nodes at the nearest distance) that needs DRAListTypeAttributes (alpha,
+    off by default) on every component; as with the upstream helper the administrator chooses, nothing
+    probes."""
+
+    SCALAR = "scalar"
+    LIST = "list"
+
+
+NVSWITCH_DOMAIN = "nvswitch"  # one NVSwitch fabric per board: every GPU whose links end at a switch
+
+
+def topology_attributes(gpu: Gpu, numa_form: NumaForm = NumaForm.SCALAR) -> Json:
+    """The standard attributes of where a GPU sits, for every device of the GPU (a MIG instance, a vgpu or an
+    MPS share sits where its GPU sits); each left out where the node does not say, as upstream does."""
+    attrs: Json = {}
+    if gpu.pcie_root is not None:
+        attrs[PCIE_ROOT_ATTRIBUTE] = string(gpu.pcie_root)
+    if gpu.numa_node is not None:
+        nodes = [gpu.numa_node, *gpu.numa_near]
+        scalar = numa_form is NumaForm.SCALAR
+        attrs[NUMA_NODE_ATTRIBUTE] = {"int": gpu.numa_node} if scalar else {"ints": nodes}
+    return attrs
+
+
+def nvlink_domain(gpu: Gpu, inventory: Inventory) -> str | None:
+    """The value GPUs that talk over NVLink share: the fabric's cluster and clique where the GPU joined one
+    (across nodes), the board's NVSwitch domain where its links end at switches (an NVSwitch is not a peer
+    GPU: NVML's remote device type says which), else the GPUs joined by bridges (`gpus-0-1`); None without
+    NVLink."""
+    if gpu.fabric is not None:
+        return f"{gpu.fabric.cluster_uuid}.{gpu.fabric.clique_id}"
+    if gpu.nvlinks.switch:
+        return NVSWITCH_DOMAIN
+    if not gpu.nvlinks.peers:
+        return None
+    known = {g.index: g for g in inventory.gpus}
+    seen, todo = {gpu.index}, [gpu.index]
+    while todo:  # the bridged GPUs reachable from this one: a pair, or a ring of 4
+        here = known.get(todo.pop())
+        for peer in here.nvlinks.peers if here is not None else ():
+            if peer in known and peer not in seen:
+                seen.add(peer)
+                todo.append(peer)
+    return "gpus-" + "-".join(str(i) for i in sorted(seen))
+
+
+def nvlink_attributes(gpu: Gpu, inventory: Inventory) -> Json:
+    """What a whole GPU publishes of its NVLinks and fabric (docs/topology.md says why only whole GPUs)."""
+    attrs: Json = {}
+    domain = nvlink_domain(gpu, inventory)
+    if domain is not None:
+        attrs[qualified(Attr.NVLINK_DOMAIN)] = string(domain)
+    if gpu.fabric is not None:
+        attrs[qualified(Attr.FABRIC_CLUSTER_UUID)] = string(gpu.fabric.cluster_uuid)
+        attrs[qualified(Attr.FABRIC_CLIQUE_ID)] = {"int": gpu.fabric.clique_id}
+    return attrs
 
 
 # ---- counters -------------------------------------------------------------------------------------------

@@ -56,6 +56,10 @@ EXPECTED: dict[tuple[str, str], bool] = {
     ("mps-30", MIXED): True,  # on an A100 or an L4: both are Volta or newer
     ("mps-70", H100): True,
     ("mps-70", MIXED): True,
+    ("gpus-one-pcie-switch", H100): True,
+    ("gpus-one-pcie-switch", MIXED): False,  # that node file says nothing of its PCIe topology
+    ("four-nvlink-gpus", H100): True,  # GPUs 4-7: the NVSwitch domain, NUMA node 1
+    ("four-nvlink-gpus", MIXED): False,  # no NVLink there
 }
 
 

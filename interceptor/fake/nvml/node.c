@@ -8,6 +8,8 @@ struct admin_instance {
     unsigned start;
 };
 
+enum nvlink_kind { NVLINK_NONE, NVLINK_SWITCH, NVLINK_BRIDGE };
+
 struct gpu_desc {
     char uuid[NVML_UUID_LEN];
     char name[NVML_NAME_LEN];
@@ -17,6 +19,14 @@ struct gpu_desc {
     int mig_enabled, healthy;
     unsigned nadmin;
     struct admin_instance admin[FAKE_MAX_ADMIN];
+    /* topology: what the fake shows in its sysfs tree and through NVML's NVLink and fabric calls */
+    char pcie_root[16]; /* "pci0000:15"; empty: not known, no sysfs entry */
+    long numa_node;     /* -1: no NUMA node */
+    enum nvlink_kind nvlink;
+    unsigned bridge_first, bridge_count; /* NVLINK_BRIDGE: the GPUs of the entry, bridged to each other */
+    int has_fabric;
+    unsigned char cluster_uuid[16];
+    unsigned clique_id;
 };
 
 struct node_desc {
@@ -33,8 +43,10 @@ struct node_desc {
 static const char *const NODE_REQUIRED[] = { "apiVersion", "kind", "gpus", NULL };
 static const char *const NODE_OPTIONAL[] = { "nodeName", "seed", "driverVersion", "cudaDriverVersion", NULL };
 static const char *const GPU_REQUIRED[] = { "product", NULL };
-static const char *const GPU_OPTIONAL[] = { "count", "migEnabled", "uuid", "healthy", "instances", NULL };
+static const char *const GPU_OPTIONAL[] = { "count",    "migEnabled", "uuid",   "healthy", "instances",
+                                            "numaNode", "pcieRoot",   "nvlink", "fabric",  NULL };
 static const char *const INSTANCE_REQUIRED[] = { "profile", "start", NULL };
+static const char *const FABRIC_REQUIRED[] = { "clusterUuid", "cliqueId", NULL };
 static const char *const NONE[] = { NULL };
 
 static const struct fake_profile *profile_by_id(const struct fake_product *p, unsigned id)
@@ -162,6 +174,92 @@ static int check_admin_layout(const struct gpu_desc *g, const char *where)
     return 0;
 }
 
+/* `pci0000:15`, as resource.kubernetes.io/pcieRoot spells a root complex */
+static int is_pcie_root(const char *s)
+{
+    if (strlen(s) != 10 || strncmp(s, "pci", 3) || s[7] != ':')
+        return 0;
+    for (unsigned i = 3; i < 10; i++)
+        if (i != 7 && !strchr("0123456789abcdef", s[i]))
+            return 0;
+    return 1;
+}
+
+/* a UUID in its canonical text (lowercase, dashes at 8, 13, 18, 23) into its 16 bytes */
+static int parse_uuid(const char *s, unsigned char out[16])
+{
+    if (strlen(s) != 36)
+        return -1;
+    for (unsigned i = 0, k = 0; i < 36; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-')
+                return -1;
+            continue;
+        }
+        const char *hex = "0123456789abcdef", *h = s[i] ? strchr(hex, s[i]) : NULL;
+        if (!h)
+            return -1;
+        out[k / 2] = (unsigned char)(k % 2 ? out[k / 2] | (h - hex) : (h - hex) << 4);
+        k++;
+    }
+    return 0;
+}
+
+static int decode_fabric(yaml_document_t *d, yaml_node_t *n, const char *where, struct gpu_desc *g)
+{
+    char path[256];
+    const char *cluster;
+    long clique;
+    if (y_expect(n, Y_MAP, where) || y_check_fields(d, n, where, FABRIC_REQUIRED, NONE) ||
+        y_str(d, n, "clusterUuid", where, "", &cluster))
+        return -1;
+    if (parse_uuid(cluster, g->cluster_uuid))
+        return fail("%s: '%s' is not a UUID (lowercase, with dashes)", field(path, sizeof path, where, "clusterUuid"),
+                    cluster);
+    if (y_long(d, n, "cliqueId", where, -1, &clique))
+        return -1;
+    if (clique < 0 || clique > 0xffffffffl)
+        return fail("%s: expected 0..4294967295, got %ld", field(path, sizeof path, where, "cliqueId"), clique);
+    g->clique_id = (unsigned)clique;
+    g->has_fabric = 1;
+    return 0;
+}
+
+/* numaNode, pcieRoot, nvlink, fabric: the same for every GPU of the entry */
+static int decode_topology(yaml_document_t *d, yaml_node_t *n, const char *where, long count, struct gpu_desc *g)
+{
+    char path[256];
+    const char *root, *nvlink;
+    if (y_str(d, n, "pcieRoot", where, "", &root))
+        return -1;
+    if (y_get(d, n, "pcieRoot") && !is_pcie_root(root))
+        return fail("%s: '%s' is not a PCIe root complex like pci0000:15", field(path, sizeof path, where, "pcieRoot"),
+                    root);
+    snprintf(g->pcie_root, sizeof g->pcie_root, "%s", root);
+    if (y_long(d, n, "numaNode", where, -1, &g->numa_node))
+        return -1;
+    if (y_get(d, n, "numaNode") && (g->numa_node < 0 || g->numa_node > 1023))
+        return fail("%s: expected 0..1023 (leave it out for no NUMA node), got %ld",
+                    field(path, sizeof path, where, "numaNode"), g->numa_node);
+    if (y_str(d, n, "nvlink", where, "", &nvlink))
+        return -1;
+    if (!strcmp(nvlink, "switch"))
+        g->nvlink = NVLINK_SWITCH;
+    else if (!strcmp(nvlink, "bridge"))
+        g->nvlink = NVLINK_BRIDGE;
+    else if (*nvlink)
+        return fail("%s: '%s' is not one of switch, bridge", field(path, sizeof path, where, "nvlink"), nvlink);
+    if (g->nvlink == NVLINK_BRIDGE && count < 2)
+        return fail("%s: bridge joins the GPUs of this entry; give it count 2 or more",
+                    field(path, sizeof path, where, "nvlink"));
+    yaml_node_t *fabric = y_get(d, n, "fabric");
+    if (fabric && decode_fabric(d, fabric, field(path, sizeof path, where, "fabric"), g))
+        return -1;
+    if (fabric && g->nvlink != NVLINK_SWITCH)
+        return fail("%s: a GPU fabric needs nvlink: switch", field(path, sizeof path, where, "fabric"));
+    return 0;
+}
+
 /* One `gpus[i]` entry: `count` GPUs appended to the node */
 static int decode_gpus(yaml_document_t *d, yaml_node_t *n, const char *where, const char *seed,
                        struct node_desc *node)
@@ -215,6 +313,10 @@ static int decode_gpus(yaml_document_t *d, yaml_node_t *n, const char *where, co
         if (check_admin_layout(&tmpl, field(path, sizeof path, where, "instances")))
             return -1;
     }
+    if (decode_topology(d, n, where, count, &tmpl))
+        return -1;
+    tmpl.bridge_first = node->ngpu;
+    tmpl.bridge_count = (unsigned)count;
     for (long c = 0; c < count; c++) {
         if (node->ngpu == FAKE_MAXDEV)
             return fail("gpus: the fake drives at most %d GPUs", FAKE_MAXDEV);
@@ -319,6 +421,7 @@ static void plain_node(struct node_desc *node)
         g->mem_bytes = mem;
         g->pci_bus = 0x18 + 0x10 * i;
         g->healthy = 1;
+        g->numa_node = -1;
     }
     snprintf(node->driver_version, sizeof node->driver_version, "%s", DEFAULT_DRIVER_VERSION);
     node->cuda_version = 12040;

@@ -72,3 +72,40 @@ def test_load_node_reports_path_and_yaml_errors(tmp_path: Path) -> None:
         load_node(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         load_node(tmp_path / "missing.yaml")
+
+
+def test_topology_of_each_entry_and_its_bridged_pairs() -> None:
+    node = decode(
+        "gpus:\n"
+        "- {product: H100-80GB-PCIE, count: 2, numaNode: 0, pcieRoot: pci0000:16, nvlink: bridge}\n"
+        "- {product: H100-80GB-SXM, count: 2, numaNode: 1, pcieRoot: pci0000:55, nvlink: switch,\n"
+        "   fabric: {clusterUuid: 2b6d5c3a-0f1e-4d2c-9b8a-7766554433aa, cliqueId: 3}}\n"
+        "- {product: L4}\n"
+    )
+    gpus = node.gpus  # type: ignore[attr-defined]
+    assert [(g.pcie_root, g.numa_node) for g in gpus] == [("pci0000:16", 0)] * 2 + [("pci0000:55", 1)] * 2 + [
+        (None, None)
+    ]
+    assert [g.nvlinks.peers for g in gpus] == [(1,), (0,), (), (), ()]
+    assert [g.nvlinks.switch for g in gpus] == [False, False, True, True, False]
+    assert [g.fabric.clique_id if g.fabric else None for g in gpus] == [None, None, 3, 3, None]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("gpus: [{product: L4, pcieRoot: pci15}]", r"gpus\[0\].pcieRoot: 'pci15' is not a PCIe root complex"),
+        ("gpus: [{product: L4, pcieRoot: 15}]", r"gpus\[0\].pcieRoot: expected str"),
+        ("gpus: [{product: L4, numaNode: -1}]", r"gpus\[0\].numaNode: expected 0..1023"),
+        ("gpus: [{product: L4, nvlink: nvswitch}]", r"'nvswitch' is not one of switch, bridge"),
+        ("gpus: [{product: L4, nvlink: bridge}]", "give it count 2 or more"),
+        ("gpus: [{product: L4, fabric: {clusterUuid: x, cliqueId: 1}, nvlink: switch}]", "'x' is not a UUID"),
+        (
+            "gpus: [{product: L4, fabric: {clusterUuid: 2b6d5c3a-0f1e-4d2c-9b8a-7766554433aa, cliqueId: 1}}]",
+            "a GPU fabric needs nvlink: switch",
+        ),
+    ],
+)
+def test_bad_topology_is_refused(body: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        decode(body)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections import Counter as Count
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -148,3 +149,59 @@ def test_the_order_is_a_permutation_with_its_rules(inventory: Any) -> None:
     for profile in {d.profile for _, d in migs}:
         placements = [(i, d.start) for i, d in migs if d.profile == profile]
         assert placements == sorted(placements, key=lambda ps: (ps[0], -(ps[1] or 0)))
+
+
+def hgx(numa_of: Any = lambda i: i // 4) -> Any:
+    """8 x H100 with NUMA nodes and PCIe roots (two GPUs per root); `numa_of(i)` places GPU i."""
+    return make_inventory(
+        *(
+            replace(
+                make_gpu(i, "H100-80GB-SXM"),
+                numa_node=numa_of(i),
+                pcie_root=f"pci0000:{0x15 + numa_of(i):02x}",
+            )
+            for i in range(8)
+        )
+    )
+
+
+def free_numa_nodes(placed: list[str | None], numa_of: Any = lambda i: i // 4) -> set[int]:
+    busy = {numa_of(parse_device_name(n).index) for n in placed if n is not None}
+    return {0, 1} - busy
+
+
+def test_with_topology_whole_gpus_fill_the_first_numa_node_before_the_next() -> None:
+    names = visit_order(hgx(), NEW)
+    assert [n for n in names if parse_device_name(n).family is whole.FAMILY] == [
+        f"gpu-{i}" for i in (3, 2, 1, 0, 7, 6, 5, 4)
+    ]
+    assert [n for n in names if n.endswith("-vgpu")] == [f"gpu-{i}-vgpu" for i in range(8)]
+
+
+def test_a_numa_node_stays_free_for_four_gpus_while_small_requests_fit_in_the_other() -> None:
+    wanted = ["vgpu", "gpu", "1g10gb", "gpu"]  # as many GPUs as one NUMA node holds
+    # the order without topology: whole GPUs from GPU 7 down, slices from GPU 0 up, both NUMA nodes touched
+    blind = make_inventory(*(replace(g, numa_node=None, pcie_root=None) for g in hgx().gpus))
+    before = first_fit(build_slices(blind, NEW), wanted)
+    assert before == ["gpu-0-vgpu", "gpu-7", "gpu-1-mig-1g10gb-6", "gpu-6"]
+    assert free_numa_nodes(before) == set()
+    placed = first_fit(build_slices(hgx(), NEW), wanted)
+    assert placed == ["gpu-0-vgpu", "gpu-3", "gpu-1-mig-1g10gb-6", "gpu-2"]
+    assert free_numa_nodes(placed) == {1}
+
+
+def test_interleaved_numa_nodes_are_walked_domain_by_domain() -> None:
+    def numa_of(i: int) -> int:
+        return i % 2  # GPUs alternate between the sockets
+
+    names = visit_order(hgx(numa_of), NEW)
+    assert [n for n in names if n.endswith("-vgpu")] == [f"gpu-{i}-vgpu" for i in (0, 2, 4, 6, 1, 3, 5, 7)]
+    assert [n for n in names if parse_device_name(n).family is whole.FAMILY] == [
+        f"gpu-{i}" for i in (6, 4, 2, 0, 7, 5, 3, 1)
+    ]
+    placed = first_fit(build_slices(hgx(numa_of), NEW), ["vgpu", "gpu", "gpu", "1g10gb"])
+    assert free_numa_nodes(placed, numa_of) == {1}
+    assert (
+        free_numa_nodes(first_fit(build_slices(hgx(numa_of), OLD), ["vgpu", "gpu", "gpu", "1g10gb"]), numa_of)
+        == set()
+    )
