@@ -278,7 +278,9 @@ def _watch(
         slot.give_back()
 
 
-class HealthV1Servicer(v1_grpc.DRAResourceHealthServicer):
+class _Watching:
+    """What both API versions' servicers share: the board they report from, the heartbeat, the slots."""
+
     def __init__(
         self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS, slots: StreamSlots | None = None
     ) -> None:
@@ -286,43 +288,41 @@ class HealthV1Servicer(v1_grpc.DRAResourceHealthServicer):
         self._heartbeat = heartbeat
         self.slots = slots if slots is not None else StreamSlots()
 
+    def _reports(self, context: grpc.ServicerContext) -> Iterator[HealthReport]:
+        return _watch(self._board, context, self._heartbeat, self.slots)
+
+
+class HealthV1Servicer(_Watching, v1_grpc.DRAResourceHealthServicer):
     def NodeWatchResources(  # noqa: N802 - gRPC method name
         self, request: v1.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[v1.NodeWatchResourcesResponse]:
-        for report in _watch(self._board, context, self._heartbeat, self.slots):
-            yield v1.NodeWatchResourcesResponse(
-                devices=[
-                    v1.DeviceHealth(
-                        device=v1.DeviceIdentifier(pool_name=report.pool, device_name=d.device),
-                        health=v1.HealthStatus.ValueType(d.health.value),
-                        last_updated_time=report.checked_at,
-                        health_check_timeout_seconds=HEALTH_CHECK_TIMEOUT_SECONDS,
-                        message=d.message,
-                    )
-                    for d in report.devices
-                ]
-            )
+        for report in self._reports(context):
+            health = [
+                v1.DeviceHealth(
+                    device=v1.DeviceIdentifier(pool_name=report.pool, device_name=d.device),
+                    health=v1.HealthStatus.ValueType(d.health.value),
+                    last_updated_time=report.checked_at,
+                    health_check_timeout_seconds=HEALTH_CHECK_TIMEOUT_SECONDS,
+                    message=d.message,
+                )
+                for d in report.devices
+            ]
+            yield v1.NodeWatchResourcesResponse(devices=health)
 
 
-class HealthV1alpha1Servicer(v1alpha1_grpc.DRAResourceHealthServicer):
-    def __init__(
-        self, board: HealthBoard, *, heartbeat: float = HEARTBEAT_SECONDS, slots: StreamSlots | None = None
-    ) -> None:
-        self._board = board
-        self._heartbeat = heartbeat
-        self.slots = slots if slots is not None else StreamSlots()
+class HealthV1alpha1Servicer(_Watching, v1alpha1_grpc.DRAResourceHealthServicer):
+    """v1alpha1 has no timeout and no message per device."""
 
     def NodeWatchResources(  # noqa: N802 - gRPC method name
         self, request: v1alpha1.NodeWatchResourcesRequest, context: grpc.ServicerContext
     ) -> Iterator[v1alpha1.NodeWatchResourcesResponse]:
-        for report in _watch(self._board, context, self._heartbeat, self.slots):
-            yield v1alpha1.NodeWatchResourcesResponse(
-                devices=[
-                    v1alpha1.DeviceHealth(
-                        device=v1alpha1.DeviceIdentifier(pool_name=report.pool, device_name=d.device),
-                        health=v1alpha1.HealthStatus.ValueType(d.health.value),
-                        last_updated_time=report.checked_at,
-                    )
-                    for d in report.devices
-                ]
-            )
+        for report in self._reports(context):
+            health = [
+                v1alpha1.DeviceHealth(
+                    device=v1alpha1.DeviceIdentifier(pool_name=report.pool, device_name=d.device),
+                    health=v1alpha1.HealthStatus.ValueType(d.health.value),
+                    last_updated_time=report.checked_at,
+                )
+                for d in report.devices
+            ]
+            yield v1alpha1.NodeWatchResourcesResponse(devices=health)

@@ -38,7 +38,7 @@ from kubelet_plugin.serving.dra_service import ClaimCalls
 from kubelet_plugin.serving.driver_setup import driver_setup
 from kubelet_plugin.serving.options import DaemonOptions
 from kubelet_plugin.serving.server import PluginServer, plugin_services
-from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom, load_settings
+from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom, load_settings, open_claims
 
 log = structlog.get_logger(__name__)
 RETRY_S = 30.0  # a sweep that failed, or claims still prepared without a call since: look again this often
@@ -90,21 +90,7 @@ def open_preparer(
     """The node daemon's state and preparer (its host parts given their flags and the driver root), keeping
     what they remove."""
     driver = driver_setup(options)
-    state = RecordedState(
-        backend=backend,
-        paths=options.paths(),
-        host_options=dict(options.host_options),
-        driver_root=driver.root,
-    )
-    preparer = Preparer(
-        state=state,
-        claims=access.source,
-        status=access.status,
-        pool_name=options.node_name,
-        driver_library_dirs=tuple(str(d) for d in options.driver_library_dirs),
-        driver_files=driver.files,
-    )
-    return state, preparer
+    return open_claims(options, backend=backend, access=access, driver=driver, state_type=RecordedState)
 
 
 def settle_claims(preparer: Preparer, lock: PluginLock) -> None:

@@ -20,6 +20,7 @@ from kubelet_plugin.hosts.base import Removed
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
+from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
 
 
 def removal_lines(removed: Removed) -> list[str]:
@@ -51,12 +52,18 @@ class RecordedState(NodeState):
         *,
         backend: GpuBackend,
         paths: PluginPaths,
+        steps: StepObserver = NO_OBSERVER,
         host_options: Mapping[str, str] | None = None,
         driver_root: DriverRoot | None = None,
         boot_id: str | None = None,
     ) -> None:
         super().__init__(
-            backend=backend, paths=paths, host_options=host_options, driver_root=driver_root, boot_id=boot_id
+            backend=backend,
+            paths=paths,
+            steps=steps,
+            host_options=host_options,
+            driver_root=driver_root,
+            boot_id=boot_id,
         )
         self._went: list[str] = []
         self._went_lock = threading.Lock()

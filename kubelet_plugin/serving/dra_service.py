@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import structlog
@@ -35,6 +35,7 @@ from kubelet_plugin.record.results import (
 log = structlog.get_logger(__name__)
 
 R = TypeVar("R", PrepareResult, UnprepareResult)
+_ClaimT_co = TypeVar("_ClaimT_co", covariant=True)
 
 
 class KubeletClaim(Protocol):
@@ -167,6 +168,52 @@ def _bounded(answer: R) -> R:
     return replace(answer, error=clip(answer.error))
 
 
+# What both API versions' response messages have (their generated classes are distinct types).
+class _Devices(Protocol):
+    def add(self, **fields: Any) -> Any: ...  # v1's Device has share_id, v1beta1's not
+
+
+class _Prepared(Protocol):
+    error: str
+
+    @property
+    def devices(self) -> _Devices: ...
+
+
+class _Unprepared(Protocol):
+    error: str
+
+
+class _Claims(Protocol[_ClaimT_co]):
+    def __getitem__(self, uid: str, /) -> _ClaimT_co: ...
+
+
+def _answer_prepare(
+    claims: _Claims[_Prepared], results: Mapping[str, PrepareResult], *, share_ids: bool
+) -> None:
+    """Fill a NodePrepareResources response's claims; both API versions' messages have these fields (v1beta1
+    no share IDs: its kubelet predates consumable capacity)."""
+    for uid, result in results.items():
+        entry = claims[uid]
+        if result.error is not None:
+            entry.error = result.error
+            continue
+        for d in result.devices:
+            device = entry.devices.add(
+                request_names=d.request_names,
+                pool_name=d.pool_name,
+                device_name=d.device_name,
+                cdi_device_ids=d.cdi_device_ids,
+            )
+            if share_ids and d.share_id is not None:
+                device.share_id = d.share_id
+
+
+def _answer_unprepare(claims: _Claims[_Unprepared], results: Mapping[str, UnprepareResult]) -> None:
+    for uid, result in results.items():
+        claims[uid].error = result.error or ""
+
+
 class DraV1Servicer(v1_grpc.DRAPluginServicer):
     def __init__(self, calls: ClaimCalls) -> None:
         self._calls = calls
@@ -175,28 +222,14 @@ class DraV1Servicer(v1_grpc.DRAPluginServicer):
         self, request: v1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodePrepareResourcesResponse:
         response = v1.NodePrepareResourcesResponse()
-        for uid, result in self._calls.prepare(request.claims).items():
-            entry = response.claims[uid]
-            if result.error is not None:
-                entry.error = result.error
-                continue
-            for d in result.devices:
-                device = entry.devices.add(
-                    request_names=d.request_names,
-                    pool_name=d.pool_name,
-                    device_name=d.device_name,
-                    cdi_device_ids=d.cdi_device_ids,
-                )
-                if d.share_id is not None:
-                    device.share_id = d.share_id
+        _answer_prepare(response.claims, self._calls.prepare(request.claims), share_ids=True)
         return response
 
     def NodeUnprepareResources(  # noqa: N802 - gRPC method name
         self, request: v1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1.NodeUnprepareResourcesResponse:
         response = v1.NodeUnprepareResourcesResponse()
-        for uid, result in self._calls.unprepare(request.claims).items():
-            response.claims[uid].error = result.error or ""
+        _answer_unprepare(response.claims, self._calls.unprepare(request.claims))
         return response
 
 
@@ -210,24 +243,12 @@ class DraV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
         self, request: v1beta1.NodePrepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodePrepareResourcesResponse:
         response = v1beta1.NodePrepareResourcesResponse()
-        for uid, result in self._calls.prepare(request.claims).items():
-            entry = response.claims[uid]
-            if result.error is not None:
-                entry.error = result.error
-                continue
-            for d in result.devices:
-                entry.devices.add(
-                    request_names=d.request_names,
-                    pool_name=d.pool_name,
-                    device_name=d.device_name,
-                    cdi_device_ids=d.cdi_device_ids,
-                )
+        _answer_prepare(response.claims, self._calls.prepare(request.claims), share_ids=False)
         return response
 
     def NodeUnprepareResources(  # noqa: N802 - gRPC method name
         self, request: v1beta1.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
     ) -> v1beta1.NodeUnprepareResourcesResponse:
         response = v1beta1.NodeUnprepareResourcesResponse()
-        for uid, result in self._calls.unprepare(request.claims).items():
-            response.claims[uid].error = result.error or ""
+        _answer_unprepare(response.claims, self._calls.unprepare(request.claims))
         return response

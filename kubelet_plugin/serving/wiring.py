@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 import yaml
@@ -66,7 +66,7 @@ from kubelet_plugin.observability.usage_status import ApiUsageWriter, UsageStatu
 from kubelet_plugin.record.checkpoint import Checkpoint, OfferKey
 from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
 from kubelet_plugin.serving.dra_service import ClaimCalls
-from kubelet_plugin.serving.driver_setup import driver_setup
+from kubelet_plugin.serving.driver_setup import DriverSetup, driver_setup
 from kubelet_plugin.serving.options import DaemonOptions
 from kubelet_plugin.serving.readiness import Readiness
 from kubelet_plugin.serving.server import PluginServer, plugin_services
@@ -117,6 +117,38 @@ class ClaimAccess:
 
 # Where a daemon reads claims and writes their status; a test harness may give its own.
 ClaimsFrom = Callable[[DaemonOptions], ClaimAccess]
+
+
+StateT = TypeVar("StateT", bound=NodeState)
+
+
+def open_claims(
+    options: DaemonOptions,
+    *,
+    backend: GpuBackend,
+    access: ClaimAccess,
+    driver: DriverSetup,
+    state_type: type[StateT],
+    steps: StepObserver = NO_OBSERVER,
+) -> tuple[StateT, Preparer]:
+    """The node's state (its host parts given their flags and the driver root) and the preparer over it: the
+    daemon's and `tessera cleanup`'s."""
+    state = state_type(
+        backend=backend,
+        paths=options.paths(),
+        steps=steps,
+        host_options=dict(options.host_options),
+        driver_root=driver.root,
+    )
+    preparer = Preparer(
+        state=state,
+        claims=access.source,
+        status=access.status,
+        pool_name=options.node_name,
+        driver_library_dirs=tuple(str(d) for d in options.driver_library_dirs),
+        driver_files=driver.files,
+    )
+    return state, preparer
 
 
 def claim_access(options: DaemonOptions) -> ClaimAccess:
@@ -189,21 +221,10 @@ class Node:
         )
         access = self.claims(o)
         events = self._events(access.api)
-        self.state = state = NodeState(
-            backend=backend,
-            paths=paths,
-            steps=self.steps,
-            host_options=dict(o.host_options),
-            driver_root=driver.root,
+        self.state, preparer = open_claims(
+            o, backend=backend, access=access, driver=driver, state_type=NodeState, steps=self.steps
         )
-        preparer = Preparer(
-            state=state,
-            claims=access.source,
-            status=access.status,
-            pool_name=o.node_name,
-            driver_library_dirs=tuple(str(d) for d in o.driver_library_dirs),
-            driver_files=driver.files,
-        )
+        state = self.state
         self.readiness = readiness = Readiness(
             paths.ready_file, needs_publish=access.api is not None and o.publish
         )
