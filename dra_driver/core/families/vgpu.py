@@ -41,6 +41,9 @@ class VgpuConfig:
     sm_limit_policy: SmLimitPolicy = SmLimitPolicy.DEFAULT
     priority: int = 1  # HAMi CUDA_TASK_PRIORITY: 0 high (not held back by normal peers), 1 normal
     log_level: int = 1  # 0 errors only … 4 trace
+    cores_limit: int = (
+        0  # the SM share it may burst to in time its GPU's other claims leave idle; 0: its cores
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,7 @@ class GpuShare:
     slot: int
     cores: int  # the share its part of the frame is sized by; 0 = none reserved
     high_priority: bool = False
+    ceiling: int = 0  # what it may burst to when the GPU's other claims are idle; 0: its cores (no burst)
 
 
 _CONFIG = ConfigKind(
@@ -88,6 +92,15 @@ _CONFIG = ConfigKind(
                     instead="use a DeviceClass your administrator made for high-priority work",
                 ),
             ),
+        ),
+        ConfigField(
+            name="coresLimit",
+            attr="cores_limit",
+            meaning="the SM share (%) the claim may burst to while the GPU's other claims leave time idle; "
+            "0: its cores (no burst)",
+            default=0,
+            minimum=0,
+            maximum=100,
         ),
         ConfigField(
             name="logLevel",
@@ -171,6 +184,7 @@ class Vgpu(DeviceFamily):
                     slot=free_slot(taken.get(d.gpu_uuid, set())),
                     cores=limits.cores if arbitrated else 0,
                     high_priority=arbitrated and config.priority == 0,
+                    ceiling=ceiling(limits.cores, config) if arbitrated else 0,
                 )
             )
         return tuple(shares)
@@ -189,23 +203,37 @@ class Vgpu(DeviceFamily):
 
     def encode_record(self, record: object) -> Json:
         assert isinstance(record, GpuShare)
-        return {
+        encoded: dict[str, object] = {
             "gpuUUID": record.gpu_uuid,
             "slot": record.slot,
             "cores": record.cores,
             "highPriority": record.high_priority,
         }
+        if record.ceiling:  # written only when set, so checkpoints of claims without burst read as before
+            encoded["coresLimit"] = record.ceiling
+        return encoded
 
     def decode_record(self, data: Mapping[str, Any]) -> object:
         uuid, high = data.get("gpuUUID"), data.get("highPriority")
         if not isinstance(uuid, str) or not isinstance(high, bool):
             raise ValueError("a share needs a string 'gpuUUID' and a boolean 'highPriority'")
+        # records written before ceilings existed have none: no burst, as then
         return GpuShare(
             gpu_uuid=GpuUUID(uuid),
             slot=_int(data, "slot", 1, 65535),
             cores=_int(data, "cores", 0, 100),
             high_priority=high,
+            ceiling=_int(data, "coresLimit", 0, 100) if "coresLimit" in data else 0,
         )
+
+    def status(self, d: PlannedDevice, made: object) -> Json:
+        """The limits, with the ceiling beside the guaranteed `cores` when the claim may burst."""
+        limits = self.library(d)
+        assert limits is not None
+        shown: dict[str, object] = {"memory": f"{limits.memory_bytes >> 20}Mi", "cores": limits.cores}
+        if limits.ceiling:
+            shown["coresLimit"] = limits.ceiling
+        return {"limits": shown}
 
     def library(self, d: PlannedDevice) -> LibraryLimits | None:
         config, limits = _config(d), _limits(d)
@@ -215,10 +243,18 @@ class Vgpu(DeviceFamily):
             memory_bytes=limits.memory_bytes,
             cores=limits.cores,
             priority=config.priority,
+            ceiling=ceiling(limits.cores, config),
             time_sliced=True,
             policy=config.sm_limit_policy.value,
             log_level=config.log_level,
         )
+
+
+def ceiling(cores: int, config: VgpuConfig) -> int:
+    """The share a claim may burst to: its `coresLimit`, never below its guarantee; 0 when it has no burst
+    (no limit asked for, a limit of 0 or one at or under its cores). A claim without cores has no SM limit
+    at all, so nothing to burst to."""
+    return config.cores_limit if 0 < cores < config.cores_limit else 0
 
 
 def _config(d: PlannedDevice) -> VgpuConfig:
