@@ -13,7 +13,9 @@
  *   says a high one has work.
  * - The gate (gate.c), one read-modify-write of the claim's GPU entry under the
  *   region's lock: time division against the node's schedule when the claim
- *   has a part of the frame, else the token bucket.
+ *   has a part of the frame; at once up to its ceiling when the schedule says
+ *   it is free (alone with work, or idle: work-conserving burst); else the
+ *   token bucket.
  *
  * Each gated launch is bracketed by a pair of timing events (a per-thread ring
  * of 16 pairs bounds how far a thread runs ahead); once the end completed, the
@@ -68,11 +70,15 @@ static void owe(uint64_t *counter, uint64_t n)
         __atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
 }
 
-/* Adds what the process owes into the entry (inside a transaction). */
+/* Adds what the process owes into the entry (inside a transaction). A claim that may burst meters its GPU
+ * time against its guarantee (over one window), so what it got above it shows as burst_ns. */
 static void settle(struct dev_rec *d, struct tr_gpu *e)
 {
     e->tokens_ns -= __atomic_exchange_n(&d->pend_tokens, 0, __ATOMIC_ACQ_REL);
-    e->gpu_ns += __atomic_exchange_n(&d->pend_gpu_ns, 0, __ATOMIC_ACQ_REL);
+    uint64_t gpu = __atomic_exchange_n(&d->pend_gpu_ns, 0, __ATOMIC_ACQ_REL);
+    e->gpu_ns += gpu;
+    if (d->ceiling)
+        gate_meter(e, mono_ns(), d->cores, cfg_window_ns(), gpu);
     e->throttled_ns += __atomic_exchange_n(&d->pend_throttled_ns, 0, __ATOMIC_ACQ_REL);
     e->held_ns += __atomic_exchange_n(&d->pend_held_ns, 0, __ATOMIC_ACQ_REL);
     e->launches += __atomic_exchange_n(&d->pend_launches, 0, __ATOMIC_ACQ_REL);
@@ -101,8 +107,9 @@ static void gate(struct dev_rec *d, const struct tv_phase *ph, int64_t est)
             return; /* no region at all: nothing to hold against */
         settle(d, &e);
         uint64_t now = mono_ns(), wake = now;
-        int go = ph ? gate_phase(&e, ph, now, est, &wake)
-                    : gate_bucket(&e, now, d->cores, d->cap_ns, est, cfg_window_ns(), &wake);
+        int go = !ph                   ? gate_bucket(&e, now, d->cores, d->cap_ns, est, cfg_window_ns(), &wake)
+                 : ph->found == TV_FREE ? gate_free(&e, ph, now, est, &wake)
+                                        : gate_phase(&e, ph, now, est, &wake);
         if (go) {
             e.launches++;
             if (t0)
@@ -269,7 +276,7 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
     }
     int64_t est = est_get(key);
     t->est = est ? est : r->ewma_ns;
-    t->phased = ph != NULL; /* the part of the frame is the limit: no tokens */
+    t->phased = ph && ph->found == TV_PART; /* the part of the frame is the limit: no tokens */
     gate(d, ph, t->est);
     t->charged = 1;
     struct ring_ent *x = capturing || r->head - r->tail == RING ? NULL : ring_next(r);

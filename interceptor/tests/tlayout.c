@@ -45,6 +45,8 @@ int main(int argc, char **argv)
     EXPECT(offsetof(struct tr_gpu, queued_until_ns) == 152);
     EXPECT(offsetof(struct tr_gpu, debt_ns) == 160);
     EXPECT(offsetof(struct tr_gpu, skip_until_ns) == 168);
+    EXPECT(offsetof(struct tr_gpu, burst_ns) == 176);
+    EXPECT(offsetof(struct tr_gpu, meter_ns) == 184);
     EXPECT(sizeof(struct tr_gpu) == 192);
     EXPECT(offsetof(struct tr_proc, pid) == 0);
     EXPECT(offsetof(struct tr_proc, state) == 4);

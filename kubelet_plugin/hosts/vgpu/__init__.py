@@ -1,11 +1,13 @@
-"""The vgpu family's host part: each shared GPU's view, and which GPUs the priority relay watches.
+"""The vgpu family's host part: each shared GPU's view, which GPUs the priority relay watches, and what the
+burst arbiter arbitrates (arbiter.py).
 
 Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuShare`,
 dra_driver/core/families/
 vgpu.py), so the schedule is a function of the checkpoint: after every prepare, unprepare and start-up the
 views are written again from it (dra_driver/core/sm_schedule.py decides the parts). The views live in one
 directory per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this
-daemon writes them.
+daemon writes them. A refresh writes the strict partition and tells the arbiter, which lays the frame out
+for the claims with work on its next round.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import structlog
 from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import PlannedDevice
 from dra_driver.core.families.vgpu import NAME, GpuShare
-from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
+from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, Part, SharingClaim, partition
 from dra_driver.values.errors import StorageError
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Loop, Running
-from kubelet_plugin.hosts.vgpu import priority_relay
+from kubelet_plugin.hosts.vgpu import arbiter, priority_relay
+from kubelet_plugin.hosts.vgpu.arbiter import Arbiter, ArbitratedGpu
 from kubelet_plugin.hosts.vgpu.priority_relay import RelayedGpu
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.node.file_modes import make_dir
@@ -47,6 +50,8 @@ class GpuSharing(FamilyHost):
         self._frame_us = frame_us
         self._views: dict[GpuUUID, GpuView] = {}
         self._relayed: tuple[RelayedGpu, ...] = ()
+        self._arbitrated: tuple[ArbitratedGpu, ...] = ()
+        self._arbiter = Arbiter()
         self._lock = threading.Lock()
 
     def view_dir(self, gpu: GpuUUID) -> Path:
@@ -85,28 +90,55 @@ class GpuSharing(FamilyHost):
             for share in entry.of(NAME):
                 if isinstance(share, GpuShare):
                     by_gpu[share.gpu_uuid].append((entry.uid, share))
-        relayed = []
+        relayed, arbitrated = [], []
         with self._lock:
             for gpu in sorted(set(by_gpu) | set(self._views)):
                 members = by_gpu.get(gpu, [])
-                claims = [SharingClaim(s.slot, s.cores, s.high_priority) for _, s in members]
+                claims = tuple(SharingClaim(s.slot, s.cores, s.high_priority, s.ceiling) for _, s in members)
                 try:
                     self._view(gpu).write_schedule(
-                        schedule(claims, frame_us=self._frame_us), frame_us=self._frame_us
+                        partition(claims, frame_us=self._frame_us), frame_us=self._frame_us
                     )
                 except StorageError as e:
                     log.error("GPU view not written", gpu=gpu, error=str(e))
                     continue
+                self._arbiter.forget(gpu)
+                if claims:
+                    dirs = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, _ in members)
+                    arbitrated.append(ArbitratedGpu(gpu, self._views[gpu], claims, dirs, self._frame_us))
                 high = tuple(
                     self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority
                 )
                 if high:
                     relayed.append(RelayedGpu(gpu, self._views[gpu], high))
             self._relayed = tuple(relayed)
+            self._arbitrated = tuple(arbitrated)
 
     def loops(self, running: Running) -> tuple[Loop, ...]:
-        # the relay holds normal claims back while a high-priority one on their GPU has work
-        return (Loop("priority-relay", lambda stop: priority_relay.run(stop, self.relayed)),)
+        # the relay holds normal claims back while a high-priority one on their GPU has work; the arbiter
+        # gives the time of idle claims to the claims with work
+        return (
+            Loop("priority-relay", lambda stop: priority_relay.run(stop, self.relayed)),
+            Loop(
+                "burst-arbiter", lambda stop: arbiter.run(stop, self.arbitrated, self._arbiter, self._commit)
+            ),
+        )
+
+    def arbitrated(self) -> Sequence[ArbitratedGpu]:
+        """The shared GPUs and their claims, for the burst arbiter."""
+        return self._arbitrated
+
+    def _commit(self, g: ArbitratedGpu, parts: tuple[Part, ...]) -> bool:
+        """Writes the arbiter's layout, unless a refresh changed the GPU's claims since it read them."""
+        with self._lock:
+            if g not in self._arbitrated:
+                return False
+            try:
+                g.view.write_schedule(parts, frame_us=g.frame_us)
+            except (OSError, ValueError) as e:  # a closed or broken mapping: the partition stays
+                log.error("GPU view not arbitrated", gpu=g.uuid, error=str(e))
+                return False
+            return True
 
     def relayed(self) -> Sequence[RelayedGpu]:
         """The GPUs with a high-priority claim, for the priority relay."""
@@ -118,6 +150,7 @@ class GpuSharing(FamilyHost):
                 view.close()
             self._views.clear()
             self._relayed = ()
+            self._arbitrated = ()
 
 
 def make(ctx: HostContext) -> FamilyHost:
