@@ -97,16 +97,30 @@ static const struct tv_phase *phase_of(struct dev_rec *d)
     return t_phase.p.found ? &t_phase.p : NULL;
 }
 
-/* Waits until the gate lets a launch charged est through. */
-static void gate(struct dev_rec *d, const struct tv_phase *ph, int64_t est)
+/* Work this thread launched that has not finished yet, at its estimates: the prediction the gates keep
+ * (queued_until) assumes the claim's work runs back to back alone, and when it did not (a neighbour's work
+ * ran in between, e.g. while the node's layout changes), the launches still queued say so. */
+static uint64_t backlog_ns(const struct tring *r)
 {
-    uint64_t t0 = 0;
+    uint64_t sum = 0;
+    for (unsigned i = r->tail; i != r->head; i++)
+        sum += r->ent[i % RING].est > 0 ? (uint64_t)r->ent[i % RING].est : 0;
+    return sum;
+}
+
+/* Waits until the gate lets a launch charged est through; `backlog` ns of this thread's work are still
+ * queued. */
+static void gate(struct dev_rec *d, const struct tv_phase *ph, int64_t est, uint64_t backlog)
+{
+    uint64_t t0 = 0, floor = backlog ? mono_ns() + backlog : 0; /* fixed once: the gates' waits chase no clock */
     for (;;) {
         struct tr_gpu e;
         if (region_gpu_begin(d->rh, d->g, &e))
             return; /* no region at all: nothing to hold against */
         settle(d, &e);
         uint64_t now = mono_ns(), wake = now;
+        if (ph && e.queued_until_ns < floor)
+            e.queued_until_ns = floor; /* the claim's queue is at least what this thread still has queued */
         int go = !ph                   ? gate_bucket(&e, now, d->cores, d->cap_ns, est, cfg_window_ns(), &wake)
                  : ph->found == TV_FREE ? gate_free(&e, ph, now, est, &wake)
                                         : gate_phase(&e, ph, now, est, &wake);
@@ -277,7 +291,7 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
     int64_t est = est_get(key);
     t->est = est ? est : r->ewma_ns;
     t->phased = ph && ph->found == TV_PART; /* the part of the frame is the limit: no tokens */
-    gate(d, ph, t->est);
+    gate(d, ph, t->est, capturing ? 0 : backlog_ns(r));
     t->charged = 1;
     struct ring_ent *x = capturing || r->head - r->tail == RING ? NULL : ring_next(r);
     if (!x || record(x->s, s, ptsz) != CUDA_SUCCESS) {
