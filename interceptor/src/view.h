@@ -50,6 +50,7 @@ struct tv_view {
 };
 
 _Static_assert(sizeof(struct tv_slot) == 16, "tv_slot is 16 bytes");
+_Static_assert(offsetof(struct tv_slot, free_pct) == 12, "free_pct is the slot's last word");
 _Static_assert(offsetof(struct tv_view, hold_until_ns) == 16, "hold_until_ns at 16");
 _Static_assert(offsetof(struct tv_view, seq) == 40 && offsetof(struct tv_view, frame_us) == 48, "schedule header");
 _Static_assert(offsetof(struct tv_view, slots) == 64, "slots at 64");

@@ -83,8 +83,9 @@ class GpuSharing(FamilyHost):
         return Created(records=records)
 
     def refresh(self, cp: Checkpoint) -> None:
-        """Write every shared GPU's schedule from the checkpoint (a GPU whose last claim left keeps an empty
-        one). A view that cannot be written is logged: the claims on that GPU then run on their buckets."""
+        """Write the strict partition of every shared GPU whose claims changed, from the checkpoint (a GPU
+        whose last claim left keeps an empty one); the arbiter lays it out for the claims with work next. A
+        view that cannot be written is logged: the claims on that GPU then run on their buckets."""
         by_gpu: dict[GpuUUID, list[tuple[str, GpuShare]]] = defaultdict(list)
         for entry in cp.claims.values():
             for share in entry.of(NAME):
@@ -92,9 +93,21 @@ class GpuSharing(FamilyHost):
                     by_gpu[share.gpu_uuid].append((entry.uid, share))
         relayed, arbitrated = [], []
         with self._lock:
+            before = {g.uuid: g for g in self._arbitrated}
             for gpu in sorted(set(by_gpu) | set(self._views)):
                 members = by_gpu.get(gpu, [])
                 claims = tuple(SharingClaim(s.slot, s.cores, s.high_priority, s.ceiling) for _, s in members)
+                dirs = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, _ in members)
+                kept = before.get(gpu)
+                if (
+                    kept is not None
+                    and (kept.claims, kept.claim_dirs) == (claims, dirs)
+                    and gpu in self._views
+                ):
+                    # its claims did not change: the arbiter's layout stands
+                    arbitrated.append(kept)
+                    relayed.extend(self._relay(gpu, members))
+                    continue
                 try:
                     self._view(gpu).write_schedule(
                         partition(claims, frame_us=self._frame_us), frame_us=self._frame_us
@@ -104,31 +117,31 @@ class GpuSharing(FamilyHost):
                     continue
                 self._arbiter.forget(gpu)
                 if claims:
-                    dirs = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, _ in members)
                     arbitrated.append(ArbitratedGpu(gpu, self._views[gpu], claims, dirs, self._frame_us))
-                high = tuple(
-                    self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority
-                )
-                if high:
-                    relayed.append(RelayedGpu(gpu, self._views[gpu], high))
+                relayed.extend(self._relay(gpu, members))
             self._relayed = tuple(relayed)
             self._arbitrated = tuple(arbitrated)
+
+    def _relay(self, gpu: GpuUUID, members: Sequence[tuple[str, GpuShare]]) -> list[RelayedGpu]:
+        high = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority)
+        return [RelayedGpu(gpu, self._views[gpu], high)] if high else []
 
     def loops(self, running: Running) -> tuple[Loop, ...]:
         # the relay holds normal claims back while a high-priority one on their GPU has work; the arbiter
         # gives the time of idle claims to the claims with work
         return (
             Loop("priority-relay", lambda stop: priority_relay.run(stop, self.relayed)),
-            Loop(
-                "burst-arbiter", lambda stop: arbiter.run(stop, self.arbitrated, self._arbiter, self._commit)
-            ),
+            Loop("burst-arbiter", self._arbitrate),
         )
+
+    def _arbitrate(self, stop: threading.Event) -> None:
+        arbiter.run(stop, self.arbitrated, self._arbiter, self.commit_layout)
 
     def arbitrated(self) -> Sequence[ArbitratedGpu]:
         """The shared GPUs and their claims, for the burst arbiter."""
         return self._arbitrated
 
-    def _commit(self, g: ArbitratedGpu, parts: tuple[Part, ...]) -> bool:
+    def commit_layout(self, g: ArbitratedGpu, parts: tuple[Part, ...]) -> bool:
         """Writes the arbiter's layout, unless a refresh changed the GPU's claims since it read them."""
         with self._lock:
             if g not in self._arbitrated:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dra_driver.core.families.vgpu import NAME, GpuShare
 from dra_driver.core.sm_schedule import Part, SharingClaim, partition
+from dra_driver.values.names import ClaimUID, GpuUUID
+from kubelet_plugin.hosts.vgpu import GpuSharing
 from kubelet_plugin.hosts.vgpu.arbiter import IDLE_NS, Arbiter, ArbitratedGpu
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.library.region import GPU, GPUS_OFFSET, HEADER, MAGIC, MAX_GPUS, MAX_PROCS, SIZE, VERSION
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 
 UUID = "GPU-0"
 MS = 1_000_000
@@ -94,3 +98,38 @@ def test_a_gpu_whose_region_is_missing_or_forged_gives_no_claim_more_than_its_ce
     arbiter.round([gpu], now_ns=IDLE_NS + 2)
     assert layout(view) == [(1, 0, 0, 40), (2, 0, 0, 80)]
     view.close()
+
+
+def checkpoint(*shares: tuple[str, GpuShare]) -> Checkpoint:
+    entries = [
+        ClaimEntry(ClaimUID(uid), "ns", uid, ClaimState.PREPARE_COMPLETED).with_records(NAME, [share])
+        for uid, share in shares
+    ]
+    return Checkpoint(boot_id="b").with_entries(entries)
+
+
+def test_the_host_part_keeps_the_arbiters_layout_until_a_gpus_claims_change(tmp_path: Path) -> None:
+    sharing = GpuSharing(gpus_dir=tmp_path / "gpus", claims_dir=tmp_path / "claims")
+    gpu = GpuUUID(UUID)
+    a, b = GpuShare(gpu, 1, 30, ceiling=100), GpuShare(gpu, 2, 70)
+    sharing.refresh(checkpoint(("a", a), ("b", b)))
+    view = GpuView(tmp_path / "gpus" / UUID / "view")
+    strict = [(1, 0, 15_000, 0), (2, 15_000, 50_000, 0)]
+    assert layout(view) == strict
+    (arbitrated,) = sharing.arbitrated()
+    assert arbitrated.claim_dirs == (
+        tmp_path / "claims" / "a" / "shared",
+        tmp_path / "claims" / "b" / "shared",
+    )
+    free = (Part(1, 0, 0, 100), Part(2, 0, 0, 70))
+    assert sharing.commit_layout(arbitrated, free)
+    sharing.refresh(checkpoint(("a", a), ("b", b)))  # another claim's prepare elsewhere on the node
+    assert layout(view) == [(1, 0, 0, 100), (2, 0, 0, 70)]
+    sharing.refresh(
+        checkpoint(("a", a))
+    )  # b left: the partition of what is left, until the arbiter's next look
+    assert layout(view) == [(1, 0, 15_000, 0)]
+    assert not sharing.commit_layout(arbitrated, free)  # a layout made for the claims before is not written
+    assert layout(view) == [(1, 0, 15_000, 0)]
+    view.close()
+    sharing.close()
