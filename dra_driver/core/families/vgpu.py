@@ -161,8 +161,8 @@ class Vgpu(DeviceFamily):
             if first is not None and d.config != first.config:
                 raise ConfigError(
                     f"VgpuConfig for request {d.request} differs from request {first.request}: one claim's "
-                    "vgpu devices share one container, so give them the same smLimitPolicy, priority and "
-                    "logLevel"
+                    "vgpu devices share one container, so give them the same smLimitPolicy, priority, "
+                    "coresLimit and logLevel"
                 )
 
     def records(self, devices: Sequence[PlannedDevice], held: Held) -> tuple[object, ...]:
