@@ -163,3 +163,14 @@ def test_busy_claims_get_at_least_their_share_and_at_most_their_ceiling_never_ov
     if any(length[c.slot] < frame * c.top // 100 - len(kept) for c in busy_shared):
         # work-conserving: while a busy claim could take more, no time is left idle
         assert sum(length.values()) >= frame - len(kept)
+
+
+def test_high_priority_claims_stay_out_of_the_work_conserving_layout() -> None:
+    claims = [SharingClaim(1, 30, high_priority=True), SharingClaim(2, 20, ceiling=100), SharingClaim(3, 50)]
+    # the high claim's work holds the others back through the relay, not through the frame: the frame is the
+    # normal claims', and what their shares leave goes to the one with a ceiling
+    assert spans(schedule(claims, frame_us=10_000, active={1, 2, 3})) == [
+        (2, 0, 5_000, 0),
+        (3, 5_000, 10_000, 0),
+    ]
+    assert spans(schedule(claims, frame_us=10_000, active={1, 2})) == [(2, 0, 0, 100), (3, 0, 0, 50)]
