@@ -31,9 +31,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import structlog
+
 from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, Part, SharingClaim, partition, schedule
 from kubelet_plugin.hosts.vgpu.priority_relay import LaunchEvidence
 from kubelet_plugin.library.gpu_view import GpuView
+
+log = structlog.get_logger(__name__)
 
 POLL_S = 0.010
 IDLE_NS = DEFAULT_FRAME_US * 1000 + 20_000_000
@@ -109,7 +113,10 @@ def run(
 ) -> None:
     """Arbitrates until stop is set; `gpus` says, each round, which GPUs are shared and by whom."""
     while not stop.is_set():
-        arbiter.round(gpus(), now_ns=time.monotonic_ns(), commit=commit)
+        try:
+            arbiter.round(gpus(), now_ns=time.monotonic_ns(), commit=commit)
+        except Exception:  # one bad round must not end the loop: the views keep their last layout
+            log.exception("burst arbiter round failed")
         stop.wait(POLL_S)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from dra_driver.core.families.vgpu import NAME, GpuShare
 from dra_driver.core.sm_schedule import Part, SharingClaim, partition
 from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.hosts.vgpu import GpuSharing
-from kubelet_plugin.hosts.vgpu.arbiter import IDLE_NS, Arbiter, ArbitratedGpu
+from kubelet_plugin.hosts.vgpu.arbiter import IDLE_NS, Arbiter, ArbitratedGpu, run
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.library.region import GPU, GPUS_OFFSET, HEADER, MAGIC, MAX_GPUS, MAX_PROCS, SIZE, VERSION
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
@@ -133,3 +134,17 @@ def test_the_host_part_keeps_the_arbiters_layout_until_a_gpus_claims_change(tmp_
     assert layout(view) == [(1, 0, 15_000, 0)]
     view.close()
     sharing.close()
+
+
+def test_a_failing_round_does_not_end_the_loop() -> None:
+    stop, calls = threading.Event(), [0]
+
+    def gpus() -> list[ArbitratedGpu]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("a broken round")
+        stop.set()
+        return []
+
+    run(stop, gpus, Arbiter())
+    assert calls[0] == 2
