@@ -100,11 +100,12 @@ static const struct tv_phase *phase_of(struct dev_rec *d)
 /* Work this thread launched that has not finished yet, at its estimates: the prediction the gates keep
  * (queued_until) assumes the claim's work runs back to back alone, and when it did not (a neighbour's work
  * ran in between, e.g. while the node's layout changes), the launches still queued say so. */
-static uint64_t backlog_ns(const struct tring *r)
+static uint64_t backlog_ns(const struct tring *r, const struct dev_rec *d)
 {
     uint64_t sum = 0;
     for (unsigned i = r->tail; i != r->head; i++)
-        sum += r->ent[i % RING].est > 0 ? (uint64_t)r->ent[i % RING].est : 0;
+        if (r->ent[i % RING].rec == d && r->ent[i % RING].est > 0) /* this claim's GPU only */
+            sum += (uint64_t)r->ent[i % RING].est;
     return sum;
 }
 
@@ -291,7 +292,7 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
     int64_t est = est_get(key);
     t->est = est ? est : r->ewma_ns;
     t->phased = ph && ph->found == TV_PART; /* the part of the frame is the limit: no tokens */
-    gate(d, ph, t->est, capturing ? 0 : backlog_ns(r));
+    gate(d, ph, t->est, capturing || !ph ? 0 : backlog_ns(r, d));
     t->charged = 1;
     struct ring_ent *x = capturing || r->head - r->tail == RING ? NULL : ring_next(r);
     if (!x || record(x->s, s, ptsz) != CUDA_SUCCESS) {
