@@ -21,10 +21,10 @@ FAKE_GPU0 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000000"
 FAKE_GPU1 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000001"
 
 
-def claim_dir(root: Path, name: str, *lines: str) -> Path:
+def claim_dir(root: Path, name: str, *lines: str, version: int = 1) -> Path:
     d = root / name
     d.mkdir(parents=True, exist_ok=True)
-    (d / "limits").write_text("\n".join(("version 1", *lines)) + "\n")
+    (d / "limits").write_text("\n".join((f"version {version}", *lines)) + "\n")
     return d
 
 

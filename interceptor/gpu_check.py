@@ -198,6 +198,54 @@ def timed_matmul(seconds: float) -> None:
     _say(rate=f"{rate:.2f}", end=f"{time.monotonic():.4f}")
 
 
+def wake(idle: float, seconds: float, solo_rate: float, share: float) -> None:
+    """Idle for a while (tensors made, one matmul run), then matmuls back to back: prints the rate and
+    wake_ms, the time from the first launch to the start of the first 50 ms in which the matmuls that finished
+    took at least share - 5 % of the time at the solo rate (-1: never)."""
+    import torch
+
+    a = torch.randn(4096, 4096, device="cuda")
+    torch.mm(a, a)
+    torch.cuda.synchronize()
+    time.sleep(idle)
+    t0 = time.monotonic()
+    done: list[float] = []
+    while time.monotonic() - t0 < seconds:
+        torch.mm(a, a)
+        torch.cuda.synchronize()
+        done.append(time.monotonic())
+    need = (share - 5) / 100 * 0.050 * solo_rate  # matmuls a 50 ms window must hold
+    found = -1.0
+    j = 0
+    for i, start in enumerate([t0, *done]):
+        j = max(j, i)
+        while j < len(done) and done[j] < start + 0.050:
+            j += 1
+        if j == len(done):
+            break
+        if j - i >= need:
+            found = (start - t0) * 1000
+            break
+    _say(rate=f"{len(done) / (time.monotonic() - t0):.2f}", wake_ms=f"{found:.1f}")
+
+
+def first(tries: int) -> None:
+    """A tiny kernel every 200 ms (idle in between): the median time from its launch to its end."""
+    import torch
+
+    x = torch.zeros(1, device="cuda")
+    x.add_(1)
+    torch.cuda.synchronize()
+    waits: list[float] = []
+    for _ in range(tries):
+        time.sleep(0.2)
+        t0 = time.perf_counter()
+        x.add_(1)
+        torch.cuda.synchronize()
+        waits.append(time.perf_counter() - t0)
+    _say(first_ms=f"{sorted(waits)[len(waits) // 2] * 1000:.3f}")
+
+
 def main() -> None:
     what, args = sys.argv[1], sys.argv[2:]
     table: dict[str, Callable[[], None]] = {
@@ -213,6 +261,8 @@ def main() -> None:
         "tiny": lambda: tiny(int(args[0])),
         "gaps": lambda: gaps(float(args[0])),
         "timed_matmul": lambda: timed_matmul(float(args[0])),
+        "wake": lambda: wake(float(args[0]), float(args[1]), float(args[2]), float(args[3])),
+        "first": lambda: first(int(args[0])),
     }
     table[what]()
 

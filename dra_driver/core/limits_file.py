@@ -1,10 +1,14 @@
 """The limits file: the contract between the node plugin (writer) and the interception library (reader, in
 interceptor/src/config.c) (pure). docs/architecture.md, "The Python ↔ C contract".
 
-    version 1
+    version 1|2
     policy default|force|disable
     loglevel 0-4
-    gpu <uuid> memory <bytes> cores <0-100> priority <0|1> [slot <n> view <path>]   (one line per GPU)
+    gpu <uuid> memory <bytes> cores <0-100> priority <0|1> [ceiling <1-100>] [slot <n> view <path>]
+
+One `gpu` line per GPU. `ceiling` (version 2 only) is the SM share the claim may burst to while its GPU's
+other claims are idle; a file is written as version 2 only when a line has one, so the files of claims without
+burst stay version 1, which every library reads.
 
 A GPU is named by UUID, so the limits survive device reordering in the container. `slot` and `view` put the
 claim in the GPU's time-division schedule (the view is the node's read-only file for that GPU). The C library
@@ -21,7 +25,8 @@ from dra_driver.core.families.base import LibraryLimits
 from dra_driver.values.errors import ConfigError
 from dra_driver.values.names import VIEW_FILE_NAME, GpuUUID, container_gpu_dir
 
-LIMITS_VERSION = 1
+LIMITS_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 POLICIES = ("default", "force", "disable")
 
 
@@ -33,6 +38,7 @@ class GpuLimitLine:
     priority: int
     slot: int | None = None
     view: str | None = None
+    ceiling: int = 0  # 0: none (no burst above cores)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,7 @@ def limits_file(
                 memory_bytes=lim.memory_bytes,
                 cores=lim.cores,
                 priority=lim.priority,
+                ceiling=lim.ceiling,
                 slot=slot,
                 view=f"{container_gpu_dir(lim.gpu_uuid)}/{VIEW_FILE_NAME}" if slot is not None else None,
             )
@@ -63,9 +70,12 @@ def limits_file(
 
 
 def render_limits(f: LimitsFile) -> str:
-    lines = [f"version {LIMITS_VERSION}", f"policy {f.policy}", f"loglevel {f.log_level}"]
+    version = LIMITS_VERSION if any(g.ceiling for g in f.gpus) else 1
+    lines = [f"version {version}", f"policy {f.policy}", f"loglevel {f.log_level}"]
     for g in f.gpus:
         line = f"gpu {g.gpu_uuid} memory {g.memory_bytes} cores {g.cores} priority {g.priority}"
+        if g.ceiling:
+            line += f" ceiling {g.ceiling}"
         if g.slot is not None and g.view is not None:
             line += f" slot {g.slot} view {g.view}"
         lines.append(line)
@@ -78,11 +88,12 @@ def _number(word: str, what: str, low: int, high: int) -> int:
     return int(word)
 
 
-def _gpu_line(words: list[str]) -> GpuLimitLine:
+def _gpu_line(words: list[str], version: int) -> GpuLimitLine:
     if len(words) % 2:
         raise ConfigError(f"limits file: gpu line {' '.join(words)!r} has a key without a value")
     keys = dict(zip(words[2::2], words[3::2], strict=True))
-    unknown = sorted(set(keys) - {"memory", "cores", "priority", "slot", "view"})
+    known = {"memory", "cores", "priority", "slot", "view"} | ({"ceiling"} if version >= 2 else set())
+    unknown = sorted(set(keys) - known)
     if unknown:
         raise ConfigError(f"limits file: unknown key {unknown[0]!r} on a gpu line")
     if ("slot" in keys) != ("view" in keys):
@@ -94,14 +105,17 @@ def _gpu_line(words: list[str]) -> GpuLimitLine:
         priority=_number(keys.get("priority", "1"), "priority", 0, 1),
         slot=_number(keys["slot"], "slot", 1, 65535) if "slot" in keys else None,
         view=keys.get("view"),
+        ceiling=_number(keys["ceiling"], "ceiling", 1, 100) if "ceiling" in keys else 0,
     )
 
 
 def parse_limits(text: str) -> LimitsFile:
     """Read a limits file `render_limits` wrote; ConfigError naming the line on anything else."""
     rows = [line.split() for line in text.splitlines() if line.strip()]
-    if not rows or rows[0] != ["version", str(LIMITS_VERSION)]:
-        raise ConfigError(f"limits file: the first line must be 'version {LIMITS_VERSION}'")
+    versions = {str(v): v for v in READABLE_VERSIONS}
+    if not rows or len(rows[0]) != 2 or rows[0][0] != "version" or rows[0][1] not in versions:
+        raise ConfigError("limits file: the first line must be 'version 1' or 'version 2'")
+    version = versions[rows[0][1]]
     policy, log_level, gpus = "default", 1, []
     for words in rows[1:]:
         if words[0] == "policy" and len(words) == 2 and words[1] in POLICIES:
@@ -109,7 +123,7 @@ def parse_limits(text: str) -> LimitsFile:
         elif words[0] == "loglevel" and len(words) == 2:
             log_level = _number(words[1], "loglevel", 0, 4)
         elif words[0] == "gpu" and len(words) >= 2:
-            gpus.append(_gpu_line(words))
+            gpus.append(_gpu_line(words, version))
         else:
             raise ConfigError(f"limits file: unknown line {' '.join(words)!r}")
     return LimitsFile(policy=policy, log_level=log_level, gpus=tuple(gpus))

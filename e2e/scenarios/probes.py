@@ -8,7 +8,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dra_driver.values.names import Cap, qualified
+from dra_driver.core.sm_schedule import Part
+from dra_driver.values.names import VIEW_FILE_NAME, Cap, qualified
 from e2e.examples import pinned
 from e2e.kube import (
     Json,
@@ -23,6 +24,7 @@ from e2e.kube import (
 from e2e.kubelet_standin.container_edits import ContainerConfig
 from e2e.kubelet_standin.runtime_record import PodRuntime
 from e2e.testbed import SimCluster
+from kubelet_plugin.library.gpu_view import GpuView
 
 H100 = "sim-h100x8"
 MIXED = "sim-mixed-a100-l4"
@@ -109,3 +111,18 @@ def unschedulable_message(pod: Json) -> str:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
             return f"{c.get('reason')}: {c.get('message')}"
     return ""
+
+
+def view_settles(
+    bed: SimCluster, node: str, gpu_uuid: str, want: tuple[Part, ...], *, timeout_s: float = 30.0
+) -> tuple[int, tuple[Part, ...]]:
+    """The GPU's view (frame, parts) once its parts are `want` (the node's burst arbiter rewrites it as the
+    claims' work comes and goes), or as last read when they never were."""
+    view = GpuView(bed.node(node).gpus_dir / gpu_uuid / VIEW_FILE_NAME)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while view.read_schedule()[1] != want and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return view.read_schedule()
+    finally:
+        view.close()

@@ -130,6 +130,12 @@ KIND=graph tdclaims td_graph 50
 v=$(verdict "$(share_of "$WORK/td_graph.1.out")" 50); [ "$v" = ok ] || sharing_misses=$((sharing_misses + 1))
 echo "graph replay cores 50 -> $(shares td_graph 1)   ($v)"
 echo "GPU sharing: $sharing_misses of 4 outside the targets"
+echo "Guarantee and ceiling (burst) on the same GPU: the node daemon's arbiter, claims of 30 % (ceiling 100 or 50) and 70 %"
+BURST_SECS=$SECS
+PY=${PYTHON:-python3}
+source tests/burst.sh
+burst_lines
+echo "burst: $burst_fails of 5 outside the targets"
 echo "Calibration: the same GPU reproduces the real H100 (shared/facts/real-gpu-h100.md) under the previous limiter"
 echo "(a token bucket charged each kernel's event-to-event time, reproduced without the library by tshare legacy):"
 together cal_none "$S sm -1 $SECS kernel $KUS" "$S sm -1 $SECS kernel $KUS"

@@ -31,6 +31,7 @@ struct limit_entry {
     int claim;
     char view[PATH_CAP]; /* the node's read-only view of this GPU; "" none */
     uint32_t slot;       /* this claim's slot in the view's schedule; 0 none */
+    uint32_t ceiling;    /* the SM share it may burst to in idle time (version 2); 0 none */
 };
 
 static struct {
@@ -105,7 +106,7 @@ static int uuid_valid(const char *u)
 static int parse_limits(const char *path, char *text, int claim, struct limit_entry *out, int cap,
                         int *policy, int *loglevel)
 {
-    int n = 0, lineno = 0, seen_version = 0;
+    int n = 0, lineno = 0, seen_version = 0; /* 1 or 2 once read: version 2 adds `ceiling` */
     char *save = text;
     while (save) {
         char *line = save;
@@ -129,11 +130,11 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
             return -1;
         }
         if (!seen_version) {
-            if (nw != 2 || strcmp(w[0], "version") || strcmp(w[1], "1")) {
-                tlog(LOG_ERROR, "%s:%d: expected 'version 1' as the first line; ignoring this limits file", path, lineno);
+            if (nw != 2 || strcmp(w[0], "version") || (strcmp(w[1], "1") && strcmp(w[1], "2"))) {
+                tlog(LOG_ERROR, "%s:%d: expected 'version 1' or 'version 2' as the first line; ignoring this limits file", path, lineno);
                 return -1;
             }
-            seen_version = 1;
+            seen_version = w[1][0] - '0';
             continue;
         }
         if (!strcmp(w[0], "policy")) {
@@ -205,8 +206,14 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
                         return -1;
                     }
                     e.slot = (uint32_t)v;
+                } else if (!strcmp(w[i], "ceiling") && seen_version >= 2) {
+                    if (parse_int_range(w[i + 1], 1, 100, &v)) {
+                        tlog(LOG_ERROR, "%s:%d: ceiling '%s' must be 1..100; ignoring this limits file", path, lineno, w[i + 1]);
+                        return -1;
+                    }
+                    e.ceiling = (uint32_t)v;
                 } else {
-                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context, view, slot); ignoring this limits file", path, lineno, w[i]);
+                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context, view, slot, ceiling from version 2); ignoring this limits file", path, lineno, w[i]);
                     return -1;
                 }
             }
@@ -431,6 +438,7 @@ int cfg_lookup(const char *uuid, int ordinal, struct gpu_limits *out)
                 out->context = e->context;
             out->view = e->view;
             out->slot = e->slot;
+            out->ceiling = e->ceiling > e->cores ? e->ceiling : 0;
             return e->claim;
         }
     }

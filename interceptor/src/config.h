@@ -20,6 +20,7 @@ struct gpu_limits {
     uint64_t context; /* bytes charged per context when its cost cannot be measured */
     const char *view; /* path of the node's view of this GPU, "" none */
     uint32_t slot;    /* the claim's slot in the view's schedule, 0 none */
+    uint32_t ceiling; /* percent it may burst to above cores in idle time (limits file version 2); 0 none */
 };
 
 /* The limits for one GPU: a claim's limits file by UUID first, then the

@@ -60,6 +60,7 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
         d->stamps = d->rh && lim.priority == 0 && cfg_priority_applies();
         d->view = d->rh && lim.priority != 0 && lim.view[0] && cfg_priority_applies() ? view_open(lim.view) : NULL;
         d->slot = d->view ? lim.slot : 0;
+        d->ceiling = d->sm_limited ? lim.ceiling : 0;
         d->watched = d->sm_limited || d->stamps || d->view;
         tlog(LOG_INFO, "%s (ordinal %d): memory limit %llu bytes, cores %u%%, priority %d, policy %s, SM limiter %s, "
              "priority %s, %s", uuid, ordinal, (unsigned long long)lim.memory, d->cores, (int)lim.priority,

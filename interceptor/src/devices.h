@@ -26,6 +26,7 @@ struct dev_rec {
     int stamps;      /* high priority: launches are stamped in the region for the node's priority relay */
     const struct tv_view *view; /* normal priority: the GPU's view (holds, schedule), NULL none */
     uint32_t slot;   /* this claim's slot in the view's schedule, 0 none: then the token bucket limits */
+    uint32_t ceiling; /* percent it may burst to (> cores), 0 none: then nothing is metered as burst */
     int watched;     /* launches go through the limiter: sm_limited || stamps || view */
     /* what this process's launches owe the claim's GPU entry, settled in the limiter's next transaction */
     int64_t pend_tokens; /* bucket corrections: measured cost − estimate */

@@ -13,7 +13,9 @@
  *   says a high one has work.
  * - The gate (gate.c), one read-modify-write of the claim's GPU entry under the
  *   region's lock: time division against the node's schedule when the claim
- *   has a part of the frame, else the token bucket.
+ *   has a part of the frame; at once up to its ceiling when the schedule says
+ *   it is free (alone with work, or idle: work-conserving burst); else the
+ *   token bucket.
  *
  * Each gated launch is bracketed by a pair of timing events (a per-thread ring
  * of 16 pairs bounds how far a thread runs ahead); once the end completed, the
@@ -68,11 +70,15 @@ static void owe(uint64_t *counter, uint64_t n)
         __atomic_add_fetch(counter, n, __ATOMIC_RELAXED);
 }
 
-/* Adds what the process owes into the entry (inside a transaction). */
+/* Adds what the process owes into the entry (inside a transaction). A claim that may burst meters its GPU
+ * time against its guarantee (over one window), so what it got above it shows as burst_ns. */
 static void settle(struct dev_rec *d, struct tr_gpu *e)
 {
     e->tokens_ns -= __atomic_exchange_n(&d->pend_tokens, 0, __ATOMIC_ACQ_REL);
-    e->gpu_ns += __atomic_exchange_n(&d->pend_gpu_ns, 0, __ATOMIC_ACQ_REL);
+    uint64_t gpu = __atomic_exchange_n(&d->pend_gpu_ns, 0, __ATOMIC_ACQ_REL);
+    e->gpu_ns += gpu;
+    if (d->ceiling)
+        gate_meter(e, mono_ns(), d->cores, cfg_window_ns(), gpu);
     e->throttled_ns += __atomic_exchange_n(&d->pend_throttled_ns, 0, __ATOMIC_ACQ_REL);
     e->held_ns += __atomic_exchange_n(&d->pend_held_ns, 0, __ATOMIC_ACQ_REL);
     e->launches += __atomic_exchange_n(&d->pend_launches, 0, __ATOMIC_ACQ_REL);
@@ -91,18 +97,34 @@ static const struct tv_phase *phase_of(struct dev_rec *d)
     return t_phase.p.found ? &t_phase.p : NULL;
 }
 
-/* Waits until the gate lets a launch charged est through. */
-static void gate(struct dev_rec *d, const struct tv_phase *ph, int64_t est)
+/* Work this thread launched that has not finished yet, at its estimates: the prediction the gates keep
+ * (queued_until) assumes the claim's work runs back to back alone, and when it did not (a neighbour's work
+ * ran in between, e.g. while the node's layout changes), the launches still queued say so. */
+static uint64_t backlog_ns(const struct tring *r, const struct dev_rec *d)
 {
-    uint64_t t0 = 0;
+    uint64_t sum = 0;
+    for (unsigned i = r->tail; i != r->head; i++)
+        if (r->ent[i % RING].rec == d && r->ent[i % RING].est > 0) /* this claim's GPU only */
+            sum += (uint64_t)r->ent[i % RING].est;
+    return sum;
+}
+
+/* Waits until the gate lets a launch charged est through; `backlog` ns of this thread's work are still
+ * queued. */
+static void gate(struct dev_rec *d, const struct tv_phase *ph, int64_t est, uint64_t backlog)
+{
+    uint64_t t0 = 0, floor = backlog ? mono_ns() + backlog : 0; /* fixed once: the gates' waits chase no clock */
     for (;;) {
         struct tr_gpu e;
         if (region_gpu_begin(d->rh, d->g, &e))
             return; /* no region at all: nothing to hold against */
         settle(d, &e);
         uint64_t now = mono_ns(), wake = now;
-        int go = ph ? gate_phase(&e, ph, now, est, &wake)
-                    : gate_bucket(&e, now, d->cores, d->cap_ns, est, cfg_window_ns(), &wake);
+        if (ph && e.queued_until_ns < floor)
+            e.queued_until_ns = floor; /* the claim's queue is at least what this thread still has queued */
+        int go = !ph                   ? gate_bucket(&e, now, d->cores, d->cap_ns, est, cfg_window_ns(), &wake)
+                 : ph->found == TV_FREE ? gate_free(&e, ph, now, est, &wake)
+                                        : gate_phase(&e, ph, now, est, &wake);
         if (go) {
             e.launches++;
             if (t0)
@@ -269,8 +291,8 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
     }
     int64_t est = est_get(key);
     t->est = est ? est : r->ewma_ns;
-    t->phased = ph != NULL; /* the part of the frame is the limit: no tokens */
-    gate(d, ph, t->est);
+    t->phased = ph && ph->found == TV_PART; /* the part of the frame is the limit: no tokens */
+    gate(d, ph, t->est, capturing || !ph ? 0 : backlog_ns(r, d));
     t->charged = 1;
     struct ring_ent *x = capturing || r->head - r->tail == RING ? NULL : ring_next(r);
     if (!x || record(x->s, s, ptsz) != CUDA_SUCCESS) {

@@ -3,7 +3,9 @@
  * pread/pwrite (never a mapping: the claim's containers can truncate it), under
  * an OFD lock on byte 2^30 - 1; byte 2^30 + i is slot i's liveness lock.
  * Version 2 (1 had a 128-byte tr_gpu without the usage counters and a robust
- * mutex in the header). Any change to this layout must bump TR_VERSION. The node daemon reads it too (metrics,
+ * mutex in the header). Any change to this layout must bump TR_VERSION; giving
+ * a reserved word a meaning does not, when zero means what older libraries did
+ * (burst_ns and meter_ns: zero in their regions, read as "never burst"). The node daemon reads it too (metrics,
  * the priority relay): kubelet_plugin/library/region.py mirrors this layout. */
 #ifndef TESSERA_REGION_H
 #define TESSERA_REGION_H
@@ -34,7 +36,8 @@ struct tr_gpu {                 /* 192 bytes */
     uint64_t queued_until_ns;   /* when the claim's launched work should be done, running alone, atomic */
     uint64_t debt_ns;           /* time-division: how far kernels ran past the claim's part of the frame, atomic */
     uint64_t skip_until_ns;     /* time-division: a part of the frame starts late until then, to repay debt */
-    uint64_t reserved[2];
+    uint64_t burst_ns;          /* GPU time charged above the claim's guaranteed cores (bursting), atomic */
+    uint64_t meter_ns;          /* the guarantee meter's virtual clock (gate_meter), atomic */
 };
 
 struct tr_proc {                /* 16 + 8 * TR_MAX_GPUS = 144 bytes */
@@ -67,5 +70,6 @@ _Static_assert(offsetof(struct tr_region, procs) == 112 + 192 * TR_MAX_GPUS, "pr
 _Static_assert(sizeof(struct tr_region) == 112 + 192 * TR_MAX_GPUS + 144 * TR_MAX_PROCS, "no hidden padding");
 _Static_assert(offsetof(struct tr_gpu, used) == 64 && offsetof(struct tr_gpu, tokens_ns) == 80, "tr_gpu fields");
 _Static_assert(offsetof(struct tr_gpu, active_ns) == 112 && offsetof(struct tr_gpu, held_ns) == 144, "usage fields");
+_Static_assert(offsetof(struct tr_gpu, burst_ns) == 176 && offsetof(struct tr_gpu, meter_ns) == 184, "burst fields");
 
 #endif

@@ -30,7 +30,8 @@ const struct tv_view *view_open(const char *path)
         why = "wrong size";
     else if ((m = mmap(NULL, TV_FILE_SIZE, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
         why = "mmap failed";
-    else if (((const struct tv_view *)m)->magic != TV_MAGIC || ((const struct tv_view *)m)->version != TV_VERSION)
+    else if (((const struct tv_view *)m)->magic != TV_MAGIC || ((const struct tv_view *)m)->version < TV_VERSION_MIN ||
+             ((const struct tv_view *)m)->version > TV_VERSION)
         why = "bad magic or version";
     close(fd);
     if (why) {
@@ -50,7 +51,7 @@ void view_phase(const struct tv_view *v, uint32_t slot, struct tv_phase *p)
     for (int tries = 0; tries < 100; tries++, s1 = __atomic_load_n(&v->seq, __ATOMIC_ACQUIRE)) {
         if (s1 & 1)
             continue; /* being written */
-        struct tv_phase n = { s1, 0, 0, 0, 0 };
+        struct tv_phase n = { s1, 0, 0, 0, 0, 0 };
         uint32_t frame = __atomic_load_n(&v->frame_us, __ATOMIC_RELAXED);
         uint32_t ns = __atomic_load_n(&v->nslots, __ATOMIC_RELAXED);
         for (uint32_t i = 0; i < ns && i < TV_MAX_SLOTS && !n.found; i++) {
@@ -58,7 +59,12 @@ void view_phase(const struct tv_view *v, uint32_t slot, struct tv_phase *p)
                 continue;
             uint32_t a = __atomic_load_n(&v->slots[i].start_us, __ATOMIC_RELAXED);
             uint32_t b = __atomic_load_n(&v->slots[i].end_us, __ATOMIC_RELAXED);
-            n.found = frame > 0 && a < b && b <= frame;
+            uint32_t pct = __atomic_load_n(&v->slots[i].free_pct, __ATOMIC_RELAXED);
+            if (frame > 0 && a < b && b <= frame)
+                n.found = TV_PART;
+            else if (frame > 0 && a == b && pct >= 1 && pct <= 100)
+                n.found = TV_FREE; /* a version-1 view has 0 here: such an entry is not found, as before */
+            n.free_pct = pct;
             n.frame_ns = (uint64_t)frame * 1000;
             n.start_ns = (uint64_t)a * 1000;
             n.end_ns = (uint64_t)b * 1000;

@@ -1,6 +1,7 @@
 /* Layout test for the shared region: the sizes and offsets below are the
- * on-disk contract (version 2); a region written by the library must carry
- * them. Usage: tlayout [region-file] */
+ * on-disk contract (region version 2, with burst_ns and meter_ns in its
+ * former reserved words; view version 2); a region written by the library
+ * must carry them. Usage: tlayout [region-file] */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "region.h"
+#include "view.h"
 
 #define EXPECT(c)                                                     \
     do {                                                              \
@@ -45,11 +47,18 @@ int main(int argc, char **argv)
     EXPECT(offsetof(struct tr_gpu, queued_until_ns) == 152);
     EXPECT(offsetof(struct tr_gpu, debt_ns) == 160);
     EXPECT(offsetof(struct tr_gpu, skip_until_ns) == 168);
+    EXPECT(offsetof(struct tr_gpu, burst_ns) == 176);
+    EXPECT(offsetof(struct tr_gpu, meter_ns) == 184);
     EXPECT(sizeof(struct tr_gpu) == 192);
     EXPECT(offsetof(struct tr_proc, pid) == 0);
     EXPECT(offsetof(struct tr_proc, state) == 4);
     EXPECT(offsetof(struct tr_proc, used) == 16);
     EXPECT(offsetof(struct tr_region, procs) == 112 + 16 * 192);
+    /* the GPU's view (version 2: a slot's last word is free_pct; kubelet_plugin/library/gpu_view.py) */
+    EXPECT(TV_VERSION == 2 && TV_VERSION_MIN == 1);
+    EXPECT(offsetof(struct tv_view, seq) == 40 && offsetof(struct tv_view, slots) == 64);
+    EXPECT(offsetof(struct tv_slot, start_us) == 4 && offsetof(struct tv_slot, free_pct) == 12);
+    EXPECT(sizeof(struct tv_view) == 64 + 16 * TV_MAX_SLOTS);
     EXPECT(TR_MAGIC == 0x4e4f494745525354ull && !memcmp(&(uint64_t){ TR_MAGIC }, "TSREGION", 8));
     if (argc > 1) {
         int fd = open(argv[1], O_RDONLY);

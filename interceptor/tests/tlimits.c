@@ -3,7 +3,8 @@
  *
  * Loads the claim directories of TESSERA_CLAIM_DIRS exactly as the library does (config.c, linked in),
  * then prints "policy <name>", "loglevel <n>", "limits <n>" and, for each UUID given, one line
- * "gpu <uuid> claim <i> memory <bytes> cores <c> priority <p> slot <s> view <path|->". */
+ * "gpu <uuid> claim <i> memory <bytes> cores <c> priority <p> slot <s> view <path|->
+ * ceiling <c>". */
 #include <stdio.h>
 
 #include "config.h"
@@ -20,8 +21,9 @@ int main(int argc, char **argv)
             printf("gpu %s none\n", argv[i]);
             continue;
         }
-        printf("gpu %s claim %d memory %llu cores %u priority %d slot %u view %s\n", argv[i], claim,
-               (unsigned long long)l.memory, l.cores, l.priority, l.slot, l.view && l.view[0] ? l.view : "-");
+        printf("gpu %s claim %d memory %llu cores %u priority %d slot %u view %s ceiling %u\n", argv[i], claim,
+               (unsigned long long)l.memory, l.cores, l.priority, l.slot, l.view && l.view[0] ? l.view : "-",
+               l.ceiling);
     }
     return 0;
 }

@@ -3,6 +3,10 @@
  * process's work (`share=`), and how busy the whole GPU was (`gpu=`).
  *   tshare sm <expected|-1> <seconds> <kernel|graph|ptsz|ex> [kernel_us]
  *       launches through whatever is preloaded (libtessera or nothing);
+ *   tshare wake <idle_s> <busy_s> <kernel_us> <share>
+ *       idle, then busy: how long until it got its share of a frame back;
+ *   tshare first <kernel_us> <tries>
+ *       how long a kernel launched by an idle claim waits before it starts;
  *   tshare legacy <cores> <seconds> <kernel_us> <window_ms>
  *       no library: the test program itself throttles with the algorithm
  *       libtessera used before it was contention-aware (a token bucket charged
@@ -10,6 +14,7 @@
  *       what that algorithm did on a real H100. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -272,6 +277,104 @@ static int t_gaps(int argc, char **argv)
     return 0;
 }
 
+/* wake <idle_s> <busy_s> <kernel_us> <share>: sleeps idle_s with its context made, then launches back to back
+ * for busy_s while a thread samples its GPU time every millisecond; prints share= over the busy time and
+ * wake_ms= the time from its first launch to the start of the first 50 ms (one frame) in which it ran at least
+ * share - 5 % of the time (-1: never). */
+enum { WAKE_SAMPLES = 60000 };
+static struct {
+    uint64_t at[WAKE_SAMPLES], ran[WAKE_SAMPLES];
+    int n, stop;
+} g_wake;
+
+static void *wake_sampler(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&g_wake.stop, __ATOMIC_ACQUIRE) && g_wake.n < WAKE_SAMPLES) {
+        g_wake.at[g_wake.n] = now_ns();
+        g_wake.ran[g_wake.n] = fakeBusyNs(0);
+        g_wake.n++;
+        struct timespec ms = { 0, 1000000L };
+        nanosleep(&ms, NULL);
+    }
+    return NULL;
+}
+
+static int t_wake(int argc, char **argv)
+{
+    CHECK(argc >= 4, "usage: wake <idle_s> <busy_s> <kernel_us> <share>");
+    double idle = atof(argv[0]), busy = atof(argv[1]), want = atof(argv[3]) - 5;
+    ctx_on(0);
+    CUfunction k = fakeKernel(strtoull(argv[2], NULL, 10) * 1000ull);
+    enum { LAG = 8 };
+    CUevent ev[LAG + 1];
+    for (int i = 0; i <= LAG; i++)
+        CHECK(cuEventCreate(&ev[i], 0) == CUDA_SUCCESS, "event");
+    struct timespec ts = { (time_t)idle, (long)((idle - (double)(time_t)idle) * 1e9) };
+    nanosleep(&ts, NULL);
+    struct meter m;
+    meter_start(&m);
+    pthread_t sampler;
+    CHECK(pthread_create(&sampler, NULL, wake_sampler, NULL) == 0, "sampler");
+    uint64_t end = m.t0 + (uint64_t)(busy * 1e9);
+    for (unsigned i = 0; now_ns() < end; i++) {
+        CHECK(cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS, "launch");
+        CHECK(cuEventRecord(ev[i % (LAG + 1)], NULL) == CUDA_SUCCESS, "record");
+        if (i >= LAG)
+            CHECK(cuEventSynchronize(ev[(i - LAG) % (LAG + 1)]) == CUDA_SUCCESS, "sync");
+    }
+    CHECK(cuCtxSynchronize() == CUDA_SUCCESS, "ctx sync");
+    __atomic_store_n(&g_wake.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(sampler, NULL);
+    meter_print(&m, "kind=wake");
+    const uint64_t *at = g_wake.at, *ran = g_wake.ran;
+    double wake = -1;
+    for (int i = 0, j = 0; i < g_wake.n && wake < 0; i++) {
+        while (j < g_wake.n && at[j] < at[i] + 50000000ull)
+            j++;
+        if (j == g_wake.n)
+            break;
+        if (100.0 * (double)(ran[j] - ran[i]) / (double)(at[j] - at[i]) >= want)
+            wake = (double)(at[i] - m.t0) / 1e6;
+    }
+    printf("wake_ms=%.1f\n", wake);
+    return 0;
+}
+
+/* first <kernel_us> <tries>: one kernel at a time, 200 ms apart (the claim is idle before each), prints the
+ * median time one waited before it started (launch to completion, less the kernel's own time): first_ms=,
+ * and the longest: worst_ms= (a loaded machine's scheduling delays show in the worst, not in the median). */
+static int t_first(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: first <kernel_us> <tries>");
+    uint64_t kns = strtoull(argv[0], NULL, 10) * 1000ull;
+    int tries = atoi(argv[1]);
+    ctx_on(0);
+    CUfunction k = fakeKernel(kns);
+    CUevent e;
+    CHECK(cuEventCreate(&e, 0) == CUDA_SUCCESS, "event");
+    enum { MAXT = 64 };
+    uint64_t waits[MAXT];
+    CHECK(tries >= 1 && tries <= MAXT, "tries 1..%d", MAXT);
+    for (int i = 0; i < tries; i++) {
+        struct timespec gap = { 0, 200000000L };
+        nanosleep(&gap, NULL);
+        uint64_t t0 = now_ns();
+        CHECK(cuLaunchKernel(k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL) == CUDA_SUCCESS, "launch");
+        CHECK(cuEventRecord(e, NULL) == CUDA_SUCCESS && cuEventSynchronize(e) == CUDA_SUCCESS, "wait");
+        uint64_t waited = now_ns() - t0;
+        waits[i] = waited > kns ? waited - kns : 0;
+    }
+    for (int i = 1; i < tries; i++) /* insertion sort: a few tries */
+        for (int j = i; j > 0 && waits[j - 1] > waits[j]; j--) {
+            uint64_t t = waits[j];
+            waits[j] = waits[j - 1];
+            waits[j - 1] = t;
+        }
+    printf("first_ms=%.2f worst_ms=%.2f\n", (double)waits[tries / 2] / 1e6, (double)waits[tries - 1] / 1e6);
+    return 0;
+}
+
 /* stamped: after a run in a high-priority claim, its region says when it last launched (what the node's
  * priority relay reads); not stamped: a normal claim's never does. */
 static int t_stamped(int argc, char **argv)
@@ -337,6 +440,10 @@ int main(int argc, char **argv)
         return t_stamped(argc - 2, argv + 2);
     if (!strcmp(argv[1], "gaps"))
         return t_gaps(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "wake"))
+        return t_wake(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "first"))
+        return t_first(argc - 2, argv + 2);
     fprintf(stderr, "unknown test %s\n", argv[1]);
     return 2;
 }

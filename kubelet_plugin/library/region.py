@@ -1,10 +1,11 @@
 """Reading a claim's accounting region, the file the interception library keeps in the claim directory.
 
 The layout is interceptor/src/region.h, version 2 (one header, 16 GPU entries of 192 bytes, 1024 process
-slots of 144 bytes); a test reads regions the C library wrote. The file is writable by the claim's
-containers, so nothing here trusts it: it is opened without following links or blocking, must be a regular
-file of exactly the right size, and is read with pread (a mapping would crash the daemon with SIGBUS if a
-tenant truncated it). Values are reported as found; callers clamp what they use.
+slots of 144 bytes); a test reads regions the C library wrote. An entry's last two words were reserved
+(zero) before burst existed and are read as burst_ns: a region of an older library reads as no burst. The
+file is writable by the claim's containers, so nothing here trusts it: it is opened without following links
+or blocking, must be a regular file of exactly the right size, and is read with pread (a mapping would crash
+the daemon with SIGBUS if a tenant truncated it). Values are reported as found; callers clamp what they use.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ MAX_GPUS = 16
 MAX_PROCS = 1024
 HEADER = struct.Struct("<QIIQIIII8x")  # magic version header_size total_size max_gpus max_procs proc_high
 GPUS_OFFSET = 112
-GPU = struct.Struct("<64sQQqQIiQQQQQQQQQ16x")
+GPU = struct.Struct("<64sQQqQIiQQQQQQQQQQQ")  # … held queued_until debt skip_until burst meter
 PROCS_OFFSET = GPUS_OFFSET + GPU.size * MAX_GPUS
 PROC = struct.Struct("<iIQ16Q")
 SIZE = PROCS_OFFSET + PROC.size * MAX_PROCS
@@ -50,6 +51,7 @@ class RegionGpu:
     throttled_ns: int
     oom_refusals: int
     held_ns: int
+    burst_ns: int = 0  # GPU time charged above its guaranteed cores (a claim with a ceiling)
     entry: int = 0  # its index among the region's GPU entries (RegionProcess.used_bytes is indexed by it)
 
 
@@ -129,7 +131,9 @@ def read_region(path: Path, *, processes: bool = True) -> Region:
             if uuid:
                 held = sum(p.used_bytes[i] for p in procs)
                 gpus.append(
-                    RegionGpu(uuid, held, f[2], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], entry=i)
+                    RegionGpu(
+                        uuid, held, f[2], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[16], entry=i
+                    )
                 )
         return Region(tuple(gpus), tuple(procs))
     finally:

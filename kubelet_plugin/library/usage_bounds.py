@@ -43,6 +43,7 @@ class UsageBounds:
             throttled_ns=self.time_ns(g.throttled_ns),
             oom_refusals=self.calls(g.oom_refusals),
             held_ns=self.time_ns(g.held_ns),
+            burst_ns=self.time_ns(g.burst_ns),
         )
 
 

@@ -87,6 +87,12 @@ FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     (f"{P}claim_gpu_seconds_total", "counter", "GPU time the claim's kernels took", CLAIM_LABELS),
     (f"{P}claim_throttled_seconds_total", "counter", "Time launches waited for the SM limiter", CLAIM_LABELS),
     (
+        f"{P}claim_burst_seconds_total",
+        "counter",
+        "GPU time the claim got above its guaranteed cores, in time its GPU's other claims left idle",
+        CLAIM_LABELS,
+    ),
+    (
         f"{P}claim_priority_held_seconds_total",
         "counter",
         "Time launches waited behind a high-priority claim",
@@ -296,6 +302,7 @@ def _usage(
         )
     put("claim_gpu_seconds_total", gpu.gpu_ns * NS)
     put("claim_throttled_seconds_total", gpu.throttled_ns * NS)
+    put("claim_burst_seconds_total", gpu.burst_ns * NS)
     put("claim_priority_held_seconds_total", gpu.held_ns * NS)
     put("claim_launches_total", gpu.launches)
     put("claim_oom_refusals_total", gpu.oom_refusals)

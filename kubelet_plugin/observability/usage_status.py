@@ -1,6 +1,7 @@
 """A vgpu claim's recent usage in its status, next to its limits, so `kubectl describe resourceclaim` answers
-"is my slice too small": `status.devices[].data.usage` = memory in use (and % of the limit), SM time used
-and time throttled by the SM limiter (% of wall time over the last window).
+"is my slice too small": `status.devices[].data.usage` = memory in use (and % of the limit), SM time used,
+time throttled by the SM limiter and, for a claim with a ceiling, GPU time above its guarantee (burst) (% of
+wall time over the last window).
 
 Read from the claim's region (never from the container). A claim's status is written at most once per
 `interval` (default 60 s) and only when one of the three percentages moved by more than `CHANGE_POINTS`
@@ -41,6 +42,7 @@ class Sample:
     gpu_ns: int
     throttled_ns: int
     at_ns: int  # CLOCK_MONOTONIC of the read
+    burst_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,15 +52,21 @@ class Usage:
     sm_percent: float  # GPU time the claim's kernels took, of the window's wall time
     throttled_percent: float  # time launches waited for the SM limiter, of the window's wall time
     window_s: float
+    burst_percent: float = 0.0  # GPU time above the guaranteed cores, of the window's wall time
+    burst_seconds: float = 0.0  # the same since the claim's first launch (the counter)
 
     def data(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "memoryUsed": f"{self.memory_used_bytes // MIB}Mi",
             "memoryUsedPercent": round(self.memory_percent),
             "smTimeUsedPercent": round(self.sm_percent),
             "throttledPercent": round(self.throttled_percent),
             "windowSeconds": round(self.window_s),
         }
+        if self.burst_seconds:  # only a claim with a ceiling ever bursts
+            data["burstPercent"] = round(self.burst_percent)
+            data["burstSeconds"] = round(self.burst_seconds, 1)
+        return data
 
 
 def _percent(part: float, whole: float) -> float:
@@ -73,6 +81,8 @@ def usage_between(before: Sample, after: Sample, *, used_bytes: int, limit_bytes
         sm_percent=_percent(after.gpu_ns - before.gpu_ns, wall),
         throttled_percent=_percent(after.throttled_ns - before.throttled_ns, wall),
         window_s=wall / 1e9,
+        burst_percent=_percent(after.burst_ns - before.burst_ns, wall),
+        burst_seconds=after.burst_ns / 1e9,
     )
 
 
@@ -86,6 +96,7 @@ def moved(old: Usage | None, new: Usage, points: float = CHANGE_POINTS) -> bool:
             (old.memory_percent, new.memory_percent),
             (old.sm_percent, new.sm_percent),
             (old.throttled_percent, new.throttled_percent),
+            (old.burst_percent, new.burst_percent),
         )
     )
 
@@ -204,7 +215,7 @@ class UsageStatusLoop:
             if found is None:
                 continue
             gpu = UsageBounds(gpu_memory_bytes=d.gpu_memory_bytes, uptime_ns=uptime).gpu(found)
-            sample = Sample(gpu.gpu_ns, gpu.throttled_ns, now)
+            sample = Sample(gpu.gpu_ns, gpu.throttled_ns, now, gpu.burst_ns)
             before = self._samples.get((claim.uid, d.device))
             self._samples[(claim.uid, d.device)] = sample
             if before is not None and sample.at_ns > before.at_ns:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.core.sm_schedule import SharingClaim, schedule
+from dra_driver.core.sm_schedule import SharingClaim, partition, schedule
 from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
+from kubelet_plugin.hosts.vgpu import arbiter
 from kubelet_plugin.hosts.vgpu.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.library.region import GPU, GPUS_OFFSET, REGION_FILE_NAME, read_region
@@ -122,3 +123,52 @@ def test_a_forged_far_future_stamp_of_an_exited_high_claim_holds_nobody(tmp_path
         view.close()
     assert first <= (HOLD_NS / 1e9 + 2 * POLL_S) / 0.5, first
     assert later == 0.0, later
+
+
+def test_a_claim_with_a_ceiling_bursts_into_idle_time_and_its_region_counts_it(tmp_path: Path) -> None:
+    """The daemon's arbiter and the library: a 30 % claim with a ceiling of 100, alone with work beside an
+    idle 70 % claim, runs far above its share; the time above it is what the library counts in burst_ns and
+    the daemon reads (tessera_claim_burst_seconds_total); a claim without a ceiling counts none."""
+    for attempt in range(ATTEMPTS):
+        root = tmp_path / str(attempt)
+        view = GpuView(root / "gpus" / FAKE_GPU0 / "view")
+        claims = (SharingClaim(1, 30, ceiling=100), SharingClaim(2, 70))
+        view.write_schedule(partition(claims), frame_us=50_000)
+        burst = claim_dir(
+            root, "burst", f"gpu {FAKE_GPU0} cores 30 ceiling 100 slot 1 view {view.path}", version=2
+        )
+        idle = claim_dir(root, "idle", f"gpu {FAKE_GPU0} cores 70 slot 2 view {view.path}")
+        gpu = arbiter.ArbitratedGpu(FAKE_GPU0, view, claims, (burst, idle))
+        stop = threading.Event()
+        thread = threading.Thread(target=arbiter.run, args=(stop, lambda gpu=gpu: [gpu], arbiter.Arbiter()))
+        thread.start()
+        try:
+            time.sleep(0.2)  # past the time the arbiter watches a GPU before it calls a claim idle
+            out = start(TSHARE, "sm", "-1", "1", "kernel", "2650", env=env(burst, root / "gpu")).communicate(
+                timeout=60
+            )[0]
+        finally:
+            stop.set()
+            thread.join()
+            view.close()
+        share = values(out, "share")[0]
+        region = read_region(burst / REGION_FILE_NAME, processes=False).gpu(FAKE_GPU0)
+        assert region is not None
+        # above its guarantee: everything over 30 % of the run, less one window's tolerance
+        above = region.burst_ns / 1e9
+        if share >= 80 and (share - 30) / 100 - 0.1 <= above <= (share - 30) / 100 + 0.05:
+            return
+    pytest.fail(f"share {share} %, burst {above} s over a 1 s run\n{out}")
+
+
+def test_a_claim_without_a_ceiling_counts_no_burst(tmp_path: Path) -> None:
+    view = GpuView(tmp_path / "gpus" / FAKE_GPU0 / "view")
+    view.write_schedule(schedule([SharingClaim(1, 30)], active={1}), frame_us=50_000)
+    d = claim_dir(tmp_path, "plain", f"gpu {FAKE_GPU0} cores 30 slot 1 view {view.path}")
+    out = start(TSHARE, "sm", "-1", "0.5", "kernel", "2650", env=env(d, tmp_path / "gpu")).communicate(
+        timeout=60
+    )[0]
+    view.close()
+    region = read_region(d / REGION_FILE_NAME, processes=False).gpu(FAKE_GPU0)
+    assert region is not None and region.gpu_ns > 0, out
+    assert values(out, "share")[0] <= 35 and region.burst_ns == 0

@@ -53,6 +53,8 @@ def assert_same(f: LimitsFile, seen: dict[str, dict[str, str]]) -> None:
         assert int(got["memory"]) == g.memory_bytes and int(got["cores"]) == g.cores
         assert int(got["priority"]) == g.priority
         assert int(got["slot"]) == (g.slot or 0) and got["view"] == (g.view or "-")
+        # the library ignores a ceiling that is not above the guarantee (nothing to burst to)
+        assert int(got["ceiling"]) == (g.ceiling if g.ceiling > g.cores else 0)
 
 
 uuids = st.uuids().map(lambda u: GpuUUID(f"GPU-{u}"))
@@ -63,24 +65,32 @@ uuids = st.uuids().map(lambda u: GpuUUID(f"GPU-{u}"))
     policy=st.sampled_from(["default", "force", "disable"]),
     log_level=st.integers(0, 4),
     gpus=st.lists(
-        st.tuples(uuids, st.integers(1 << 20, 1 << 40), st.integers(0, 100), st.booleans()),
+        st.tuples(
+            uuids, st.integers(1 << 20, 1 << 40), st.integers(0, 100), st.booleans(), st.integers(0, 100)
+        ),
         max_size=8,
         unique_by=lambda g: g[0],
     ),
     priority=st.integers(0, 1),
 )
 def test_what_python_renders_the_library_reads(
-    tmp_path: Path, policy: str, log_level: int, gpus: list[tuple[GpuUUID, int, int, bool]], priority: int
+    tmp_path: Path,
+    policy: str,
+    log_level: int,
+    gpus: list[tuple[GpuUUID, int, int, bool, int]],
+    priority: int,
 ) -> None:
     limits = [
-        LibraryLimits(gpu_index=i, gpu_uuid=u, memory_bytes=m, cores=c, priority=priority, time_sliced=t)
-        for i, (u, m, c, t) in enumerate(gpus)
+        LibraryLimits(
+            gpu_index=i, gpu_uuid=u, memory_bytes=m, cores=c, priority=priority, ceiling=ceil, time_sliced=t
+        )
+        for i, (u, m, c, t, ceil) in enumerate(gpus)
     ]
-    slots = {u: i + 1 for i, (u, _, _, _) in enumerate(gpus)}
+    slots = {u: i + 1 for i, (u, _, _, _, _) in enumerate(gpus)}
     f = limits_file(policy=policy, log_level=log_level, limits=limits, slots=slots)
     claim_dir = Path(tempfile.mkdtemp(dir=tmp_path))  # hypothesis reuses tmp_path for every example
     (claim_dir / LIMITS_FILE_NAME).write_text(render_limits(f))
-    assert_same(f, read_by_the_library(claim_dir, [str(u) for u, _, _, _ in gpus]))
+    assert_same(f, read_by_the_library(claim_dir, [str(u) for u, _, _, _, _ in gpus]))
 
 
 def test_a_prepared_claims_file_reads_the_same_in_c_and_python(tmp_path: Path) -> None:
@@ -93,16 +103,17 @@ def assert_prepared(env: Env) -> None:
         "shared",
         vgpu(0, memory="3Gi", cores="30", request="a"),
         vgpu(1, memory="1Gi", cores="0", request="b"),
-        configs=[opaque("VgpuConfig", smLimitPolicy="force", logLevel=3, source="FromClass")],
+        configs=[opaque("VgpuConfig", smLimitPolicy="force", logLevel=3, coresLimit=80, source="FromClass")],
     )
     (ref,) = env.put(c)
     assert env.preparer().prepare([ref])[ref.uid].error is None
     claim_dir = env.paths.claims_dir / ref.uid
     f = parse_limits((claim_dir / LIMITS_FILE_NAME).read_text())
     gpus = env.inventory().gpus
-    assert [(g.gpu_uuid, g.memory_bytes, g.cores) for g in f.gpus] == [
-        (gpus[0].uuid, 3 << 30, 30),
-        (gpus[1].uuid, 1 << 30, 0),
+    # the class's ceiling lifts the 30 % share to 80; a share without cores has no limit to lift
+    assert [(g.gpu_uuid, g.memory_bytes, g.cores, g.ceiling) for g in f.gpus] == [
+        (gpus[0].uuid, 3 << 30, 30, 80),
+        (gpus[1].uuid, 1 << 30, 0, 0),
     ]
     assert all(g.slot == 1 and g.view is not None for g in f.gpus)
     assert_same(f, read_by_the_library(claim_dir, [g.gpu_uuid for g in f.gpus]))

@@ -49,6 +49,9 @@ class VgpuConfig:
     sm_limit_policy: SmLimitPolicy = SmLimitPolicy.DEFAULT
     priority: int = 1  # HAMi CUDA_TASK_PRIORITY: 0 high (not held back by normal peers), 1 normal
     log_level: int = 1  # 0 errors only … 4 trace
+    cores_limit: int = (
+        0  # the SM share it may burst to in time its GPU's other claims leave idle; 0: its cores
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,7 @@ class GpuShare:
     slot: int
     cores: int  # the share its part of the frame is sized by; 0 = none reserved
     high_priority: bool = False
+    ceiling: int = 0  # what it may burst to when the GPU's other claims are idle; 0: its cores (no burst)
 
 
 _CONFIG = ConfigKind(
@@ -96,6 +100,15 @@ _CONFIG = ConfigKind(
                     instead="use a DeviceClass your administrator made for high-priority work",
                 ),
             ),
+        ),
+        ConfigField(
+            name="coresLimit",
+            attr="cores_limit",
+            meaning="the SM share (%) the claim may burst to while the GPU's other claims leave time idle; "
+            "0: its cores (no burst)",
+            default=0,
+            minimum=0,
+            maximum=100,
         ),
         ConfigField(
             name="logLevel",
@@ -164,8 +177,8 @@ class Vgpu(
             if first is not None and d.config != first.config:
                 raise ConfigError(
                     f"VgpuConfig for request {d.request} differs from request {first.request}: one claim's "
-                    "vgpu devices share one container, so give them the same smLimitPolicy, priority and "
-                    "logLevel"
+                    "vgpu devices share one container, so give them the same smLimitPolicy, priority, "
+                    "coresLimit and logLevel"
                 )
 
     def records(self, devices: Sequence[Planned], held: Held[GpuShare]) -> tuple[GpuShare, ...]:
@@ -185,6 +198,7 @@ class Vgpu(
                     slot=free_slot(taken.get(d.gpu_uuid, set())),
                     cores=limits.cores if arbitrated else 0,
                     high_priority=arbitrated and config.priority == 0,
+                    ceiling=ceiling(limits.cores, config) if arbitrated else 0,
                 )
             )
         return tuple(shares)
@@ -202,23 +216,36 @@ class Vgpu(
         return {r.gpu_uuid: r.slot for r in records}
 
     def encode_record(self, record: GpuShare) -> Json:
-        return {
+        encoded: Json = {
             "gpuUUID": record.gpu_uuid,
             "slot": record.slot,
             "cores": record.cores,
             "highPriority": record.high_priority,
         }
+        if record.ceiling:  # written only when set, so checkpoints of claims without burst read as before
+            encoded["coresLimit"] = record.ceiling
+        return encoded
 
     def decode_record(self, data: Mapping[str, Any]) -> GpuShare:
         uuid, high = data.get("gpuUUID"), data.get("highPriority")
         if not isinstance(uuid, str) or not isinstance(high, bool):
             raise ValueError("a share needs a string 'gpuUUID' and a boolean 'highPriority'")
+        # records written before ceilings existed have none: no burst, as then
         return GpuShare(
             gpu_uuid=GpuUUID(uuid),
             slot=_int(data, "slot", 1, 65535),
             cores=_int(data, "cores", 0, 100),
             high_priority=high,
+            ceiling=_int(data, "coresLimit", 0, 100) if "coresLimit" in data else 0,
         )
+
+    def status(self, d: Planned, made: None) -> Json:
+        """The limits, with the ceiling beside the guaranteed `cores` when the claim may burst."""
+        shown = limits_status(d.spec)
+        limit = ceiling(d.spec.cores, d.config)
+        if limit:
+            shown["limits"]["coresLimit"] = limit
+        return shown
 
     def library(self, d: Planned) -> LibraryLimits:
         config, limits = d.config, d.spec
@@ -228,13 +255,18 @@ class Vgpu(
             memory_bytes=limits.memory_bytes,
             cores=limits.cores,
             priority=config.priority,
+            ceiling=ceiling(limits.cores, config),
             time_sliced=True,
             policy=config.sm_limit_policy.value,
             log_level=config.log_level,
         )
 
-    def status(self, d: Planned, made: None) -> Json:
-        return limits_status(d.spec)
+
+def ceiling(cores: int, config: VgpuConfig) -> int:
+    """The share a claim may burst to: its `coresLimit`, never below its guarantee; 0 when it has no burst
+    (no limit asked for, a limit of 0 or one at or under its cores). A claim without cores has no SM limit
+    at all, so nothing to burst to."""
+    return config.cores_limit if 0 < cores < config.cores_limit else 0
 
 
 FAMILY = Vgpu()

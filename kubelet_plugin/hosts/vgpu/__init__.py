@@ -1,11 +1,13 @@
-"""The vgpu family's host part: each shared GPU's view, and which GPUs the priority relay watches.
+"""The vgpu family's host part: each shared GPU's view, which GPUs the priority relay watches, and what the
+burst arbiter arbitrates (arbiter.py).
 
 Slots are chosen when a claim is planned and kept in its checkpoint entry (`GpuShare`,
 dra_driver/core/families/
 vgpu.py), so the schedule is a function of the checkpoint: after every prepare, unprepare and start-up the
 views are written again from it (dra_driver/core/sm_schedule.py decides the parts). The views live in one
 directory per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this
-daemon writes them.
+daemon writes them. A refresh writes the strict partition and tells the arbiter, which lays the frame out
+for the claims with work on its next round.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import PlannedDevice
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.vgpu import FAMILY, NAME, GpuShare
-from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, schedule
+from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, Part, SharingClaim, partition
 from dra_driver.values.errors import StorageError
 from dra_driver.values.model import Inventory
 from dra_driver.values.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Loop, Running
-from kubelet_plugin.hosts.vgpu import priority_relay
+from kubelet_plugin.hosts.vgpu import arbiter, priority_relay
+from kubelet_plugin.hosts.vgpu.arbiter import Arbiter, ArbitratedGpu
 from kubelet_plugin.hosts.vgpu.priority_relay import RelayedGpu
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.node.file_modes import make_dir
@@ -49,6 +52,8 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
         self._frame_us = frame_us
         self._views: dict[GpuUUID, GpuView] = {}
         self._relayed: tuple[RelayedGpu, ...] = ()
+        self._arbitrated: tuple[ArbitratedGpu, ...] = ()
+        self._arbiter = Arbiter()
         self._lock = threading.Lock()
 
     def view_dir(self, gpu: GpuUUID) -> Path:
@@ -80,34 +85,74 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
         return Created(records=records)
 
     def refresh(self, cp: Checkpoint) -> None:
-        """Write every shared GPU's schedule from the checkpoint (a GPU whose last claim left keeps an empty
-        one). A view that cannot be written is logged: the claims on that GPU then run on their buckets."""
+        """Write the strict partition of every shared GPU whose claims changed, from the checkpoint (a GPU
+        whose last claim left keeps an empty one); the arbiter lays it out for the claims with work next. A
+        view that cannot be written is logged: the claims on that GPU then run on their buckets."""
         by_gpu: dict[GpuUUID, list[tuple[str, GpuShare]]] = defaultdict(list)
         for entry in cp.claims.values():
             for share in entry.family_records(FAMILY):
                 by_gpu[share.gpu_uuid].append((entry.uid, share))
-        relayed = []
+        relayed, arbitrated = [], []
         with self._lock:
+            before = {g.uuid: g for g in self._arbitrated}
             for gpu in sorted(set(by_gpu) | set(self._views)):
                 members = by_gpu.get(gpu, [])
-                claims = [SharingClaim(s.slot, s.cores, s.high_priority) for _, s in members]
+                claims = tuple(SharingClaim(s.slot, s.cores, s.high_priority, s.ceiling) for _, s in members)
+                dirs = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, _ in members)
+                kept = before.get(gpu)
+                if (
+                    kept is not None
+                    and (kept.claims, kept.claim_dirs) == (claims, dirs)
+                    and gpu in self._views
+                ):
+                    # its claims did not change: the arbiter's layout stands
+                    arbitrated.append(kept)
+                    relayed.extend(self._relay(gpu, members))
+                    continue
                 try:
                     self._view(gpu).write_schedule(
-                        schedule(claims, frame_us=self._frame_us), frame_us=self._frame_us
+                        partition(claims, frame_us=self._frame_us), frame_us=self._frame_us
                     )
                 except StorageError as e:
                     log.error("GPU view not written", gpu=gpu, error=str(e))
                     continue
-                high = tuple(
-                    self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority
-                )
-                if high:
-                    relayed.append(RelayedGpu(gpu, self._views[gpu], high))
+                self._arbiter.forget(gpu)
+                if claims:
+                    arbitrated.append(ArbitratedGpu(gpu, self._views[gpu], claims, dirs, self._frame_us))
+                relayed.extend(self._relay(gpu, members))
             self._relayed = tuple(relayed)
+            self._arbitrated = tuple(arbitrated)
+
+    def _relay(self, gpu: GpuUUID, members: Sequence[tuple[str, GpuShare]]) -> list[RelayedGpu]:
+        high = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority)
+        return [RelayedGpu(gpu, self._views[gpu], high)] if high else []
 
     def loops(self, running: Running) -> tuple[Loop, ...]:
-        # the relay holds normal claims back while a high-priority one on their GPU has work
-        return (Loop("priority-relay", lambda stop: priority_relay.run(stop, self.relayed)),)
+        # the relay holds normal claims back while a high-priority one on their GPU has work; the arbiter
+        # gives the time of idle claims to the claims with work
+        return (
+            Loop("priority-relay", lambda stop: priority_relay.run(stop, self.relayed)),
+            Loop("burst-arbiter", self._arbitrate),
+        )
+
+    def _arbitrate(self, stop: threading.Event) -> None:
+        arbiter.run(stop, self.arbitrated, self._arbiter, self.commit_layout)
+
+    def arbitrated(self) -> Sequence[ArbitratedGpu]:
+        """The shared GPUs and their claims, for the burst arbiter."""
+        return self._arbitrated
+
+    def commit_layout(self, g: ArbitratedGpu, parts: tuple[Part, ...]) -> bool:
+        """Writes the arbiter's layout, unless a refresh changed the GPU's claims since it read them."""
+        with self._lock:
+            if g not in self._arbitrated:
+                return False
+            try:
+                g.view.write_schedule(parts, frame_us=g.frame_us)
+            except (OSError, ValueError) as e:  # a closed or broken mapping: the partition stays
+                log.error("GPU view not arbitrated", gpu=g.uuid, error=str(e))
+                return False
+            return True
 
     def relayed(self) -> Sequence[RelayedGpu]:
         """The GPUs with a high-priority claim, for the priority relay."""
@@ -119,6 +164,7 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
                 view.close()
             self._views.clear()
             self._relayed = ()
+            self._arbitrated = ()
 
 
 def make(ctx: HostContext) -> GpuSharing:

@@ -44,6 +44,7 @@ lines = st.builds(
     memory_bytes=st.integers(0, 1 << 62),
     cores=st.integers(0, 100),
     priority=st.integers(0, 1),
+    ceiling=st.sampled_from([0, 1, 50, 100]),
 )
 
 
@@ -58,7 +59,13 @@ def test_parse_reads_exactly_what_render_writes(
 ) -> None:
     with_slots = tuple(
         GpuLimitLine(
-            g.gpu_uuid, g.memory_bytes, g.cores, g.priority, s, f"/var/run/tessera/gpus/{g.gpu_uuid}/view"
+            g.gpu_uuid,
+            g.memory_bytes,
+            g.cores,
+            g.priority,
+            s,
+            f"/var/run/tessera/gpus/{g.gpu_uuid}/view",
+            ceiling=g.ceiling,
         )
         if s is not None
         else g
@@ -72,7 +79,9 @@ def test_parse_reads_exactly_what_render_writes(
     ("text", "needle"),
     [
         ("", "first line must be 'version 1'"),
-        ("version 2\n", "first line must be 'version 1'"),
+        ("version 3\n", "first line must be 'version 1' or 'version 2'"),
+        ("version 1\ngpu G memory 1 cores 30 ceiling 60\n", "unknown key 'ceiling'"),
+        ("version 2\ngpu G memory 1 cores 30 ceiling 0\n", "ceiling '0' is not an integer 1-100"),
         ("version 1\npolicy sometimes\n", "unknown line"),
         ("version 1\nloglevel 9\n", "loglevel '9' is not an integer 0-4"),
         ("version 1\ngpu G memory 1 cores 101\n", "cores '101'"),
@@ -84,3 +93,22 @@ def test_parse_reads_exactly_what_render_writes(
 def test_anything_else_is_refused_naming_the_line(text: str, needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):
         parse_limits(text)
+
+
+def test_a_ceiling_makes_the_file_version_2_and_a_file_without_one_stays_version_1() -> None:
+    burst = LibraryLimits(
+        gpu_index=0, gpu_uuid=GpuUUID("GPU-0"), memory_bytes=1 << 30, cores=30, priority=1, ceiling=100
+    )
+    f = limits_file(policy="default", log_level=1, limits=(burst,), slots={GpuUUID("GPU-0"): 1})
+    text = render_limits(f)
+    assert text.splitlines()[0] == "version 2"
+    assert " cores 30 priority 1 ceiling 100 slot 1 " in text
+    assert parse_limits(text).gpus[0].ceiling == 100
+    plain = limits_file(policy="default", log_level=1, limits=(lim(0, 1 << 30, 30),), slots={})
+    assert render_limits(plain).splitlines()[0] == "version 1"
+
+
+def test_files_written_before_ceilings_existed_are_still_read() -> None:
+    old = "version 1\npolicy force\nloglevel 1\ngpu GPU-1 memory 1024 cores 40 priority 1 slot 3 view /v\n"
+    line = parse_limits(old).gpus[0]
+    assert (line.cores, line.ceiling, line.slot) == (40, 0, 3)

@@ -37,7 +37,7 @@ def test_each_part_names_its_loops_and_the_rest_have_none(tmp_path: Path) -> Non
     loops = {part.family: [loop.name for loop in part.loops(running)] for part in hosts}
     for names in loops.values():
         seen.extend(names)
-    assert loops == {"gpu": [], "vgpu": ["priority-relay"], "mps": ["mps-watch"], "mig": []}
+    assert loops == {"gpu": [], "vgpu": ["priority-relay", "burst-arbiter"], "mps": ["mps-watch"], "mig": []}
     assert len(seen) == len(set(seen))  # thread names stay unique
     hosts.close()
 

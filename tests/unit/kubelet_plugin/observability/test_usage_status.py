@@ -56,13 +56,13 @@ class Gpu:
     """A region whose counters the test moves."""
 
     def __init__(self) -> None:
-        self.used, self.gpu_ns, self.throttled_ns = 0, 0, 0
+        self.used, self.gpu_ns, self.throttled_ns, self.burst_ns = 0, 0, 0, 0
         self.readable = True
 
     def read(self, path: Path) -> Region:
         if not self.readable:
             raise RegionUnreadableError(str(path))
-        g = RegionGpu(GPU, self.used, GiB, 50, 1, 0, 0, self.gpu_ns, self.throttled_ns, 0, 0)
+        g = RegionGpu(GPU, self.used, GiB, 50, 1, 0, 0, self.gpu_ns, self.throttled_ns, 0, 0, self.burst_ns)
         return Region(gpus=(g,), processes=())
 
 
@@ -134,3 +134,18 @@ def test_forged_region_numbers_reach_the_status_clipped_to_the_gpu() -> None:
     usage = writer.writes[-1][1]["gpu-1-vgpu"]
     assert usage["memoryUsed"] == f"{80 * 1024}Mi" and usage["memoryUsedPercent"] == 100
     assert usage["smTimeUsedPercent"] == 100 and usage["throttledPercent"] == 100
+
+
+def test_a_claim_that_bursts_shows_the_time_above_its_guarantee() -> None:
+    gpu, writer, now = Gpu(), Writer(), [0]
+    loop = UsageStatusLoop(claims=lambda: [claim("b")], writer=writer, read=gpu.read, clock=lambda: now[0])
+    loop.tick()
+    now[0] += 60 * S
+    gpu.gpu_ns, gpu.burst_ns = 54 * S, 24 * S  # 90 % of the GPU with a 50 % guarantee: 40 points above it
+    assert loop.tick() == 1
+    usage = writer.writes[-1][1]["gpu-1-vgpu"]
+    assert (usage["smTimeUsedPercent"], usage["burstPercent"], usage["burstSeconds"]) == (90, 40, 24.0)
+    now[0] += 60 * S
+    gpu.gpu_ns += 30 * S  # back to its share: the burst fell by 40 points, so the status moves
+    assert loop.tick() == 1
+    assert writer.writes[-1][1]["gpu-1-vgpu"]["burstPercent"] == 0

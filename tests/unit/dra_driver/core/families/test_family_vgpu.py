@@ -122,3 +122,41 @@ def test_record_round_trip_and_strict_decoding() -> None:
     ):
         with pytest.raises(ValueError):
             vgpu.FAMILY.decode_record(bad)
+
+
+@pytest.mark.parametrize(
+    ("cores", "limit", "ceiling"),
+    [("30", 100, 100), ("30", 50, 50), ("30", 30, 0), ("30", 20, 0), ("30", 0, 0), ("0", 80, 0)],
+)
+def test_a_ceiling_is_the_core_limit_above_the_guarantee(cores: str, limit: int, ceiling: int) -> None:
+    c = claim(vgpu_result(0, cores=cores), configs=[config("VgpuConfig", coresLimit=limit)])
+    p = plan(c)
+    (lim,) = p.limits()
+    assert (lim.cores, lim.ceiling) == (int(cores), ceiling)
+    (share,) = vgpu.FAMILY.records(p.devices, Held())
+    assert isinstance(share, GpuShare)
+    assert (share.cores, share.ceiling) == (int(cores), ceiling)
+    limits = vgpu.FAMILY.status(p.devices[0], None)["limits"]
+    # describe shows the guarantee, and the ceiling only where the claim may burst
+    assert limits["cores"] == int(cores)
+    assert limits.get("coresLimit") == (ceiling or None)
+
+
+def test_a_class_makes_burst_the_default_and_a_claim_may_set_its_own() -> None:
+    cls = config("VgpuConfig", coresLimit=100, source="FromClass")
+    (lim,) = plan(claim(vgpu_result(0, cores="30"), configs=[cls])).limits()
+    assert lim.ceiling == 100
+    own = config("VgpuConfig", coresLimit=60)
+    (lim,) = plan(claim(vgpu_result(0, cores="30"), configs=[cls, own])).limits()
+    assert lim.ceiling == 60
+
+
+def test_records_with_a_ceiling_round_trip_and_old_records_have_none() -> None:
+    share = GpuShare(GpuUUID("GPU-x"), 2, 30, ceiling=90)
+    assert vgpu.FAMILY.encode_record(share)["coresLimit"] == 90
+    assert vgpu.FAMILY.decode_record(vgpu.FAMILY.encode_record(share)) == share
+    old = {"gpuUUID": "GPU-x", "slot": 2, "cores": 30, "highPriority": False}
+    assert vgpu.FAMILY.decode_record(old) == GpuShare(GpuUUID("GPU-x"), 2, 30)
+    assert "coresLimit" not in vgpu.FAMILY.encode_record(GpuShare(GpuUUID("GPU-x"), 2, 30))
+    with pytest.raises(ValueError):
+        vgpu.FAMILY.decode_record({**old, "coresLimit": 101})
