@@ -35,6 +35,11 @@ KCM_CONTROLLERS: Final[tuple[str, ...]] = (
     "device-taint-eviction-controller",
     # the chart's node plugin DaemonSet on the real node (e2e/realnode/chart.py)
     "daemonset-controller",
+    # the chart's admission webhook Deployment, and its Service's endpoints, which the API server calls
+    # (--enable-aggregator-routing; e2e/scenarios/realnode/test_real_admission.py)
+    "deployment-controller",
+    "replicaset-controller",
+    "endpointslice-controller",
     "resourcepoolstatusrequest-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",
