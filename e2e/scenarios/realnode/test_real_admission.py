@@ -4,8 +4,9 @@ kube-apiserver calling it through the chart's Service (resolved to the pod's End
 with the certificate the webhook made itself and patched into the MutatingWebhookConfiguration.
 
 A HAMi pod applied unchanged is rewritten to a claim template and runs on the real node with the limits it
-asked for, in its container; an invalid one is refused with the field named. Afterwards the webhook is turned
-off again (its configuration has failurePolicy Fail) and its Secret removed."""
+asked for, in its container; an invalid one is refused with the field named. The PodDisruptionBudget refuses
+to evict the last replica, and a deleted pod's replacement serves the same certificate. Afterwards the webhook
+is turned off again (its configuration has failurePolicy Fail) and its Secret removed."""
 
 from __future__ import annotations
 
@@ -44,18 +45,27 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ready_endpoints(node: RealNode) -> list[str]:
-    """The ready "ip:port"s of the webhook Service's EndpointSlices: where the API server calls it."""
+def _ready_endpoints(node: RealNode) -> dict[str, str]:
+    """The ready endpoints of the webhook Service's EndpointSlices, where the API server calls it: "ip:port"
+    → the pod behind it."""
     slices = k8s.DiscoveryV1Api(node.api).list_namespaced_endpoint_slice(
         SYSTEM_NS, label_selector=f"kubernetes.io/service-name={ADMISSION}"
     )
-    found = []
+    found: dict[str, str] = {}
     for s in slices.items:
         ports = [p.port for p in s.ports or []]
         for e in s.endpoints or []:
             if e.conditions is not None and e.conditions.ready:
-                found += [f"{a}:{p}" for a in e.addresses for p in ports]
+                pod = e.target_ref.name if e.target_ref is not None else None
+                found |= {f"{a}:{p}": str(pod) for a in e.addresses for p in ports}
     return found
+
+
+def _ca(node: RealNode) -> bytes:
+    """The CA in the Secret the webhook keeps its TLS in."""
+    secret = k8s.CoreV1Api(node.api).read_namespaced_secret(f"{ADMISSION}-tls", SYSTEM_NS)
+    assert secret.data is not None
+    return base64.b64decode(secret.data["ca.crt"])
 
 
 @pytest.fixture(scope="module")
@@ -95,19 +105,29 @@ def test_the_webhook_pod_made_its_certificate_and_serves_through_the_service(
     real_node: RealNode, webhook: PluginPod
 ) -> None:
     core = k8s.CoreV1Api(real_node.api)
-    spec = core.read_namespaced_pod(webhook.name, SYSTEM_NS).spec
-    assert spec is not None
-    assert spec.node_name == real_node.name
-    assert spec.containers[0].image == f"{IMAGE_REPOSITORY}:{real_node.chart.image_tag}"
-    secret = core.read_namespaced_secret(f"{ADMISSION}-tls", SYSTEM_NS)
-    assert secret.data is not None
-    assert base64.b64decode(ca_bundle(real_node.api)).startswith(base64.b64decode(secret.data["ca.crt"]))
-    pdb = k8s.PolicyV1Api(real_node.api).read_namespaced_pod_disruption_budget(ADMISSION, SYSTEM_NS)
-    assert pdb.spec is not None and pdb.spec.min_available == 1
-    address = core.read_namespaced_pod(webhook.name, SYSTEM_NS).status
-    assert address is not None
-    [endpoint] = _ready_endpoints(real_node)
-    assert endpoint.startswith(f"{address.pod_ip}:")
+    pod = core.read_namespaced_pod(webhook.name, SYSTEM_NS)
+    assert pod.spec is not None and pod.status is not None
+    assert pod.spec.node_name == real_node.name
+    assert pod.spec.containers[0].image == f"{IMAGE_REPOSITORY}:{real_node.chart.image_tag}"
+    assert base64.b64decode(ca_bundle(real_node.api)).startswith(_ca(real_node))
+    [(endpoint, behind)] = _ready_endpoints(real_node).items()
+    assert behind == webhook.name and endpoint.startswith(f"{pod.status.pod_ip}:")
+
+
+def test_the_disruption_budget_keeps_the_last_replica(real_node: RealNode, webhook: PluginPod) -> None:
+    """A drain's eviction of the only webhook pod is refused: GPU pods keep being admitted."""
+    policy = k8s.PolicyV1Api(real_node.api)
+
+    def healthy() -> k8s.V1PodDisruptionBudgetStatus | None:
+        status = policy.read_namespaced_pod_disruption_budget_status(ADMISSION, SYSTEM_NS).status
+        return status if status is not None and status.current_healthy == 1 else None
+
+    status = wait_for("the budget to count the webhook pod", healthy)
+    assert status.desired_healthy == 1 and status.disruptions_allowed == 0
+    eviction = k8s.V1Eviction.model_validate({"metadata": {"name": webhook.name, "namespace": SYSTEM_NS}})
+    with pytest.raises(ApiException) as refused:
+        k8s.CoreV1Api(real_node.api).create_namespaced_pod_eviction(webhook.name, SYSTEM_NS, eviction)
+    assert refused.value.status == 429 and "disruption budget" in str(refused.value.body)
 
 
 def test_a_hami_pod_applied_unchanged_runs_with_its_limits(
@@ -149,3 +169,27 @@ def test_an_invalid_hami_pod_is_refused_naming_the_field(
     assert "spec.containers[0].resources.limits[nvidia.com/gpucores]: 150 is over 100" in text
     assert logged(webhook, "pod refused", "too-many-cores")
     assert k8s.CoreV1Api(real_node.api).list_namespaced_pod(real_ns).items == []
+
+
+def test_a_replaced_webhook_pod_keeps_the_certificate_and_admits(
+    bed: SimCluster, real_node: RealNode, real_ns: str, webhook: PluginPod
+) -> None:
+    """The Deployment replaces a deleted pod; the new one serves the CA and certificate kept in the Secret, so
+    the caBundle the API server trusts stays. Runs last: it replaces the module's webhook pod."""
+    chart, bundle, ca = real_node.chart, ca_bundle(real_node.api), _ca(real_node)
+    k8s.CoreV1Api(real_node.api).delete_namespaced_pod(webhook.name, SYSTEM_NS)
+    new: PluginPod = wait_for(
+        "the ReplicaSet's new webhook pod to be Ready",
+        lambda: next((p for p in chart.pods(ADMISSION_LABELS) if p.ready and p.uid != webhook.uid), None),
+        timeout_s=120,
+    )
+    wait_for(
+        "the Service to lead to the new pod", lambda: list(_ready_endpoints(real_node).values()) == [new.name]
+    )
+    assert (ca_bundle(real_node.api), _ca(real_node)) == (bundle, ca)
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": LIMIT_MIB, "nvidia.com/gpucores": CORES}
+    apply(bed, real_ns, [hami_pod("hami-again", real_node, limits)])
+    pod = running(real_node, real_ns, "hami-again")
+    [entry] = pod["spec"]["resourceClaims"]
+    assert entry["resourceClaimTemplateName"]
+    assert logged(new, "pod converted", "hami-again") and not logged(webhook, "pod converted", "hami-again")
