@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import base64
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -34,6 +36,7 @@ from e2e.webhook import ca_bundle
 from .helpers import MIB, apply, limited_gpu, report, results, running
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+log = structlog.get_logger(__name__)
 
 LIMIT_MIB = 3000
 CORES = 30
@@ -72,11 +75,13 @@ def _ca(node: RealNode) -> bytes:
 def webhook(real_node: RealNode) -> Iterator[PluginPod]:
     port = _free_port()
     chart = real_node.chart
+    started = time.monotonic()
     chart.enable_webhook(port=port)
     try:
         pod = chart.wait_ready(labels=ADMISSION_LABELS, timeout_s=120)
         wait_for("the caBundle in the webhook's configuration", lambda: ca_bundle(real_node.api))
         wait_for(f"a ready endpoint of Service {ADMISSION}", lambda: _ready_endpoints(real_node))
+        log.info("realnode.webhook_serving", pod=pod.name, seconds=round(time.monotonic() - started, 1))
         yield pod
     finally:
         chart.disable_webhook()
@@ -112,6 +117,8 @@ def test_the_webhook_pod_made_its_certificate_and_serves_through_the_service(
     assert base64.b64decode(ca_bundle(real_node.api)).startswith(_ca(real_node))
     [(endpoint, behind)] = _ready_endpoints(real_node).items()
     assert behind == webhook.name and endpoint.startswith(f"{pod.status.pod_ip}:")
+    # turning the webhook on left the node plugin's pod alone
+    assert real_node.chart.current.created <= webhook.created
 
 
 def test_the_disruption_budget_keeps_the_last_replica(real_node: RealNode, webhook: PluginPod) -> None:
