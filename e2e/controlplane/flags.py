@@ -49,6 +49,9 @@ def apiserver_args(
         f"--runtime-config={settings.RUNTIME_CONFIG}",
         # Endpoints may not hold loopback addresses; nothing in the tests needs the kubernetes Endpoints.
         "--endpoint-reconciler-type=none",
+        # No kube-proxy routes a Service's cluster IP: webhooks (and aggregated APIs) are called at an
+        # address from the Service's EndpointSlices instead.
+        "--enable-aggregator-routing=true",
         "--allow-privileged=true",
         "--profiling=false",
     ]

@@ -35,6 +35,12 @@ KCM_CONTROLLERS: Final[tuple[str, ...]] = (
     "device-taint-eviction-controller",
     # the chart's node plugin DaemonSet on the real node (e2e/realnode/chart.py)
     "daemonset-controller",
+    # the chart's admission webhook on the real node (e2e/scenarios/realnode/test_real_admission.py): its
+    # Deployment, its Service's endpoints, which the API server calls (--enable-aggregator-routing), its PDB
+    "deployment-controller",
+    "replicaset-controller",
+    "endpointslice-controller",
+    "disruption-controller",
     "resourcepoolstatusrequest-controller",
     "serviceaccount-controller",
     "serviceaccount-token-controller",

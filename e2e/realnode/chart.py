@@ -29,6 +29,7 @@ from e2e.controlplane.processes import is_alive
 from e2e.kube import Json, wait_for
 from e2e.node import REPO_ROOT, driver_slices, pool_complete
 from e2e.plugin_identity import SYSTEM_NS
+from e2e.realnode.config import REALNODE_LABEL, REALNODE_TAINT_KEY
 from e2e.realnode.driver import FakeDriverRoot
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.pod_logs import parse_cri_log
@@ -44,6 +45,8 @@ NODE_GROUP = "realnode"
 REGISTERED_EVENT = "registered with the kubelet"
 PLUGIN_LABELS = "app.kubernetes.io/name=tessera,app.kubernetes.io/component=node-plugin"
 CLEANUP_LABELS = "app.kubernetes.io/name=tessera,app.kubernetes.io/component=cleanup"
+ADMISSION = "tessera-admission"  # the webhook's Deployment, Service, Secret and configuration
+ADMISSION_LABELS = "app.kubernetes.io/name=tessera,app.kubernetes.io/component=admission"
 
 
 def _last_line(command: Sequence[str], what: str) -> Path:
@@ -211,6 +214,31 @@ class ChartPlugin:
 
     def uninstall(self, release: str = RELEASE) -> None:
         self.helm("uninstall", release, "--namespace", SYSTEM_NS, "--wait", "--timeout", "120s")
+
+    def webhook_values(self, *, port: int) -> Json:
+        """`admissionWebhook` for the real node. The host network, as for the plugin: a pod's own network here
+        is a tap device in its namespace with nothing behind it (config.cni_config), so the API server could
+        not reach a pod address. There the port is a host port, so one replica is all one node holds."""
+        return {
+            "admissionWebhook": {
+                "enabled": True,
+                "replicas": 1,
+                "hostNetwork": True,
+                "port": port,
+                "nodeSelector": {REALNODE_LABEL: "true"},
+                "tolerations": [{"key": REALNODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            }
+        }
+
+    def enable_webhook(self, *, port: int) -> None:
+        """`helm upgrade --reuse-values` with the webhook on, as a user turns it on for an installed release;
+        does not wait."""
+        path = self._values_file(ADMISSION, self.webhook_values(port=port))
+        args = ["upgrade", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--reuse-values", "-f", str(path)]
+        self.helm(*args)
+
+    def disable_webhook(self) -> None:
+        self.upgrade("admissionWebhook.enabled=false")
 
     def install_cleanup(self, *, metrics_port: int) -> None:
         values = self.values(metrics_port=metrics_port) | {"cleanup": {"enabled": True}}

@@ -129,8 +129,8 @@ def test_dynamic_mig_gets_the_smallest_profile_that_holds_it(
 
 
 def test_a_deployments_pods_and_volcanos_example(bed: SimCluster, ns: str, webhook: RunningWebhook) -> None:
-    # This control plane runs no deployment controller: the Pod is made from the template as the ReplicaSet
-    # controller would make it (generateName, no name), through the same admission.
+    # The Pod is made from the template as the ReplicaSet controller makes it (generateName, no name), through
+    # the same admission, so the test does not wait on a rollout.
     template = copy.deepcopy(example("hami-deployment.yaml")["spec"]["template"])
     replica = {"apiVersion": "v1", "kind": "Pod", **template}
     replica["metadata"] = {**template["metadata"], "generateName": "inference-"}

@@ -95,3 +95,37 @@ def test_rbac_grants_the_calls_the_webhook_makes() -> None:
     made = {m for m in calls if f".{m}(" in source}
     assert made == set(calls), "a new API call: add it here and to the chart's RBAC"
     assert {calls[m] for m in made} <= granted
+
+
+def test_host_network_port_placement_and_api_server_address() -> None:
+    """Where the API server cannot reach pod addresses (nor pods the Service's cluster IP): the webhook in
+    the node's network on a port of its own, placed by selector, reaching the API server as the plugin does.
+    """
+    objs = render(
+        "--set", "admissionWebhook.enabled=true", "--set", "admissionWebhook.hostNetwork=true",
+        "--set", "admissionWebhook.port=9443", "--set", "apiServer.host=10.0.0.1",
+        "--set", "apiServer.port=6443", "--set", "admissionWebhook.nodeSelector.pool=system",
+        "--set-json", 'admissionWebhook.tolerations=[{"key":"system","operator":"Exists"}]',
+    )  # fmt: skip
+    spec = objs[("Deployment", "tessera-admission")]["spec"]["template"]["spec"]
+    assert spec["hostNetwork"] is True and spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert spec["nodeSelector"] == {"pool": "system"}
+    assert spec["tolerations"] == [{"key": "system", "operator": "Exists"}]
+    container = spec["containers"][0]
+    assert "--port=9443" in container["args"]
+    assert container["ports"] == [{"name": "https", "containerPort": 9443}]
+    assert {e["name"]: e["value"] for e in container["env"]} == {
+        "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+        "KUBERNETES_SERVICE_PORT": "6443",
+    }
+    # the Service still reaches it by the port's name
+    (port,) = objs[("Service", "tessera-admission")]["spec"]["ports"]
+    assert port["targetPort"] == "https"
+
+
+def test_pod_network_by_default() -> None:
+    spec = render("--set", "admissionWebhook.enabled=true")[("Deployment", "tessera-admission")]["spec"]
+    pod = spec["template"]["spec"]
+    assert "hostNetwork" not in pod and "nodeSelector" not in pod and "tolerations" not in pod
+    container = pod["containers"][0]
+    assert "--port=8443" in container["args"] and "env" not in container

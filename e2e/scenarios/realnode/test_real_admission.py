@@ -1,0 +1,202 @@
+"""The admission webhook as it ships: `helm upgrade --set admissionWebhook.enabled=true` on the installed
+release, the webhook running as the chart's Deployment pod from our image on the real node, and the real
+kube-apiserver calling it through the chart's Service (resolved to the pod's EndpointSlice address) over TLS
+with the certificate the webhook made itself and patched into the MutatingWebhookConfiguration.
+
+A HAMi pod applied unchanged is rewritten to a claim template and runs on the real node with the limits it
+asked for, in its container; an invalid one is refused with the field named. The PodDisruptionBudget refuses
+to evict the last replica, and a deleted pod's replacement serves the same certificate. Afterwards the webhook
+is turned off again (its configuration has failurePolicy Fail) and its Secret removed."""
+
+from __future__ import annotations
+
+import base64
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from admission.convert import names
+from e2e.kube import Json, wait_for
+from e2e.kubelet_standin.errors import StandInError
+from e2e.plugin_identity import SYSTEM_NS
+from e2e.realnode.chart import ADMISSION, ADMISSION_LABELS, IMAGE_REPOSITORY, PluginPod
+from e2e.realnode.config import PROBE_IMAGE
+from e2e.realnode.node import RealNode
+from e2e.realnode.workloads import ProbeContainer, probe_pod
+from e2e.testbed import SimCluster
+from e2e.webhook import ca_bundle
+
+from .helpers import MIB, apply, limited_gpu, report, results, running
+
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+log = structlog.get_logger(__name__)
+
+LIMIT_MIB = 3000
+CORES = 30
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ready_endpoints(node: RealNode) -> dict[str, str]:
+    """The ready endpoints of the webhook Service's EndpointSlices, where the API server calls it: "ip:port"
+    → the pod behind it."""
+    slices = k8s.DiscoveryV1Api(node.api).list_namespaced_endpoint_slice(
+        SYSTEM_NS, label_selector=f"kubernetes.io/service-name={ADMISSION}"
+    )
+    found: dict[str, str] = {}
+    for s in slices.items:
+        ports = [p.port for p in s.ports or []]
+        for e in s.endpoints or []:
+            if e.conditions is not None and e.conditions.ready:
+                pod = e.target_ref.name if e.target_ref is not None else None
+                found |= {f"{a}:{p}": str(pod) for a in e.addresses for p in ports}
+    return found
+
+
+def _ca(node: RealNode) -> bytes:
+    """The CA in the Secret the webhook keeps its TLS in."""
+    secret = k8s.CoreV1Api(node.api).read_namespaced_secret(f"{ADMISSION}-tls", SYSTEM_NS)
+    assert secret.data is not None
+    return base64.b64decode(secret.data["ca.crt"])
+
+
+@pytest.fixture(scope="module")
+def webhook(real_node: RealNode) -> Iterator[PluginPod]:
+    port = _free_port()
+    chart = real_node.chart
+    started = time.monotonic()
+    chart.enable_webhook(port=port)
+    try:
+        pod = chart.wait_ready(labels=ADMISSION_LABELS, timeout_s=120)
+        wait_for("the caBundle in the webhook's configuration", lambda: ca_bundle(real_node.api))
+        wait_for(f"a ready endpoint of Service {ADMISSION}", lambda: _ready_endpoints(real_node))
+        log.info("realnode.webhook_serving", pod=pod.name, seconds=round(time.monotonic() - started, 1))
+        yield pod
+    finally:
+        chart.disable_webhook()
+        wait_for("the webhook's pods to go", lambda: not chart.pods(ADMISSION_LABELS), timeout_s=60)
+        try:  # the webhook made it, not helm: it outlives the release's objects
+            k8s.CoreV1Api(real_node.api).delete_namespaced_secret(f"{ADMISSION}-tls", SYSTEM_NS)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def hami_pod(name: str, node: RealNode, limits: dict[str, Any]) -> Json:
+    """HAMi's pod as its users write it (nvidia.com/* limits, no claim), with the probe in its container."""
+    pod = probe_pod(name, node=node.name, containers=[ProbeContainer("cuda", ("hold", "100"))])
+    del pod["spec"]["resourceClaims"]
+    pod["spec"]["containers"][0]["resources"] = {"limits": limits}
+    return pod
+
+
+def logged(pod: PluginPod, event: str, name: str) -> bool:
+    """Whether the webhook pod logged `event` for the Pod `name` (it answered that very call)."""
+    return any(e.get("event") == event and e.get("name") == name for e in pod.events())
+
+
+def test_the_webhook_pod_made_its_certificate_and_serves_through_the_service(
+    real_node: RealNode, webhook: PluginPod
+) -> None:
+    core = k8s.CoreV1Api(real_node.api)
+    pod = core.read_namespaced_pod(webhook.name, SYSTEM_NS)
+    assert pod.spec is not None and pod.status is not None
+    assert pod.spec.node_name == real_node.name
+    assert pod.spec.containers[0].image == f"{IMAGE_REPOSITORY}:{real_node.chart.image_tag}"
+    assert base64.b64decode(ca_bundle(real_node.api)).startswith(_ca(real_node))
+    [(endpoint, behind)] = _ready_endpoints(real_node).items()
+    assert behind == webhook.name and endpoint.startswith(f"{pod.status.pod_ip}:")
+    # turning the webhook on left the node plugin's pod alone
+    assert real_node.chart.current.created <= webhook.created
+
+
+def test_the_disruption_budget_keeps_the_last_replica(real_node: RealNode, webhook: PluginPod) -> None:
+    """A drain's eviction of the only webhook pod is refused: GPU pods keep being admitted."""
+    policy = k8s.PolicyV1Api(real_node.api)
+
+    def healthy() -> k8s.V1PodDisruptionBudgetStatus | None:
+        status = policy.read_namespaced_pod_disruption_budget_status(ADMISSION, SYSTEM_NS).status
+        return status if status is not None and status.current_healthy == 1 else None
+
+    status = wait_for("the budget to count the webhook pod", healthy)
+    assert status.desired_healthy == 1 and status.disruptions_allowed == 0
+    eviction = k8s.V1Eviction.model_validate({"metadata": {"name": webhook.name, "namespace": SYSTEM_NS}})
+    with pytest.raises(ApiException) as refused:
+        k8s.CoreV1Api(real_node.api).create_namespaced_pod_eviction(webhook.name, SYSTEM_NS, eviction)
+    assert refused.value.status == 429 and "disruption budget" in str(refused.value.body)
+
+
+def test_a_hami_pod_applied_unchanged_runs_with_its_limits(
+    bed: SimCluster, real_node: RealNode, real_ns: str, webhook: PluginPod
+) -> None:
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": LIMIT_MIB, "nvidia.com/gpucores": CORES}
+    apply(bed, real_ns, [hami_pod("hami", real_node, limits)])
+    pod = running(real_node, real_ns, "hami")
+    assert logged(webhook, "pod converted", "hami")
+
+    container = pod["spec"]["containers"][0]
+    assert container["image"] == PROBE_IMAGE
+    assert not any(k.startswith("nvidia.com/") for k in (container["resources"].get("limits") or {}))
+    [entry] = pod["spec"]["resourceClaims"]
+    assert entry["resourceClaimTemplateName"]
+    assert container["resources"]["claims"] == [{"name": entry["name"]}]
+    record = yaml.safe_load(pod["metadata"]["annotations"][names.CONVERTED_ANNOTATION])
+    assert record["containers"][0]["from"]["nvidia.com/gpumem"] == str(LIMIT_MIB)
+
+    [result] = results(real_node, real_ns, pod, entry["name"])
+    assert result["consumedCapacity"]["memory"] == f"{LIMIT_MIB}Mi"
+    assert str(result["consumedCapacity"]["cores"]) == str(CORES)
+    probe = report(real_node, pod, "cuda")
+    assert probe["cuInit"] == 0
+    env = probe["env"]
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{LIMIT_MIB}m"
+    assert env["CUDA_DEVICE_SM_LIMIT_0"] == str(CORES)
+    assert limited_gpu(probe)["total"] == LIMIT_MIB * MIB
+
+
+def test_an_invalid_hami_pod_is_refused_naming_the_field(
+    bed: SimCluster, real_node: RealNode, real_ns: str, webhook: PluginPod
+) -> None:
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": LIMIT_MIB, "nvidia.com/gpucores": 150}
+    with pytest.raises(StandInError) as refused:
+        apply(bed, real_ns, [hami_pod("too-many-cores", real_node, limits)])
+    text = str(refused.value)
+    assert "denied the request" in text
+    assert "spec.containers[0].resources.limits[nvidia.com/gpucores]: 150 is over 100" in text
+    assert logged(webhook, "pod refused", "too-many-cores")
+    assert k8s.CoreV1Api(real_node.api).list_namespaced_pod(real_ns).items == []
+
+
+def test_a_replaced_webhook_pod_keeps_the_certificate_and_admits(
+    bed: SimCluster, real_node: RealNode, real_ns: str, webhook: PluginPod
+) -> None:
+    """The Deployment replaces a deleted pod; the new one serves the CA and certificate kept in the Secret, so
+    the caBundle the API server trusts stays. Runs last: it replaces the module's webhook pod."""
+    chart, bundle, ca = real_node.chart, ca_bundle(real_node.api), _ca(real_node)
+    k8s.CoreV1Api(real_node.api).delete_namespaced_pod(webhook.name, SYSTEM_NS)
+    new: PluginPod = wait_for(
+        "the ReplicaSet's new webhook pod to be Ready",
+        lambda: next((p for p in chart.pods(ADMISSION_LABELS) if p.ready and p.uid != webhook.uid), None),
+        timeout_s=120,
+    )
+    wait_for(
+        "the Service to lead to the new pod", lambda: list(_ready_endpoints(real_node).values()) == [new.name]
+    )
+    assert (ca_bundle(real_node.api), _ca(real_node)) == (bundle, ca)
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": LIMIT_MIB, "nvidia.com/gpucores": CORES}
+    apply(bed, real_ns, [hami_pod("hami-again", real_node, limits)])
+    pod = running(real_node, real_ns, "hami-again")
+    [entry] = pod["spec"]["resourceClaims"]
+    assert entry["resourceClaimTemplateName"]
+    assert logged(new, "pod converted", "hami-again") and not logged(webhook, "pod converted", "hami-again")
