@@ -11,7 +11,6 @@ import base64
 import json
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -19,32 +18,13 @@ import structlog
 from admission.certs import Bundle, KeyPair
 from admission.convert.catalog import Catalog, from_slices
 from admission.convert.pod import Template
-from dra_driver.values.errors import ConfigError, TesseraError
+from dra_driver.values.errors import TesseraError
 
 log = structlog.get_logger()
 
 
 class ApiError(TesseraError):
     """An API call of the webhook failed; the message says which and why."""
-
-
-def api_client(kubeconfig: Path | None) -> Any:
-    """A `kubernetes.client.ApiClient` from the kubeconfig, or the pod's service account."""
-    from kubernetes import client as k8s  # noqa: PLC0415 - keeps `tessera convert` free of the client
-    from kubernetes import config as k8s_config  # noqa: PLC0415
-
-    configuration = k8s.Configuration()
-    try:
-        if kubeconfig is not None:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig), client_configuration=configuration
-            )
-        else:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except (k8s_config.ConfigException, OSError) as e:
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
-        raise ConfigError(f"cannot load API credentials from {where}: {e}; give --kubeconfig") from e
-    return k8s.ApiClient(configuration)
 
 
 def _status(e: Exception) -> int | None:

@@ -16,11 +16,12 @@ import structlog
 from admission.cli import options_from_args
 from admission.convert.catalog import Catalog, known_products
 from admission.convert.claims import Options
-from admission.kube import Kube, api_client
+from admission.kube import Kube
 from admission.review import admit
 from admission.rotation import CertDir, Rotation, SecretPlace, service_names, sync_once, utc_now
 from admission.server import Tls, WebhookServer
 from dra_driver.system import logs
+from dra_driver.system.api_client import api_client
 from dra_driver.values.errors import TesseraError
 
 log = structlog.get_logger()

@@ -30,6 +30,7 @@ from dra_driver.core.gpu_health import HealthPolicy
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.core.taints import gpu_taints
+from dra_driver.system.api_client import api_client
 from dra_driver.values.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
 from dra_driver.values.names import Family
 from kubelet_plugin.claims.api import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
@@ -87,25 +88,6 @@ def load_settings(path: Path | None, node_name: str) -> NodeSettings:
     if not isinstance(data, dict):
         raise ConfigError(f"--settings {path}: expected a NodeSettings mapping")
     return NodeSettings.from_mapping(data, node_name=node_name)
-
-
-def api_client(kubeconfig: Path | None) -> Any:
-    """A `kubernetes.client.ApiClient` from the kubeconfig file, or the pod's service account."""
-    from kubernetes import client as k8s  # noqa: PLC0415 - only needed with an API server
-    from kubernetes import config as k8s_config  # noqa: PLC0415
-
-    configuration = k8s.Configuration()
-    try:
-        if kubeconfig is not None:
-            k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-                config_file=str(kubeconfig), client_configuration=configuration
-            )
-        else:
-            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except (k8s_config.ConfigException, OSError) as e:
-        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "the in-cluster service account"
-        raise ConfigError(f"cannot load API credentials from {where}: {e}; give --kubeconfig") from e
-    return k8s.ApiClient(configuration)
 
 
 @dataclass(frozen=True, slots=True)
