@@ -11,7 +11,6 @@ import dataclasses
 import os
 import re
 import threading
-import uuid as uuidlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,10 @@ from typing import Any, TypeVar
 import pynvml
 import structlog
 
+from dra_driver.backends.device_nodes import char_major, mig_cap_nodes
+from dra_driver.backends.nvml_calls import has_code, text
 from dra_driver.backends.nvml_health import NvmlHealthWatcher
+from dra_driver.backends.nvml_topology import fabric, nvlink_ends
 from dra_driver.backends.sysfs import pci_place
 from dra_driver.core.families.published import pci_bus_id
 from dra_driver.core.profiles import find_product, profile_order
@@ -29,7 +31,6 @@ from dra_driver.values.model import (
     NO_NVLINK,
     Architecture,
     DeviceNode,
-    Fabric,
     FaultKind,
     Gpu,
     GpuFault,
@@ -51,8 +52,6 @@ log = structlog.get_logger(__name__)
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
-PROC_DEVICES = Path("/proc/devices")
-CAPS_ROOT = Path("/proc/driver/nvidia/capabilities")
 _CAPS_UNDER_PROC = Path("driver/nvidia/capabilities")
 
 _ARCHITECTURES = {
@@ -97,44 +96,6 @@ def multiprocessors_from_cores(cores: int, compute_capability: str) -> int:
     return cores // per_sm
 
 
-def char_major(name: str, proc_devices: Path = PROC_DEVICES) -> int | None:
-    """The major of a character device as the `Character devices:` section of /proc/devices lists it."""
-    try:
-        lines = proc_devices.read_text().splitlines()
-    except OSError:
-        return None
-    in_chars = False
-    for line in lines:
-        if line.strip().endswith("devices:"):
-            in_chars = line.strip() == "Character devices:"
-            continue
-        parts = line.split()
-        if in_chars and len(parts) == 2 and parts[1] == name and parts[0].isdigit():
-            return int(parts[0])
-    return None
-
-
-def cap_minor(access_file: Path) -> int:
-    """`DeviceFileMinor: N` from a /proc/driver/nvidia/capabilities/.../access file."""
-    try:
-        text = access_file.read_text()
-    except OSError as e:
-        raise MigError(f"cannot read MIG capability file {access_file}: {e.strerror}") from e
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "DeviceFileMinor" and value.strip().isdigit():
-            return int(value.strip())
-    raise MigError(f"MIG capability file {access_file} has no DeviceFileMinor line")
-
-
-def mig_cap_nodes(
-    *, gpu_minor: int, gi_id: int, ci_id: int, caps_major: int, caps_root: Path = CAPS_ROOT
-) -> tuple[DeviceNode, ...]:
-    base = caps_root / f"gpu{gpu_minor}" / "mig" / f"gi{gi_id}"
-    minors = (cap_minor(base / "access"), cap_minor(base / f"ci{ci_id}" / "access"))
-    return tuple(DeviceNode(f"/dev/nvidia-caps/nvidia-cap{m}", caps_major, m) for m in minors)
-
-
 def translate(e: pynvml.NVMLError, what: str, *, mig: bool = False) -> InventoryError:
     """Tessera's error for an NVML failure; the caller raises it `from e`."""
     code = getattr(e, "value", None)
@@ -152,14 +113,6 @@ def translate(e: pynvml.NVMLError, what: str, *, mig: bool = False) -> Inventory
     if code in (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED):
         return InventoryError(f"{message}: is the NVIDIA driver installed and libnvidia-ml.so.1 visible?")
     return (MigError if mig else InventoryError)(message)
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _is(e: pynvml.NVMLError, *codes: int) -> bool:
-    return getattr(e, "value", None) in codes
 
 
 def load_library(path: Path) -> None:
@@ -230,7 +183,7 @@ class NvmlBackend:
 
     def inventory(self) -> Inventory:
         with self._lock, self._nvml("reading the GPU inventory"):
-            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            driver = text(pynvml.nvmlSystemGetDriverVersion())
             cuda = cuda_version_text(pynvml.nvmlSystemGetCudaDriverVersion())
             count = pynvml.nvmlDeviceGetCount()
             gpus = self._gpus(count)
@@ -254,7 +207,7 @@ class NvmlBackend:
             try:
                 h = pynvml.nvmlDeviceGetHandleByIndex(i)
                 gpu = self._gpu(h)
-                links[gpu.uuid] = _nvlink_ends(h)
+                links[gpu.uuid] = nvlink_ends(h)
             except pynvml.NVMLError as e:
                 failed = self._failed(i, e)
                 if failed is None:
@@ -279,14 +232,14 @@ class NvmlBackend:
         last = next((g for g in self._last.values() if g.index == index), None)
         if last is None:
             return None
-        kind = FaultKind.LOST if _is(e, pynvml.NVML_ERROR_GPU_IS_LOST) else FaultKind.NVML_ERROR
+        kind = FaultKind.LOST if has_code(e, pynvml.NVML_ERROR_GPU_IS_LOST) else FaultKind.NVML_ERROR
         log.warning("nvml.gpu_failing", gpu=last.uuid, kind=kind.value, error=str(e))
         return dataclasses.replace(last, faults=(GpuFault(kind, detail=f"NVML: {e}"),))
 
     def _gpu(self, h: Any) -> Gpu:
         minor = pynvml.nvmlDeviceGetMinorNumber(h)
-        uuid = GpuUUID(_text(pynvml.nvmlDeviceGetUUID(h)))
-        name = _text(pynvml.nvmlDeviceGetName(h))
+        uuid = GpuUUID(text(pynvml.nvmlDeviceGetUUID(h)))
+        name = text(pynvml.nvmlDeviceGetName(h))
         cc_major, cc_minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
         cc = f"{cc_major}.{cc_minor}"
         known = find_product(name)
@@ -298,11 +251,11 @@ class NvmlBackend:
             current, _pending = pynvml.nvmlDeviceGetMigMode(h)
             mig_capable, mig_enabled = True, current == pynvml.NVML_DEVICE_MIG_ENABLE
         except pynvml.NVMLError as e:
-            if not _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
+            if not has_code(e, pynvml.NVML_ERROR_NOT_SUPPORTED):
                 raise
             mig_capable, mig_enabled = False, False
         profiles = self._profiles(h) if mig_capable else ()
-        bus_id = _text(pynvml.nvmlDeviceGetPciInfo(h).busId)
+        bus_id = text(pynvml.nvmlDeviceGetPciInfo(h).busId)
         place = pci_place(self._sysfs_root, bus_id)
         largest = max(profiles, key=lambda p: p.memory_slices, default=None)
         engines = known or largest
@@ -330,7 +283,7 @@ class NvmlBackend:
             pcie_root=place.pcie_root,
             numa_node=place.numa_node,
             numa_near=place.numa_near,
-            fabric=_fabric(h),
+            fabric=fabric(h),
         )
 
     def _profiles(self, h: Any) -> tuple[MigProfile, ...]:
@@ -339,12 +292,12 @@ class NvmlBackend:
             try:
                 info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, index)
             except pynvml.NVMLError as e:
-                if _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                if has_code(e, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_INVALID_ARGUMENT):
                     continue
                 raise
-            name = profile_name(_text(info.name))
+            name = profile_name(text(info.name))
             if name is None:
-                log.info("nvml.profile_skipped", name=_text(info.name), id=info.id)
+                log.info("nvml.profile_skipped", name=text(info.name), id=info.id)
                 continue
             placements = _possible_placements(h, info.id)
             found.append(
@@ -458,7 +411,7 @@ class NvmlBackend:
             try:
                 gi = pynvml.nvmlDeviceGetGpuInstanceById(h, gi_id)
             except pynvml.NVMLError as e:
-                if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+                if has_code(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
                     return  # already gone: destroy is idempotent
                 raise
             info = pynvml.nvmlGpuInstanceGetInfo(gi)
@@ -474,43 +427,6 @@ class NvmlBackend:
             self._watcher.stop()
         with self._nvml("shutting NVML down"):
             pynvml.nvmlShutdown()
-
-
-def _nvlink_ends(h: Any) -> tuple[bool, tuple[str, ...]]:
-    """Whether any active NVLink of the GPU ends at an NVSwitch, and the bus ids of GPUs its links end at.
-    On an HGX board every link ends at a switch, never at the peer GPU: only the remote device type tells
-    (HAMi's scoring saw no NVLink on 8 x H100 until it asked, HAMi #2103)."""
-    switch, peers = False, set()
-    for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-        try:
-            if pynvml.nvmlDeviceGetNvLinkState(h, link) != pynvml.NVML_FEATURE_ENABLED:
-                continue
-            kind = pynvml.nvmlDeviceGetNvLinkRemoteDeviceType(h, link)
-            if kind == pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH:
-                switch = True
-            elif kind == pynvml.NVML_NVLINK_DEVICE_TYPE_GPU:
-                peers.add(pci_bus_id(_text(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)))
-        except pynvml.NVMLError as e:
-            # past the GPU's last link (InvalidArgument), or no NVLink at all (NotSupported)
-            if _is(e, pynvml.NVML_ERROR_INVALID_ARGUMENT, pynvml.NVML_ERROR_NOT_SUPPORTED):
-                break
-            raise
-    return switch, tuple(sorted(peers))
-
-
-def _fabric(h: Any) -> Fabric | None:
-    """The GPU fabric the GPU has joined (NVSwitch/IMEX systems); None where there is none or not yet."""
-    info = pynvml.c_nvmlGpuFabricInfo_v2_t()
-    try:
-        pynvml.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
-    except pynvml.NVMLError as e:
-        if _is(e, pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-            return None
-        raise
-    if info.state != pynvml.NVML_GPU_FABRIC_STATE_COMPLETED or info.status != pynvml.NVML_SUCCESS:
-        return None
-    cluster = uuidlib.UUID(bytes=bytes(info.clusterUuid))
-    return Fabric(cluster_uuid=str(cluster), clique_id=int(info.cliqueId))
 
 
 def _brand(code: int) -> str:
@@ -557,9 +473,9 @@ def _mig_uuids(h: Any) -> dict[tuple[int, int], str]:
         try:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, i)
         except pynvml.NVMLError as e:
-            if _is(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
+            if has_code(e, pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_ERROR_INVALID_ARGUMENT):
                 continue
             raise
         key = (pynvml.nvmlDeviceGetGpuInstanceId(mig), pynvml.nvmlDeviceGetComputeInstanceId(mig))
-        found[key] = _text(pynvml.nvmlDeviceGetUUID(mig))
+        found[key] = text(pynvml.nvmlDeviceGetUUID(mig))
     return found

@@ -19,6 +19,7 @@ from typing import Any
 import pynvml
 import structlog
 
+from dra_driver.backends.nvml_calls import has_code, text
 from dra_driver.core.gpu_health import fault_from_xid
 from dra_driver.values.model import FaultKind, GpuFault
 from dra_driver.values.names import GpuUUID
@@ -39,10 +40,6 @@ def fault_of_event(event_type: int, event_data: int, gpu_instance: int = _WHOLE_
     if event_type & pynvml.nvmlEventTypeDoubleBitEccError:
         return GpuFault(kind=FaultKind.ECC_DBE, detail=where)
     return None
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 class NvmlHealthWatcher:
@@ -83,14 +80,14 @@ class NvmlHealthWatcher:
         try:
             events = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as e:
-            if getattr(e, "value", None) in _NO_EVENT_API:
+            if has_code(e, *_NO_EVENT_API):
                 log.info("nvml.events_unavailable", why=str(e))
                 return None
             raise
         uuids: dict[int, GpuUUID] = {}
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid = GpuUUID(_text(pynvml.nvmlDeviceGetUUID(h)))
+            uuid = GpuUUID(text(pynvml.nvmlDeviceGetUUID(h)))
             try:
                 mask = pynvml.nvmlDeviceGetSupportedEventTypes(h) & WATCHED_EVENTS
                 if mask:

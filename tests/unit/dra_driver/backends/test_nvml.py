@@ -8,13 +8,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from dra_driver.backends.device_nodes import cap_minor, char_major, mig_cap_nodes
 from dra_driver.backends.nvml import (
     NvmlBackend,
     architecture_of,
-    cap_minor,
-    char_major,
     cuda_version_text,
-    mig_cap_nodes,
     multiprocessors_from_cores,
     profile_name,
     translate,
