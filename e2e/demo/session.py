@@ -17,7 +17,7 @@ from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.demo import state as demo_state
 from e2e.examples import device_rows, example_files, load, table
 from e2e.fake_mps import mps_dir_for, stop_mps_daemons
-from e2e.kube import Kubectl, list_pods, pod_claim_name, wait_running
+from e2e.kube import Kubectl, list_claims, list_pods, pod_claim_name, wait_for, wait_running
 from e2e.kubelet_standin.errors import StandInError
 from e2e.node import BackendKind, SimNode
 from e2e.plugin_identity import SYSTEM_NS
@@ -41,20 +41,44 @@ def _create_namespace(api: k8s.ApiClient) -> None:
     wait_for_service_account(api, NAMESPACE)
 
 
+# Examples that want an idle node: aligned multi-GPU claims (4 GPUs under one NUMA node and NVLink domain).
+# The other examples spread over the H100 node's GPUs, so these run first, alone, are shown, and go again.
+ALONE = ("09-aligned-gpus.yaml",)
+
+
+def _apply_example(bed: SimCluster, path: Path) -> None:
+    names = [d["metadata"]["name"] for d in load(path) if d["kind"] == "Pod"]
+    bed.kubectl.apply_path(path, namespace=NAMESPACE)
+    started = time.monotonic()
+    for name in names:
+        remaining = max(1.0, POD_TIMEOUT_S - (time.monotonic() - started))
+        try:
+            wait_running(bed.api, NAMESPACE, name, timeout_s=remaining)
+        except StandInError:
+            print(f"    {name}: not running after {POD_TIMEOUT_S:.0f}s (see the table)", flush=True)
+    print(f"    {path.name}: {', '.join(names)}", flush=True)
+
+
 def _apply_examples(bed: SimCluster) -> None:
     # One file at a time, each waited for: the selective examples (by UUID, by type) get their GPUs before
     # the others could take them, so the demo comes out the same every time.
-    for path in example_files():
-        names = [d["metadata"]["name"] for d in load(path) if d["kind"] == "Pod"]
-        bed.kubectl.apply_path(path, namespace=NAMESPACE)
-        started = time.monotonic()
-        for name in names:
-            remaining = max(1.0, POD_TIMEOUT_S - (time.monotonic() - started))
-            try:
-                wait_running(bed.api, NAMESPACE, name, timeout_s=remaining)
-            except StandInError:
-                print(f"    {name}: not running after {POD_TIMEOUT_S:.0f}s (see the table)", flush=True)
-        print(f"    {path.name}: {', '.join(names)}", flush=True)
+    files = example_files()
+    alone = [p for p in files if p.name in ALONE]
+    for path in alone:
+        _apply_example(bed, path)
+    if alone:
+        print_table(bed)
+        for path in alone:
+            bed.kubectl.run("delete", f"--namespace={NAMESPACE}", "--wait=true", "-f", str(path))
+        wait_for(
+            "the aligned examples' claims to go",
+            lambda: not list_claims(bed.api, NAMESPACE),
+            timeout_s=POD_TIMEOUT_S,
+        )
+        print(f"    {', '.join(p.name for p in alone)}: deleted again, so the examples below have the GPUs\n")
+    for path in files:
+        if path not in alone:
+            _apply_example(bed, path)
 
 
 def _describe_one(bed: SimCluster) -> str:
