@@ -38,6 +38,17 @@ GATES: Final = (
 # without it drops the list and the slice is refused, so the scalar form is the default (docs/topology.md).
 LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
 
+
+def numa_list_advice() -> str:
+    """What a node with `numaNodeForm: list` on an API server without DRAListTypeAttributes is told."""
+    return (
+        f"numaNodeForm: list needs the {LIST_TYPE_ATTRIBUTES} feature gate on kube-apiserver, kube-scheduler "
+        "and kube-controller-manager (the API server without it drops list-valued attributes): "
+        "resource.kubernetes.io/numaNode is published as an int (the GPU's own NUMA node) meanwhile; turn "
+        "the gate on and restart the plugin, or set numaNodeForm: scalar: see docs/topology.md"
+    )
+
+
 # family → the gates without which the family is not published (whole GPUs need none beyond DRA itself)
 FAMILY_GATES: Final[dict[str, tuple[str, ...]]] = {
     "gpu": (),

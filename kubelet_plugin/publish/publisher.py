@@ -28,7 +28,8 @@ from kubernetes.client.exceptions import ApiException
 # ProtocolError): they become PublishError here, so `run` retries instead of dying.
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.core.cluster_features import sharing_advice
+from dra_driver.core.cluster_features import numa_list_advice, sharing_advice
+from dra_driver.core.families.published import has_numa_list, numa_list_unkept, scalar_numa
 from dra_driver.values.errors import PublishError, SliceRefusedError
 from dra_driver.values.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
 from kubelet_plugin import metrics
@@ -39,6 +40,7 @@ log = structlog.get_logger(__name__)
 
 DEGRADED_REASON = "ResourceSliceFieldsDropped"
 TAINTS_DROPPED_REASON = "DeviceTaintsDropped"
+NUMA_LIST_DROPPED_REASON = "NumaNodeListDropped"
 RESTORED_REASON = "ResourceSliceFieldsKept"
 
 
@@ -51,6 +53,7 @@ class PublishResult:
     conflicts: int = 0
     dropped: tuple[str, ...] = ()  # fields the API server did not keep
     taints_dropped: bool = False  # device taints the API server did not keep (DRADeviceTaints off)
+    numa_list_dropped: bool = False  # a list-valued numaNode it did not keep (DRAListTypeAttributes off)
 
     @property
     def writes(self) -> int:
@@ -84,6 +87,7 @@ class SlicePublisher:
         self._lock = threading.Lock()
         self.degraded = False
         self.taints_supported = True  # until the API server drops a device taint we wrote
+        self.numa_scalar = False  # numaNode written as an int: the API server did not keep the list
 
     @property
     def field_selector(self) -> str:
@@ -138,74 +142,93 @@ class SlicePublisher:
         return created, updated, deleted
 
     def publish(self, slices: Sequence[Json]) -> PublishResult:
-        """Make the pool on the API server equal `slices` (whose generation is ignored)."""
+        """Make the pool on the API server equal `slices` (whose generation is ignored). A list-valued
+        numaNode the API server does not keep (DRAListTypeAttributes off) is an int from then on."""
         with self._lock:
-            for s in slices:
-                if s["spec"].get("nodeName") != self._node or s["spec"].get("driver") != self._driver:
-                    raise PublishError(
-                        f"slice {s['metadata']['name']} is not for node {self._node}/{self._driver}"
-                    )
-            conflicts = 0
-            totals = [0, 0, 0]
-            while True:
-                existing, _ = self.list_existing()
-                p = plan(slices, existing)
-                if not p.actions:
-                    # Already as wanted (e.g. after a restart): adopt what is there as our own writes.
-                    self._written = _versions(existing)
-                try:
-                    for i, n in enumerate(self._apply(p)):
-                        totals[i] += n
-                    break
-                except ApiException as e:
-                    if e.status == 422:
-                        refused = f"ResourceSlices of node {self._node}: {_status_message(e)}"
-                        raise SliceRefusedError(f"the API server refused {refused}") from e
-                    if e.status != 409 or conflicts >= self._max_conflicts:
-                        raise PublishError(
-                            f"writing ResourceSlices of node {self._node}: {e.status} {e.reason}: {e.body}"
-                        ) from e
-                    conflicts += 1
-                    log.info("publisher.conflict", node=self._node, attempt=conflicts)
-                    time.sleep(min(0.05 * 2**conflicts, 1.0))
-                except TransportError as e:
-                    raise PublishError(
-                        f"writing ResourceSlices of node {self._node}: API server unreachable: {e}"
-                    ) from e
-            dropped: tuple[str, ...] = ()
-            if p.actions:
-                stored, _ = self.list_existing()
-                dropped = tuple(dropped_fields([s for s in slices], stored))
-            for verb, n in zip(("create", "update", "delete"), totals, strict=True):
-                if n:
-                    metrics.SLICE_WRITES.labels(verb).inc(n)
-            if conflicts:
-                metrics.SLICE_CONFLICTS.inc(conflicts)
-            taint_paths = tuple(d for d in dropped if _is_taint(d))
-            dropped = tuple(d for d in dropped if not _is_taint(d))
-            result = PublishResult(
-                p.generation,
-                created=totals[0],
-                updated=totals[1],
-                deleted=totals[2],
-                conflicts=conflicts,
-                dropped=dropped,
-                taints_dropped=bool(taint_paths),
-            )
-            log.info(
-                "publisher.published",
-                node=self._node,
-                generation=result.generation,
-                slices=len(slices),
-                created=result.created,
-                updated=result.updated,
-                deleted=result.deleted,
-            )
-            if result.degraded:
-                self._degrade(result.dropped)
-            if result.taints_dropped and self.taints_supported:
-                self._no_taints()
+            if self.numa_scalar:
+                return self._publish(scalar_numa(slices))
+            try:
+                result = self._publish(slices)
+            except SliceRefusedError as e:
+                if not (has_numa_list(slices) and numa_list_unkept([str(e)])):
+                    raise
+                self._no_numa_list()
+                return self._publish(scalar_numa(slices))
+            if result.numa_list_dropped:
+                self._no_numa_list()
+                return self._publish(scalar_numa(slices))
             return result
+
+    def _publish(self, slices: Sequence[Json]) -> PublishResult:
+        """One publication of exactly `slices`; the caller holds the lock."""
+        for s in slices:
+            if s["spec"].get("nodeName") != self._node or s["spec"].get("driver") != self._driver:
+                raise PublishError(
+                    f"slice {s['metadata']['name']} is not for node {self._node}/{self._driver}"
+                )
+        conflicts = 0
+        totals = [0, 0, 0]
+        while True:
+            existing, _ = self.list_existing()
+            p = plan(slices, existing)
+            if not p.actions:
+                # Already as wanted (e.g. after a restart): adopt what is there as our own writes.
+                self._written = _versions(existing)
+            try:
+                for i, n in enumerate(self._apply(p)):
+                    totals[i] += n
+                break
+            except ApiException as e:
+                if e.status == 422:
+                    refused = f"ResourceSlices of node {self._node}: {_status_message(e)}"
+                    raise SliceRefusedError(f"the API server refused {refused}") from e
+                if e.status != 409 or conflicts >= self._max_conflicts:
+                    raise PublishError(
+                        f"writing ResourceSlices of node {self._node}: {e.status} {e.reason}: {e.body}"
+                    ) from e
+                conflicts += 1
+                log.info("publisher.conflict", node=self._node, attempt=conflicts)
+                time.sleep(min(0.05 * 2**conflicts, 1.0))
+            except TransportError as e:
+                raise PublishError(
+                    f"writing ResourceSlices of node {self._node}: API server unreachable: {e}"
+                ) from e
+        dropped: tuple[str, ...] = ()
+        if p.actions:
+            stored, _ = self.list_existing()
+            dropped = tuple(dropped_fields([s for s in slices], stored))
+        for verb, n in zip(("create", "update", "delete"), totals, strict=True):
+            if n:
+                metrics.SLICE_WRITES.labels(verb).inc(n)
+        if conflicts:
+            metrics.SLICE_CONFLICTS.inc(conflicts)
+        taint_paths = tuple(d for d in dropped if _is_taint(d))
+        numa_paths = tuple(d for d in dropped if numa_list_unkept([d]))
+        dropped = tuple(d for d in dropped if not _is_taint(d) and d not in numa_paths)
+        result = PublishResult(
+            p.generation,
+            created=totals[0],
+            updated=totals[1],
+            deleted=totals[2],
+            conflicts=conflicts,
+            dropped=dropped,
+            taints_dropped=bool(taint_paths),
+            numa_list_dropped=bool(numa_paths),
+        )
+        log.info(
+            "publisher.published",
+            node=self._node,
+            generation=result.generation,
+            slices=len(slices),
+            created=result.created,
+            updated=result.updated,
+            deleted=result.deleted,
+        )
+        if result.degraded:
+            self._degrade(result.dropped)
+        if result.taints_dropped and self.taints_supported:
+            self._no_taints()
+        return result
 
     def _degrade(self, dropped: Sequence[str], *, refused: bool = False) -> None:
         self.degraded = True
@@ -236,6 +259,13 @@ class SlicePublisher:
         log.error("publisher.taints_dropped", node=self._node, message=message)
         if self._events is not None:
             self._events.warn(reason=TAINTS_DROPPED_REASON, message=message)
+
+    def _no_numa_list(self) -> None:
+        self.numa_scalar = True
+        message = numa_list_advice()
+        log.error("publisher.numa_list_dropped", node=self._node, message=message)
+        if self._events is not None:
+            self._events.warn(reason=NUMA_LIST_DROPPED_REASON, message=message)
 
     # -- leaving the fallback ----------------------------------------------------------------------
 

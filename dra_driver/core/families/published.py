@@ -7,7 +7,8 @@ consumes all of it, a MIG placement its slices and engines. DESIGN: docs/archite
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
 from dra_driver.core.families.base import Json
@@ -102,6 +103,32 @@ def topology_attributes(gpu: Gpu, numa_form: NumaForm = NumaForm.SCALAR) -> Json
         scalar = numa_form is NumaForm.SCALAR
         attrs[NUMA_NODE_ATTRIBUTE] = {"int": gpu.numa_node} if scalar else {"ints": nodes}
     return attrs
+
+
+def has_numa_list(slices: Sequence[Json]) -> bool:
+    """Whether any device of `slices` publishes `resource.kubernetes.io/numaNode` list-valued."""
+    return any("ints" in (d.get("attributes") or {}).get(NUMA_NODE_ATTRIBUTE, {}) for d in _devices(slices))
+
+
+def scalar_numa(slices: Sequence[Json]) -> list[Json]:
+    """`slices` with every list-valued numaNode written as an int, the device's own node (the list's first):
+    what an API server without DRAListTypeAttributes keeps, so `matchAttribute` on numaNode still works."""
+    out = [copy.deepcopy(dict(s)) for s in slices]
+    for d in _devices(out):
+        value = (d.get("attributes") or {}).get(NUMA_NODE_ATTRIBUTE)
+        if value is not None and value.get("ints"):
+            d["attributes"][NUMA_NODE_ATTRIBUTE] = {"int": value["ints"][0]}
+    return out
+
+
+def numa_list_unkept(answers: Sequence[str]) -> bool:
+    """Whether the API server's answers to a write (fields it dropped, or why it refused a slice) name
+    numaNode: without DRAListTypeAttributes it drops the list, and 1.36/1.37 refuse the emptied attribute."""
+    return any(NUMA_NODE_ATTRIBUTE in a for a in answers)
+
+
+def _devices(slices: Sequence[Json]) -> list[Json]:
+    return [d for s in slices for d in (s.get("spec") or {}).get("devices") or []]
 
 
 def nvlink_domain(gpu: Gpu, inventory: Inventory) -> str | None:

@@ -7,7 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from dra_driver.core.families.published import NumaForm, nvlink_domain
+from dra_driver.core.families.published import (
+    NumaForm,
+    has_numa_list,
+    numa_list_unkept,
+    nvlink_domain,
+    scalar_numa,
+)
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.values.errors import ConfigError
@@ -59,6 +65,29 @@ def test_the_list_form_of_numa_node_names_the_nearest_nodes_too() -> None:
     gpu = replace(placed(0, root="pci0000:15", numa=5), numa_near=(4, 6, 7))
     attrs = published(make_inventory(gpu), NodeSettings(node_name="n", numa_node_form=NumaForm.LIST))
     assert {str(a[NUMA_NODE_ATTRIBUTE]) for a in attrs.values()} == {str({"ints": [5, 4, 6, 7]})}
+
+
+def test_the_scalar_fallback_of_the_list_form_is_the_scalar_form() -> None:
+    # What the publisher writes once the API server drops the list: the default setting's slices, exactly.
+    gpus = [replace(placed(i, root="pci0000:15", numa=i // 2), numa_near=(1 - i // 2,)) for i in range(4)]
+    inv = make_inventory(*gpus)
+    listed = build_slices(inv, NodeSettings(node_name="n", numa_node_form=NumaForm.LIST))
+    scalar = build_slices(inv, NodeSettings(node_name="n"))
+    assert has_numa_list(listed) and not has_numa_list(scalar)
+    assert scalar_numa(listed) == scalar
+    assert scalar_numa(scalar) == scalar
+    assert has_numa_list(listed)  # the slices it was given are left as they were
+
+
+def test_only_answers_that_name_numa_node_mean_the_list_was_not_kept() -> None:
+    refused = (
+        'ResourceSlice "n-gpu-1" is invalid: [spec.devices[0].attributes[resource.kubernetes.io/numaNode]: '
+        'Invalid value: "": must specify one of: `int`, `bool`, `string`, `version`, `ints`, …]'
+    )
+    assert numa_list_unkept([refused])
+    assert numa_list_unkept(["n-gpu-1: spec.devices[3].attributes.resource.kubernetes.io/numaNode"])
+    assert not numa_list_unkept(["n-gpu-1: spec.sharedCounters", "n-gpu-1: spec.devices[0].taints"])
+    assert not numa_list_unkept([])
 
 
 def test_a_gpu_the_node_says_nothing_about_publishes_what_it_did_before() -> None:
