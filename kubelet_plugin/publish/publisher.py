@@ -304,7 +304,9 @@ class SlicePublisher:
     def try_restore(self, desired: Callable[[bool], Sequence[Json]]) -> None:
         """While degraded (or without device taints): when the API server now keeps what it dropped, leave the
         fallback, so the next publish is the full pool again."""
-        dropped = self.probe(with_probe_taint(desired(False)))
+        full = desired(False)
+        # A list-valued numaNode the server does not keep is no field of this fallback: ask about the int.
+        dropped = self.probe(with_probe_taint(scalar_numa(full) if self.numa_scalar else full))
         taints_kept = not any(_is_taint(d) for d in dropped)
         fields_kept = not any(not _is_taint(d) for d in dropped)
         restored = []
