@@ -35,7 +35,8 @@ GATES: Final = (
 
 # List-valued attributes (KEP-5491), alpha and off by default in 1.36 and 1.37: the list form of
 # resource.kubernetes.io/numaNode (NodeSettings numaNodeForm: list) needs it on every component; an API server
-# without it drops the list and the slice is refused, so the scalar form is the default (docs/topology.md).
+# without it drops the list and refuses the slice, so the scalar form is the default, and the publisher falls
+# back to it where the list is refused (numa_list_advice, docs/topology.md).
 LIST_TYPE_ATTRIBUTES: Final = "DRAListTypeAttributes"
 
 

@@ -82,8 +82,8 @@ def gpu_attributes(gpu: Gpu, inventory: Inventory, family: Family) -> Json:
 class NumaForm(StrEnum):
     """How `resource.kubernetes.io/numaNode` is written (KEP-6072): an int, which every release accepts, or
     the list (own node first, then the nodes at the nearest distance) that needs DRAListTypeAttributes (alpha,
-    off by default) on every component; as with the upstream helper the administrator chooses, nothing
-    probes."""
+    off by default) on every component; the administrator chooses, and where the API server does not keep the
+    list the publisher falls back to the int (`scalar_numa`)."""
 
     SCALAR = "scalar"
     LIST = "list"

@@ -18,6 +18,7 @@ from dra_driver.core.cluster_features import (
     SHARED_FAMILIES,
     SHARING_GATES,
     enforceable_families,
+    numa_list_advice,
     server_minor,
     sharing_advice,
     unenforced_message,
@@ -86,3 +87,11 @@ def test_the_message_names_the_bug_the_fix_and_the_families() -> None:
     text = unenforced_message("v1.35.4", frozenset({"vgpu", "mps"}))
     assert text.startswith("not publishing mps, vgpu: kube-scheduler v1.35.4")
     assert "#139040" in text and "1.36" in text and "nodeGroups[].families" in text
+
+
+def test_the_numa_list_advice_names_the_setting_the_gate_and_where_it_goes() -> None:
+    message = numa_list_advice()
+    assert message.startswith("numaNodeForm: list needs the DRAListTypeAttributes feature gate")
+    for component in ("kube-apiserver", "kube-scheduler", "kube-controller-manager"):
+        assert component in message
+    assert "published as an int" in message and "docs/topology.md" in message
