@@ -44,7 +44,7 @@ def numa_list_advice() -> str:
     """What a node with `numaNodeForm: list` on an API server without DRAListTypeAttributes is told."""
     return (
         f"numaNodeForm: list needs the {LIST_TYPE_ATTRIBUTES} feature gate on kube-apiserver, kube-scheduler "
-        "and kube-controller-manager (the API server without it drops list-valued attributes): "
+        "and kube-controller-manager (an API server without it drops the list and refuses the slice): "
         "resource.kubernetes.io/numaNode is published as an int (the GPU's own NUMA node) meanwhile; turn "
         "the gate on and restart the plugin, or set numaNodeForm: scalar: see docs/topology.md"
     )
