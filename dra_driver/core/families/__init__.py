@@ -72,23 +72,27 @@ def config_kinds() -> tuple[ConfigKind, ...]:
     return tuple(f.config for f in FAMILIES)
 
 
-# The families that opt into a capability (protocol.py), in the families' order.
+# The families that opt into a capability (protocol.py), in the families' order; found once, as FAMILIES is.
+_RECORDING = tuple(f for f in FAMILIES if isinstance(f, Recording))
+_PLACING = tuple(f for f in FAMILIES if isinstance(f, Placing))
+_TIME_SLICED = tuple(f for f in FAMILIES if isinstance(f, TimeSliced))
+_CLAIM_WIDE = tuple(f for f in FAMILIES if isinstance(f, ClaimWide))
 
 
 def recording() -> tuple[Recording[Any, Any, Any], ...]:
-    return tuple(f for f in FAMILIES if isinstance(f, Recording))
+    return _RECORDING
 
 
 def placing() -> tuple[Placing[Any, Any, Any], ...]:
-    return tuple(f for f in FAMILIES if isinstance(f, Placing))
+    return _PLACING
 
 
 def time_sliced() -> tuple[TimeSliced[Any, Any, Any], ...]:
-    return tuple(f for f in FAMILIES if isinstance(f, TimeSliced))
+    return _TIME_SLICED
 
 
 def claim_wide() -> tuple[ClaimWide[Any, Any, Any], ...]:
-    return tuple(f for f in FAMILIES if isinstance(f, ClaimWide))
+    return _CLAIM_WIDE
 
 
 def library_limits(d: AnyPlanned) -> LibraryLimits | None:
