@@ -31,6 +31,7 @@ pytestmark = [
 @dataclass(frozen=True)
 class Run:
     lines: list[str]
+    log: str
     seconds: float
 
     def field(self, name: str) -> str:
@@ -42,7 +43,7 @@ def run_build(*args: str) -> Run:
     start = time.monotonic()
     result = subprocess.run(["bash", str(BUILD_SH), *args], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
-    return Run(lines=result.stdout.splitlines(), seconds=time.monotonic() - start)
+    return Run(lines=result.stdout.splitlines(), log=result.stderr, seconds=time.monotonic() - start)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,9 @@ def test_the_summary_and_the_skip(runs: tuple[Run, Run, Run]) -> None:
     assert first.field("image") == build.image_name(build.facts())
     assert first.field("archive") == first.lines[-1] and Path(first.lines[-1]).is_file()
     assert skipped.lines == first.lines
-    assert skipped.seconds < 10, "an unchanged tree is not built again"
+    # the stamp decides, not the clock: a loaded machine hashes the tree slowly, but never as slowly as a build
+    assert "up to date: " in skipped.log and "up to date: " not in first.log
+    assert skipped.seconds < first.seconds / 2, "an unchanged tree is not built again"
 
 
 def test_size_within_the_target(runs: tuple[Run, Run, Run]) -> None:
