@@ -199,9 +199,9 @@ def test_the_daemon_replaces_an_mps_control_daemon_that_died_without_a_restart(r
         while time.monotonic() < deadline:
             # the daemon starts the new control daemon, then links every claim to it: done when both are
             states = control.running()
-            if states and states[0].pid not in (None, old) and states[0].answering:
-                if control.problem(gpu_uuid=gpu) is None:
-                    break
+            new = bool(states) and states[0].pid not in (None, old) and states[0].answering
+            if new and control.problem(gpu_uuid=gpu) is None:
+                break
             time.sleep(0.1)
         assert [(s.gpu_uuid, s.answering) for s in control.running()] == [(gpu, True)]
         assert control.running()[0].pid != old and control.problem(gpu_uuid=gpu) is None

@@ -71,7 +71,7 @@ def test_the_summary_and_the_skip(runs: tuple[Run, Run, Run]) -> None:
     assert first.field("image") == build.image_name(build.facts())
     assert first.field("archive") == first.lines[-1] and Path(first.lines[-1]).is_file()
     assert skipped.lines == first.lines
-    # the stamp decides, not the clock: a loaded machine hashes the tree slowly, but never as slowly as a build
+    # the stamp decides, not the clock: a loaded machine hashes slowly, but never as slowly as it builds
     assert "up to date: " in skipped.log and "up to date: " not in first.log
     assert skipped.seconds < first.seconds / 2, "an unchanged tree is not built again"
 
