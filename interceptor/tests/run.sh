@@ -399,18 +399,20 @@ bg normal_priority_held_while_view_holds env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD=
 collect
 
 echo "== guarantee and ceiling (burst): the node daemon's arbiter and two claims on one simulated GPU"
-# the lines `make bench` prints, with shorter runs; a miss is measured once more (a busy machine only lowers
-# shares and delays starts)
+# the lines `make bench` prints, with shorter runs; a miss is measured again, at most twice, as the shares
+# above are (a busy machine only lowers shares and delays starts; and the wake time has a tail of its own:
+# about 1 in 20 runs on an idle machine passes 100 ms, docs/gpu-sharing.md)
 PY=${PYTHON:-python3}
 source tests/burst.sh
 if (cd .. && "$PY" -c 'import kubelet_plugin.hosts.vgpu.arbiter') 2>/dev/null; then
     BURST_SECS=2
     TESSERA_SM_WINDOW_US=50000 burst_lines
-    if [ "$burst_fails" -gt 0 ]; then
+    for again in 1 2; do
+        [ "$burst_fails" -gt 0 ] || break
         echo "  (measured again)"
         burst_fails=0
         TESSERA_SM_WINDOW_US=50000 burst_lines
-    fi
+    done
     pass=$((pass + 5 - burst_fails))
     fail=$((fail + burst_fails))
 else
