@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TypeVar
 
 from dra_driver.core import families as registry
@@ -32,6 +33,7 @@ from dra_driver.values.errors import ConfigError
 from dra_driver.values.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
 T = TypeVar("T")
+C = TypeVar("C", bound=StrEnum)
 _OWN_FIELDS = ("families", "deviceOrder", "numaNodeForm", "nodeName")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -60,9 +62,9 @@ class NodeSettings:
         if bad:
             raise ConfigError(f"families: {bad[0]!r} is not one of {', '.join(registry.names())}")
         if not isinstance(self.device_order, DeviceOrder):
-            raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_orders()}")
+            raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_one_of(DeviceOrder)}")
         if not isinstance(self.numa_node_form, NumaForm):
-            raise ConfigError(f"numaNodeForm: {self.numa_node_form!r} is not one of {_numa_forms()}")
+            raise ConfigError(f"numaNodeForm: {self.numa_node_form!r} is not one of {_one_of(NumaForm)}")
 
     def offers(self, family: Family) -> bool:
         return family in self.families
@@ -103,32 +105,23 @@ class NodeSettings:
         return cls(
             node_name=name,
             families=frozenset(families),
-            device_order=_decode_order(data.get("deviceOrder", DeviceOrder.FRAGMENTATION_AWARE.value)),
-            numa_node_form=_decode_numa_form(data.get("numaNodeForm", NumaForm.SCALAR.value)),
+            device_order=_choice(
+                "deviceOrder", DeviceOrder, data.get("deviceOrder", DeviceOrder.FRAGMENTATION_AWARE)
+            ),
+            numa_node_form=_choice("numaNodeForm", NumaForm, data.get("numaNodeForm", NumaForm.SCALAR)),
             family=decoded_settings(declared, {k: v for k, v in data.items() if k in declared}),
         )
 
 
-def _orders() -> str:
-    return ", ".join(o.value for o in DeviceOrder)
+def _one_of(kind: type[C]) -> str:
+    return ", ".join(c.value for c in kind)
 
 
-def _decode_order(raw: object) -> DeviceOrder:
+def _choice(key: str, kind: type[C], raw: object) -> C:
     try:
-        return DeviceOrder(str(raw))
+        return kind(str(raw))
     except ValueError as e:
-        raise ConfigError(f"deviceOrder: {raw!r} is not one of {_orders()}") from e
-
-
-def _numa_forms() -> str:
-    return ", ".join(f.value for f in NumaForm)
-
-
-def _decode_numa_form(raw: object) -> NumaForm:
-    try:
-        return NumaForm(str(raw))
-    except ValueError as e:
-        raise ConfigError(f"numaNodeForm: {raw!r} is not one of {_numa_forms()}") from e
+        raise ConfigError(f"{key}: {raw!r} is not one of {_one_of(kind)}") from e
 
 
 def family_settings(**raw: object) -> FamilySettings:
