@@ -23,6 +23,17 @@ class Nic:
     numa_node: int
 
 
+# The NICs beside e2e/nodes/h100x8.yaml's GPUs: one under each of the first two root complexes, two under
+# the third (GPUs 4 and 5), one under the last. Only pci0000:55 can give 2 GPUs + 2 NICs under one root.
+HGX_NICS = (
+    Nic("nic-0", "pci0000:15", 0),
+    Nic("nic-1", "pci0000:35", 0),
+    Nic("nic-2", "pci0000:55", 1),
+    Nic("nic-3", "pci0000:55", 1),
+    Nic("nic-4", "pci0000:75", 1),
+)
+
+
 def nic_slice(node: str, nics: Sequence[Nic]) -> Json:
     """The driver's one slice on `node`: a pool of its own, named after the node as Tessera's is."""
     return {

@@ -18,21 +18,14 @@ from e2e.bench import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
 from e2e.examples import device_class_files, load
 from e2e.kube import Kubectl
-from e2e.nic_driver import Nic, aligned_claim, nic_class, nic_slice
+from e2e.nic_driver import HGX_NICS, aligned_claim, nic_class, nic_slice
 from e2e.published_node import NODES_DIR, published_node
 from e2e.verdicts import explain_verdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 NODE = "align-h100x8"
-# One NIC under the first two root complexes, two under the third (GPUs 4 and 5), one under the last.
-NICS = (
-    Nic("nic-0", "pci0000:15", 0),
-    Nic("nic-1", "pci0000:35", 0),
-    Nic("nic-2", "pci0000:55", 1),
-    Nic("nic-3", "pci0000:55", 1),
-    Nic("nic-4", "pci0000:75", 1),
-)
+NICS = HGX_NICS
 
 
 @pytest.fixture(scope="module")

@@ -13,20 +13,12 @@ import yaml
 from dra_driver.explain.cli import main
 from dra_driver.explain.command import EXIT_DOES_NOT_FIT, EXIT_FITS
 from dra_driver.values.names import NUMA_NODE_ATTRIBUTE
-from e2e.nic_driver import Nic, aligned_claim, nic_class, nic_slice
+from e2e.nic_driver import HGX_NICS, Nic, aligned_claim, nic_class, nic_slice
 
 REPO = Path(__file__).resolve().parents[4]
 H100X8 = REPO / "e2e" / "nodes" / "h100x8.yaml"
 NODE = "sim-h100x8"
-# One NIC under the first two root complexes, two under the third, one under the last: only pci0000:55
-# (GPUs 4 and 5) can give 2 GPUs + 2 NICs under one root.
-NICS = (
-    Nic("nic-0", "pci0000:15", 0),
-    Nic("nic-1", "pci0000:35", 0),
-    Nic("nic-2", "pci0000:55", 1),
-    Nic("nic-3", "pci0000:55", 1),
-    Nic("nic-4", "pci0000:75", 1),
-)
+NICS = HGX_NICS
 
 
 def explain(tmp_path: Path, capsys: pytest.CaptureFixture[str], *, nics: int) -> tuple[int, dict[str, Any]]:
