@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
@@ -20,7 +21,7 @@ from e2e.examples import device_class_files, load
 from e2e.kube import Kubectl
 from e2e.nic_driver import HGX_NICS, aligned_claim, nic_class, nic_slice
 from e2e.published_node import NODES_DIR, published_node
-from e2e.verdicts import explain_verdict, scheduler_verdict
+from e2e.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -49,19 +50,29 @@ def aligned_node(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterato
                 resource.delete_resource_slice(body["metadata"]["name"])
 
 
+def explain_then_schedule(
+    control_plane: ControlPlane, api: k8s.ApiClient, namespace: str, *, claim: str, pod: str, nics: int
+) -> tuple[int, dict[str, Any], SchedulerVerdict]:
+    """A claim for 2 GPUs + `nics` NICs under one pcieRoot: explain's prediction, asked before the pod exists,
+    then kube-scheduler's decision for a pod using it on the node."""
+    body = aligned_claim(claim, namespace, gpus=2, nics=nics)
+    k8s.ResourceV1Api(api).create_namespaced_resource_claim(
+        namespace, k8s.ResourceV1ResourceClaim.model_validate(body)
+    )
+    code, predicted = explain_verdict(
+        [f"{namespace}/{claim}"], node=NODE, kubeconfig=control_plane.kubeconfig
+    )
+    manifest = bench_pod(pod, claim=claim, node_selector={"kubernetes.io/hostname": NODE})
+    k8s.CoreV1Api(api).create_namespaced_pod(namespace, k8s.V1Pod.model_validate(manifest))
+    return code, predicted, scheduler_verdict(api, namespace, pod, claim_name=lambda _pod: claim)
+
+
 def test_two_gpus_and_two_nics_land_under_one_pcie_switch(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, e2e_namespace: str, aligned_node: dict[str, str]
 ) -> None:
-    claim = aligned_claim("gpus-and-nics", e2e_namespace, gpus=2, nics=2)
-    k8s.ResourceV1Api(k8s_api).create_namespaced_resource_claim(
-        e2e_namespace, k8s.ResourceV1ResourceClaim.model_validate(claim)
+    code, predicted, verdict = explain_then_schedule(
+        control_plane, k8s_api, e2e_namespace, claim="gpus-and-nics", pod="aligned", nics=2
     )
-    code, predicted = explain_verdict(
-        [f"{e2e_namespace}/gpus-and-nics"], node=NODE, kubeconfig=control_plane.kubeconfig
-    )
-    body = bench_pod("aligned", claim="gpus-and-nics", node_selector={"kubernetes.io/hostname": NODE})
-    k8s.CoreV1Api(k8s_api).create_namespaced_pod(e2e_namespace, k8s.V1Pod.model_validate(body))
-    verdict = scheduler_verdict(k8s_api, e2e_namespace, "aligned", claim_name=lambda _pod: "gpus-and-nics")
     assert verdict.bound, verdict.message
     by_request: dict[str, list[str]] = {}
     for r in verdict.results:
@@ -86,15 +97,8 @@ def test_two_gpus_and_two_nics_land_under_one_pcie_switch(
 def test_no_pcie_switch_has_three_nics(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, e2e_namespace: str, aligned_node: dict[str, str]
 ) -> None:
-    claim = aligned_claim("three-nics", e2e_namespace, gpus=2, nics=3)
-    k8s.ResourceV1Api(k8s_api).create_namespaced_resource_claim(
-        e2e_namespace, k8s.ResourceV1ResourceClaim.model_validate(claim)
+    code, predicted, verdict = explain_then_schedule(
+        control_plane, k8s_api, e2e_namespace, claim="three-nics", pod="three", nics=3
     )
-    code, predicted = explain_verdict(
-        [f"{e2e_namespace}/three-nics"], node=NODE, kubeconfig=control_plane.kubeconfig
-    )
-    body = bench_pod("three", claim="three-nics", node_selector={"kubernetes.io/hostname": NODE})
-    k8s.CoreV1Api(k8s_api).create_namespaced_pod(e2e_namespace, k8s.V1Pod.model_validate(body))
-    verdict = scheduler_verdict(k8s_api, e2e_namespace, "three", claim_name=lambda _pod: "three-nics")
     assert not verdict.bound
     assert code == 1 and predicted["satisfiable"] is False
