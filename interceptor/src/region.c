@@ -41,8 +41,6 @@ struct region_handle {
 /* index MAX_CLAIMS is the HAMi-core fallback region */
 static struct region_handle g_regions[MAX_CLAIMS + 1];
 
-#define TR_LOCK_BASE (1ll << 30)
-#define TR_LOCK_BYTE (TR_LOCK_BASE - 1)
 #define LOCK_TIMEOUT_NS 2000000000ull
 
 static int byte_lock(int fd, off_t byte, int type, int cmd)

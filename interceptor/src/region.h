@@ -18,6 +18,8 @@
 #define TR_MAX_GPUS 16
 #define TR_MAX_PROCS 1024
 #define TR_UUID_LEN 64
+#define TR_LOCK_BASE (1ll << 30)        /* byte TR_LOCK_BASE + i: slot i's liveness lock */
+#define TR_LOCK_BYTE (TR_LOCK_BASE - 1) /* the region's lock */
 
 struct tr_gpu {                 /* 192 bytes */
     char uuid[TR_UUID_LEN];     /* "GPU-…", NUL-terminated; empty = free slot */

@@ -299,12 +299,12 @@ static int t_stress_child(int argc, char **argv)
     return oks > 0 && ooms > 0 ? 0 : 2;
 }
 
-/* The claim's total under its lock (a read lock on byte 2^30 - 1, the byte the library's writers lock):
+/* The claim's total under its lock (a read lock on TR_LOCK_BYTE, the byte the library's writers lock):
  * one moment's sum. Unlocked, a slot read before its process gave bytes back plus another slot read after a
  * process took them can add up to more than the claim ever held. Releases skip the lock, but they only lower. */
 static uint64_t claim_total_locked(int fd, const struct tr_region *r, int g)
 {
-    struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = (1ll << 30) - 1, .l_len = 1 };
+    struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = TR_LOCK_BYTE, .l_len = 1 };
     CHECK(fcntl(fd, F_OFD_SETLKW, &fl) == 0, "read lock on the region: %s", strerror(errno));
     uint64_t sum = claim_total(r, g);
     fl.l_type = F_UNLCK;
@@ -652,7 +652,7 @@ static int t_holdlock(int argc, char **argv)
     memset(&fl, 0, sizeof fl);
     fl.l_type = F_WRLCK;
     fl.l_whence = SEEK_SET;
-    fl.l_start = (1ll << 30) - 1;
+    fl.l_start = TR_LOCK_BYTE;
     fl.l_len = 1;
     CHECK(fcntl(fd, F_OFD_SETLK, &fl) == 0, "lock");
     printf("ready\n");
