@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 B=$PWD/build
 T=$B/tests/tcuda
 S=$B/tests/tshare
+V=$B/tests/tview
 LIB=$B/libtessera.so
 SAN="$(${CC:-cc} -print-file-name=libasan.so) $B/libtessera-san.so"
 export LD_LIBRARY_PATH=$B/fake
@@ -157,7 +158,7 @@ contention() {
     for c in "${cores[@]}"; do
         i=$((i + 1)); slots+=("$i:$((cum * 500)):$(((cum + c) * 500))"); cum=$((cum + c))
     done
-    "$S" view "$WORK/view.$name" 50000 0 "${slots[@]}"
+    "$V" "$WORK/view.$name" 50000 0 "${slots[@]}"
     for attempt in 1 2 3; do
         [ "$attempt" = 1 ] || quiet
         rm -f "$WORK/gpu.$name"
@@ -394,7 +395,7 @@ t high_priority_claim_stamps_its_work env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$L
 C=$(claim prio_lo "gpu $GPU0 cores 0 priority 1")
 t normal_priority_claim_does_not_stamp env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" stamped no
 C=$(claim prio_held "gpu $GPU0 cores 0 priority 1 view $WORK/view.hold")
-"$S" view "$WORK/view.hold" 50000 600
+"$V" "$WORK/view.hold" 50000 600
 bg normal_priority_held_while_view_holds env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 45 1 kernel
 collect
 

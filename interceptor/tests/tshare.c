@@ -20,7 +20,6 @@
 
 #include "region.h"
 #include "testutil.h"
-#include "view.h"
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                               void **, void **);
@@ -395,34 +394,6 @@ static int t_stamped(int argc, char **argv)
     return 0;
 }
 
-/* view <file> <frame_us> <hold_until_ms_from_now|0> [id:start_us:end_us ...]: writes a GPU view as the node
- * daemon would (the daemon's own writer is tested against the C layout in the Python suite). */
-static int t_view(int argc, char **argv)
-{
-    CHECK(argc >= 3, "usage: view <file> <frame_us> <hold_ms> [id:start_us:end_us ...]");
-    static struct {
-        struct tv_view v;
-        char pad[TV_FILE_SIZE - sizeof(struct tv_view)];
-    } f;
-    memset(&f, 0, sizeof f);
-    f.v.magic = TV_MAGIC;
-    f.v.version = TV_VERSION;
-    f.v.size = sizeof f.v;
-    f.v.frame_us = (uint32_t)strtoul(argv[1], NULL, 10);
-    uint64_t hold = strtoull(argv[2], NULL, 10);
-    f.v.hold_until_ns = hold ? now_ns() + hold * 1000000ull : 0;
-    f.v.seq = 2;
-    for (int i = 3; i < argc && f.v.nslots < TV_MAX_SLOTS; i++) {
-        struct tv_slot *sl = &f.v.slots[f.v.nslots++];
-        CHECK(sscanf(argv[i], "%u:%u:%u", &sl->id, &sl->start_us, &sl->end_us) == 3, "slot %s", argv[i]);
-    }
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", argv[0]);
-    FILE *o = fopen(tmp, "wb");
-    CHECK(o && fwrite(&f, sizeof f, 1, o) == 1 && fclose(o) == 0 && rename(tmp, argv[0]) == 0, "write %s", argv[0]);
-    return 0;
-}
-
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -434,8 +405,6 @@ int main(int argc, char **argv)
         return t_sm(argc - 2, argv + 2);
     if (!strcmp(argv[1], "legacy"))
         return t_legacy(argc - 2, argv + 2);
-    if (!strcmp(argv[1], "view"))
-        return t_view(argc - 2, argv + 2);
     if (!strcmp(argv[1], "stamped"))
         return t_stamped(argc - 2, argv + 2);
     if (!strcmp(argv[1], "gaps"))
