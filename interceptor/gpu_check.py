@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 CHUNK = 256 << 20
 
@@ -198,10 +198,37 @@ def timed_matmul(seconds: float) -> None:
     _say(rate=f"{rate:.2f}", end=f"{time.monotonic():.4f}")
 
 
-def wake(idle: float, seconds: float, solo_rate: float, share: float) -> None:
-    """Idle for a while (tensors made, one matmul run), then matmuls back to back: prints the rate and
-    wake_ms, the time from the first launch to the start of the first 50 ms in which the matmuls that finished
-    took at least share - 5 % of the time at the solo rate (-1: never)."""
+def wake_ms(done: Sequence[float], t0: float, frame_s: float = 0.050) -> tuple[float, float]:
+    """From the completion times of back-to-back kernels started at t0: the rate they settled at (over the
+    second half of the run) and the time from t0 to the start of the first frame-long window that held as many
+    completed kernels as a settled frame holds (-1: never).
+
+    Counted against the settled frame, not against the share itself: kernels finish whole, and the limiter
+    starts none that would overrun the claim's part of a frame, so a 70 % claim running 2.8 ms matmuls in a
+    35 ms part settles at 12 a frame (64 %) on an H100, and a bar of "65 % of the solo rate" asks for a 13th
+    that no frame holds. Whether the settled share is near the claim's share is the busy row's question."""
+    if not done:
+        return 0.0, -1.0
+    half = t0 + (done[-1] - t0) / 2
+    settled = [d for d in done if d > half]
+    rate = len(settled) / (done[-1] - half) if len(settled) > 1 else 0.0
+    need = max(1, int(rate * frame_s))
+    starts = [t0, *done]
+    j = 0
+    for i, start in enumerate(starts):
+        j = max(j, i)
+        while j < len(done) and done[j] <= start + frame_s:
+            j += 1
+        if j == len(done):
+            break
+        if j - i >= need:
+            return rate, (start - t0) * 1000
+    return rate, -1.0
+
+
+def wake(idle: float, seconds: float, solo_rate: float) -> None:
+    """Idle for a while (tensors made, one matmul run), then matmuls back to back: prints the rate, the
+    settled share (% of solo_rate) and wake_ms (see wake_ms)."""
     import torch
 
     a = torch.randn(4096, 4096, device="cuda")
@@ -214,19 +241,12 @@ def wake(idle: float, seconds: float, solo_rate: float, share: float) -> None:
         torch.mm(a, a)
         torch.cuda.synchronize()
         done.append(time.monotonic())
-    need = (share - 5) / 100 * 0.050 * solo_rate  # matmuls a 50 ms window must hold
-    found = -1.0
-    j = 0
-    for i, start in enumerate([t0, *done]):
-        j = max(j, i)
-        while j < len(done) and done[j] < start + 0.050:
-            j += 1
-        if j == len(done):
-            break
-        if j - i >= need:
-            found = (start - t0) * 1000
-            break
-    _say(rate=f"{len(done) / (time.monotonic() - t0):.2f}", wake_ms=f"{found:.1f}")
+    rate, found = wake_ms(done, t0)
+    _say(
+        rate=f"{len(done) / (time.monotonic() - t0):.2f}",
+        settled_pct=f"{100 * rate / solo_rate:.1f}",
+        wake_ms=f"{found:.1f}",
+    )
 
 
 def first(tries: int) -> None:
@@ -261,7 +281,7 @@ def main() -> None:
         "tiny": lambda: tiny(int(args[0])),
         "gaps": lambda: gaps(float(args[0])),
         "timed_matmul": lambda: timed_matmul(float(args[0])),
-        "wake": lambda: wake(float(args[0]), float(args[1]), float(args[2]), float(args[3])),
+        "wake": lambda: wake(float(args[0]), float(args[1]), float(args[2])),
         "first": lambda: first(int(args[0])),
     }
     table[what]()
