@@ -62,6 +62,12 @@ LAYOUTS = {
     # only the profiles the workloads ask for: without 1g.10gb+me (one instance per GPU at most, yet seven
     # placements) and 1g.20gb
     "fewer": Layout("fewer", {"migProfiles": ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"]}),
+    # whole GPUs, vgpu, MPS and MIG 1g.10gb (its placements never overlap one another)
+    "lean": Layout("lean", {"migProfiles": ["1g.10gb"]}, ("whole", "vgpu", "mig-1g")),
+    # vgpu and MIG 1g.10gb on every GPU, nothing else
+    "vgpu-mig-1g": Layout(
+        "vgpu-mig-1g", {"families": {"gpu": False, "mps": False}, "migProfiles": ["1g.10gb"]}, ("vgpu", "mig-1g")
+    ),
     # node groups with one family each: their pools need no shared counters
     "vgpu-only": Layout("vgpu-only", {"families": {"gpu": False, "mps": False, "mig": False}}, ("vgpu",)),
     "mig-1g-only": Layout(

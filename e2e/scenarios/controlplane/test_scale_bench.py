@@ -26,7 +26,14 @@ LINE = re.compile(
 
 def test_every_layout_keeps_the_node_within_five_slices() -> None:
     shapes = {name: layout_shape(layout) for name, layout in LAYOUTS.items()}
-    assert shapes == {"all": (5, 224), "fewer": (4, 136), "vgpu-only": (1, 8), "mig-1g-only": (1, 56)}
+    assert shapes == {
+        "all": (5, 224),
+        "fewer": (4, 136),
+        "lean": (3, 80),
+        "vgpu-mig-1g": (2, 64),
+        "vgpu-only": (1, 8),
+        "mig-1g-only": (1, 56),
+    }
 
 
 def test_a_pool_counts_only_when_complete() -> None:
