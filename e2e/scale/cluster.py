@@ -66,7 +66,9 @@ LAYOUTS = {
     "lean": Layout("lean", {"migProfiles": ["1g.10gb"]}, ("whole", "vgpu", "mig-1g")),
     # vgpu and MIG 1g.10gb on every GPU, nothing else
     "vgpu-mig-1g": Layout(
-        "vgpu-mig-1g", {"families": {"gpu": False, "mps": False}, "migProfiles": ["1g.10gb"]}, ("vgpu", "mig-1g")
+        "vgpu-mig-1g",
+        {"families": {"gpu": False, "mps": False}, "migProfiles": ["1g.10gb"]},
+        ("vgpu", "mig-1g"),
     ),
     # node groups with one family each: their pools need no shared counters
     "vgpu-only": Layout("vgpu-only", {"families": {"gpu": False, "mps": False, "mig": False}}, ("vgpu",)),
