@@ -20,7 +20,7 @@ H100_WAKE_MS = (
 )
 
 
-def _gpu_check() -> ModuleType:
+def _load_gpu_check() -> ModuleType:
     path = Path(__file__).parents[3] / "interceptor" / "gpu_check.py"
     spec = importlib.util.spec_from_file_location("gpu_check", path)
     assert spec and spec.loader
@@ -29,30 +29,33 @@ def _gpu_check() -> ModuleType:
     return module
 
 
+GPU_CHECK = _load_gpu_check()
+H100_DONE = [float(ms) / 1000 for ms in H100_WAKE_MS.split()]  # completion times in s after the first launch
+
+
 def _frames(first_s: float, frames: int, per_frame: int, kernel_s: float = 0.0028) -> list[float]:
     """Completions of per_frame kernels at the start of each 50 ms frame from first_s on."""
     return [first_s + f * 0.050 + (k + 1) * kernel_s for f in range(frames) for k in range(per_frame)]
 
 
 def test_the_real_h100_trace_wakes_within_one_frame() -> None:
-    done = [float(ms) / 1000 for ms in H100_WAKE_MS.split()]
-    rate, found = _gpu_check().wake_ms(done, 0.0)
+    rate, found = GPU_CHECK.wake_ms(H100_DONE, 0.0)
     assert int(rate * 0.050) == 12  # the settled frame
     assert found == pytest.approx(32.0)
 
 
 def test_the_real_h100_trace_never_meets_a_bar_set_at_the_share_less_five_points() -> None:
     # why the bar is the settled frame: 65 % of the solo rate (375.5/s) in 50 ms is 12.2 matmuls
-    done = [float(ms) / 1000 for ms in H100_WAKE_MS.split()]
-    per_window = [sum(1 for d in done if s < d <= s + 0.050) for s in done if s + 0.050 <= done[-1]]
+    last = H100_DONE[-1]
+    per_window = [sum(1 for d in H100_DONE if s < d <= s + 0.050) for s in H100_DONE if s + 0.050 <= last]
     assert max(per_window) == 12 < 0.65 * 375.5 * 0.050
 
 
 def test_a_claim_held_back_for_four_frames_wakes_at_the_fifth() -> None:
     done = _frames(0.0, 4, 2) + _frames(0.200, 40, 12)
-    _, found = _gpu_check().wake_ms(done, 0.0)
+    _, found = GPU_CHECK.wake_ms(done, 0.0)
     assert 190 <= found <= 205
 
 
 def test_a_claim_that_never_finishes_a_kernel_never_wakes() -> None:
-    assert _gpu_check().wake_ms([], 0.0) == (0.0, -1.0)
+    assert GPU_CHECK.wake_ms([], 0.0) == (0.0, -1.0)
