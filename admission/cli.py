@@ -93,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     out: list[Any] = []
     for path in args.files:
+        documents = _documents(path)  # its errors name the file already
         try:
-            results = [convert_object(d, options) for d in _documents(path) if isinstance(d, dict)]
+            results = [convert_object(d, options) for d in documents if isinstance(d, dict)]
         except TesseraError as e:
             sys.stderr.write(f"tessera convert: {path}: {e}\n")
             return 2
