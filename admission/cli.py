@@ -26,17 +26,15 @@ import yaml
 from admission.convert.catalog import Catalog, from_slices, known_products
 from admission.convert.claims import Options
 from admission.convert.pod import TEMPLATE_PATHS, ObjectConversion, convert_object
-from dra_driver.values.errors import ConfigError, TesseraError
+from dra_driver.system.yaml_files import read_yaml
+from dra_driver.values.errors import TesseraError
 
 DEFAULT_REPLACED_SCHEDULERS = ("volcano",)
 
 
 def _documents(path: str) -> list[Any]:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        return [d for d in yaml.safe_load_all(text) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read it: {e}") from e
+    """The file's documents, read with bounds (size, nesting, aliases): dra_driver/system/yaml_files.py."""
+    return [d for d in read_yaml(path) if d is not None]
 
 
 def _catalog(paths: Sequence[str]) -> Catalog:
@@ -95,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     out: list[Any] = []
     for path in args.files:
+        documents = _documents(path)  # its errors name the file already
         try:
-            results = [convert_object(d, options) for d in _documents(path) if isinstance(d, dict)]
+            results = [convert_object(d, options) for d in documents if isinstance(d, dict)]
         except TesseraError as e:
             sys.stderr.write(f"tessera convert: {path}: {e}\n")
             return 2

@@ -16,11 +16,14 @@ from typing import Any
 import structlog
 
 from admission.certs import Bundle, KeyPair
-from admission.convert.catalog import Catalog, from_slices
+from admission.convert.catalog import Catalog, Skipped, from_slices
 from admission.convert.pod import Template
 from dra_driver.values.errors import TesseraError
+from dra_driver.values.excerpt import clip
 
 log = structlog.get_logger()
+
+MAX_SKIPS_LOGGED = 20  # per refresh: a node publishing thousands of bad devices gets one summary line more
 
 
 class ApiError(TesseraError):
@@ -44,6 +47,7 @@ class Kube:
         self._exception: type[Exception] = k8s.ApiException
         self._models = k8s
         self._known: set[tuple[str, str]] = set()  # (namespace, template) seen to exist
+        self._skipped: frozenset[Skipped] = frozenset()  # what the last catalog skipped (logged once)
         self._lock = threading.Lock()
 
     # ---- templates -------------------------------------------------------------------------------
@@ -75,7 +79,27 @@ class Kube:
             items = json.loads(raw.data).get("items") or []
         except (self._exception, ValueError) as e:
             raise ApiError(f"list ResourceSlices: {_reason(e)}") from e
-        return from_slices(items)
+        catalog = from_slices(items)
+        self._log_skipped(catalog.skipped)
+        return catalog
+
+    def _log_skipped(self, skipped: Sequence[Skipped]) -> None:
+        """Each device the catalog skipped, at warning, when it first appears (not at every refresh)."""
+        new = [s for s in dict.fromkeys(skipped) if s not in self._skipped]
+        self._skipped = frozenset(skipped)
+        for s in new[:MAX_SKIPS_LOGGED]:
+            log.warning(
+                "ResourceSlice device left out of the catalog of offered GPUs",
+                slice=s.slice,
+                device=s.device,
+                field=s.field,
+                why=clip(s.why, 300),
+            )
+        if len(new) > MAX_SKIPS_LOGGED:
+            log.warning(
+                "more ResourceSlice devices left out of the catalog of offered GPUs",
+                count=len(new) - MAX_SKIPS_LOGGED,
+            )
 
     # ---- TLS bundle ------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from dra_driver.core.families.base import Json
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.explain.cli import add_cli as add_explain_command
+from dra_driver.system.yaml_files import read_yaml_document
 from dra_driver.values.errors import ConfigError, TesseraError
 
 Handler = Callable[[argparse.Namespace], int]
@@ -39,9 +40,9 @@ def _load_settings(path: Path | None, node_name: str) -> NodeSettings:
     if path is None:
         return NodeSettings(node_name=node_name)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"cannot read node settings {path}: {e}") from e
+        data = read_yaml_document(path)
+    except ConfigError as e:
+        raise ConfigError(f"cannot read node settings: {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"node settings {path}: expected a NodeSettings mapping")
     try:

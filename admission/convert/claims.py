@@ -14,7 +14,6 @@ HAMi's semantics, spelled in DRA:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +21,7 @@ from admission.convert import names
 from admission.convert.catalog import Catalog, MigOption, Product
 from admission.convert.names import Quantity
 from admission.convert.parse import GpuAsk, Selection
+from dra_driver.values.cel_literal import cel_list, cel_string
 from dra_driver.values.errors import ConversionError
 from dra_driver.values.names import (
     ATTRIBUTE_DOMAIN,
@@ -63,36 +63,41 @@ def _attr(name: str) -> str:
     return f'device.attributes["{ATTRIBUTE_DOMAIN}"].{name}'
 
 
-def _literals(items: Sequence[str]) -> str:
-    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
-
-
 def selectors(selection: Selection, *, mig: bool) -> list[dict[str, object]]:
     """CEL selectors for HAMi's use/nouse annotations; product names match case-insensitively, as HAMi's."""
     uuid = _attr(Attr.PARENT_UUID if mig else Attr.UUID)
     product = _attr(Attr.PRODUCT_NAME) + ".upperAscii()"
     out = []
     if selection.use_types:
-        out.append(f"{_literals([t.upper() for t in selection.use_types])}.exists(t, {product}.contains(t))")
+        out.append(f"{cel_list([t.upper() for t in selection.use_types])}.exists(t, {product}.contains(t))")
     if selection.nouse_types:
         out.append(
-            f"!{_literals([t.upper() for t in selection.nouse_types])}.exists(t, {product}.contains(t))"
+            f"!{cel_list([t.upper() for t in selection.nouse_types])}.exists(t, {product}.contains(t))"
         )
     if selection.use_uuids:
-        out.append(f"{uuid} in {_literals(selection.use_uuids)}")
+        out.append(f"{uuid} in {cel_list(selection.use_uuids)}")
     if selection.nouse_uuids:
-        out.append(f"!({uuid} in {_literals(selection.nouse_uuids)})")
+        out.append(f"!({uuid} in {cel_list(selection.nouse_uuids)})")
     return [{"cel": {"expression": e}} for e in out]
 
 
-def _label(name: str) -> str:
-    """A product name as a DNS label for a subrequest's name."""
-    label = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
-    return "-".join(p for p in label.split("-") if p)[:63] or "gpu"
+def _labels(product_names: Sequence[str]) -> list[str]:
+    """Product names as distinct DNS labels for subrequests' names (`NVIDIA H100 PCIe` → `nvidia-h100-pcie`);
+    names that spell the same label get `-2`, `-3`, … (a node may publish any product name)."""
+    out: list[str] = []
+    for name in product_names:
+        words = "".join(c if c.isascii() and c.isalnum() else "-" for c in name.lower()).split("-")
+        base = "-".join(w for w in words if w)[:63].rstrip("-") or "gpu"
+        label, n = base, 1
+        while label in out:
+            n += 1
+            label = f"{base[: 62 - len(str(n))].rstrip('-')}-{n}"
+        out.append(label)
+    return out
 
 
 def _product_is(products: Sequence[Product]) -> str:
-    return f"{_attr(Attr.PRODUCT_NAME)} in {_literals([p.name for p in products])}"
+    return f"{_attr(Attr.PRODUCT_NAME)} in {cel_list([p.name for p in products])}"
 
 
 def _request(
@@ -154,7 +159,9 @@ def _mig(ask: GpuAsk, selection: Selection, catalog: Catalog) -> dict[str, objec
     alternatives = [
         (
             o.name.replace(".", "-").replace("+", "-"),
-            _request(klass, ask.count, [f'{_attr(Attr.PROFILE)} == "{o.name}"', _product_is(ps)], base),
+            _request(
+                klass, ask.count, [f"{_attr(Attr.PROFILE)} == {cel_string(o.name)}", _product_is(ps)], base
+            ),
         )
         for o, ps in sorted(groups.values(), key=lambda g: g[0])
     ]
@@ -193,11 +200,12 @@ def _shared(ask: GpuAsk, family: Family, selection: Selection, options: Options)
             body["capacity"] = {"requests": capacity}
         return {"name": names.REQUEST_NAME, "exactly": body}
     alternatives = []
-    for p in options.catalog.products:
+    products = options.catalog.products
+    for p, label in zip(products, _labels([p.name for p in products]), strict=True):
         mib = max(1, p.memory_mib * ask.memory_percent // 100)
-        body = _request(klass, ask.count, [f'{_attr(Attr.PRODUCT_NAME)} == "{p.name}"'], base)
+        body = _request(klass, ask.count, [f"{_attr(Attr.PRODUCT_NAME)} == {cel_string(p.name)}"], base)
         body["capacity"] = {"requests": {**capacity, Cap.MEMORY: f"{mib}Mi"}}
-        alternatives.append((_label(p.name), body))
+        alternatives.append((label, body))
     if not alternatives:
         raise ConversionError(
             f"{ask.field(Quantity.MEMORY_PERCENT)}: the cluster offers no GPU to take it of"

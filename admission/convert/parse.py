@@ -14,11 +14,14 @@ from admission.convert import names
 from admission.convert.names import Dialect, Quantity
 from dra_driver.values.errors import ConfigError, ConversionError
 from dra_driver.values.excerpt import excerpt
+from dra_driver.values.model import MAX_GPUS
 from dra_driver.values.quantity import parse_quantity
 
 MAX_CORES = 100
 # Extended resources are integers; bounded spellings only, so that `1e999999` is refused, not computed.
-_INTEGER_RE = re.compile(r"^\+?\d{1,12}(?:[kMGTPE]|[KMGTPE]i|[eE]\+?\d{1,2})?$")
+# ASCII digits only (`\d` takes full-width and other Unicode digits too), matched whole (`$` would take
+# a trailing newline).
+_INTEGER_RE = re.compile(r"\+?[0-9]{1,12}(?:[kMGTPE]|[KMGTPE]i|[eE]\+?[0-9]{1,2})?")
 # Product-name fragments and GPU UUIDs become CEL string literals: nothing that could end one.
 _TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._()-]{0,63}$")
 _UUID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,79}$")
@@ -64,11 +67,13 @@ def _annotation(key: str) -> str:
 
 
 def parse_integer(raw: object, field: str, *, meaning: str) -> int:
-    """An extended resource's value as a whole number ≥ 0 (`3000`, `"3000"`, `3k`)."""
-    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
-    if not isinstance(text, str) or not _INTEGER_RE.match(text):
+    """An extended resource's value as a whole number ≥ 0 (`3000`, `"3000"`, `3k`): the one parser of the
+    numbers a pod gives the conversion."""
+    text = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) and 0 <= raw < 10**12 else raw
+    if not isinstance(text, str) or not _INTEGER_RE.fullmatch(text):
         raise ConversionError(
-            f"{field}: {excerpt(raw)} is not a whole number; write {meaning} as one, e.g. 30"
+            f"{field}: {excerpt(raw)} is not a whole number (1-12 ASCII digits, a suffix such as k or Mi "
+            f"allowed); write {meaning} as one, e.g. 30"
         )
     try:
         value = parse_quantity(text).value
@@ -91,7 +96,7 @@ def _list(
     if not items:
         raise ConversionError(f"{_annotation(key)}: names no {what}; give one or more, comma-separated")
     for item in items:
-        if not pattern.match(item):
+        if not pattern.fullmatch(item):
             raise ConversionError(
                 f"{_annotation(key)}: {excerpt(item)} is not a {what[:-1]} "
                 "(letters, digits, '-', '.', spaces)"
@@ -155,6 +160,11 @@ def _check(ask: GpuAsk) -> GpuAsk:
         raise ConversionError(
             f"{ask.field(Quantity.COUNT)}: 0 asks for no GPU; ask for 1 or more, or remove the GPU resources "
             "from this container"
+        )
+    if ask.count > MAX_GPUS:
+        raise ConversionError(
+            f"{ask.field(Quantity.COUNT)}: {ask.count} GPUs is more than one container can be given "
+            f"(at most {MAX_GPUS}, each on a distinct GPU of one node); ask for {MAX_GPUS} or fewer"
         )
     if ask.memory_mib is not None and ask.memory_percent is not None:
         raise ConversionError(

@@ -30,8 +30,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from dra_driver.backends.decoding import (
     check_fields,
     check_header,
@@ -40,6 +38,7 @@ from dra_driver.backends.decoding import (
     get_typed,
 )
 from dra_driver.core.profiles import GpuProduct, product
+from dra_driver.system.yaml_files import read_yaml_document
 from dra_driver.values.errors import ConfigError, InvalidNameError
 from dra_driver.values.model import NO_NVLINK, Fabric, NvLinks
 from dra_driver.values.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID, check_pcie_root
@@ -271,11 +270,9 @@ def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
 
 def load_node(path: Path) -> SimulatedNode:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read simulated node file {path}: {e.strerror}") from e
-    except yaml.YAMLError as e:
-        raise ConfigError(f"simulated node file {path} is not valid YAML: {e}") from e
+        raw = read_yaml_document(path)
+    except ConfigError as e:
+        raise ConfigError(f"simulated node file {e}") from e
     try:
         return decode_node(raw, default_name=path.stem)
     except ConfigError as e:

@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from dra_driver.system.yaml_files import read_yaml
 from dra_driver.values.errors import ConfigError, TesseraError
 
 Obj = Mapping[str, Any]
@@ -35,15 +34,7 @@ class Inputs:
 
 
 def _documents(path: Path) -> Iterator[Obj]:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from e
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from e
-    for doc in docs:
+    for doc in read_yaml(path):  # bounded: size, nesting, aliases
         if doc is None:
             continue
         if not isinstance(doc, Mapping):

@@ -10,6 +10,11 @@ from enum import StrEnum
 
 from dra_driver.values.names import GpuUUID
 
+# The most GPUs one container can be given: the interception library's accounting region has 16 GPU entries
+# (interceptor/src/region.h TR_MAX_GPUS, kubelet_plugin/library/region.py), and no node Tessera runs on has
+# more. The conversion refuses a larger HAMi/Volcano GPU count with this bound.
+MAX_GPUS = 16
+
 
 class Architecture(StrEnum):
     """NVML architecture codes mapped to names; order matters (MIG toggling needs Hopper or newer)."""

@@ -10,7 +10,12 @@ from functools import total_ordering
 from dra_driver.values.errors import ConfigError
 from dra_driver.values.excerpt import excerpt
 
-_QUANTITY_RE = re.compile(r"^([+-]?)(\d+(?:\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+# ASCII digits only (`\d` would take full-width ones), matched whole (`$` would take a trailing newline); the
+# exponent and the length bounded, so that `1e999999999` is refused, not computed.
+_QUANTITY_RE = re.compile(
+    r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]{1,3})?"
+)
+MAX_QUANTITY_CHARS = 64
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
@@ -50,8 +55,12 @@ class Quantity:
         return Quantity.of(self.value - other.value)
 
 
+def _match(text: str) -> re.Match[str] | None:
+    return _QUANTITY_RE.fullmatch(text) if len(text) <= MAX_QUANTITY_CHARS else None
+
+
 def is_quantity(text: str) -> bool:
-    return _QUANTITY_RE.match(text.strip()) is not None and text == text.strip()
+    return _match(text) is not None
 
 
 def parse_quantity(text: object) -> Quantity:
@@ -62,10 +71,10 @@ def parse_quantity(text: object) -> Quantity:
         return Quantity(Fraction(text), str(text))
     if not isinstance(text, str):
         raise ConfigError(f"{excerpt(text)} is not a quantity: give a string such as 20Gi or 50")
-    m = _QUANTITY_RE.match(text)
+    m = _match(text)
     if m is None:
         raise ConfigError(
-            f"{text!r} is not a quantity: use a number with an optional suffix "
+            f"{excerpt(text)} is not a quantity: use a number with an optional suffix "
             "(Ki, Mi, Gi, Ti, Pi, Ei, n, u, m, k, M, G, T, P, E or an exponent like e3)"
         )
     sign, number, suffix = m.group(1), m.group(2), m.group(3) or ""

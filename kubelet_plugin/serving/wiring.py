@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
-import yaml
 from prometheus_client import generate_latest
 
 from dra_driver.backends import open_backend
@@ -31,6 +30,7 @@ from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.core.taints import gpu_taints
 from dra_driver.system.api_client import api_client
+from dra_driver.system.yaml_files import read_yaml_document
 from dra_driver.values.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
 from dra_driver.values.names import Family
 from kubelet_plugin.claims.api import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
@@ -82,9 +82,9 @@ def load_settings(path: Path | None, node_name: str) -> NodeSettings:
     if path is None:
         return NodeSettings(node_name=node_name)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"--settings {path}: cannot read it ({e})") from e
+        data = read_yaml_document(path)
+    except ConfigError as e:
+        raise ConfigError(f"--settings {e}") from e
     if not isinstance(data, dict):
         raise ConfigError(f"--settings {path}: expected a NodeSettings mapping")
     return NodeSettings.from_mapping(data, node_name=node_name)

@@ -57,7 +57,9 @@ from dra_driver.values.names import (
 
 NAME = Family("mig")
 
-_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
+# ASCII digits (re.ASCII), matched whole (fullmatch: `$` alone takes a trailing newline); the pattern is
+# also the schema's, so it stays a plain one.
+_PROFILE_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$", re.ASCII)
 _LABEL_RE = re.compile(r"^mig-(\d+)g(\d+)gb(-me)?-(\d)$")
 
 
@@ -66,7 +68,7 @@ _LABEL_RE = re.compile(r"^mig-(\d+)g(\d+)gb(-me)?-(\d)$")
 
 def profile_label(profile: str) -> str:
     """`1g.10gb` → `1g10gb`, `1g.10gb+me` → `1g10gb-me` (a DNS-label-safe spelling)."""
-    m = _PROFILE_RE.match(profile)
+    m = _PROFILE_RE.fullmatch(profile)
     if m is None:
         raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
     return f"{m.group(1)}g{m.group(2)}gb{'-me' if m.group(3) else ''}"
@@ -83,7 +85,7 @@ class ProfileSize:
 
 def profile_size(profile: str) -> ProfileSize:
     """The canonical spelling (`<N>g.<M>gb[+me]`) read; InvalidNameError for any other."""
-    m = _PROFILE_RE.match(profile)
+    m = _PROFILE_RE.fullmatch(profile)
     if m is None:
         raise InvalidNameError(f"MIG profile {excerpt(profile)} is not of the form <N>g.<M>gb[+me]")
     return ProfileSize(int(m.group(1)), int(m.group(2)), m.group(3) is not None)

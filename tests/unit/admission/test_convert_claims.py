@@ -1,14 +1,21 @@
 """Container requests → claim specs: families, capacities, distinct GPUs, selectors, MIG, refusals."""
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from admission.convert import names
-from admission.convert.catalog import Catalog, MigOption, Product, known_products
+from admission.convert.catalog import Catalog, MigOption, Product, from_slices, known_products
 from admission.convert.claims import Options, convert_ask
 from admission.convert.parse import GpuAsk, Selection
+from admission.convert.pod import convert_object
+from dra_driver.explain.cel_env import Outcome, compile_selector, device_variable
 from dra_driver.values.errors import ConversionError
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "admission" / "examples"
 
 H100 = Product(
     "NVIDIA H100 80GB HBM3",
@@ -133,3 +140,100 @@ def test_high_priority_needs_the_administrators_class() -> None:
 def test_refusals_name_the_field(a: GpuAsk, selection: Selection, message: str) -> None:
     with pytest.raises(ConversionError, match=message):
         convert_ask(a, selection, OPTIONS)
+
+
+# ---- catalog values from any node: escaped, never part of the expression (issue #34) ----------------------
+
+INJECTION = 'AAA" || "a" == "a'
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def hostile_catalog() -> Catalog:
+    def published(product: str, kind: str, memory: str, profile: str | None = None) -> dict[str, Any]:
+        attributes = {
+            "gpu.tessera.dev/type": {"string": kind},
+            "gpu.tessera.dev/productName": {"string": product},
+        }
+        if profile:
+            attributes["gpu.tessera.dev/profile"] = {"string": profile}
+        return {"name": "d", "attributes": attributes, "capacity": {"memory": {"value": memory}}}
+
+    return from_slices(
+        [
+            {
+                "metadata": {"name": "evil"},
+                "spec": {
+                    "driver": "gpu.tessera.dev",
+                    "devices": [
+                        published(INJECTION, "vgpu", "2Mi"),
+                        published('"', "vgpu", "80Gi"),
+                        published("NVIDIA-L4", "vgpu", "1Gi"),
+                        published(INJECTION, "mig", "9856Mi", "1g.10gb"),
+                        published("NVIDIA A30", "mig", "5952Mi", '1g.6gb" || "a" == "a'),
+                    ],
+                },
+            },
+            {
+                "metadata": {"name": "good"},
+                "spec": {
+                    "driver": "gpu.tessera.dev",
+                    "devices": [
+                        published("NVIDIA L4", "vgpu", "23034Mi"),
+                        published(H100.name, "mig", "9856Mi", "1g.10gb"),
+                    ],
+                },
+            },
+        ]
+    )
+
+
+def published_device(product: str, kind: str, profile: str | None = None) -> Any:
+    attributes: dict[str, Any] = {
+        "type": kind,
+        "productName": product,
+        "uuid": "GPU-1",
+        "parentUUID": "GPU-1",
+    }
+    if profile:
+        attributes["profile"] = profile
+    return device_variable(
+        driver="gpu.tessera.dev",
+        attributes=attributes,
+        capacity={},
+        allow_multiple_allocations=kind == "vgpu",
+    )
+
+
+def matching(request: dict[str, Any], device: Any) -> list[dict[str, Any]]:
+    """The alternatives of a request whose selectors all match `device`; each selector must compile under the
+    API server's rules (syntax, names, cost) and evaluate to a bool."""
+    out = []
+    for alternative in request.get("firstAvailable") or [request["exactly"]]:
+        outcomes = [
+            compile_selector(s["cel"]["expression"]).evaluate(device).outcome
+            for s in alternative["selectors"]
+        ]
+        assert set(outcomes) <= {Outcome.MATCH, Outcome.NO_MATCH}
+        if all(o is Outcome.MATCH for o in outcomes):
+            out.append(alternative)
+    return out
+
+
+def test_a_memory_percentage_pod_never_matches_through_a_hostile_product_name() -> None:
+    pod = yaml.safe_load((EXAMPLES / "hami-memory-fraction.yaml").read_text())
+    [template] = convert_object(pod, Options(hostile_catalog())).pod.templates
+    request = template.spec["spec"]["devices"]["requests"][0]
+    [l4] = matching(request, published_device("NVIDIA L4", "vgpu"))
+    assert l4["capacity"]["requests"]["memory"] == "11517Mi"  # the L4's own alternative: half its 23034 MiB
+    names_ = [a["name"] for a in request["firstAvailable"]]
+    assert len(set(names_)) == len(names_) == 5 and all(DNS_LABEL.fullmatch(n) for n in names_)
+
+
+def test_a_mig_pod_never_matches_through_a_hostile_product_name_or_profile() -> None:
+    request = devices(ask(memory_mib=5000), Selection(modes=(("hami", "mig"),)), Options(hostile_catalog()))[
+        "requests"
+    ][0]
+    [h100] = matching(request, published_device(H100.name, "mig", "1g.10gb"))
+    assert h100["selectors"][0]["cel"]["expression"].endswith('.profile == "1g.10gb"')
+    assert matching(request, published_device("NVIDIA A30", "mig", "2g.12gb")) == []
+    assert matching(request, published_device(INJECTION, "mig", "2g.12gb")) == []

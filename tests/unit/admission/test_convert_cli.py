@@ -1,5 +1,9 @@
 """`tessera convert`: the same conversion as the webhook, printed for files."""
 
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +102,70 @@ def test_explain_takes_a_pod_and_explains_each_containers_claim(capsys: pytest.C
 def test_explain_says_when_a_pod_cannot_fit(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["explain", str(EXAMPLES / "hami-card-type.yaml"), "--simulate", str(NODES / "h100x8.yaml")])
     assert code == 1 and "cannot be allocated" in capsys.readouterr().out
+
+
+# ---- hostile YAML: refused in one line, exit 2, fast (issue #34) -------------------------------------------
+
+
+def alias_bomb() -> str:
+    """A HAMi pod carrying the "billion laughs": 10^9 strings once its aliases are written out."""
+    lines = ["apiVersion: v1", "kind: Pod", "metadata: {name: lol}", "spec:", "  containers:"]
+    lines += ["  - {name: c, image: x, resources: {limits: {nvidia.com/gpu: 1}}}"]
+    lines += ['  lol0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"  lol{i}: &l{i} [{','.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    return "\n".join(lines) + "\n"
+
+
+def tessera(*args: str) -> tuple[int, str, float]:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "kubelet_plugin.command", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return done.returncode, done.stderr, time.perf_counter() - started
+
+
+@pytest.fixture(scope="module")
+def start_up(tmp_path_factory: pytest.TempPathFactory) -> Callable[[list[str]], float]:
+    """What starting Python, importing Tessera and reading an empty file takes here, per command: the
+    baseline of the one second."""
+    empty = tmp_path_factory.mktemp("baseline") / "empty.yaml"
+    empty.write_text("")
+    seen: dict[str, float] = {}
+
+    def baseline(command: list[str]) -> float:
+        key = " ".join(command)
+        if key not in seen:
+            seen[key] = min(tessera(*command, *with_files(command, empty))[2] for _ in range(2))
+        return seen[key]
+
+    return baseline
+
+
+def with_files(command: list[str], path: Path) -> list[str]:
+    return [str(path), str(EXAMPLES / "hami-default-use.yaml")] if command[-1] == "--slices" else [str(path)]
+
+
+@pytest.mark.parametrize(
+    ("content", "limit"),
+    [
+        (alias_bomb(), "its aliases expand to more than 100000 nodes beyond those written (the limit)"),
+        ("[" * 100_000, "nested deeper than 100 levels (line 1, column 101) (the limit)"),
+    ],
+    ids=["alias bomb", "deep nesting"],
+)
+@pytest.mark.parametrize(
+    "command", [["convert"], ["convert", "-o", "json"], ["convert", "--slices"], ["explain"]], ids=" ".join
+)
+def test_hostile_yaml_exits_2_in_one_line_within_a_second(
+    tmp_path: Path, start_up: Callable[[list[str]], float], content: str, limit: str, command: list[str]
+) -> None:
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(content)
+    code, err, took = tessera(*command, *with_files(command, evil))
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"tessera {command[0]}: {evil}: ") and limit in err and err.count(str(evil)) == 1
+    assert took < start_up(command) + 1.0

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from admission.convert import names
 from admission.convert.parse import parse_container, parse_env_config, parse_integer, parse_selection
 from dra_driver.values.errors import ConversionError
+from dra_driver.values.model import MAX_GPUS
+from dra_driver.values.quantity import parse_quantity
 
 PATH = "spec.containers[0]"
 
@@ -160,3 +162,47 @@ def test_annotation_text_never_escapes_a_cel_literal(text: str) -> None:
     else:
         for item in s.use_types + s.nouse_uuids:
             assert '"' not in item and "\\" not in item
+
+
+# ---- strict numbers and the GPU count's bound (issue #34) -----------------------------------------------
+
+FULL_WIDTH_1024 = "\uff11\uff10\uff12\uff14"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [FULL_WIDTH_1024, "1024\n", "1024 ", " 1024", "\u0661\u0660", "1\u00b2", "1e\uff13", "10\r\n", "+1\n"],
+)
+def test_only_ascii_digits_and_nothing_around_them_are_numbers(raw: str) -> None:
+    with pytest.raises(ConversionError, match=r"^spec.x: .* is not a whole number"):
+        parse_integer(raw, "spec.x", meaning="memory")
+
+
+NUMBERISH = st.text(alphabet="0123456789+-.kMGTPEie \n\r\t" + FULL_WIDTH_1024 + "\u0661\u00b2", max_size=8)
+
+
+@given(st.one_of(st.text(max_size=20), NUMBERISH))
+def test_a_number_is_ascii_digits_with_an_optional_suffix(raw: str) -> None:
+    try:
+        value = parse_integer(raw, "spec.x", meaning="count")
+    except ConversionError as e:
+        assert str(e).startswith("spec.x: ") and len(str(e)) < 400
+    else:
+        assert raw.isascii() and raw == raw.strip() and raw.lstrip("+")[:1].isdigit()
+        assert value == int(parse_quantity(raw).value)
+
+
+@pytest.mark.parametrize(
+    ("key", "count"),
+    [("nvidia.com/gpu", MAX_GPUS + 1), ("volcano.sh/vgpu-number", 10**11), ("nvidia.com/gpu", "1k")],
+)
+def test_the_gpu_count_is_bounded(key: str, count: int | str) -> None:
+    with pytest.raises(ConversionError) as e:
+        parse_container(container({key: count}), PATH)
+    message = str(e.value)
+    assert message.startswith(f"{PATH}.resources.limits[{key}]: ") and f"at most {MAX_GPUS}" in message
+
+
+def test_the_most_gpus_a_container_can_be_given_is_still_allowed() -> None:
+    ask = parse_container(container({"nvidia.com/gpu": MAX_GPUS}), PATH)
+    assert ask is not None and ask.count == MAX_GPUS == 16

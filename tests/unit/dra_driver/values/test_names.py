@@ -45,7 +45,17 @@ def test_spec_file_names_parse_back_only_for_valid_uids() -> None:
 def test_profile_size_reads_the_size_a_profile_name_states() -> None:
     assert profile_size("3g.40gb") == ProfileSize(3, 40, False)
     assert profile_size("1g.10gb+me") == ProfileSize(1, 10, True)
-    for bad in ("1g10gb", "g.10gb", "1g.10gb-me", ""):
+    # a trailing newline (`$` alone takes it) and non-ASCII digits (`\d` takes them) are no profile either
+    for bad in (
+        "1g10gb",
+        "g.10gb",
+        "1g.10gb-me",
+        "",
+        "xg.5gb",
+        "1g.10gb\n",
+        "\uff11g.10gb",
+        "1g.\u0661\u0660gb",
+    ):
         with pytest.raises(InvalidNameError):
             profile_size(bad)
 
