@@ -14,6 +14,7 @@ LIBRARY = BUILD / "libtessera.so"
 TCUDA = BUILD / "tests" / "tcuda"
 TSHARE = BUILD / "tests" / "tshare"
 TLIMITS = BUILD / "tests" / "tlimits"
+TLAYOUT = BUILD / "tests" / "tlayout"
 TMPS = BUILD / "tests" / "tmps"
 MPS_CONTROL = BUILD / "fake" / "nvidia-cuda-mps-control"
 # the fake driver's GPUs, as their UUIDs read

@@ -6,7 +6,7 @@ A settings file is versioned like every Tessera file:
     apiVersion: resource.tessera.dev/v1
     kind: NodeSettings
     families: {gpu: true, vgpu: true, mig: false}   # each optional, default true
-    vgpuShares: 10                                  # vgpu's; optional, 1..128
+    vgpuShares: 10                                  # vgpu's; optional, 1..64 (a GPU's view)
     migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]        # MIG's; optional, default every profile the GPU has
     deviceOrder: fragmentation-aware                # optional; or by-gpu (the order before issue #12)
     numaNodeForm: scalar                            # optional; or list (needs DRAListTypeAttributes)

@@ -1,4 +1,4 @@
-"""File writes shared by every on-disk format Tessera keeps, and the bounded read that goes with them.
+"""File writes shared by every on-disk format Tessera keeps, and the reads that go with them.
 
 Every write is atomic: temp → rename, so a reader (or a restart after a crash of this process) sees the old
 content or the new, never a mix, and a failed write leaves nothing behind. A *durable* write also fsyncs the
@@ -6,11 +6,17 @@ file before and the directory after the rename, so it survives the machine losin
 milliseconds and is asked for only where a power loss could otherwise leave the node wrong (docs/
 architecture.md, "Durability"). `fsync_count` counts them for the benchmarks. Modes are set explicitly,
 whatever the process umask.
+
+Every read of a file someone else can write (a claim's region and limits, CDI specs, the checkpoint, MPS
+files) goes through `open_plain_file`: it refuses anything but a regular file *before* opening it for real.
+An open with O_RDONLY | O_NONBLOCK already runs a device driver's open (a watchdog armed, a tape rewound) and
+would block on a FIFO without O_NONBLOCK; an O_PATH open does neither, so the file is first taken by
+O_PATH | O_NOFOLLOW, examined with fstat, and only then opened for reading through /proc/self/fd: the same
+inode, so nothing put at the path in between is ever opened.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import stat
@@ -99,23 +105,66 @@ def remove_durably(path: Path) -> bool:
     return True
 
 
+class NotPlainFileError(StorageError):
+    """The path names something other than a regular file (or a regular file of another size): refused
+    unopened."""
+
+
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link (never followed)"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def open_plain_file(path: Path, *, size: int | None = None) -> int:
+    """A read-only descriptor of the regular file at `path` (of exactly `size` bytes when given), which the
+    caller closes. Nothing but a regular file is ever opened for reading (see above): a link, directory,
+    device, FIFO or socket is refused after an O_PATH open, which runs no driver and never blocks.
+
+    FileNotFoundError when absent; NotPlainFileError when it is something else or has another size;
+    StorageError when it cannot be opened.
+    """
+    try:
+        probe = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise StorageError(f"reading {path}: {e.strerror or e}") from e
+    try:
+        st = os.fstat(probe)
+        if not stat.S_ISREG(st.st_mode):
+            what = _kind(st.st_mode)
+            raise NotPlainFileError(f"reading {path}: it is {what}, not a regular file; not opened")
+        if size is not None and st.st_size != size:
+            raise NotPlainFileError(f"reading {path}: {st.st_size} bytes, not the {size} expected")
+        # the inode just examined, whatever the path names by now
+        return os.open(f"/proc/self/fd/{probe}", os.O_RDONLY | os.O_CLOEXEC)
+    except NotPlainFileError:
+        raise
+    except OSError as e:
+        raise StorageError(f"reading {path}: {e.strerror or e}") from e
+    finally:
+        os.close(probe)
+
+
 def read_bounded(path: Path, *, max_bytes: int) -> bytes:
-    """The content of the regular file `path`, never following a link, never blocking on a FIFO or device.
+    """The content of the regular file `path` (`open_plain_file`): never a link followed, a FIFO waited on
+    or a device opened.
 
     FileNotFoundError when absent; StorageError when it is not a regular file, is larger than `max_bytes`
     or cannot be read.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        why = "it is a symbolic link (never followed)" if e.errno == errno.ELOOP else e.strerror or str(e)
-        raise StorageError(f"reading {path}: {why}") from e
+    fd = open_plain_file(path)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise StorageError(f"reading {path}: not a regular file")
         if st.st_size > max_bytes:
             raise StorageError(f"reading {path}: {st.st_size} bytes, more than the {max_bytes} allowed")
         chunks = []

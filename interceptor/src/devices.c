@@ -136,6 +136,8 @@ void acct_view(struct dev_rec *d, uint64_t real_total, uint64_t real_free, uint6
     uint64_t f = u < t ? t - u : 0;
     if (f > real_free)
         f = real_free;
+    if (d->limit && region_closed(d->rh))
+        f = 0; /* failed closed: nothing more can be had, whatever this process gave back */
     *total = t;
     *free_b = f;
     *used = u < t ? u : t;

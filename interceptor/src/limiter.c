@@ -15,7 +15,8 @@
  *   region's lock: time division against the node's schedule when the claim
  *   has a part of the frame; at once up to its ceiling when the schedule says
  *   it is free (alone with work, or idle: work-conserving burst); else the
- *   token bucket.
+ *   token bucket. A claim whose region failed closed gets time division only
+ *   (closed_phase).
  *
  * Each gated launch is bracketed by a pair of timing events (a per-thread ring
  * of 16 pairs bounds how far a thread runs ahead); once the end completed, the
@@ -40,6 +41,7 @@
 #define RING 16
 #define HOLD_POLL_NS 5000000ull
 #define STAMP_EVERY_NS 5000000ull
+#define CLOSED_FRAME_NS 50000000ull /* the daemon's frame (sm_schedule.py DEFAULT_FRAME_US) */
 
 struct ring_ent {
     CUevent s, e;
@@ -95,6 +97,23 @@ static const struct tv_phase *phase_of(struct dev_rec *d)
     }
     view_phase(d->view, d->slot, &t_phase.p);
     return t_phase.p.found ? &t_phase.p : NULL;
+}
+
+/* A claim whose region failed closed (region_closed) shares no bucket, meter or queue any more: a bucket or a
+ * free entry per process would give N processes N times the share. A part of the frame needs no shared state
+ * (the frame runs on CLOCK_MONOTONIC, the node's clock), so every process of the claim launches only inside
+ * the same part: the view's, when it gives the claim one, else the first `cores` % of the frame. Together they
+ * get the share, never more, and never burst. */
+static const struct tv_phase *closed_phase(const struct dev_rec *d, const struct tv_phase *ph)
+{
+    static __thread struct tv_phase p __attribute__((tls_model("initial-exec")));
+    if (ph && ph->found == TV_PART)
+        return ph;
+    p.found = TV_PART;
+    p.frame_ns = ph && ph->frame_ns ? ph->frame_ns : CLOSED_FRAME_NS;
+    p.start_ns = 0;
+    p.end_ns = p.frame_ns * d->cores / 100;
+    return &p;
 }
 
 /* Work this thread launched that has not finished yet, at its estimates: the prediction the gates keep
@@ -274,6 +293,9 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
     if (d->view)
         priority_wait(d);
     const struct tv_phase *ph = cfg_priority_applies() ? phase_of(d) : NULL;
+    int closed = d->sm_limited && region_closed(d->rh);
+    if (closed)
+        ph = closed_phase(d, ph);
     if (!d->sm_limited && !ph)
         return;
     struct tring *r = &t_ring;
@@ -286,7 +308,9 @@ void sm_before(struct dev_rec *d, CUstream s, int ptsz, uint64_t key, struct sm_
             r->ctx = ctx;
         }
         ring_harvest(r, 0);
-        if (r->head - r->tail == RING)
+        /* closed: each process predicts its work as if alone, so N processes would each queue a part's worth
+         * and run N parts; with its last launch finished first, a thread's kernels start only inside the part */
+        while (r->tail != r->head && (closed || r->head - r->tail == RING))
             ring_harvest(r, 1);
     }
     int64_t est = est_get(key);

@@ -9,8 +9,14 @@
  * on another byte, which the kernel drops when the process dies (across pid
  * namespaces too). When the file cannot be used — missing, not a regular file,
  * wrong size or version, unreadable later, lock held too long — the process
- * falls back, with one log line, to a region of its own in private memory:
- * its limits still hold, for this process alone. */
+ * goes on, with one log line, with a region of its own in private memory, and
+ * fails closed: it no longer sees what the claim's other processes hold, so
+ * giving it the claim's limit would give N processes N times the limit (one
+ * corrupted byte, which any tenant can write, would do). So it keeps what it
+ * holds, frees still count, and every new allocation is refused with
+ * out-of-memory (region_closed; a claim without a memory limit is not
+ * affected); the SM limiter then holds it to time windows that need no
+ * shared state (limiter.c). */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +38,7 @@ struct region_handle {
     int slot;               /* our procs[] index */
     int state;              /* 0 not attached, 1 attached, -1 failed (pass through) */
     int locked_file;        /* the file's lock byte is held */
+    int closed;             /* the claim's file was wanted but is unusable: no new bytes (read atomically) */
     uint64_t mine[TR_MAX_GPUS];         /* bytes this process holds per GPU entry */
     char uuid[TR_MAX_GPUS][TR_UUID_LEN]; /* GPU entries this process registered */
     char path[PATH_CAP + 16]; /* empty: process-private region */
@@ -108,8 +115,8 @@ static void format_mem(struct tr_region *r)
     r->magic = TR_MAGIC;
 }
 
-/* Switches the handle to a private region holding what this process knows: its GPU entries and its bytes.
- * Called with h->mu held (or before anyone else sees the handle). */
+/* Switches the handle to a private region holding what this process knows: its GPU entries and its bytes,
+ * and closes it to new bytes (see the top). Called with h->mu held (or before anyone else sees the handle). */
 static void fall_back(struct region_handle *h, const char *why)
 {
     if (h->mem)
@@ -138,8 +145,19 @@ static void fall_back(struct region_handle *h, const char *why)
     h->locked_file = 0;
     h->slot = 0;
     h->mem = m;
-    tlog(LOG_ERROR, "%s: %s; memory and SM limits are enforced per process from now on (not across the claim)",
-         h->name, why);
+    uint64_t held = 0;
+    for (int g = 0; g < TR_MAX_GPUS; g++)
+        held += h->mine[g];
+    __atomic_store_n(&h->closed, 1, __ATOMIC_RELEASE);
+    tlog(LOG_ERROR,
+         "%s: %s; failing closed: new allocations are refused (this process keeps its %llu bytes, frees still "
+         "count) and kernels run only in the claim's part of each frame",
+         h->name, why, (unsigned long long)held);
+}
+
+int region_closed(struct region_handle *h)
+{
+    return __atomic_load_n(&h->closed, __ATOMIC_ACQUIRE);
 }
 
 /* ---- the lock ---- */
@@ -375,6 +393,7 @@ static int region_attach(struct region_handle *h)
     h->mem = NULL;
     h->slot = -1;
     h->state = 1;
+    h->closed = 0;
     memset(h->mine, 0, sizeof h->mine);
     memset(h->uuid, 0, sizeof h->uuid);
     h->name = h->path[0] ? h->path : "(process-private region)";
@@ -475,16 +494,23 @@ void region_gpu_end(struct region_handle *h, int g, const struct tr_gpu *e)
 
 /* ---- bytes ---- */
 
+/* Closed (the claim's total is unknown since the file failed, maybe just now, in claim_used): nothing new,
+ * however little, while a limit applies. */
+static int shut(const struct region_handle *h, uint64_t size, uint64_t limit)
+{
+    return h->closed && limit && size;
+}
+
 int region_reserve(struct region_handle *h, int g, uint64_t size, uint64_t limit)
 {
     if (region_lock(h))
         return 1;
     uint64_t used = claim_used(h, g, 0);
 #define FITS(u) (limit == 0 || ((u) <= limit && size <= limit - (u)))
-    int ok = FITS(used);
-    if (!ok) {
+    int ok = !shut(h, size, limit) && FITS(used);
+    if (!ok && !shut(h, size, limit)) {
         used = claim_used(h, g, 1); /* bytes of processes that died do not count */
-        ok = FITS(used);
+        ok = !shut(h, size, limit) && FITS(used);
     }
 #undef FITS
     if (ok) {
@@ -551,6 +577,7 @@ static void region_forget(struct region_handle *h)
     h->fd = -1;
     h->slot = -1;
     h->state = 0;
+    h->closed = 0;
 }
 
 struct region_handle *region_of_claim(int claim)

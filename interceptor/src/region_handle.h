@@ -21,6 +21,9 @@ struct region_handle *region_of_claim(int claim);
 /* Finds or creates the region's entry for a GPU; -1 when full. */
 int region_gpu_slot(struct region_handle *h, const char *uuid, uint64_t limit, uint32_t cores, int32_t priority);
 
+/* Whether the claim's region file became unusable: this process keeps what it holds and gets no new bytes
+ * under a memory limit (region_reserve refuses), and the limiter keeps it to time windows. */
+int region_closed(struct region_handle *h);
 /* 0 when locked; -1 when the region cannot be used at all. */
 int region_lock(struct region_handle *h);
 void region_unlock(struct region_handle *h);

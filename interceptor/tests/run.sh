@@ -272,23 +272,74 @@ C=$(claim badctx "gpu $GPU0 memory 1g context huge")
 tlog corrupt_limits_context "limits:2: context 'huge' is not a byte count" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 tlog missing_claim_dir "cannot open" env TESSERA_CLAIM_DIRS=/nonexistent/claim LD_PRELOAD="$LIB" "$T" unlimited $((10 * GiB))
 
-echo "== a hostile claim directory: the library never crashes or hangs, and keeps the limit (per process)"
+echo "== a hostile claim directory: the library never crashes or hangs, and fails closed (never N x the limit)"
 C=$(claim region_garbage "gpu $GPU0 memory 1g")
 head -c 4096 /dev/urandom >"$C/region"
-tlog corrupt_region_size_limit_kept "wrong size" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+tlog corrupt_region_size_fails_closed "wrong size" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" closed $GiB
 C=$(claim region_magic "gpu $GPU0 memory 1g")
 head -c 150640 /dev/urandom >"$C/region"
-tlog corrupt_region_magic_limit_kept "bad magic" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+tlog corrupt_region_magic_fails_closed "bad magic" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" closed $GiB
 C=$(claim region_link "gpu $GPU0 memory 1g")
 ln -s "$WORK/elsewhere.region" "$C/region"
-tlog symlinked_region_limit_kept "symbolic link" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+tlog symlinked_region_fails_closed "symbolic link" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" closed $GiB
 [ ! -e "$WORK/elsewhere.region" ] && ok symlinked_region_target_not_created || bad symlinked_region_target_not_created
 C=$(claim region_dir "gpu $GPU0 memory 1g")
 mkdir "$C/region"
-tlog region_is_a_directory "not a regular file" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+tlog region_is_a_directory "not a regular file" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" closed $GiB
 C=$(claim region_truncated "gpu $GPU0 memory 1g")
 out=$(timeout 60 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" truncate $GiB "$C" 2>&1)
-if [ $? = 0 ] && [ "$(grep -c "enforced per process" <<<"$out")" = 1 ]; then ok "region_truncated_while_running (one log line)"; else bad region_truncated_while_running "$out"; fi
+if [ $? = 0 ] && [ "$(grep -c "failing closed" <<<"$out")" = 1 ]; then ok "region_truncated_while_running (one log line)"; else bad region_truncated_while_running "$out"; fi
+# grab4 NAME DAMAGE: four processes of a 1 GiB claim take what they can; the region is damaged before they start
+# (garbage) or once they filled the claim (truncated); what they hold together never passes the limit
+# (falling back to a limit per process, they held 4 GiB).
+grab4() {
+    local name=$1 damage=$2 i total=0 h
+    local c
+    c=$(claim "$name" "gpu $GPU0 memory 1g")
+    [ "$damage" = garbage ] && head -c 150640 /dev/urandom >"$c/region"
+    rm -f "$WORK/grab.$name".*
+    local -a pids=()
+    for i in 1 2 3 4; do
+        env TESSERA_CLAIM_DIRS="$c" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.$name" timeout 60 "$T" grab $GiB 3 >"$WORK/grab.$name.$i" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 1 100); do [ "$(cat "$WORK/grab.$name".* | grep -c '^ready')" = 4 ] && break; sleep 0.1; done
+    [ "$damage" = truncated ] && truncate -s 0 "$c/region"
+    for p in "${pids[@]}"; do wait "$p"; done
+    for i in 1 2 3 4; do
+        h=$(grep -o 'held=[0-9]*' "$WORK/grab.$name.$i" | cut -d= -f2)
+        total=$((total + ${h:-999999999999}))
+    done
+    if [ "$total" -le $GiB ] && [ "$(cat "$WORK/grab.$name".* | grep -c 'failing closed')" = 4 ]; then
+        ok "$name (4 processes hold $total bytes of a $GiB-byte claim)"
+    else
+        bad "$name" "4 processes hold $total bytes of a $GiB-byte claim
+$(cat "$WORK/grab.$name".*)"
+    fi
+}
+grab4 corrupt_region_4_procs_hold_at_most_the_limit garbage
+grab4 truncated_region_4_procs_hold_at_most_the_limit truncated
+# two processes of a 30 % claim whose region is garbage: no shared bucket any more, yet together they keep to
+# the claim's share (each in the first 30 % of every frame), where a bucket each gave them 30 % each
+C=$(claim region_sm "gpu $GPU0 cores 30")
+head -c 150640 /dev/urandom >"$C/region"
+for attempt in 1 2 3; do
+    [ "$attempt" = 1 ] || quiet
+    rm -f "$WORK/gpu.region_sm"
+    env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.region_sm" timeout 60 "$S" sm -1 1 kernel >"$WORK/rsm.1" 2>&1 &
+    p1=$!
+    env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" FAKE_GPU_STATE="$WORK/gpu.region_sm" timeout 60 "$S" sm -1 1 kernel >"$WORK/rsm.2" 2>&1
+    wait $p1
+    shares=$(cat "$WORK"/rsm.* | grep -o 'share=[0-9.]*' | cut -d= -f2 | tr '\n' ' ')
+    awk -v s="$shares" 'BEGIN { n = split(s, a, " "); if (n != 2) exit 1; t = a[1] + a[2]
+        exit !(t <= 35 && a[1] >= 5 && a[2] >= 5) }' && break
+done
+if awk -v s="$shares" 'BEGIN { n = split(s, a, " "); exit !(n == 2 && a[1] + a[2] <= 35 && a[1] >= 5 && a[2] >= 5) }'; then
+    ok "corrupt_region_2_procs_keep_the_claims_sm_share (shares $shares; together at most 35)"
+else
+    bad corrupt_region_2_procs_keep_the_claims_sm_share "shares: $shares (together at most 35)
+$(cat "$WORK"/rsm.*)"
+fi
 C=$(claim region_locked "gpu $GPU0 memory 1g")
 env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" hold 0 >/dev/null 2>&1 &
 holder=$!
@@ -297,7 +348,7 @@ sleep 0.5
 "$T" holdlock "$C/region" 30 >"$WORK/holdlock.out" 2>&1 &
 locker=$!
 for _ in $(seq 1 50); do grep -q ready "$WORK/holdlock.out" && break; sleep 0.1; done
-tlog region_lock_held_forever_falls_back "held too long" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" limit $GiB
+tlog region_lock_held_forever_fails_closed "held too long" env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$T" closed $GiB
 kill $locker $holder 2>/dev/null; wait $locker $holder 2>/dev/null
 C=$(claim limits_fifo "gpu $GPU0 memory 1g")
 rm "$C/limits" && mkfifo "$C/limits"

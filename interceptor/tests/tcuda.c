@@ -618,8 +618,28 @@ static int t_legacy(int argc, char **argv)
 
 /* ---------- a hostile claim directory (issue #9) ---------- */
 
-/* truncate <limit> <claim-dir>: the region is truncated under a running process, which keeps going with its
- * limit (now enforced for itself) instead of dying of SIGBUS. */
+/* closed <limit>: the claim's region is unusable from the start (garbage, a link, a directory, its lock held
+ * for ever): the process fails closed. It sees the limit as its total with nothing free, every allocation
+ * under the limit is refused (never reaching the driver), and a GPU the claim does not limit is untouched. */
+static int t_closed(int argc, char **argv)
+{
+    CHECK(argc >= 1, "usage: closed <bytes>");
+    uint64_t limit = strtoull(argv[0], NULL, 0);
+    ctx_on(0);
+    size_t f, t;
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && t == limit && f == 0, "view total %zu free %zu", t, f);
+    CUdeviceptr a;
+    CHECK(cuMemAlloc_v2(&a, 1) == CUDA_ERROR_OUT_OF_MEMORY, "one byte is refused");
+    CHECK(cuMemAlloc_v2(&a, limit / 2) == CUDA_ERROR_OUT_OF_MEMORY, "half the limit is refused");
+    CHECK(cuMemAllocManaged(&a, 1 << 20, 1) == CUDA_ERROR_OUT_OF_MEMORY, "managed memory is refused");
+    CHECK(fakeUsedBytes(0) == 0, "nothing reached the driver: %llu", (unsigned long long)fakeUsedBytes(0));
+    ctx_on(1);
+    CHECK(cuMemAlloc_v2(&a, limit * 2) == CUDA_SUCCESS && cuMemFree_v2(a) == CUDA_SUCCESS, "GPU 1 unlimited");
+    return 0;
+}
+
+/* truncate <limit> <claim-dir>: the region is truncated under a running process, which does not die of SIGBUS
+ * and fails closed: it keeps what it holds and frees still count, but nothing new is granted. */
 static int t_truncate(int argc, char **argv)
 {
     CHECK(argc >= 2, "usage: truncate <limit> <claim-dir>");
@@ -629,15 +649,45 @@ static int t_truncate(int argc, char **argv)
     ctx_on(0);
     CUdeviceptr a, b, c;
     CHECK(cuMemAlloc_v2(&a, limit / 2) == CUDA_SUCCESS, "first half");
+    CHECK(cuMemAlloc_v2(&b, limit / 4) == CUDA_SUCCESS, "a quarter");
     CHECK(truncate(path, 0) == 0, "truncate the region");
-    for (int i = 0; i < 50; i++) {
-        CUdeviceptr t;
-        CHECK(cuMemAlloc_v2(&t, 1 << 20) == CUDA_SUCCESS && cuMemFree_v2(t) == CUDA_SUCCESS, "keeps allocating");
+    for (int i = 0; i < 50; i++)
+        CHECK(cuMemAlloc_v2(&c, 1 << 20) == CUDA_ERROR_OUT_OF_MEMORY, "a MiB more is refused (%d)", i);
+    size_t f, t;
+    CHECK(cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && t == limit && f == 0, "nothing free: %zu", f);
+    CHECK(fakeUsedBytes(0) == limit / 2 + limit / 4, "it keeps what it holds: %llu", (unsigned long long)fakeUsedBytes(0));
+    CHECK(cuMemFree_v2(b) == CUDA_SUCCESS && fakeUsedBytes(0) == limit / 2, "a free reaches the driver");
+    CHECK(cuMemAlloc_v2(&b, limit / 4) == CUDA_ERROR_OUT_OF_MEMORY, "what was freed is not granted again");
+    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS && fakeUsedBytes(0) == 0, "the driver holds nothing of it");
+    CHECK(cuMemFree_v2(a) != CUDA_SUCCESS, "a double free is still the driver's error");
+    return 0;
+}
+
+/* grab <limit> <seconds>: takes 16 MiB pieces whenever it can for <seconds> (a refused one is tried again 2 ms
+ * later), says "ready" once one was refused (the claim is full), and at the end prints held=<bytes>: run
+ * several at once in one claim whose region is then damaged, their sum is what the claim got. */
+static int t_grab(int argc, char **argv)
+{
+    CHECK(argc >= 2, "usage: grab <limit> <seconds>");
+    uint64_t limit = strtoull(argv[0], NULL, 0), held = 0;
+    uint64_t end = now_ns() + (uint64_t)(atof(argv[1]) * 1e9);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ctx_on(0);
+    int said = 0;
+    while (now_ns() < end && held < 4 * limit) {
+        CUdeviceptr a;
+        if (cuMemAlloc_v2(&a, 16 * MiB) == CUDA_SUCCESS) {
+            held += 16 * MiB;
+            continue;
+        }
+        if (!said) {
+            printf("ready\n");
+            fflush(stdout);
+            said = 1;
+        }
+        usleep(2000);
     }
-    CHECK(cuMemAlloc_v2(&b, limit / 4) == CUDA_SUCCESS, "a quarter more");
-    CHECK(cuMemAlloc_v2(&c, limit / 2) == CUDA_ERROR_OUT_OF_MEMORY, "the limit still holds");
-    CHECK(used_view() == limit / 2 + limit / 4, "the view still adds up: %llu", (unsigned long long)used_view());
-    CHECK(cuMemFree_v2(a) == CUDA_SUCCESS && cuMemFree_v2(b) == CUDA_SUCCESS && used_view() == 0, "frees");
+    printf("held=%llu\n", (unsigned long long)held);
     return 0;
 }
 
@@ -781,6 +831,7 @@ int main(int argc, char **argv)
         { "stress_child", t_stress_child }, { "hold", t_hold }, { "churn", t_churn }, { "kill", t_kill },
         { "fork", t_fork }, { "nvml", t_nvml }, { "ctx", t_ctx }, { "ctxdefault", t_ctx_default },
         { "legacy", t_legacy }, { "ringexit", t_ringexit }, { "truncate", t_truncate }, { "holdlock", t_holdlock },
+        { "closed", t_closed }, { "grab", t_grab },
         { "usage", t_usage },
     };
     return run_test("tcuda", cmds, sizeof cmds / sizeof cmds[0], argc, argv);

@@ -1,7 +1,9 @@
 /* Layout test for the shared region: the sizes and offsets below are the
  * on-disk contract (region version 2, with burst_ns and meter_ns in its
  * former reserved words; view version 2); a region written by the library
- * must carry them. Usage: tlayout [region-file] */
+ * must carry them. Usage: tlayout [region-file]. Prints the view's slot count
+ * (view slots N), which tests/integration/test_view_contract.py holds equal to
+ * the daemon's (dra_driver/core/sm_schedule.py MAX_SLOTS). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -74,6 +76,6 @@ int main(int argc, char **argv)
         EXPECT(!strncmp(r->gpus[0].uuid, "GPU-", 4));
         EXPECT(r->proc_high >= 1);
     }
-    printf("layout ok (%zu bytes)\n", sizeof(struct tr_region));
+    printf("layout ok (%zu bytes)\nview slots %d\n", sizeof(struct tr_region), TV_MAX_SLOTS);
     return 0;
 }

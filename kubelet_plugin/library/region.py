@@ -3,22 +3,23 @@
 The layout is interceptor/src/region.h, version 2 (one header, 16 GPU entries of 192 bytes, 1024 process
 slots of 144 bytes); a test reads regions the C library wrote. An entry's last two words were reserved
 (zero) before burst existed and are read as burst_ns: a region of an older library reads as no burst. The
-file is writable by the claim's containers, so nothing here trusts it: it is opened without following links
-or blocking, must be a regular file of exactly the right size, and is read with pread (a mapping would crash
-the daemon with SIGBUS if a tenant truncated it). Values are reported as found; callers clamp what they use.
+file is writable by the claim's containers, so nothing here trusts it: it must be a regular file of exactly
+the right size before it is opened at all (`open_plain_file`: a device node or FIFO a tenant made with mknod
+is never opened, so no driver's open runs), and it is read with pread (a mapping would crash the daemon with
+SIGBUS if a tenant truncated it). Values are reported as found; callers clamp what they use.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
-import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from dra_driver.system.files import open_plain_file
 from dra_driver.values import model
+from dra_driver.values.errors import StorageError
 
 MAGIC = 0x4E4F494745525354  # "TSREGION"
 VERSION = 2
@@ -75,15 +76,11 @@ class Region:
 
 def _open(path: Path) -> int:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as e:
-        why = "a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
-        raise RegionUnreadableError(f"{path}: {why}") from e
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size != SIZE:
-        os.close(fd)
-        raise RegionUnreadableError(f"{path}: not a regular file of {SIZE} bytes")
-    return fd
+        return open_plain_file(path, size=SIZE)
+    except FileNotFoundError as e:
+        raise RegionUnreadableError(f"{path}: absent") from e
+    except StorageError as e:
+        raise RegionUnreadableError(f"{path}: not a regular file of {SIZE} bytes ({e})") from e
 
 
 def _read(fd: int, offset: int, size: int, path: Path) -> bytes:

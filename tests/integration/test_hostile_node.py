@@ -9,9 +9,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import socket
 import stat
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import pytest
 
 from cdi.writer import read_spec
 from dra_driver.core.families import mig as mig_family
+from dra_driver.core.families import vgpu as vgpu_family
 from dra_driver.system.files import is_temp
 from dra_driver.values.names import (
     CONFIG_API_VERSION,
@@ -29,10 +32,12 @@ from dra_driver.values.names import (
     cdi_spec_file_name,
 )
 from kubelet_plugin.health.service import HEALTH_STREAMS
+from kubelet_plugin.library.region import REGION_FILE_NAME
 from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef
 from tests.support.kubelet_client import DraClient
+from tests.support.open_watch import SPECIAL_KINDS, OpenWatch, can_make, make_special
 from tests.support.plugin_process import NODE, PluginProcess, cleanup
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
 from tests.support.tenant_container import fill
@@ -377,5 +382,63 @@ def test_nothing_is_world_writable_with_an_inherited_umask_000(root: Path) -> No
             ref.uid,
             mig.uid,
         }
+    finally:
+        cleanup([p], root)
+
+
+# ---- 10: a region a tenant made a device node or a FIFO is never opened (issue #34, defect 4) -----------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_a_region_made_a_device_node_or_fifo_is_never_opened_by_the_daemon(root: Path, kind: str) -> None:
+    """A root process in a vgpu container keeps CAP_MKNOD: `mknod region c 1 3` in its claim directory
+    succeeds (nodev stops only the container's own opens). The daemon reads regions through the host path
+    ~90 times a second per claim (the burst arbiter for a normal claim, the priority relay for a high one,
+    metrics at each scrape); it must never open the node, neither while it runs nor when the kubelet prepares
+    the claims again."""
+    if not can_make(kind):
+        pytest.skip("mknod of a character device needs root")
+    port = _free_port()
+    p = PluginProcess(root=root, extra_args=("--metrics-address", f"127.0.0.1:{port}")).start()
+    try:
+        normal = vgpu_claim("normal", pool=NODE, gpu=0, memory="1Gi", cores="30")
+        consumed = {"memory": "1Gi", "cores": "20"}
+        high = allocated_claim(
+            "high", device="gpu-0-vgpu", family=vgpu_family.NAME, pool=NODE, consumed=consumed
+        )
+        high["status"]["allocation"]["devices"]["config"] = [
+            {
+                "source": "FromClass",
+                "requests": [],
+                "opaque": {
+                    "driver": DRIVER_NAME,
+                    "parameters": {"apiVersion": CONFIG_API_VERSION, "kind": "VgpuConfig", "priority": 0},
+                },
+            }
+        ]
+        refs = [prepared(p, normal), prepared(p, high)]
+        regions = [p.paths.claim_dir(r.uid) / SHARED_DIR_NAME / REGION_FILE_NAME for r in refs]
+        for region in regions:
+            region.unlink()
+            make_special(region, kind)
+        with OpenWatch(*regions) as watch:
+            for _ in range(4):  # ~1.2 s: the arbiter's and the relay's rounds, four scrapes
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                    text = r.read().decode()
+                time.sleep(0.3)
+            assert 'tessera_claim_region_readable{namespace="default",claim="normal"' in text
+            name = "tessera_claim_region_readable{"
+            readable = [line for line in text.splitlines() if line.startswith(name)]
+            assert len(readable) == 2 and all(line.endswith(" 0") for line in readable), readable
+            with DraClient(p.paths.dra_socket) as client:
+                assert all(a.error == "" for a in client.prepare(refs).claims.values())
+            assert watch.opens() == dict.fromkeys(regions, 0)
+        assert p.proc is not None and p.proc.poll() is None
     finally:
         cleanup([p], root)

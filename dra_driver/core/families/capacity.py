@@ -12,6 +12,7 @@ from typing import Any
 
 from dra_driver.core.families.base import Allocated, Footprint, GpuOffer, Json, NodeSetting, all_slices
 from dra_driver.core.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
+from dra_driver.core.sm_schedule import MAX_SLOTS
 from dra_driver.values.errors import ClaimError, ConfigError
 from dra_driver.values.excerpt import excerpt
 from dra_driver.values.model import Gpu
@@ -20,14 +21,19 @@ from dra_driver.values.quantity import parse_quantity
 
 MAX_CORES = 100
 DEFAULT_SHARES = 10  # HAMi's default split count
-MAX_SHARES = 128
+# Every vgpu claim on a GPU needs its entry in the GPU's view (its part of the frame), and the view holds
+# MAX_SLOTS (interceptor/src/view.h: TV_MAX_SLOTS): a share past them would be prepared without a part.
+MAX_SHARES = MAX_SLOTS
 
 
 def _shares(raw: object) -> int:
     if not isinstance(raw, int) or isinstance(raw, bool):
         raise ConfigError(f"vgpuShares: expected an integer, got {excerpt(raw)}")
     if not 1 <= raw <= MAX_SHARES:
-        raise ConfigError(f"vgpuShares: {raw} is out of range; use 1..{MAX_SHARES}")
+        raise ConfigError(
+            f"vgpuShares: {raw} is out of range; use 1..{MAX_SHARES} (a GPU's view holds the parts of "
+            f"{MAX_SHARES} claims)"
+        )
     return raw
 
 

@@ -35,7 +35,7 @@ from dra_driver.core.families.capacity import (
     shared_limits,
 )
 from dra_driver.core.families.protocol import DeviceFamily, LibraryLimited, TimeSliced
-from dra_driver.core.sm_schedule import free_slot
+from dra_driver.core.sm_schedule import MAX_SLOTS, free_slot
 from dra_driver.values.errors import ClaimError, ConfigError
 from dra_driver.values.model import Gpu
 from dra_driver.values.names import DeviceName, Family, GpuUUID, gpu_device_name
@@ -182,7 +182,9 @@ class Vgpu(
                 )
 
     def records(self, devices: Sequence[Planned], held: Held[GpuShare]) -> tuple[GpuShare, ...]:
-        """A slot on each GPU: kept when the claim is prepared again, else the lowest free there."""
+        """A slot on each GPU: kept when the claim is prepared again, else the lowest free there. A GPU
+        whose view is full (MAX_SLOTS claims: more than `vgpuShares` allows, so the scheduler was told
+        otherwise) refuses the claim rather than leave it without its part of the frame."""
         if held.claim:
             return held.claim
         taken: dict[GpuUUID, set[int]] = {}
@@ -190,6 +192,12 @@ class Vgpu(
             taken.setdefault(r.gpu_uuid, set()).add(r.slot)
         shares = []
         for d in devices:
+            if len(taken.get(d.gpu_uuid, ())) >= MAX_SLOTS:
+                raise ClaimError(
+                    f"device {d.device}: GPU {d.gpu_uuid} already holds {MAX_SLOTS} vgpu claims, all its "
+                    f"view has room for; the node publishes at most {MAX_SLOTS} shares per GPU (vgpuShares), "
+                    "so re-allocate the claim"
+                )
             config, limits = d.config, d.spec
             arbitrated = config.sm_limit_policy is not SmLimitPolicy.DISABLE
             shares.append(

@@ -238,7 +238,7 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
             "at '/nodeGroups/0/vgpuShares': minimum",
         ),
         (
-            "nodeGroups: [{name: x, families: [vgpu], vgpuShares: 129}]",
+            "nodeGroups: [{name: x, families: [vgpu], vgpuShares: 65}]",
             "at '/nodeGroups/0/vgpuShares': maximum",
         ),
         (

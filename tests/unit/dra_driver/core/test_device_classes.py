@@ -42,7 +42,7 @@ def test_the_values_schema_checks_the_family_settings_as_declared() -> None:
     shipped = json.loads((CHART / "values.schema.json").read_text())
     assert chart_schema(shipped) == shipped, "run deploy/render-manifests.sh"
     group = shipped["properties"]["nodeGroups"]["items"]["properties"]
-    assert group["vgpuShares"]["maximum"] == 128 and group["migProfiles"]["minItems"] == 1
+    assert group["vgpuShares"]["maximum"] == 64 and group["migProfiles"]["minItems"] == 1
 
 
 class Dial(WholeGpu):

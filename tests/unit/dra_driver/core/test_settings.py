@@ -44,7 +44,7 @@ def test_from_mapping_switches_families_off() -> None:
         ({**HEADER, "vgpuShares": 0}, "vgpuShares: 0 is out of range"),
         ({**HEADER, "vgpuShares": "10"}, "vgpuShares: expected an integer"),
         ({**HEADER, "vgpuShares": True}, "vgpuShares: expected an integer"),
-        ({**HEADER, "vgpuShares": 129}, r"vgpuShares: 129 is out of range; use 1\.\.128"),
+        ({**HEADER, "vgpuShares": 65}, r"vgpuShares: 65 is out of range; use 1\.\.64 \(a GPU.s view holds"),
         ({"apiVersion": "v1", "kind": "NodeSettings"}, "apiVersion/kind"),
         ({**HEADER}, "nodeName: not set"),
         ({**HEADER, "migProfiles": "1g.10gb"}, "migProfiles: expected a list"),

@@ -16,6 +16,7 @@ from dra_driver.core.devices import gpu_devices
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, mps, parse_device_name, vgpu
 from dra_driver.core.families.base import Json
+from dra_driver.core.families.capacity import MAX_SHARES
 from dra_driver.core.families.mig import MigName
 from dra_driver.core.families.published import attribute_version, pci_bus_id
 from dra_driver.core.profiles import PRODUCTS, product
@@ -357,7 +358,7 @@ def cases(draw: st.DrawFn) -> tuple[Inventory, NodeSettings, frozenset[Placement
     node = draw(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True))
     names = sorted({p.name for prod in PRODUCTS for p in prod.mig_profiles})
     profiles = draw(st.none() | st.lists(st.sampled_from(names), min_size=1, unique=True))
-    shares = draw(st.integers(1, 128))
+    shares = draw(st.integers(1, MAX_SHARES))
     chosen = (
         family_settings(vgpuShares=shares)
         if profiles is None

@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, Part, SharingClaim, free_slot, schedule
+from dra_driver.core.sm_schedule import (
+    DEFAULT_FRAME_US,
+    MAX_SLOTS,
+    Part,
+    SharingClaim,
+    free_slot,
+    partition,
+    schedule,
+)
 
 
 def test_shares_back_to_back_in_slot_order() -> None:
@@ -174,3 +182,23 @@ def test_high_priority_claims_stay_out_of_the_work_conserving_layout() -> None:
         (3, 5_000, 10_000, 0),
     ]
     assert spans(schedule(claims, frame_us=10_000, active={1, 2})) == [(2, 0, 0, 100), (3, 0, 0, 50)]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 1), st.booleans()), max_size=MAX_SLOTS),
+    st.sets(st.integers(1, MAX_SLOTS)) | st.none(),
+)
+def test_up_to_max_slots_claims_never_need_more_entries_than_the_view_holds(
+    claims: list[tuple[int, bool]], active: set[int] | None
+) -> None:
+    """Every layout gives a claim at most one entry (a part, or a free entry while it bursts or idles), so the
+    MAX_SLOTS claims a GPU can take (vgpuShares' bound) always fit the view, and with shares that leave time
+    over (1 % each at most here) every normal claim has its entry: nothing is cut off."""
+    sharing = [
+        SharingClaim(slot, cores, high_priority=high, ceiling=cores + 50)
+        for slot, (cores, high) in enumerate(claims, start=1)
+    ]
+    normal = {c.slot for c in sharing if not c.high_priority}
+    for parts in (partition(sharing), schedule(sharing, active=active)):
+        assert len(parts) <= len(sharing) <= MAX_SLOTS
+        assert sorted(p.slot for p in parts) == sorted(normal)

@@ -10,6 +10,7 @@ import pytest
 
 from dra_driver.system.safe_tree import TreeLimitError, is_plain_file, remove_tree
 from dra_driver.values.errors import StorageError
+from tests.support.open_watch import SPECIAL_KINDS, OpenWatch, can_make, make_special
 
 
 def nest(top: Path, depth: int) -> None:
@@ -96,3 +97,20 @@ def test_is_plain_file(tmp_path: Path) -> None:
     (tmp_path / "l").symlink_to(tmp_path / "f")
     (tmp_path / "d").mkdir()
     assert [is_plain_file(tmp_path / n) for n in ("f", "l", "d", "none")] == [True, False, False, False]
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_device_nodes_and_fifos_in_a_tree_are_removed_unopened(tmp_path: Path, kind: str) -> None:
+    """What the sweeper removes from a claim directory: a directory open with O_DIRECTORY fails on a node
+    before any driver's open, and the node itself is only unlinked."""
+    if not can_make(kind):
+        pytest.skip("mknod of a character device needs root")
+    tree = tmp_path / "t"
+    (tree / "d").mkdir(parents=True)
+    nodes = [tree / "node", tree / "d" / "node"]
+    for node in nodes:
+        make_special(node, kind)
+    with OpenWatch(*nodes) as watch:
+        assert remove_tree(tree) >= len(nodes)
+        assert watch.total() == 0
+    assert not tree.exists()

@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from dra_driver.core.families import vgpu
+from dra_driver.core.sm_schedule import SharingClaim
+from dra_driver.values.names import ClaimUID, GpuUUID
 from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
-from kubelet_plugin.library.region import Region, read_region
+from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim
+from kubelet_plugin.hosts.vgpu.arbiter import Arbiter, ArbitratedGpu
+from kubelet_plugin.hosts.vgpu.priority_relay import LaunchEvidence, RelayedGpu, relay_once
+from kubelet_plugin.library.gpu_view import GpuView
+from kubelet_plugin.library.region import REGION_FILE_NAME, SIZE, Region, RegionUnreadableError, read_region
+from kubelet_plugin.observability.usage_status import UsageStatusLoop
+from tests.support.open_watch import SPECIAL_KINDS, OpenWatch, can_make, make_special
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -75,3 +84,40 @@ def test_without_processes_only_the_counters_are_read(
     region = read_region(claim / "region", processes=False)
     gpu = region.gpu(FAKE_GPU0)
     assert gpu is not None and gpu.launches == 4 and gpu.used_bytes == 0 and region.processes == ()
+
+
+class _NoWrites:
+    def write(self, **_: object) -> tuple[str, ...]:
+        raise AssertionError("nothing to write from an unreadable region")
+
+
+@pytest.mark.parametrize("kind", SPECIAL_KINDS)
+def test_a_region_a_tenant_made_a_device_node_or_fifo_is_never_opened(tmp_path: Path, kind: str) -> None:
+    """Issue #34, defect 4: `mknod region c 1 3` in the claim's shared directory. Every reader of regions
+    (the reader itself, the burst arbiter's and the priority relay's rounds, usage in claim status) finds it
+    unreadable without opening it: no driver's open runs, no FIFO is waited on."""
+    if not can_make(kind):
+        pytest.skip("mknod of a character device needs root")
+    normal, high = tmp_path / "normal", tmp_path / "high"
+    for d in (normal, high):
+        d.mkdir()
+        make_special(d / REGION_FILE_NAME, kind)
+    view = GpuView(tmp_path / "view")
+    claims = (SharingClaim(1, 30), SharingClaim(2, 20, high_priority=True))
+    arbitrated = ArbitratedGpu(FAKE_GPU0, view, claims, (normal, high))
+    device = ClaimDevice("gpu-0-vgpu", vgpu.NAME, 0, GpuUUID(FAKE_GPU0), GiB, 0.3, metered=True)
+    usage = UsageStatusLoop(
+        claims=lambda: [PreparedClaim(ClaimUID("uid-n"), "ns", "n", (device,), normal / REGION_FILE_NAME)],
+        writer=_NoWrites(),
+    )
+    arbiter, evidence = Arbiter(), LaunchEvidence()
+    with OpenWatch(normal / REGION_FILE_NAME, high / REGION_FILE_NAME) as watch:
+        for now in range(0, 200_000_000, 10_000_000):  # 20 rounds of each loop, past the arbiter's IDLE_NS
+            with pytest.raises(RegionUnreadableError, match=f"not a regular file of {SIZE} bytes"):
+                read_region(normal / REGION_FILE_NAME)
+            arbiter.round([arbitrated], now_ns=now, commit=lambda _g, _p: True)
+            relay_once([RelayedGpu(FAKE_GPU0, view, (high,))], evidence, now_ns=now)
+            assert usage.tick() == 0
+        assert watch.total() == 0, watch.opens()
+    assert view.hold_until_ns() == 0  # no evidence from it: nobody held back
+    view.close()

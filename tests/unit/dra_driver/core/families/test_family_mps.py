@@ -119,7 +119,7 @@ def test_it_consumes_the_whole_gpus_counters_like_a_whole_gpu() -> None:
     assert set(use["counters"]) == set(o.counters or {})
 
 
-@pytest.mark.parametrize(("shares", "clients"), [(1, "1"), (10, "10"), (48, "48"), (49, "48"), (128, "48")])
+@pytest.mark.parametrize(("shares", "clients"), [(1, "1"), (10, "10"), (48, "48"), (49, "48"), (64, "48")])
 def test_shares_follow_the_node_setting_up_to_the_48_clients_of_one_daemon(shares: int, clients: str) -> None:
     (device,) = mps.FAMILY.offer(offer(make_gpu(0, "H100-80GB-SXM"), shares=shares))
     assert device["capacity"]["shares"]["value"] == clients
