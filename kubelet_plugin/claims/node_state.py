@@ -5,12 +5,20 @@ and the families' host parts, behind one lock. Every change of the checkpoint go
 says whether the write must survive a power loss (`durable`): only a write ahead of a node-wide change that
 outlives a reboot (MIG mode) must be; everything else a restart finds and settles again (docs/
 architecture.md, "Durability").
+
+Another instance may share the node (a rolling update) and save the checkpoint between two of this one's
+calls. The host parts' node-wide files (the GPU views) are written from the checkpoint, so every such write
+happens under the checkpoint lock, which every save takes too, and from the save on disk: `commit` saves
+and refreshes under it, and a background loop writes only inside `deriving`, which first refreshes the host
+parts when the save on disk is not the one they last derived from (docs/architecture.md, "Two instances on
+one node").
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -21,18 +29,22 @@ from dra_driver.core import families
 from dra_driver.core.allocation import NodeHolds
 from dra_driver.system.driver_root import DriverRoot
 from dra_driver.system.safe_tree import is_plain_file
-from dra_driver.values.errors import StorageError
+from dra_driver.values.errors import StorageError, TesseraError
 from dra_driver.values.model import Inventory, Placement
 from dra_driver.values.names import LIMITS_FILE_NAME, ClaimUID, Family
 from kubelet_plugin.claims.claimdir import ClaimDirs
 from kubelet_plugin.hosts import Hosts
 from kubelet_plugin.hosts.base import HostContext, Removed
+from kubelet_plugin.node.file_modes import PLUGIN_DIR_MODE, make_dir
 from kubelet_plugin.node.paths import PluginPaths
+from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, OfferKey
-from kubelet_plugin.record.checkpoint_store import CheckpointStore, read_boot_id
+from kubelet_plugin.record.checkpoint_store import CheckpointStore, Stamp, read_boot_id
 from kubelet_plugin.record.steps import NO_OBSERVER, Step, StepObserver
 
 log = structlog.get_logger(__name__)
+
+SHOWN_CLAIMS = 8  # claims named in one log line about another instance's changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +81,15 @@ class NodeState:
         self.hosts = Hosts(context)
         self.lock = threading.RLock()
         self.store = CheckpointStore(path=paths.checkpoint_file)
+        # every instance's saves and derived writes take it, each for microseconds; always inside `lock`
+        self.checkpoint_lock = PluginLock(paths.checkpoint_lock_file)
         self._cp: Checkpoint | None = None
+        self._cp_stamp: Stamp | None = None  # the save `_cp` was read from or written as
+        self._derived: Stamp | None = None  # the save the host parts last refreshed from (checkpoint lock)
+        self._unreadable = False  # `deriving` found the save on disk unreadable (said once)
+        self._known: frozenset[ClaimUID] | None = None  # the claims of the save this instance last saw
+        self._known_lock = threading.Lock()
+        self._dir_made = False
         self.commits = Commits()
 
     # ---- the checkpoint ---------------------------------------------------------------------------------
@@ -77,21 +97,85 @@ class NodeState:
     def checkpoint(self) -> Checkpoint:
         """The current checkpoint (loaded on first use; a corrupt file raises StorageError)."""
         if self._cp is None:
-            self._cp = self.store.load(boot_id=self.boot_id)
+            self._cp, self._cp_stamp = self.store.load_stamped(boot_id=self.boot_id)
+            self._notice(self._cp)
         return self._cp
 
+    def latest(self) -> Checkpoint:
+        """The checkpoint as on disk now: the one held, unless another instance saved since (read again)."""
+        with self.lock:
+            if self._cp is not None and not _same(self.store.stamp(), self._cp_stamp):
+                self._cp = None
+            return self.checkpoint()
+
     def commit(self, cp: Checkpoint, *, durable: bool = False) -> Checkpoint:
-        """Save (durably if asked), then adopt and let the host parts rewrite what derives from it."""
-        self.store.save(cp, durable=durable)
-        self._cp = cp
-        self.commits = Commits(self.commits.total + 1, self.commits.durable + int(durable))
-        for host in self.hosts:
-            host.refresh(cp)
+        """Save (durably if asked), then adopt and let the host parts rewrite what derives from it, all under
+        the checkpoint lock: no instance writes a derived file between this save and its refresh."""
+        if not self._dir_made:  # the lock's, as the save's (a daemon made it before, a test may not have)
+            make_dir(self.paths.plugin_dir, PLUGIN_DIR_MODE, existing="keep")
+            self._dir_made = True
+        with self.checkpoint_lock.held():
+            elsewhere = not _same(self.store.stamp(), self._derived)
+            self._cp, self._cp_stamp = cp, self.store.save(cp, durable=durable)
+            with self._known_lock:
+                self._known = frozenset(cp.claims)
+            self.commits = Commits(self.commits.total + 1, self.commits.durable + int(durable))
+            self._refresh(cp, self._cp_stamp, elsewhere=elsewhere)
         return cp
 
     def forget(self) -> None:
         """Read the checkpoint from disk again next time (another instance may have changed it)."""
         self._cp = None
+
+    @contextlib.contextmanager
+    def deriving(self) -> Iterator[bool]:
+        """Held around every write of a node-wide file derived from the checkpoint outside a claim call (the
+        vgpu loops): the checkpoint lock, with the host parts refreshed first when the save on disk is not the
+        one they derived from (another instance saved it). Yields False when that save cannot be read just
+        now: write nothing. An uncontended pass costs a flock and a read of the checkpoint's head."""
+        with self.checkpoint_lock.held():
+            yield self._catch_up()
+
+    def _catch_up(self) -> bool:
+        stamp = self.store.stamp()
+        if _same(stamp, self._derived):
+            return True
+        try:
+            cp, stamp = self.store.load_stamped(boot_id=self.boot_id)
+        except TesseraError as e:
+            if not self._unreadable:
+                log.warning("checkpoint unreadable: node-wide files not written until it is", error=str(e))
+            self._unreadable = True
+            return False
+        self._unreadable = False
+        self._notice(cp)
+        self._refresh(cp, stamp, elsewhere=True)
+        return True
+
+    def _refresh(self, cp: Checkpoint, stamp: Stamp | None, *, elsewhere: bool) -> None:
+        """Let the host parts rewrite what derives from `cp` (under the checkpoint lock)."""
+        for host in self.hosts:
+            if elsewhere:
+                host.changed_elsewhere()
+            host.refresh(cp)
+        self._derived = stamp
+
+    def _notice(self, cp: Checkpoint) -> None:
+        """Say which claims another instance prepared or released since this one last saw the checkpoint
+        (every save in between was another's)."""
+        now = frozenset(cp.claims)
+        with self._known_lock:
+            before, self._known = self._known, now
+        if before is None or before == now:
+            return
+        adopted, released = sorted(now - before), sorted(before - now)
+        log.info(
+            "adopting the claims another instance on the node prepared or released",
+            adopted=adopted[:SHOWN_CLAIMS],
+            adopted_count=len(adopted),
+            released=released[:SHOWN_CLAIMS],
+            released_count=len(released),
+        )
 
     def holds(
         self, uid: ClaimUID, *, also: Mapping[Family, Sequence[object]] | None = None, own: bool = True
@@ -171,6 +255,11 @@ class NodeState:
 
     def close(self) -> None:
         self.hosts.close()
+
+
+def _same(stamp: Stamp | None, known: Stamp | None) -> bool:
+    """Whether the save on disk (`stamp`) is the one known; a stamp that cannot be told never is."""
+    return stamp is not None and stamp == known
 
 
 def merged(parts: Iterable[Removed]) -> Removed:

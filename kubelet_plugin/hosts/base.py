@@ -8,6 +8,7 @@ docs/architecture.md, "The family seam".
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -67,13 +68,27 @@ class Removed:
     host: list[Leftover] = field(default_factory=list)  # what the host parts took down, whatever their family
 
 
+def _unguarded() -> AbstractContextManager[bool]:
+    return contextlib.nullcontext(True)
+
+
+def _alone() -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Running:
-    """What a host part's background loops act through while the daemon serves."""
+    """What a host part's background loops act through while the daemon serves. Another instance may share
+    the node (a rolling update): a loop that writes a node-wide file derived from the checkpoint writes only
+    while `leads()` and inside `deriving()` (docs/architecture.md, "Two instances on one node")."""
 
     checkpoint: Callable[[], Checkpoint | None]  # the node's checkpoint now (None: unreadable just now)
     exclusive: Callable[[], AbstractContextManager[None]]  # the plugin's file lock and the node's lock, held
     warn: Callable[..., object] | None = None  # a Warning Event on the Node (reason=, message=)
+    # the checkpoint lock held, every host part refreshed from the save on disk if another instance made it
+    # (False: unreadable just now, write nothing); `NodeState.deriving`
+    deriving: Callable[[], AbstractContextManager[bool]] = _unguarded
+    leads: Callable[[], bool] = _alone  # whether this instance runs the node's writing loops (one at a time)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +160,10 @@ class FamilyHost(Generic[SpecT, RecordT, MadeT]):
 
     def refresh(self, cp: Checkpoint) -> None:
         """After every change of the checkpoint: rewrite what is derived from it (views)."""
+
+    def changed_elsewhere(self) -> None:
+        """Another instance on the node saved the checkpoint, and may have rewritten what derives from it,
+        since this part's last `refresh`; a `refresh` follows at once."""
 
     def loops(self, running: Running) -> tuple[Loop, ...]:
         """The background loops this part runs while the daemon serves (the MPS watch, the priority relay)."""

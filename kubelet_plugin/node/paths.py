@@ -16,7 +16,7 @@ from dra_driver.values.names import (
 
 @dataclass(frozen=True, slots=True)
 class PluginPaths:
-    plugin_dir: Path  # /var/lib/kubelet/plugins/<driver>: DRA socket, checkpoint, lock
+    plugin_dir: Path  # /var/lib/kubelet/plugins/<driver>: DRA socket, checkpoint, locks
     registry_dir: Path  # /var/lib/kubelet/plugins_registry: registration socket
     cdi_dir: Path  # /var/run/cdi: one transient spec per claim
     claims_dir: Path  # host side of the per-claim directories (limits file, accounting region)
@@ -77,7 +77,24 @@ class PluginPaths:
 
     @property
     def lock_file(self) -> Path:
+        """Held by every kubelet call that changes the node, in every instance (node/sockets.py)."""
         return self.plugin_dir / "plugin.lock"
+
+    @property
+    def checkpoint_lock_file(self) -> Path:
+        """Held, briefly, by every save of the checkpoint and every write of a node-wide file derived from
+        it, in every instance (claims/node_state.py)."""
+        return self.plugin_dir / "checkpoint.lock"
+
+    @property
+    def loops_lock_file(self) -> Path:
+        """Held by the one instance on the node that runs the loops writing node-wide files (the GPU views'
+        arbiter and relay) for as long as it runs (node/leader_lock.py)."""
+        return self.plugin_dir / "loops.lock"
+
+    @property
+    def lock_files(self) -> tuple[Path, ...]:
+        return (self.lock_file, self.checkpoint_lock_file, self.loops_lock_file)
 
     # ClaimUID(...) again: where a UID becomes a path, a plain str that slipped past the types is checked too
     def cdi_spec_file(self, claim_uid: ClaimUID) -> Path:

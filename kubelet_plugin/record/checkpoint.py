@@ -243,6 +243,20 @@ def encode(cp: Checkpoint) -> bytes:
     return (head[:-1] + "," + body[1:]).encode()
 
 
+_HEAD_PREFIX = f'{{"apiVersion":"{API_VERSION}","kind":"{KIND}","checksum":"'.encode()
+HEAD_BYTES = len(_HEAD_PREFIX) + 80  # the prefix, "sha256:", 64 hex digits and the closing quote
+
+
+def checksum_at_head(head: bytes) -> str | None:
+    """The checksum `encode` wrote at the start of a checkpoint, from its first HEAD_BYTES (None: no
+    checkpoint of this version starts so). It names the content, so it tells one save from another without
+    reading the rest; `decode` still verifies the whole before anything is believed."""
+    if not head.startswith(_HEAD_PREFIX):
+        return None
+    end = head.find(b'"', len(_HEAD_PREFIX))
+    return head[len(_HEAD_PREFIX) : end].decode("ascii", "replace") if end > 0 else None
+
+
 def decode(data: bytes, *, source: str = "checkpoint") -> Checkpoint:
     """Parse and verify; anything unexpected is a CheckpointError naming what is wrong.
 

@@ -196,7 +196,7 @@ class CleanupNode:
             self.server.stop(grace=grace)
         if self.clean:
             try:
-                went = release_plugin_dir(self.paths.plugin_dir, self.paths.lock_file)
+                went = release_plugin_dir(self.paths.plugin_dir, self.paths.lock_files)
             except TesseraError as e:
                 log.warning("the plugin directory was not removed", error=str(e))
             else:

@@ -67,7 +67,7 @@ def _plugin_state(paths: PluginPaths) -> list[Path]:
     for name in _names(paths.plugin_dir):
         if name.startswith(checkpoint + UNREADABLE_MARK) or (is_temp(name) and checkpoint in name):
             found.append(paths.plugin_dir / name)
-    return [*found, paths.lock_file]
+    return [*found, *paths.lock_files]
 
 
 def library_files(library: Path) -> list[Path]:

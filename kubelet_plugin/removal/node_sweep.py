@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,16 +78,16 @@ def _rmdir(path: Path) -> bool | str:
     return True
 
 
-def release_plugin_dir(plugin_dir: Path, lock_file: Path) -> list[str]:
-    """At the end of serving: the plugin lock and directory, when nothing else is left in it (a plugin
+def release_plugin_dir(plugin_dir: Path, lock_files: Sequence[Path]) -> list[str]:
+    """At the end of serving: the plugin's locks and directory, when nothing else is left in it (a plugin
     installed again meanwhile keeps its own)."""
     try:
         names = os.listdir(plugin_dir)
     except FileNotFoundError:
         return []
-    if set(names) - {lock_file.name}:
+    if set(names) - {f.name for f in lock_files}:
         return []
-    went = [str(Leftover(LeftoverKind.PLUGIN_STATE, str(lock_file)))] if remove_tree(lock_file) else []
+    went = [str(Leftover(LeftoverKind.PLUGIN_STATE, str(f))) for f in lock_files if remove_tree(f)]
     if _rmdir(plugin_dir) is True:
         went.append(str(Leftover(LeftoverKind.DIRECTORY, str(plugin_dir))))
     return went

@@ -24,6 +24,7 @@ from kubelet_plugin.proto.gen import dra_v1_pb2 as v1
 from kubelet_plugin.proto.gen import dra_v1_pb2_grpc as v1_grpc
 from kubelet_plugin.proto.gen import dra_v1beta1_pb2 as v1beta1
 from kubelet_plugin.proto.gen import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from kubelet_plugin.record.checkpoint_store import Stamp, checkpoint_stamp
 from kubelet_plugin.record.results import (
     ClaimPreparer,
     ClaimRef,
@@ -73,7 +74,7 @@ class ClaimCalls:
         self._shared_state = shared_state
         self._reload = reload
         self._after = after
-        self._left: _Stamp | None = None  # how we left the shared state; None: unknown
+        self._left: Stamp | None = None  # how we left the shared state; None: unknown
 
     def prepare(self, claims: Sequence[KubeletClaim]) -> dict[str, PrepareResult]:
         with metrics.KUBELET_CALL_SECONDS.labels("NodePrepareResources").time():
@@ -124,21 +125,12 @@ class ClaimCalls:
                 answers[claim.uid] = _bounded(answer)
         return answers
 
-    def _stamp(self) -> _Stamp:
-        if self._shared_state is None:
-            return (0, 0, 0)
-        try:
-            st = self._shared_state.stat()
-        except FileNotFoundError:
-            return (0, 0, -1)
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+    def _stamp(self) -> Stamp | None:
+        return None if self._shared_state is None else checkpoint_stamp(self._shared_state)
 
     def _refresh(self) -> None:
         if self._reload is not None and (self._left is None or self._stamp() != self._left):
             self._reload()
-
-
-_Stamp = tuple[int, int, int]
 
 
 def _count(call: str, answers: Iterable[PrepareResult | UnprepareResult]) -> None:

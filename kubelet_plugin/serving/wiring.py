@@ -2,9 +2,10 @@
 
 Order matters. Start: directories (explicit modes), backend, claim source, preparer; reconcile under the
 plugin lock (another instance may be serving), removing set-aside claim directories after releasing it, and
-the shared GPUs' views rewritten from the checkpoint; the priority relay; health; publisher; then the gRPC
-servers, the registration socket last. Stop: the servers first (no new
-calls, sockets removed), then the loops, then the backend. A rebuilt checkpoint, or one of a newer version
+the shared GPUs' views rewritten from the checkpoint; the host parts' loops (those writing node-wide files
+only while this instance leads, `loops.lock`); health; publisher; then the gRPC servers, the registration
+socket last. Stop: the servers first (no new calls, sockets removed), then the loops (the lead given up),
+then the backend. A rebuilt checkpoint, or one of a newer version
 (start-up refused), is reported in a Warning Event on the Node when an API server is configured.
 """
 
@@ -59,12 +60,14 @@ from kubelet_plugin.node.file_modes import (
     make_dir,
 )
 from kubelet_plugin.node.foreign_plugin import ForeignPluginGuard
+from kubelet_plugin.node.leader_lock import LeaderLock
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.observability.metrics_server import MetricsServer
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.observability.timed_backend import TimedBackend
 from kubelet_plugin.observability.usage_status import ApiUsageWriter, UsageStatusLoop
 from kubelet_plugin.record.checkpoint import Checkpoint, OfferKey
+from kubelet_plugin.record.checkpoint_store import checkpoint_stamp
 from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
 from kubelet_plugin.serving.dra_service import ClaimCalls
 from kubelet_plugin.serving.driver_setup import DriverSetup, driver_setup
@@ -142,6 +145,30 @@ def claim_access(options: DaemonOptions) -> ClaimAccess:
     return ClaimAccess(ApiClaimSource(api=resource), ApiClaimStatusWriter(api=resource), api)
 
 
+def running_on(
+    state: NodeState, lock: PluginLock, leader: LeaderLock, *, warn: Callable[..., object] | None = None
+) -> Running:
+    """What the host parts' loops act through in a daemon: the checkpoint as on disk, the plugin lock with
+    the node's, and, for loops writing node-wide files, the lead and the checkpoint lock."""
+
+    def checkpoint() -> Checkpoint | None:
+        try:
+            return state.latest()  # another instance may have saved since this one's last call
+        except TesseraError:
+            return None
+
+    @contextlib.contextmanager
+    def both_locks() -> Iterator[None]:
+        # the file lock too: during a rolling update the other instance's loops and calls wait
+        with lock.held(), state.lock:
+            state.forget()  # the other instance may have changed the checkpoint
+            yield
+
+    return Running(
+        checkpoint=checkpoint, exclusive=both_locks, warn=warn, deriving=state.deriving, leads=leader.leads
+    )
+
+
 def scrape(node: NodeMetrics) -> Callable[[], bytes]:
     """What one node's /metrics serves: its scrape-time families, then the daemon's counters."""
     return lambda: node.render() + generate_latest(REGISTRY)
@@ -166,6 +193,7 @@ class Node:
         self._publisher_thread: threading.Thread | None = None
         self.state: NodeState | None = None
         self._loop_threads: list[threading.Thread] = []
+        self.leader: LeaderLock | None = None
         self.metrics: MetricsServer | None = None
         self.usage: UsageStatusLoop | None = None
         self.readiness: Readiness | None = None
@@ -275,11 +303,7 @@ class Node:
             return None
 
     def _checkpoint_stamp(self) -> object:
-        try:
-            st = self.paths.checkpoint_file.stat()
-        except OSError:
-            return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return checkpoint_stamp(self.paths.checkpoint_file)
 
     def _prepared(self) -> tuple[PreparedClaim, ...]:
         inventory = self.poller.inventory if self.poller is not None else None
@@ -332,24 +356,8 @@ class Node:
 
     def _start_loops(self, state: NodeState, events: NodeEvents | None, lock: PluginLock) -> None:
         """Every host part's background loops (the MPS watch, the priority relay), one thread each."""
-
-        def checkpoint() -> Checkpoint | None:
-            with state.lock:
-                try:
-                    return state.checkpoint()
-                except TesseraError:
-                    return None
-
-        @contextlib.contextmanager
-        def both_locks() -> Iterator[None]:
-            # the file lock too: during a rolling update the other instance's loops and calls wait
-            with lock.held(), state.lock:
-                state.forget()  # the other instance may have changed the checkpoint
-                yield
-
-        running = Running(
-            checkpoint=checkpoint, exclusive=both_locks, warn=events.warn if events is not None else None
-        )
+        self.leader = LeaderLock(self.paths.loops_lock_file, what="the loops writing the GPU views")
+        running = running_on(state, lock, self.leader, warn=events.warn if events is not None else None)
         for part in state.hosts:
             for loop in part.loops(running):
                 thread = threading.Thread(
@@ -467,6 +475,8 @@ class Node:
             self._publisher_thread.join(timeout=grace + 15)  # a watch ends within its timeout
         for thread in self._loop_threads:
             thread.join(timeout=5)
+        if self.leader is not None:
+            self.leader.close()  # another instance's loops take over
         if self._usage_thread is not None:
             self._usage_thread.join(timeout=5)
         if self.state is not None:

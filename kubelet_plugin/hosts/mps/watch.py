@@ -2,9 +2,12 @@
 of the node daemon, and the Node gets a Warning Event saying so.
 
 Every INTERVAL it asks `MpsControl.problem` about each GPU that prepared MPS claims use (the checkpoint says
-which). A daemon found wanting is restarted (`MpsControl.restart`: the old one killed, a new one started,
-every claim's link to its control socket made again) under the locks the caller gives (the node daemon: its
-file lock and the node lock), so it never races a prepare or the unprepare that stops the GPU's last daemon.
+which: as on disk, so the claims another instance on the node prepared count too). A daemon found wanting is
+restarted (`MpsControl.restart`: the old one killed, a new one started, every claim's link to its control
+socket made again) under the locks the caller gives (the node daemon: its file lock and the node lock), so it
+never races a prepare or the unprepare that stops the GPU's last daemon, once asked again under them: during
+a rolling update the other instance's watch may have replaced it meanwhile, and a second restart would kill
+the new daemon its clients just connected to.
 Clients that were connected to the old daemon lost it with it (a fault of the GPU's MPS domain,
 docs/mps.md); new processes of every MPS claim on the GPU get the new one.
 """
@@ -49,15 +52,14 @@ class MpsWatch:
         """Replace every wanting daemon of a GPU in use; the GPUs whose daemon was replaced."""
         replaced = []
         for gpu in sorted(self._in_use()):
-            try:
-                problem = self._control.problem(gpu_uuid=gpu)
-            except TesseraError as e:
-                problem = str(e)
-            if problem is None:
+            if self._problem(gpu) is None:
                 continue
             with self._lock():
                 if gpu not in self._in_use():
                     continue  # its last claim left meanwhile: settling stops it
+                problem = self._problem(gpu)
+                if problem is None:
+                    continue  # replaced meanwhile (the other instance's watch)
                 try:
                     daemon = self._control.restart(gpu_uuid=gpu)
                 except TesseraError as e:
@@ -73,6 +75,12 @@ class MpsWatch:
                 "processes connected to the old one lost their MPS server",
             )
         return replaced
+
+    def _problem(self, gpu: GpuUUID) -> str | None:
+        try:
+            return self._control.problem(gpu_uuid=gpu)
+        except TesseraError as e:
+            return str(e)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.wait(self.interval_s):

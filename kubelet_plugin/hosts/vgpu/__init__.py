@@ -8,13 +8,20 @@ views are written again from it (dra_driver/core/sm_schedule.py decides the part
 directory per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this
 daemon writes them. A refresh writes the strict partition and tells the arbiter, which lays the frame out
 for the claims with work on its next round.
+
+Two instances on one node (a rolling update) share the views. Refreshes run under the checkpoint lock from
+the save on disk (`NodeState.commit`); the loops run in one instance only (`Running.leads`), and each of
+their writes happens inside `Running.deriving`, which first refreshes this part from another instance's save,
+so no write leaves out a claim another instance prepared (docs/architecture.md, "Two instances on one node").
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Never
 
@@ -31,7 +38,7 @@ from dra_driver.values.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
 from kubelet_plugin.hosts.base import Created, FamilyHost, HostContext, Loop, Running
 from kubelet_plugin.hosts.vgpu import arbiter, priority_relay
 from kubelet_plugin.hosts.vgpu.arbiter import Arbiter, ArbitratedGpu
-from kubelet_plugin.hosts.vgpu.priority_relay import RelayedGpu
+from kubelet_plugin.hosts.vgpu.priority_relay import LaunchEvidence, RelayedGpu
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.node.file_modes import make_dir
 from kubelet_plugin.record.checkpoint import Checkpoint
@@ -54,7 +61,12 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
         self._relayed: tuple[RelayedGpu, ...] = ()
         self._arbitrated: tuple[ArbitratedGpu, ...] = ()
         self._arbiter = Arbiter()
+        self._evidence = LaunchEvidence()  # the relay's
+        self._elsewhere = 0  # refreshes from another instance's save so far
         self._lock = threading.Lock()
+        # until the daemon's loops start (and in tests of this part alone): alone on the node
+        self._leads: Callable[[], bool] = lambda: True
+        self._deriving: Callable[[], AbstractContextManager[bool]] = priority_relay.unguarded
 
     def view_dir(self, gpu: GpuUUID) -> Path:
         return self._root / gpu
@@ -127,25 +139,75 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
         high = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority)
         return [RelayedGpu(gpu, self._views[gpu], high)] if high else []
 
+    def changed_elsewhere(self) -> None:
+        # the other instance's refresh may have written the strict partition over the arbiter's layouts
+        with self._lock:
+            self._elsewhere += 1
+            for g in self._arbitrated:
+                self._arbiter.forget(g.uuid)
+
     def loops(self, running: Running) -> tuple[Loop, ...]:
         # the relay holds normal claims back while a high-priority one on their GPU has work; the arbiter
         # gives the time of idle claims to the claims with work
+        self._leads, self._deriving = running.leads, running.deriving
         return (
-            Loop("priority-relay", lambda stop: priority_relay.run(stop, self.relayed)),
+            Loop(
+                "priority-relay",
+                lambda stop: priority_relay.run(
+                    stop, self.relayed, writing=self._relay_writing, evidence=self._evidence
+                ),
+            ),
             Loop("burst-arbiter", self._arbitrate),
         )
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[bool]:
+        """Whether a loop may write the views now: it runs in the instance that leads, and the views derive
+        from the save on disk (refreshed first if another instance made it)."""
+        if not self._leads():
+            yield False
+            return
+        with self._deriving() as current:
+            yield current
+
+    @contextlib.contextmanager
+    def _relay_writing(self) -> Iterator[bool]:
+        # no GPU with a high-priority claim (the usual case): no hold to write, no lock to take; the arbiter's
+        # round, every POLL, catches this part up with the other instance's saves
+        if not self._relayed:
+            yield False
+            return
+        with self._writing() as may:
+            yield may
 
     def _arbitrate(self, stop: threading.Event) -> None:
         arbiter.run(stop, self.arbitrated, self._arbiter, self.commit_layout)
 
+    def arbitrate_once(self, *, now_ns: int) -> None:
+        """One round of the burst arbiter (its loop's)."""
+        self._arbiter.round(self.arbitrated(), now_ns=now_ns, commit=self.commit_layout)
+
+    def relay_once(self, *, now_ns: int) -> None:
+        """One round of the priority relay (its loop's)."""
+        priority_relay.relay_round(self.relayed, self._evidence, now_ns=now_ns, writing=self._relay_writing)
+
     def arbitrated(self) -> Sequence[ArbitratedGpu]:
-        """The shared GPUs and their claims, for the burst arbiter."""
-        return self._arbitrated
+        """The shared GPUs and their claims, for the burst arbiter: as the save on disk has them, and none
+        while another instance runs the loops."""
+        with self._writing() as may:
+            return self._arbitrated if may else ()
 
     def commit_layout(self, g: ArbitratedGpu, parts: tuple[Part, ...]) -> bool:
-        """Writes the arbiter's layout, unless a refresh changed the GPU's claims since it read them."""
-        with self._lock:
+        """Writes the arbiter's layout, unless a refresh (of this instance's save or another's) changed the
+        GPU's claims since the arbiter read them: the next round lays it out for the claims it has now."""
+        elsewhere = self._elsewhere
+        with self._writing() as may, self._lock:
+            if not may:
+                return False
             if g not in self._arbitrated:
+                # routine after this instance's own prepare; worth a warning when another instance's was
+                stale = log.warning if self._elsewhere != elsewhere else log.debug
+                stale("GPU view layout not written: the GPU's claims changed since it was made", gpu=g.uuid)
                 return False
             try:
                 g.view.write_schedule(parts, frame_us=g.frame_us)

@@ -18,17 +18,31 @@ Run alone for a check on a real GPU:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import structlog
 
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.library.region import REGION_FILE_NAME, RegionUnreadableError, read_region
 
 HOLD_NS = 50_000_000
 POLL_S = 0.010
+
+log = structlog.get_logger(__name__)
+
+# held around a round's writes: yields whether to write at all (the daemon: this instance leads, and the
+# GPUs given are those of the checkpoint on disk)
+Writing = Callable[[], AbstractContextManager[bool]]
+
+
+def unguarded() -> AbstractContextManager[bool]:
+    return contextlib.nullcontext(True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,11 +97,29 @@ def relay_once(gpus: Sequence[RelayedGpu], evidence: LaunchEvidence, *, now_ns: 
     evidence.forget_except(keep)
 
 
-def run(stop: threading.Event, gpus: Callable[[], Sequence[RelayedGpu]]) -> None:
+def relay_round(
+    gpus: Callable[[], Sequence[RelayedGpu]], evidence: LaunchEvidence, *, now_ns: int, writing: Writing
+) -> None:
+    """One round, inside `writing` (the GPUs asked for inside it), or none where it says no."""
+    with writing() as may:
+        if may:
+            relay_once(gpus(), evidence, now_ns=now_ns)
+
+
+def run(
+    stop: threading.Event,
+    gpus: Callable[[], Sequence[RelayedGpu]],
+    *,
+    writing: Writing = unguarded,
+    evidence: LaunchEvidence | None = None,
+) -> None:
     """Relays until stop is set; `gpus` says, each round, which GPUs have high-priority claims."""
-    evidence = LaunchEvidence()
+    seen = evidence if evidence is not None else LaunchEvidence()
     while not stop.is_set():
-        relay_once(gpus(), evidence, now_ns=time.monotonic_ns())
+        try:
+            relay_round(gpus, seen, now_ns=time.monotonic_ns(), writing=writing)
+        except Exception:  # one bad round (the lock's file gone) must not end the loop: holds expire alone
+            log.exception("priority relay round failed")
         stop.wait(POLL_S)
 
 

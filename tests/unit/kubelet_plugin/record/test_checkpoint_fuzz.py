@@ -18,10 +18,12 @@ from dra_driver.values.model import Placement
 from dra_driver.values.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import (
     API_VERSION,
+    HEAD_BYTES,
     KIND,
     Checkpoint,
     ClaimEntry,
     ClaimState,
+    checksum_at_head,
     decode,
     encode,
     records_of,
@@ -154,3 +156,22 @@ def test_well_signed_documents_of_any_shape(body: dict[str, Any]) -> None:
 @given(st.binary(max_size=300) | st.integers(1, 100_000).map(lambda n: b"[" * n))
 def test_garbage(data: bytes) -> None:
     decodes_or_refuses(data)
+
+
+@FUZZ
+@given(checkpoints)
+def test_the_head_names_the_checksum_decode_verifies(cp: Checkpoint) -> None:
+    data = encode(cp)
+    assert checksum_at_head(data[:HEAD_BYTES]) == json.loads(data)["checksum"]
+
+
+@FUZZ
+@given(cp=checkpoints, cut=st.integers(min_value=0), junk=st.binary(max_size=HEAD_BYTES))
+def test_a_cut_or_foreign_head_names_no_checksum_or_a_prefix_of_it(
+    cp: Checkpoint, cut: int, junk: bytes
+) -> None:
+    data = encode(cp)
+    head = data[: cut % (HEAD_BYTES + 1)]
+    got = checksum_at_head(head)
+    assert got is None or json.loads(data)["checksum"].startswith(got)
+    assert checksum_at_head(junk) is None or junk.startswith(b'{"apiVersion"')

@@ -52,14 +52,20 @@ def test_prepares_are_refused_claim_by_claim_and_unprepares_are_the_plugins(tmp_
 def test_the_plugin_directory_goes_at_the_end_only_when_nothing_else_is_in_it(tmp_path: Path) -> None:
     plugin_dir = tmp_path / "gpu.tessera.dev"
     plugin_dir.mkdir()
-    lock = plugin_dir / "plugin.lock"
+    lock, loops = plugin_dir / "plugin.lock", plugin_dir / "loops.lock"
+    locks = (lock, plugin_dir / "checkpoint.lock", loops)
     lock.touch()
+    loops.touch()
     (plugin_dir / "dra-newer.sock").touch()  # Tessera installed again meanwhile
-    assert release_plugin_dir(plugin_dir, lock) == [] and lock.exists()
+    assert release_plugin_dir(plugin_dir, locks) == [] and lock.exists()
     (plugin_dir / "dra-newer.sock").unlink()
-    assert release_plugin_dir(plugin_dir, lock) == [f"plugin-state {lock}", f"directory {plugin_dir}"]
+    assert release_plugin_dir(plugin_dir, locks) == [
+        f"plugin-state {lock}",
+        f"plugin-state {loops}",
+        f"directory {plugin_dir}",
+    ]
     assert not plugin_dir.exists()
-    assert release_plugin_dir(plugin_dir, lock) == []
+    assert release_plugin_dir(plugin_dir, locks) == []
 
 
 def test_the_readiness_file_is_below_the_root_in_tests_and_in_run_otherwise(tmp_path: Path) -> None:

@@ -84,3 +84,23 @@ def test_an_event_that_cannot_be_posted_never_stops_the_watch() -> None:
     control = Control({G0: "mute"})
     w = MpsWatch(control=control, in_use=lambda: {G0}, lock=contextlib.nullcontext, warn=broken)  # type: ignore[arg-type]
     assert w.check_once() == [G0]
+
+
+def test_a_daemon_the_other_instance_replaced_while_this_watch_waited_for_the_lock_is_left_running() -> None:
+    """Issue #34: during a rolling update both instances' watches see the same dead daemon; the second to get
+    the locks must not kill the new daemon the first one started (its clients just connected to it)."""
+    control = Control({G0: "its control daemon is not running"})
+    events: list[tuple[str, str]] = []
+
+    @contextlib.contextmanager
+    def other_instance_first() -> Any:
+        control.problems[G0] = None  # the other instance's watch held the locks and replaced it
+        yield
+
+    w = MpsWatch(
+        control=control,  # type: ignore[arg-type]
+        in_use=lambda: {G0},
+        lock=other_instance_first,
+        warn=lambda **kw: events.append((kw["reason"], kw["message"])),
+    )
+    assert w.check_once() == [] and control.restarted == [] and events == []
