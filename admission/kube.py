@@ -1,30 +1,38 @@
 """The webhook's API calls (the edge: kubernetes client errors become TesseraErrors here).
 
-Claim templates are created in a Pod's namespace (an existing one of the same name is the same content: the
-name is its hash); ResourceSlices give the catalog of offered products; a Secret holds the TLS bundle, and
-the MutatingWebhookConfiguration gets its caBundle.
+The template reconciler lists and watches converted Pods and ResourceClaimTemplates, creates and deletes the
+templates it owns and posts Events on Pods; ResourceSlices give the catalog of offered products; a Secret
+holds the TLS bundle, and the MutatingWebhookConfiguration gets its caBundle. Nothing here runs while a
+review is answered.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
-import threading
-from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
 from admission.certs import Bundle, KeyPair
+from admission.convert import names
 from admission.convert.catalog import Catalog, from_slices
 from admission.convert.pod import Template
 from dra_driver.values.errors import TesseraError
+from dra_driver.values.excerpt import clip
 
 log = structlog.get_logger()
+COMPONENT = "tessera-admission"
+CONVERTED_SELECTOR = f"{names.CONVERTED_LABEL[0]}={names.CONVERTED_LABEL[1]}"
 
 
 class ApiError(TesseraError):
     """An API call of the webhook failed; the message says which and why."""
+
+
+class AlreadyExistsError(ApiError):
+    """A template of that name exists already: compare it, never assume it is the same."""
 
 
 def _status(e: Exception) -> int | None:
@@ -43,29 +51,84 @@ class Kube:
         self._admission = k8s.AdmissionregistrationV1Api(api)
         self._exception: type[Exception] = k8s.ApiException
         self._models = k8s
-        self._known: set[tuple[str, str]] = set()  # (namespace, template) seen to exist
-        self._lock = threading.Lock()
+
+    @property
+    def api_exception(self) -> type[Exception]:
+        return self._exception
+
+    # ---- what the reconciler watches: raw responses, list or watch (`watch=True`) ----------------
+
+    def list_pods(self, **query: Any) -> Any:
+        """Pods the webhook converted, in every namespace (by the label its patch adds)."""
+        return self._core.list_pod_for_all_namespaces(
+            label_selector=CONVERTED_SELECTOR, _preload_content=False, **query
+        )
+
+    def list_templates(self, **query: Any) -> Any:
+        """Every ResourceClaimTemplate: one not labelled as ours may squat on a name the conversion gives."""
+        return self._resource.list_resource_claim_template_for_all_namespaces(_preload_content=False, **query)
 
     # ---- templates -------------------------------------------------------------------------------
 
-    def ensure_templates(self, namespace: str, templates: Sequence[Template], dry_run: bool) -> None:
-        for t in templates:
-            key = (namespace, t.name)
-            with self._lock:
-                if key in self._known:
-                    continue
-            try:
-                body = self._models.V1ResourceClaimTemplate.model_validate(t.manifest(namespace))
-                self._resource.create_namespaced_resource_claim_template(
-                    namespace, body, dry_run="All" if dry_run else None
-                )
-            except self._exception as e:
-                if _status(e) != 409:  # AlreadyExists: same name, same content
-                    raise ApiError(f"create ResourceClaimTemplate {namespace}/{t.name}: {_reason(e)}") from e
-            if not dry_run:
-                with self._lock:
-                    self._known.add(key)
-                log.info("claim template ready", namespace=namespace, template=t.name, container=t.container)
+    def create_template(self, namespace: str, template: Template) -> None:
+        """Create `template`, labelled as the webhook's; AlreadyExistsError when the name is taken."""
+        try:
+            body = self._models.V1ResourceClaimTemplate.model_validate(
+                template.manifest(namespace, made_by_webhook=True)
+            )
+            self._resource.create_namespaced_resource_claim_template(namespace, body)
+        except self._exception as e:
+            where = f"create ResourceClaimTemplate {namespace}/{template.name}"
+            if _status(e) == 409:
+                raise AlreadyExistsError(f"{where}: it exists already") from e
+            raise ApiError(f"{where}: {_reason(e)}") from e
+
+    def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The template as stored, None when there is none."""
+        try:
+            raw: Any = self._resource.read_namespaced_resource_claim_template(
+                name, namespace, _preload_content=False
+            )
+            found: dict[str, Any] = json.loads(raw.data)
+        except self._exception as e:
+            if _status(e) == 404:
+                return None
+            raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
+        except ValueError as e:
+            raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: not JSON: {e}") from e
+        return found
+
+    def delete_template(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the template if it is still the one seen (`uid`); False when it is gone or replaced."""
+        options = self._models.V1DeleteOptions(preconditions=self._models.V1Preconditions(uid=uid))
+        try:
+            self._resource.delete_namespaced_resource_claim_template(name, namespace, body=options)
+        except self._exception as e:
+            if _status(e) in (404, 409):
+                return False
+            raise ApiError(f"delete ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
+        return True
+
+    def warn_pod(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None:
+        """A Warning Event on the Pod (`kubectl describe pod` shows it)."""
+        now = dt.datetime.now(dt.UTC)
+        event = self._models.CoreV1Event(
+            metadata=self._models.V1ObjectMeta(generate_name=f"{pod}.tessera-"),
+            involved_object=self._models.V1ObjectReference(
+                api_version="v1", kind="Pod", namespace=namespace, name=pod, uid=uid
+            ),
+            reason=reason,
+            message=clip(message, 1024),
+            type="Warning",
+            source=self._models.V1EventSource(component=COMPONENT),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self._core.create_namespaced_event(namespace, event)
+        except self._exception as e:
+            raise ApiError(f"create Event on Pod {namespace}/{pod}: {_reason(e)}") from e
 
     # ---- catalog ---------------------------------------------------------------------------------
 
