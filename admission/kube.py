@@ -52,10 +52,6 @@ class Kube:
         self._exception: type[Exception] = k8s.ApiException
         self._models = k8s
 
-    @property
-    def api_exception(self) -> type[Exception]:
-        return self._exception
-
     # ---- what the reconciler watches: raw responses, list or watch (`watch=True`) ----------------
 
     def list_pods(self, **query: Any) -> Any:

@@ -15,11 +15,14 @@ two watches: Pods carrying the label the webhook's patch adds, and ResourceClaim
   templates never carry it) that no live Pod references for `grace_s` is deleted. A Pod admitted meanwhile
   heals itself: its template is made again.
 
-Latency: kube-controller-manager's resourceclaim controller makes a Pod's claim from its template; when the
-template is missing its sync fails and the Pod's key is requeued with the controller's default rate limiter
-(per item 5 ms doubling up to 1000 s, and 10/s with a burst of 100 over all items). It does not watch
-templates, so a template made later is found on the next retry: made within tens of milliseconds of the Pod
-(this watch sees the Pod when the controller does), it costs the Pod a retry or three (docs/security.md).
+Latency: kube-controller-manager's resourceclaim controller (pkg/controller/resourceclaim/controller.go) makes
+a Pod's claim from its template. When the template is missing, the Pod's sync fails (a
+FailedResourceClaimCreation Event) and its key is requeued with AddRateLimited: the default controller rate
+limiter, 5 ms doubling per failure up to 1000 s, and 10/s with a burst of 100 over all keys. Since
+kubernetes#135983 (January 2026; in the 1.37.2 the e2e runs) a template's add event also enqueues at once
+every Pod that references it, so the claim follows the template without waiting out the backoff; releases
+cut before it find the template only at the Pod's next retry. The reconciler sees the Pod in the same stream
+of watch events as the controller and makes the template at once (docs/security.md, docs/performance.md).
 """
 
 from __future__ import annotations
