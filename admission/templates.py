@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import structlog
 
 from admission.convert.claims import Options
-from admission.convert.names import CONVERTED_ANNOTATION
+from admission.convert.names import CLAIM_PREFIX, CONVERTED_ANNOTATION
 from admission.convert.pod import Template
 from admission.convert.promises import Promised, rederive
 from admission.convert.stored import difference, made_by_webhook
@@ -84,7 +84,7 @@ def keep_pod(pod: Mapping[str, Any]) -> dict[str, Any]:
             "annotations": {} if record is None else {CONVERTED_ANNOTATION: record},
         },
         "spec": {**containers, **{k: spec.get(k) for k in ("resourceClaims", "nodeName")}},
-        "status": {"phase": (pod.get("status") or {}).get("phase")},
+        "status": {k: (pod.get("status") or {}).get(k) for k in ("phase", "resourceClaimStatuses")},
     }
 
 
@@ -129,10 +129,21 @@ def unused(
     return due, seen
 
 
+def claimed(pod: Mapping[str, Any]) -> frozenset[str]:
+    """The pod claims whose ResourceClaim the resourceclaim controller has made (their template is no longer
+    needed by this Pod)."""
+    statuses = (pod.get("status") or {}).get("resourceClaimStatuses")
+    listed = statuses if isinstance(statuses, list) else []
+    return frozenset(
+        str(s.get("name")) for s in listed if isinstance(s, Mapping) and s.get("resourceClaimName")
+    )
+
+
 @dataclass(slots=True)
 class _Pod:
     uid: str
     promised: Promised
+    claimed: frozenset[str] = frozenset()
     warned: set[str] = field(default_factory=set)
 
 
@@ -171,7 +182,7 @@ class TemplateReconciler:
         with self._lock:
             known = self._pods.get(key)
             state = known if known is not None and known.uid == uid else _Pod(uid, promised)
-            state.promised = promised
+            state.promised, state.claimed = promised, claimed(pod)
             self._pods[key] = state
         if self.ready.is_set():
             self._ensure(key, state)
@@ -215,10 +226,20 @@ class TemplateReconciler:
     # ---- one Pod ---------------------------------------------------------------------------------
 
     def _ensure(self, key: Key, state: _Pod) -> None:
+        """Make what the Pod still needs: the template of each of the conversion's claims whose
+        ResourceClaim is not made yet. A Pod that needs none (its claims made, or its templates there) is
+        told nothing, whatever its record says now (a catalog changed since does not matter to it)."""
         namespace, pod = key
-        for message in state.promised.problems:
-            self._warn(key, state, message)
-        for _, template in state.promised.templates:
+        made, problems = dict(state.promised.templates), dict(state.promised.problems)
+        for claim, name in state.promised.references:
+            if not claim.startswith(CLAIM_PREFIX) or claim in state.claimed:
+                continue  # not the conversion's claim, or its ResourceClaim exists
+            template = made.get(claim)
+            if template is None:
+                if self._store.get(namespace, name) is None:
+                    why = problems.get(claim) or problems.get("") or _unrecorded(claim, name)
+                    self._warn(key, state, why)
+                continue
             try:
                 problem = self._make(namespace, template)
             except TesseraError as e:  # the API server away: the next resync tries again
@@ -264,6 +285,14 @@ class TemplateReconciler:
             self._calls.warn_pod(key[0], key[1], state.uid, REASON_NOT_MADE, message)
         except TesseraError as e:
             log.warning("cannot post an Event", error=clip(str(e), 300))
+
+
+def _unrecorded(claim: str, name: str) -> str:
+    return (
+        f"spec.resourceClaims[{claim}]: references ResourceClaimTemplate {name}, which does not exist, and "
+        f"the pod's {CONVERTED_ANNOTATION} record has no entry for that claim; delete the pod so that its "
+        "controller makes it again"
+    )
 
 
 def _references(state: _Pod, name: str) -> bool:

@@ -32,12 +32,16 @@ _FIX = "delete the pod so that its controller makes it again (or create it again
 @dataclass(frozen=True, slots=True)
 class Promised:
     """A Pod's templates, re-derived: `references` (claim → template) are every template the Pod names (what
-    the sweep keeps), `templates` those the conversion gives again under the same name (what may be made),
-    `problems` why a referenced one is not made."""
+    the sweep keeps), `templates` (claim → template) those the conversion gives again under the same name
+    (what may be made), `problems` (claim, or "" for the whole record → message) why one is not."""
 
     references: tuple[tuple[str, str], ...]
     templates: tuple[tuple[str, Template], ...] = ()
-    problems: tuple[str, ...] = ()
+    problems: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def messages(self) -> tuple[str, ...]:
+        return tuple(m for _, m in self.problems)
 
 
 def references(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -85,10 +89,16 @@ def _record(metadata: Mapping[str, Any]) -> tuple[list[Any], Mapping[str, Any]]:
     return containers, recorded
 
 
+def claim_of(entry: object) -> str:
+    """The claim a record entry is for ("" when it names none)."""
+    claim = entry.get("claim") if isinstance(entry, Mapping) else None
+    return claim if isinstance(claim, str) else ""
+
+
 def _template(
     entry: object, pod: dict[str, tuple[str, Mapping[str, Any]]], selection: Selection, options: Options
-) -> tuple[str, Template]:
-    """One record entry → (its claim, the template the conversion gives it now)."""
+) -> Template:
+    """One record entry → the template the conversion gives it now."""
     if not isinstance(entry, Mapping):
         raise ConversionError(f"{_RECORD}: an entry is not a map: {excerpt(entry)}")
     container, claim, written = entry.get("container"), entry.get("claim"), entry.get("from")
@@ -102,8 +112,9 @@ def _template(
     if ask is None:
         raise ConversionError(f"{_RECORD}: container {container} has no HAMi or Volcano resource in from")
     converted = convert_ask(ask, selection, options, parse_env_config(actual, path))
-    name = template_name(ask.dialect.name, converted.spec)
-    return claim, Template(name, converted.spec, container, converted.summary)
+    return Template(
+        template_name(ask.dialect.name, converted.spec), converted.spec, container, converted.summary
+    )
 
 
 def rederive(metadata: Mapping[str, Any], spec: Mapping[str, Any], options: Options) -> Promised:
@@ -113,25 +124,26 @@ def rederive(metadata: Mapping[str, Any], spec: Mapping[str, Any], options: Opti
         entries, recorded = _record(metadata)
         selection = parse_selection(recorded)
     except ConversionError as e:
-        return Promised(refs, problems=(f"{e}; {_FIX}",))
+        return Promised(refs, problems=(("", f"{e}; {_FIX}"),))
     referenced, containers = dict(refs), _containers(spec)
     templates, problems = [], []
     for entry in entries:
+        claim = claim_of(entry)
         try:
-            claim, template = _template(entry, containers, selection, options)
+            template = _template(entry, containers, selection, options)
         except ConversionError as e:
-            problems.append(f"{e}; {_FIX}")
+            problems.append((claim, f"{e}; {_FIX}"))
             continue
         wanted = referenced.get(claim)
         if wanted is None:
             continue  # the pod makes no claim of it: nothing to make
         if wanted != template.name:
-            problems.append(
+            problems.append((claim,
                 f"spec.resourceClaims[{claim}]: references ResourceClaimTemplate {wanted}, but the "
                 f"conversion of container {template.container} gives {template.name} now (a record not "
                 "written by the webhook, or GPU products offered that changed since the pod was admitted); "
                 f"{_FIX}"
-            )
+            ))  # fmt: skip
             continue
         templates.append((claim, template))
     return Promised(refs, tuple(templates), tuple(problems))

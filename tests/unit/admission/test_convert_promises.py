@@ -46,7 +46,7 @@ def with_record(metadata: dict[str, Any], record: object) -> dict[str, Any]:
 def test_a_real_pod_is_promised_exactly_its_admissions_templates(name: str) -> None:
     metadata, spec, result = admitted(name)
     promised = rederive(metadata, spec, OPTIONS)
-    assert promised.problems == ()
+    assert promised.messages == ()
     assert [t for _, t in promised.templates] == list(result.templates)
     assert {t for _, t in promised.references} == {t.name for t in result.templates}
 
@@ -81,7 +81,7 @@ def test_a_forged_record_promises_nothing_and_says_why() -> None:
     record["containers"][0]["from"]["nvidia.com/gpumem"] = "60000"  # a bigger ask than the pod was admitted
     promised = rederive(with_record(metadata, record), spec, OPTIONS)
     assert promised.templates == ()
-    (problem,) = promised.problems
+    (problem,) = promised.messages
     claim, template = promised.references[0]
     assert problem.startswith(f"spec.resourceClaims[{claim}]: references ResourceClaimTemplate {template}")
     assert "delete the pod" in problem
@@ -95,7 +95,7 @@ def test_a_catalog_changed_since_admission_promises_nothing() -> None:
     metadata, spec, _ = admitted("hami-memory-fraction.yaml")
     fewer = Options(Catalog(known_products().products[:1]), replace_schedulers=("volcano",))
     promised = rederive(metadata, spec, fewer)
-    assert promised.templates == () and "GPU products offered that changed" in promised.problems[0]
+    assert promised.templates == () and "GPU products offered that changed" in promised.messages[0]
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_a_record_the_conversion_did_not_write_promises_nothing(record: object, 
     metadata, spec, _ = admitted("hami-default-use.yaml")
     metadata = {**metadata, "annotations": {}} if record is None else with_record(metadata, record)
     promised = rederive(metadata, spec, OPTIONS)
-    assert promised.templates == () and len(promised.problems) == 1 and said in promised.problems[0]
+    assert promised.templates == () and len(promised.messages) == 1 and said in promised.messages[0]
 
 
 _json = st.recursive(

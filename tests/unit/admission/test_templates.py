@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from admission.convert import names
-from admission.convert.catalog import known_products
+from admission.convert.catalog import Catalog, known_products
 from admission.convert.claims import Options
 from admission.convert.pod import Template, convert_pod_parts
 from admission.convert.promises import rederive
@@ -245,6 +245,37 @@ def test_api_errors_are_retried_by_the_next_resync() -> None:
     assert cluster.templates == {}
     r.resync()
     assert len(cluster.templates) == 1
+
+
+def test_a_pod_whose_claims_are_made_needs_nothing_whatever_its_record_says_now() -> None:
+    """After a catalog change (a new product), a running pod's record gives another name: it has its claim,
+    so it is neither warned nor given a template; nor is one whose template is there."""
+    cluster = Cluster()
+    pod = admitted("hami-memory-fraction.yaml")
+    fewer = Options(Catalog(known_products().products[:1]), replace_schedulers=("volcano",))
+    r = TemplateReconciler(calls=cluster, store=Store(cluster), options=lambda: fewer, grace_s=GRACE)
+    r.ready.set()
+    claimed = {**pod, "status": {"phase": "Running", "resourceClaimStatuses": [
+        {"name": "tessera-gpu-0", "resourceClaimName": "p-tessera-gpu-0-abcde"}]}}  # fmt: skip
+    r.on_pod("ADDED", claimed)
+    assert cluster.templates == {} and cluster.events == []
+    (template,) = templates_of(pod)
+    cluster.put("team-a", template.manifest("team-a", made_by_webhook=True))
+    r.on_pod("ADDED", admitted("hami-memory-fraction.yaml", "q", uid="pod-2"))
+    assert cluster.events == [] and len(cluster.templates) == 1
+    del cluster.templates[("team-a", template.name)]
+    r.on_pod("MODIFIED", admitted("hami-memory-fraction.yaml", "q", uid="pod-2"))
+    ((where, _, _, message),) = cluster.events  # now it needs it, and cannot have it
+    assert where == "team-a/q" and "GPU products offered that changed" in message
+    assert cluster.templates == {}
+
+
+def test_a_pod_claim_that_is_not_the_conversions_is_left_alone() -> None:
+    cluster = Cluster()
+    pod = admitted("hami-default-use.yaml")
+    pod["spec"]["resourceClaims"].append({"name": "mine", "resourceClaimTemplateName": "tessera-mine"})
+    reconciler(cluster).on_pod("ADDED", pod)
+    assert len(cluster.templates) == 1 and cluster.events == []
 
 
 @pytest.mark.parametrize(
