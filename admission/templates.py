@@ -197,7 +197,7 @@ class TemplateReconciler:
             return
         with self._lock:
             users = [(k, p) for k, p in self._pods.items() if k[0] == namespace and _references(p, name)]
-        for key, state in users[:1]:  # one Pod's promise makes it; the others find it there
+        for key, state in users:  # the first that still needs it makes it; the others find it made
             self._ensure(key, state)
 
     # ---- periodic --------------------------------------------------------------------------------
