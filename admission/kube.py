@@ -28,7 +28,16 @@ CONVERTED_SELECTOR = f"{names.CONVERTED_LABEL[0]}={names.CONVERTED_LABEL[1]}"
 
 
 class ApiError(TesseraError):
-    """An API call of the webhook failed; the message says which and why."""
+    """An API call of the webhook failed; the message says which and why, `status` the HTTP status if any."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused(self) -> bool:
+        """The API server refused the request itself (invalid, forbidden): trying again will not help."""
+        return self.status is not None and 400 <= self.status < 500 and self.status not in (409, 429)
 
 
 class AlreadyExistsError(ApiError):
@@ -77,7 +86,7 @@ class Kube:
             where = f"create ResourceClaimTemplate {namespace}/{template.name}"
             if _status(e) == 409:
                 raise AlreadyExistsError(f"{where}: it exists already") from e
-            raise ApiError(f"{where}: {_reason(e)}") from e
+            raise ApiError(f"{where}: {_reason(e)}", _status(e)) from e
 
     def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The template as stored, None when there is none."""

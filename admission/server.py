@@ -152,6 +152,7 @@ class _Deadline(io.RawIOBase):
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self.until = 0.0
+        self.received = 0  # bytes of this request so far: none means an idle keep-alive connection
 
     def readable(self) -> bool:
         return True
@@ -161,7 +162,9 @@ class _Deadline(io.RawIOBase):
         if left <= 0:
             raise TimeoutError("the request's deadline passed")
         self._sock.settimeout(left)
-        return self._sock.recv_into(buffer)
+        got = self._sock.recv_into(buffer)
+        self.received += got
+        return got
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -175,14 +178,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self._deadline.until = time.monotonic() + self.server.deadline_s
+        self._deadline.received = 0
         super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:
         return  # requests are logged by admit's caller, not as access lines on stderr
 
     def log_error(self, format: str, *args: Any) -> None:
-        # a malformed request line or headers, a request past its deadline: one bounded line
-        log.info("request refused", client=str(self.client_address[0]), reason=clip(format % args, 300))
+        # a malformed request line or headers, a request past its deadline: one bounded line; an idle
+        # keep-alive connection closed at its deadline (the API server's, between reviews) is no news
+        level = log.info if self._deadline.received else log.debug
+        level("request refused", client=str(self.client_address[0]), reason=clip(format % args, 300))
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str = "application/json") -> None:
         # headers and body in one write: two small writes wait on the client's delayed ACK (40 ms)

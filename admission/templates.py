@@ -40,7 +40,7 @@ from admission.convert.names import CLAIM_PREFIX, CONVERTED_ANNOTATION
 from admission.convert.pod import Template
 from admission.convert.promises import Promised, rederive
 from admission.convert.stored import difference, made_by_webhook
-from admission.kube import AlreadyExistsError
+from admission.kube import AlreadyExistsError, ApiError
 from dra_driver.values.errors import TesseraError
 from dra_driver.values.excerpt import clip
 
@@ -242,10 +242,12 @@ class TemplateReconciler:
                 continue
             try:
                 problem = self._make(namespace, template)
-            except TesseraError as e:  # the API server away: the next resync tries again
+            except ApiError as e:
                 log.warning("cannot make a claim template", namespace=namespace, pod=pod,
                             error=clip(str(e), 500))  # fmt: skip
-                continue
+                if e.refused:  # invalid on this cluster, or forbidden: the Pod waits for it, so say why
+                    self._warn(key, state, f"{e}; the claim of container {template.container} cannot be made")
+                continue  # else the API server is away: the next resync tries again
             if problem is not None:
                 self._warn(
                     key,

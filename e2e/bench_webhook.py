@@ -94,6 +94,8 @@ def pod_to_claim(api: k8s.ApiClient, namespace: str, count: int, *, distinct: bo
         pod["metadata"] = {"name": f"claim-{tag}-{i}"}
         limits = pod["spec"]["containers"][0]["resources"]["limits"]
         limits["nvidia.com/gpumem"] = 5000 + i if distinct else 5000
+        limits["nvidia.com/gpu"] = 1  # no distinctAttribute: 1.35 refuses it, and the bench runs there too
+        pod["spec"]["containers"][0]["resources"]["limits"] = {k: str(v) for k, v in limits.items()}
         started = time.perf_counter()
         core.create_namespaced_pod(namespace, k8s.V1Pod.model_validate(pod), _preload_content=False)
         while True:

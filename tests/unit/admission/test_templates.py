@@ -34,7 +34,7 @@ class Cluster:
         self.templates: dict[tuple[str, str], dict[str, Any]] = {}
         self.events: list[tuple[str, str, str, str]] = []
         self.creates = 0
-        self.fail_next: list[str] = []
+        self.fail_next: list[tuple[str, int | None]] = []
         self._uids = itertools.count(1)
 
     def put(self, namespace: str, manifest: dict[str, Any]) -> None:
@@ -46,7 +46,7 @@ class Cluster:
 
     def create_template(self, namespace: str, template: Template) -> None:
         if self.fail_next:
-            raise ApiError(self.fail_next.pop())
+            raise ApiError(*self.fail_next.pop())
         self.creates += 1
         if (namespace, template.name) in self.templates:
             raise AlreadyExistsError("exists")
@@ -239,12 +239,27 @@ def test_a_pod_admitted_after_the_sweep_gets_its_template_back() -> None:
 
 def test_api_errors_are_retried_by_the_next_resync() -> None:
     cluster = Cluster()
-    cluster.fail_next = ["the API server is away"]
+    cluster.fail_next = [("the API server is away", 503)]
     r = reconciler(cluster)
     r.on_pod("ADDED", admitted("hami-default-use.yaml"))
-    assert cluster.templates == {}
+    assert cluster.templates == {} and cluster.events == []
     r.resync()
     assert len(cluster.templates) == 1
+
+
+def test_a_template_the_api_server_refuses_is_told_to_the_pod_once() -> None:
+    """On Kubernetes 1.35 a distinctAttribute constraint is refused: admission used to say so; now the Pod
+    is admitted and waits, so the Event must say it."""
+    cluster = Cluster()
+    refused = (
+        "create ResourceClaimTemplate team-a/x: spec.spec.devices.constraints[0].matchAttribute: Required"
+    )
+    cluster.fail_next = [(refused, 422), (refused, 422)]
+    r = reconciler(cluster)
+    r.on_pod("ADDED", admitted("hami-default-use.yaml"))
+    r.resync()
+    ((_, _, reason, message),) = cluster.events
+    assert reason == REASON_NOT_MADE and message.startswith(refused) and "cannot be made" in message
 
 
 def test_a_pod_whose_claims_are_made_needs_nothing_whatever_its_record_says_now() -> None:

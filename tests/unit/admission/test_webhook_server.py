@@ -193,6 +193,22 @@ def test_a_slow_loris_is_closed_at_the_request_deadline_however_slowly_it_writes
     assert _closed_within(plain, 3) and time.monotonic() - started < 3
 
 
+def test_an_idle_keep_alive_connection_closes_quietly_a_half_request_does_not(
+    strict: tuple[WebhookServer, Bundle, list[Mapping[str, Any]]],
+) -> None:
+    server, bundle, _ = strict
+    with structlog.testing.capture_logs() as logged:
+        conn = connect(server, bundle.ca.cert_pem)
+        assert _post(conn, json.dumps({"request": {"uid": "a"}}).encode())[0] == 200
+        time.sleep(1.5)  # past the deadline: the server closes the idle connection
+        context = ssl.create_default_context(cadata=bundle.ca.cert_pem.decode())
+        half = context.wrap_socket(_raw("127.0.0.1", server.port), server_hostname="127.0.0.1")
+        half.send(b"POST /mutate HTTP/1.1\r\n")
+        assert _closed_within(half, 3)
+    refused = [e for e in logged if e["event"] == "request refused"]
+    assert [e["log_level"] for e in refused if e["log_level"] != "debug"] == ["info"]  # the half request
+
+
 def test_connections_past_the_cap_are_closed_at_once_and_take_no_thread(
     served: tuple[WebhookServer, Tls, Bundle],
 ) -> None:
