@@ -75,18 +75,25 @@ class Kube:
 
     # ---- templates -------------------------------------------------------------------------------
 
-    def create_template(self, namespace: str, template: Template) -> None:
-        """Create `template`, labelled as the webhook's; AlreadyExistsError when the name is taken."""
+    def create_template(self, namespace: str, template: Template) -> dict[str, Any]:
+        """Create `template`, labelled as the webhook's: the template as stored (an API server with a feature
+        gate off drops that feature's fields). AlreadyExistsError when the name is taken."""
+        where = f"create ResourceClaimTemplate {namespace}/{template.name}"
         try:
             body = self._models.V1ResourceClaimTemplate.model_validate(
                 template.manifest(namespace, made_by_webhook=True)
             )
-            self._resource.create_namespaced_resource_claim_template(namespace, body)
+            raw: Any = self._resource.create_namespaced_resource_claim_template(
+                namespace, body, _preload_content=False
+            )
+            stored: dict[str, Any] = json.loads(raw.data)
         except self._exception as e:
-            where = f"create ResourceClaimTemplate {namespace}/{template.name}"
             if _status(e) == 409:
                 raise AlreadyExistsError(f"{where}: it exists already") from e
             raise ApiError(f"{where}: {_reason(e)}", _status(e)) from e
+        except ValueError as e:
+            raise ApiError(f"{where}: the answer is not JSON: {e}") from e
+        return stored
 
     def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The template as stored, None when there is none."""

@@ -19,7 +19,7 @@ from typing import Any
 from admission.convert import names
 from admission.convert.claims import Options
 from admission.convert.pod import PodConversion, convert_pod_parts
-from admission.convert.stored import difference
+from admission.convert.stored import difference, refusal
 from dra_driver.values.errors import ConversionError
 from dra_driver.values.excerpt import clip, excerpt
 
@@ -80,11 +80,7 @@ def _squatted(namespace: str, result: PodConversion, stored: StoredTemplate) -> 
         found = stored(namespace, t.name)
         problem = difference(found, t) if found is not None else None
         if problem is not None:
-            return (
-                f"ResourceClaimTemplate {t.name} in namespace {namespace} exists, but {problem}; the claim "
-                f"of container {t.container} would be made from it. Delete or rename that template "
-                f"(kubectl delete resourceclaimtemplate -n {namespace} {t.name}) and create the pod again"
-            )
+            return refusal(namespace, t, problem)
     return None
 
 

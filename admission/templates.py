@@ -39,7 +39,7 @@ from admission.convert.claims import Options
 from admission.convert.names import CLAIM_PREFIX, CONVERTED_ANNOTATION
 from admission.convert.pod import Template
 from admission.convert.promises import Promised, rederive
-from admission.convert.stored import difference, made_by_webhook
+from admission.convert.stored import difference, made_by_webhook, refusal
 from admission.kube import AlreadyExistsError, ApiError
 from dra_driver.values.errors import TesseraError
 from dra_driver.values.excerpt import clip
@@ -55,7 +55,7 @@ NAME_PREFIX = "tessera-"
 class Calls(Protocol):
     """What the reconciler asks of the API server (admission.kube.Kube)."""
 
-    def create_template(self, namespace: str, template: Template) -> None: ...
+    def create_template(self, namespace: str, template: Template) -> Mapping[str, Any]: ...
     def read_template(self, namespace: str, name: str) -> dict[str, Any] | None: ...
     def delete_template(self, namespace: str, name: str, uid: str) -> bool: ...
     def warn_pod(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None: ...
@@ -249,14 +249,7 @@ class TemplateReconciler:
                     self._warn(key, state, f"{e}; the claim of container {template.container} cannot be made")
                 continue  # else the API server is away: the next resync tries again
             if problem is not None:
-                self._warn(
-                    key,
-                    state,
-                    f"ResourceClaimTemplate {template.name} in namespace {namespace} exists, but {problem}: "
-                    f"the claim of container {template.container} is not made from it. Delete or rename "
-                    f"that template (kubectl delete resourceclaimtemplate -n {namespace} {template.name}); "
-                    "Tessera then makes its own",
-                )
+                self._warn(key, state, refusal(namespace, template, problem))
 
     def _make(self, namespace: str, template: Template) -> str | None:
         """Make `template` unless the cluster has it; what is wrong with one of its name that is there."""
@@ -267,11 +260,10 @@ class TemplateReconciler:
                 if self._clock() - self._made.get(key, -MADE_MEMORY_S) < MADE_MEMORY_S:
                     return None
             try:
-                self._calls.create_template(namespace, template)
+                found = self._calls.create_template(namespace, template)
                 with self._lock:
                     self._made[key] = self._clock()
                 log.info("claim template made", namespace=namespace, template=template.name)
-                return None
             except AlreadyExistsError:
                 found = self._calls.read_template(namespace, template.name)
                 if found is None:  # deleted between the two calls: the next event or resync makes it

@@ -5,7 +5,8 @@ Starts a control plane and `tessera webhook` as the e2e scenarios do (its own ce
 configuration), then
 - forged: `--forged` AdmissionReviews, each a distinct ask, posted straight to the webhook's port as anyone
   who reaches it could (half for kube-system): the templates they made, in all namespaces;
-- pod to claim: Pods made through the API server, each a distinct ask (its template does not exist yet) and
+- pod to claim: Pods of one whole GPU made through the API server, each a distinct ask (another GPU type;
+  its template does not exist yet) and
   all the same ask (it does): time from the create call to the resourceclaim controller's claim in the Pod's
   status (kube-controller-manager retries a Pod whose template is missing with its rate-limited backoff);
 - direct: AdmissionReviews of HAMi's and Volcano's examples posted to the webhook over HTTPS at a fixed rate
@@ -91,11 +92,14 @@ def pod_to_claim(api: k8s.ApiClient, namespace: str, count: int, *, distinct: bo
     out = []
     for i in range(count):
         pod = copy.deepcopy(_pods()[0])
-        pod["metadata"] = {"name": f"claim-{tag}-{i}"}
-        limits = pod["spec"]["containers"][0]["resources"]["limits"]
-        limits["nvidia.com/gpumem"] = 5000 + i if distinct else 5000
-        limits["nvidia.com/gpu"] = 1  # no distinctAttribute: 1.35 refuses it, and the bench runs there too
-        pod["spec"]["containers"][0]["resources"]["limits"] = {k: str(v) for k, v in limits.items()}
+        # a whole GPU (no capacity, no distinctAttribute: any release serves it), its ask made new by the
+        # GPU type it selects
+        kind = f"type-{tag}-{i}" if distinct else "NVIDIA"
+        pod["metadata"] = {"name": f"claim-{tag}-{i}", "annotations": {"nvidia.com/use-gputype": kind}}
+        pod["spec"]["containers"][0]["resources"]["limits"] = {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpucores": "100",
+        }
         started = time.perf_counter()
         core.create_namespaced_pod(namespace, k8s.V1Pod.model_validate(pod), _preload_content=False)
         while True:

@@ -62,13 +62,61 @@ def labelled(stored: Mapping[str, Any], label: tuple[str, str]) -> bool:
     return isinstance(labels, Mapping) and labels.get(label[0]) == label[1]
 
 
+def dropped(stored: object, ours: object, path: str = "spec") -> list[str]:
+    """The fields of `ours` that `stored` lacks, when lacking them is all that differs (what an API server
+    with a feature gate off does to the fields of that feature); [] otherwise."""
+    if isinstance(stored, Mapping) and isinstance(ours, Mapping):
+        out = []
+        for k, v in ours.items():
+            if k not in stored:
+                out.append(f"{path}.{k}")
+            elif not same_content(stored[k], v):
+                deeper = dropped(stored[k], v, f"{path}.{k}")
+                if not deeper:
+                    return []
+                out += deeper
+        return out
+    if isinstance(stored, list) and isinstance(ours, list) and len(stored) == len(ours):
+        out = []
+        for i, (a, b) in enumerate(zip(stored, ours, strict=True)):
+            if not same_content(a, b):
+                deeper = dropped(a, b, f"{path}[{i}]")
+                if not deeper:
+                    return []
+                out += deeper
+        return out
+    return []
+
+
 def difference(stored: Mapping[str, Any], ours: Template) -> str | None:
     """None when `stored` is the conversion's template `ours`; else what is wrong with it, in words."""
     if not labelled(stored, names.MANAGED_BY):
         return f"it lacks the label {names.MANAGED_BY[0]}={names.MANAGED_BY[1]} of Tessera's conversion"
     if not same_content(stored.get("spec"), ours.spec):
+        lost = dropped(stored.get("spec"), ours.spec)
+        if lost and labelled(stored, names.MADE_BY):
+            return (
+                f"the API server stored it without {', '.join(lost[:3])}: a feature gate those fields need "
+                "is off on this cluster (docs/install.md, feature gates), so its claims would not get what "
+                "the pod asks for"
+            )
         return "its spec is not the one Tessera's conversion gives that name"
     return None
+
+
+def refusal(namespace: str, ours: Template, problem: str) -> str:
+    """What a pod is told when a template of its conversion's name is not the conversion's: which, why,
+    and the fix."""
+    fix = (
+        "Turn the gates on (kube-apiserver first), then delete that template "
+        if problem.startswith("the API server stored it without")
+        else "Delete or rename that template "
+    )
+    return (
+        f"ResourceClaimTemplate {ours.name} in namespace {namespace} exists, but {problem}; the claim of "
+        f"container {ours.container} cannot be made from it. {fix}"
+        f"(kubectl delete resourceclaimtemplate -n {namespace} {ours.name}) and create the pod again"
+    )
 
 
 def made_by_webhook(stored: Mapping[str, Any]) -> bool:

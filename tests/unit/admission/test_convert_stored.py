@@ -9,7 +9,7 @@ import pytest
 
 from admission.convert import names
 from admission.convert.pod import Template
-from admission.convert.stored import difference, made_by_webhook, same_content
+from admission.convert.stored import difference, dropped, made_by_webhook, refusal, same_content
 
 EXACTLY = ("spec", "spec", "devices", "requests", 0, "exactly")
 SPEC: dict[str, Any] = {
@@ -92,3 +92,23 @@ def test_only_the_webhooks_own_label_makes_a_template_deletable() -> None:
     mislabelled = as_stored(OURS)
     mislabelled["metadata"]["labels"] = {names.MADE_BY[0]: names.MADE_BY[1]}  # no managed-by: not ours
     assert not made_by_webhook(mislabelled)
+
+
+def test_fields_dropped_by_the_api_server_are_named_with_the_gates_not_taken_for_a_squatter() -> None:
+    """On 1.35 with DRAConsumableCapacity off the API server stores the webhook's own template without its
+    capacity requests: that is not ours to use, and not a squatter either."""
+    stored = as_stored(OURS)
+    del stored["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
+    problem = difference(stored, OURS)
+    assert (
+        problem is not None and "stored it without spec.spec.devices.requests[0].exactly.capacity" in problem
+    )
+    assert "Turn the gates on" in refusal("ns", OURS, problem)
+    other = as_stored(OURS)
+    del other["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
+    other["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] = 1  # dropped and changed: a squatter
+    squatted = difference(other, OURS)
+    assert squatted is not None and "its spec is not" in squatted
+    assert "Delete or rename" in refusal("ns", OURS, squatted)
+    assert dropped({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}, "d": [1]}) == ["spec.a.c", "spec.d"]
+    assert dropped({"a": 1}, {"a": 2}) == []

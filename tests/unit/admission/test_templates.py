@@ -35,6 +35,7 @@ class Cluster:
         self.events: list[tuple[str, str, str, str]] = []
         self.creates = 0
         self.fail_next: list[tuple[str, int | None]] = []
+        self.gate_off = False  # the API server drops capacity requests, as with DRAConsumableCapacity off
         self._uids = itertools.count(1)
 
     def put(self, namespace: str, manifest: dict[str, Any]) -> None:
@@ -44,13 +45,18 @@ class Cluster:
 
     # ---- admission.templates.Calls -----------------------------------------------------------------
 
-    def create_template(self, namespace: str, template: Template) -> None:
+    def create_template(self, namespace: str, template: Template) -> dict[str, Any]:
         if self.fail_next:
             raise ApiError(*self.fail_next.pop())
         self.creates += 1
         if (namespace, template.name) in self.templates:
             raise AlreadyExistsError("exists")
-        self.put(namespace, template.manifest(namespace, made_by_webhook=True))
+        manifest = template.manifest(namespace, made_by_webhook=True)
+        if self.gate_off:
+            for request in manifest["spec"]["spec"]["devices"]["requests"]:
+                request["exactly"].pop("capacity", None)
+        self.put(namespace, manifest)
+        return self.templates[(namespace, template.name)]
 
     def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.templates.get((namespace, name))
@@ -291,6 +297,19 @@ def test_a_pod_claim_that_is_not_the_conversions_is_left_alone() -> None:
     pod["spec"]["resourceClaims"].append({"name": "mine", "resourceClaimTemplateName": "tessera-mine"})
     reconciler(cluster).on_pod("ADDED", pod)
     assert len(cluster.templates) == 1 and cluster.events == []
+
+
+def test_a_template_stored_without_fields_of_a_gate_that_is_off_is_told_with_the_gates() -> None:
+    cluster = Cluster()
+    cluster.gate_off = True
+    r = reconciler(cluster)
+    r.on_pod("ADDED", admitted("hami-default-use.yaml"))
+    r.on_pod("ADDED", admitted("hami-default-use.yaml", "q", uid="pod-2"))
+    assert len(cluster.templates) == 1  # kept: the sweep removes it once unused
+    for _, _, _, message in cluster.events:
+        assert "stored it without spec.spec.devices.requests[0].exactly.capacity" in message
+        assert "feature gate" in message and "Turn the gates on" in message
+    assert len(cluster.events) == 2  # one per pod
 
 
 @pytest.mark.parametrize(
