@@ -6,9 +6,9 @@ configuration), then
 - forged: `--forged` AdmissionReviews, each a distinct ask, posted straight to the webhook's port as anyone
   who reaches it could (half for kube-system): the templates they made, in all namespaces;
 - pod to claim: Pods of one whole GPU made through the API server, each a distinct ask (another GPU type;
-  its template does not exist yet) and
-  all the same ask (it does): time from the create call to the resourceclaim controller's claim in the Pod's
-  status (kube-controller-manager retries a Pod whose template is missing with its rate-limited backoff);
+  its template does not exist yet), and all the same ask (it does): time from the create call to the
+  resourceclaim controller's claim in the Pod's status (kube-controller-manager retries a Pod whose template
+  is missing with its rate-limited backoff; from 1.36 on a template's creation also wakes its Pods);
 - direct: AdmissionReviews of HAMi's and Volcano's examples posted to the webhook over HTTPS at a fixed rate
   on kept-alive connections, as the API server sends them; latency from send to answer;
 - through the API server: Pods created at the same rate, with a GPU request (the API server calls the
