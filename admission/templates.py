@@ -20,8 +20,8 @@ a Pod's claim from its template. When the template is missing, the Pod's sync fa
 FailedResourceClaimCreation Event) and its key is requeued with AddRateLimited: the default controller rate
 limiter, 5 ms doubling per failure up to 1000 s, and 10/s with a burst of 100 over all keys. Since
 kubernetes#135983 (January 2026; in the 1.37.2 the e2e runs) a template's add event also enqueues at once
-every Pod that references it, so the claim follows the template without waiting out the backoff; releases
-cut before it find the template only at the Pod's next retry. The reconciler sees the Pod in the same stream
+every Pod that references it, so the claim follows the template without waiting out the backoff; 1.35.4 has
+no such handler and finds the template at the Pod's next retry. The reconciler sees the Pod in the same stream
 of watch events as the controller and makes the template at once (docs/security.md, docs/performance.md).
 """
 
