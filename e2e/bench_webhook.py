@@ -62,9 +62,11 @@ def _review(pod: dict[str, Any], namespace: str) -> bytes:
     return json.dumps(admission_review(pod, namespace)).encode()
 
 
-def forged(port: int, ca_pem: bytes, count: int, api: k8s.ApiClient, namespace: str) -> tuple[int, float]:
-    """Templates made by `count` forged reviews of distinct asks (half for kube-system), and the seconds
-    the posting took."""
+def forged(
+    port: int, ca_pem: bytes, count: int, api: k8s.ApiClient, namespace: str
+) -> tuple[int, int, float]:
+    """Templates made by `count` forged reviews of distinct asks (half for kube-system), how many reviews
+    were allowed, and the seconds the posting took."""
     base = _pods()[0]
     reviews = []
     for i in range(count):
@@ -75,9 +77,9 @@ def forged(port: int, ca_pem: bytes, count: int, api: k8s.ApiClient, namespace: 
     started = time.perf_counter()
     answers = post_reviews(port, ca_pem, reviews)
     took = time.perf_counter() - started
-    assert all(a.get("response", {}).get("allowed") for a in answers), "a forged review was refused"
+    allowed = sum(1 for a in answers if a.get("response", {}).get("allowed"))
     time.sleep(5)  # what a reconciler would make, it makes within its resync
-    return len(_templates(api) - before), took
+    return len(_templates(api) - before), allowed, took
 
 
 def _templates(api: k8s.ApiClient) -> set[tuple[str, str]]:
@@ -227,15 +229,18 @@ def main() -> int:
                 k8s.V1Namespace.model_validate({"metadata": {"name": "bench"}})
             )
             ca = base64.b64decode(ca_bundle(api))
-            made, took = forged(webhook.port, ca, args.forged, api, "bench")
+            made, allowed, took = forged(webhook.port, ca, args.forged, api, "bench")
             lines = [
                 f"webhook from {args.webhook_source}",
-                f"templates made by {args.forged} forged reviews: {made} (posted in {took:.1f} s)",
+                f"templates made by {args.forged} forged reviews: {made} ({allowed} answered allowed, "
+                f"posted in {took:.1f} s)",
             ]
             lines.append(summary("pod to claim, a new ask (template missing)", pod_to_claim(
                 api, "bench", args.claims, distinct=True)))  # fmt: skip
             lines.append(summary("pod to claim, the same ask (template there)", pod_to_claim(
                 api, "bench", args.claims, distinct=False)))  # fmt: skip
+            print("\n".join(lines), flush=True)  # what follows may fail where an old webhook cannot convert
+            lines = []
             paced(args.rate, 20, lambda i: None)
             mark = len(webhook.log.read_text().splitlines())
             direct_ms = direct(webhook.port, ca, args.rate, count, "bench")
