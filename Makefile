@@ -120,9 +120,10 @@ bench-e2e: dev cluster
 	$(BIN)/python -m e2e.bench
 
 # the admission webhook at 50 pods/s: AdmissionReview latency p50/p99 (client and in-webhook), pod creates
-# through the API server with and without a HAMi GPU request, and the webhook's memory
+# through the API server with and without a HAMi GPU request, and the webhook's memory; templates made by
+# forged reviews; time from a pod's create to its claim (WEBHOOK_ARGS="--webhook-source DIR" for another checkout)
 bench-webhook: dev cluster helm
-	$(BIN)/python -m e2e.bench_webhook
+	$(BIN)/python -m e2e.bench_webhook $(WEBHOOK_ARGS)
 
 # make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md)
 NODES ?= 10,50,100

@@ -156,8 +156,10 @@ WEBHOOK_DOC = """`tessera webhook`: the mutating admission webhook, as the chart
     tessera webhook --namespace NS --service SVC --secret SECRET --webhook-configuration NAME [--port 8443]
     tessera webhook --cert-dir /tls ...          (cert-manager's Secret, mounted)
 
-Serves POST /mutate over HTTPS; keeps its own certificate in SECRET (or reloads --cert-dir); refreshes the
-catalog of offered GPU products from the ResourceSlices every --catalog-refresh seconds. Only the parser
+Serves POST /mutate over HTTPS, writing nothing while it answers; keeps its own certificate in SECRET (or
+reloads --cert-dir); refreshes the catalog of offered GPU products from the ResourceSlices every
+--catalog-refresh seconds; makes the claim templates of converted pods the API server admitted, and deletes
+those it made once no live pod references them for --template-grace seconds. Only the parser
 lives here: the server's modules load when the command runs, so other `tessera` commands do not pay for them.
 """
 
@@ -191,6 +193,20 @@ def add_webhook_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument("--cert-dir", type=Path, help="serve tls.crt/tls.key from here (cert-manager) instead")
     p.add_argument("--certificate-check", type=float, default=3600.0, metavar="SECONDS")
     p.add_argument("--catalog-refresh", type=float, default=30.0, metavar="SECONDS")
+    p.add_argument(
+        "--template-resync",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how often to make missing claim templates and look for unused ones (besides the watches)",
+    )
+    p.add_argument(
+        "--template-grace",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long a claim template the webhook made stays once no live pod references it",
+    )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", default="json", choices=("json", "console"))
     add_options(p)

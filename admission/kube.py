@@ -1,33 +1,50 @@
 """The webhook's API calls (the edge: kubernetes client errors become TesseraErrors here).
 
-Claim templates are created in a Pod's namespace (an existing one of the same name is the same content: the
-name is its hash); ResourceSlices give the catalog of offered products; a Secret holds the TLS bundle, and
-the MutatingWebhookConfiguration gets its caBundle.
+The template reconciler lists and watches converted Pods and ResourceClaimTemplates, creates and deletes the
+templates it owns and posts Events on Pods; ResourceSlices give the catalog of offered products; a Secret
+holds the TLS bundle, and the MutatingWebhookConfiguration gets its caBundle. Nothing here runs while a
+review is answered.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
 from admission.certs import Bundle, KeyPair
+from admission.convert import names
 from admission.convert.catalog import Catalog, Skipped, from_slices
 from admission.convert.pod import Template
 from dra_driver.values.errors import TesseraError
 from dra_driver.values.excerpt import clip
 
 log = structlog.get_logger()
+COMPONENT = "tessera-admission"
+CONVERTED_SELECTOR = f"{names.CONVERTED_LABEL[0]}={names.CONVERTED_LABEL[1]}"
 
 MAX_SKIPS_LOGGED = 20  # per refresh: a node publishing thousands of bad devices gets one summary line more
 
 
 class ApiError(TesseraError):
-    """An API call of the webhook failed; the message says which and why."""
+    """An API call of the webhook failed; the message says which and why, `status` the HTTP status if any."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def refused(self) -> bool:
+        """The API server refused the request itself (invalid, forbidden): trying again will not help."""
+        return self.status is not None and 400 <= self.status < 500 and self.status not in (409, 429)
+
+
+class AlreadyExistsError(ApiError):
+    """A template of that name exists already: compare it, never assume it is the same."""
 
 
 def _status(e: Exception) -> int | None:
@@ -46,30 +63,88 @@ class Kube:
         self._admission = k8s.AdmissionregistrationV1Api(api)
         self._exception: type[Exception] = k8s.ApiException
         self._models = k8s
-        self._known: set[tuple[str, str]] = set()  # (namespace, template) seen to exist
         self._skipped: frozenset[Skipped] = frozenset()  # what the last catalog skipped (logged once)
-        self._lock = threading.Lock()
+
+    # ---- what the reconciler watches: raw responses, list or watch (`watch=True`) ----------------
+
+    def list_pods(self, **query: Any) -> Any:
+        """Pods the webhook converted, in every namespace (by the label its patch adds)."""
+        return self._core.list_pod_for_all_namespaces(
+            label_selector=CONVERTED_SELECTOR, _preload_content=False, **query
+        )
+
+    def list_templates(self, **query: Any) -> Any:
+        """Every ResourceClaimTemplate: one not labelled as ours may squat on a name the conversion gives."""
+        return self._resource.list_resource_claim_template_for_all_namespaces(_preload_content=False, **query)
 
     # ---- templates -------------------------------------------------------------------------------
 
-    def ensure_templates(self, namespace: str, templates: Sequence[Template], dry_run: bool) -> None:
-        for t in templates:
-            key = (namespace, t.name)
-            with self._lock:
-                if key in self._known:
-                    continue
-            try:
-                body = self._models.V1ResourceClaimTemplate.model_validate(t.manifest(namespace))
-                self._resource.create_namespaced_resource_claim_template(
-                    namespace, body, dry_run="All" if dry_run else None
-                )
-            except self._exception as e:
-                if _status(e) != 409:  # AlreadyExists: same name, same content
-                    raise ApiError(f"create ResourceClaimTemplate {namespace}/{t.name}: {_reason(e)}") from e
-            if not dry_run:
-                with self._lock:
-                    self._known.add(key)
-                log.info("claim template ready", namespace=namespace, template=t.name, container=t.container)
+    def create_template(self, namespace: str, template: Template) -> dict[str, Any]:
+        """Create `template`, labelled as the webhook's: the template as stored (an API server with a feature
+        gate off drops that feature's fields). AlreadyExistsError when the name is taken."""
+        where = f"create ResourceClaimTemplate {namespace}/{template.name}"
+        try:
+            body = self._models.V1ResourceClaimTemplate.model_validate(
+                template.manifest(namespace, made_by_webhook=True)
+            )
+            raw: Any = self._resource.create_namespaced_resource_claim_template(
+                namespace, body, _preload_content=False
+            )
+            stored: dict[str, Any] = json.loads(raw.data)
+        except self._exception as e:
+            if _status(e) == 409:
+                raise AlreadyExistsError(f"{where}: it exists already") from e
+            raise ApiError(f"{where}: {_reason(e)}", _status(e)) from e
+        except ValueError as e:
+            raise ApiError(f"{where}: the answer is not JSON: {e}") from e
+        return stored
+
+    def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The template as stored, None when there is none."""
+        try:
+            raw: Any = self._resource.read_namespaced_resource_claim_template(
+                name, namespace, _preload_content=False
+            )
+            found: dict[str, Any] = json.loads(raw.data)
+        except self._exception as e:
+            if _status(e) == 404:
+                return None
+            raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
+        except ValueError as e:
+            raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: not JSON: {e}") from e
+        return found
+
+    def delete_template(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the template if it is still the one seen (`uid`); False when it is gone or replaced."""
+        options = self._models.V1DeleteOptions(preconditions=self._models.V1Preconditions(uid=uid))
+        try:
+            self._resource.delete_namespaced_resource_claim_template(name, namespace, body=options)
+        except self._exception as e:
+            if _status(e) in (404, 409):
+                return False
+            raise ApiError(f"delete ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
+        return True
+
+    def warn_pod(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None:
+        """A Warning Event on the Pod (`kubectl describe pod` shows it)."""
+        now = dt.datetime.now(dt.UTC)
+        event = self._models.CoreV1Event(
+            metadata=self._models.V1ObjectMeta(generate_name=f"{pod}.tessera-"),
+            involved_object=self._models.V1ObjectReference(
+                api_version="v1", kind="Pod", namespace=namespace, name=pod, uid=uid
+            ),
+            reason=reason,
+            message=clip(message, 1024),
+            type="Warning",
+            source=self._models.V1EventSource(component=COMPONENT),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self._core.create_namespaced_event(namespace, event)
+        except self._exception as e:
+            raise ApiError(f"create Event on Pod {namespace}/{pod}: {_reason(e)}") from e
 
     # ---- catalog ---------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""The webhook process: API client, certificate, catalog refresh and HTTPS server, wired together
-(`tessera webhook`, admission/cli.py)."""
+"""The webhook process: API client, certificate, catalog refresh, HTTPS server and template reconciler,
+wired together (`tessera webhook`, admission/cli.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import gc
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -17,12 +17,15 @@ from admission.cli import options_from_args
 from admission.convert.catalog import Catalog, known_products
 from admission.convert.claims import Options
 from admission.kube import Kube
-from admission.review import admit
+from admission.review import StoredTemplate, admit
 from admission.rotation import CertDir, Rotation, SecretPlace, service_names, sync_once, utc_now
 from admission.server import Tls, WebhookServer
+from admission.templates import TemplateReconciler, keep_pod, keep_template
+from admission.watch import Watched
 from dra_driver.system import logs
 from dra_driver.system.api_client import api_client
 from dra_driver.values.errors import TesseraError
+from dra_driver.values.excerpt import excerpt
 
 log = structlog.get_logger()
 
@@ -30,8 +33,10 @@ log = structlog.get_logger()
 class Webhook:
     """The answer function over the current options (the catalog changes as nodes come and go)."""
 
-    def __init__(self, options: Options, kube: Kube | None) -> None:
+    def __init__(self, options: Options, kube: Kube | None, stored: StoredTemplate | None = None) -> None:
+        """`stored`: the templates as a watch last saw them (read only: answering writes nothing)."""
         self._options, self._kube = options, kube
+        self._stored: StoredTemplate = stored or (lambda namespace, name: None)
         self._lock = threading.Lock()
 
     @property
@@ -55,25 +60,46 @@ class Webhook:
 
     def answer(self, review: Mapping[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
-        ensure = self._kube.ensure_templates if self._kube is not None else (lambda ns, ts, dry: None)
-        result = admit(review, self.options, ensure)
+        result = admit(review, self.options, self._stored)
         response = result["response"]
         if not response.get("allowed") or response.get("patch"):
             request = review.get("request") or {}
+            pod = request.get("object")
+            metadata = pod.get("metadata") if isinstance(pod, Mapping) else None
+            name = metadata.get("name") if isinstance(metadata, Mapping) else None
             log.info(
                 "pod converted" if response.get("allowed") else "pod refused",
-                namespace=request.get("namespace"),
-                name=(request.get("object") or {}).get("metadata", {}).get("name") or request.get("name"),
+                namespace=excerpt(request.get("namespace"), bare=True),
+                name=excerpt(name or request.get("name"), bare=True),
                 message=(response.get("status") or {}).get("message"),
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
         return result
 
 
+def _reconcile_when_listed(
+    views: Sequence[Watched], reconciler: TemplateReconciler, stop: threading.Event
+) -> None:
+    """Nothing is made or deleted before both watches have listed (a template not seen yet is not missing,
+    a Pod not seen yet still references its template)."""
+    while not stop.is_set():
+        if all(v.wait_synced(1.0) for v in views):
+            reconciler.ready.set()
+            log.info("template reconciler started")
+            reconciler.resync()
+            return
+
+
 def run(args: argparse.Namespace) -> int:
     logs.configure(level=args.log_level, fmt=args.log_format)
     kube = Kube(api_client(args.kubeconfig))
-    webhook = Webhook(options_from_args(args), kube)
+    templates = Watched(name="resourceclaimtemplates", call=kube.list_templates, keep=keep_template)
+    webhook = Webhook(options_from_args(args), kube, templates.get)
+    reconciler = TemplateReconciler(
+        calls=kube, store=templates, options=lambda: webhook.options, grace_s=args.template_grace
+    )
+    templates.on_event = reconciler.on_template
+    pods = Watched(name="converted-pods", call=kube.list_pods, keep=keep_pod, on_event=reconciler.on_pod)
     tls = Tls()
     if args.cert_dir is not None:
         step = CertDir(args.cert_dir, tls).step
@@ -94,18 +120,22 @@ def run(args: argparse.Namespace) -> int:
         log.warning("cannot read the ResourceSlices yet; converting for every known product", error=str(e))
     gc.collect()
     gc.freeze()  # what start-up made lives for the process: the collector need not walk it per request
-    rotation, catalog = (
-        Rotation(step, args.certificate_check),
-        Rotation(webhook.refresh_catalog, args.catalog_refresh),
-    )
-    server = WebhookServer(args.address, args.port, tls, webhook.answer)
     stop = threading.Event()
+    periodic = (
+        Rotation(step, args.certificate_check),
+        Rotation(webhook.refresh_catalog, args.catalog_refresh, name="catalog-refresh"),
+        Rotation(reconciler.resync, args.template_resync, name="template-resync"),
+    )
+    server = WebhookServer(args.address, args.port, tls, webhook.answer, ready=lambda: templates.synced)
+    starter = threading.Thread(
+        target=_reconcile_when_listed, args=((templates, pods), reconciler, stop), daemon=True
+    )
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    for part in (rotation, catalog, server):
+    for part in (templates, pods, *periodic, server, starter):
         part.start()
     stop.wait()
     log.info("stopping")
-    for part in (server, catalog, rotation):
+    for part in (server, *periodic, pods, templates):
         part.stop()
     return 0

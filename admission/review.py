@@ -1,8 +1,11 @@
 """An AdmissionReview (admission.k8s.io/v1) in, its answer out: the conversion as a JSON patch.
 
-A Pod being created is converted (admission.convert); its claim templates are handed to `ensure_templates`
-(the webhook's client makes them in the Pod's namespace, unless the request is a dry run) before the answer
-allows the Pod with a patch. A refused conversion is a denial whose message names the field and the fix; the
+Answering writes nothing (`sideEffects: None`): anyone who reaches the webhook's port can post a review, so
+only what the API server really admits may change the cluster. A Pod being created is converted
+(admission.convert) and labelled `admission.tessera.dev/converted`; the template reconciler
+(admission/templates.py) makes its templates once the API server has admitted it. A template of a name the
+conversion gives that exists with other content (`stored`, a watch's read-only view) refuses the Pod, naming
+the template and the fix. A refused conversion is a denial whose message names the field and the fix; the
 conversion's notes become warnings (`kubectl` prints them).
 """
 
@@ -13,14 +16,21 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from admission.convert import names
 from admission.convert.claims import Options
-from admission.convert.pod import PodConversion, Template, convert_pod_parts
-from dra_driver.values.errors import ConversionError, TesseraError
-from dra_driver.values.excerpt import clip
+from admission.convert.pod import PodConversion, convert_pod_parts
+from admission.convert.stored import difference, refusal
+from dra_driver.values.errors import ConversionError
+from dra_driver.values.excerpt import clip, excerpt
 
 API_VERSION = "admission.k8s.io/v1"
-# ensure_templates(namespace, templates, dry_run) makes the templates exist, or raises a TesseraError
-EnsureTemplates = Callable[[str, Sequence[Template], bool], None]
+# stored(namespace, name): the ResourceClaimTemplate of that name as the API server has it, None when there
+# is none (from a watch: no API call per review)
+StoredTemplate = Callable[[str, str], Mapping[str, Any] | None]
+
+
+def _nothing_stored(namespace: str, name: str) -> None:
+    return None
 
 
 def _escape(key: str) -> str:
@@ -43,6 +53,14 @@ def json_patch(
     if annotations != metadata.get("annotations"):
         op = "replace" if metadata.get("annotations") is not None else "add"
         ops.append({"op": op, "path": "/metadata/annotations", "value": annotations})
+    key, value = names.CONVERTED_LABEL
+    labels = metadata.get("labels")
+    if not isinstance(labels, Mapping):
+        ops.append({"op": "replace" if "labels" in metadata else "add", "path": "/metadata/labels",
+                    "value": {key: value}})  # fmt: skip
+    elif labels.get(key) != value:
+        ops.append({"op": "replace" if key in labels else "add", "path": f"/metadata/labels/{_escape(key)}",
+                    "value": value})  # fmt: skip
     return ops
 
 
@@ -50,35 +68,61 @@ def _response(uid: object, **fields: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": {"uid": uid, **fields}}
 
 
-def deny(uid: object, message: str, code: int = 400) -> dict[str, Any]:
+def deny(uid: object, message: str, code: int = 400, reason: str = "Invalid") -> dict[str, Any]:
     return _response(
-        uid, allowed=False, status={"code": code, "reason": "Invalid", "message": clip(message, 1000)}
+        uid, allowed=False, status={"code": code, "reason": reason, "message": clip(message, 1000)}
     )
 
 
-def admit(review: Mapping[str, Any], options: Options, ensure_templates: EnsureTemplates) -> dict[str, Any]:
-    """The AdmissionReview answer for `review`; anything but a Pod's CREATE is allowed as it is."""
+def _squatted(namespace: str, result: PodConversion, stored: StoredTemplate) -> str | None:
+    """Why a template the Pod's claims would be made from is not the conversion's own, if one is not."""
+    for t in result.templates:
+        found = stored(namespace, t.name)
+        problem = difference(found, t) if found is not None else None
+        if problem is not None:
+            return refusal(namespace, t, problem)
+    return None
+
+
+def _parts(request: Mapping[str, Any]) -> tuple[str, Mapping[str, Any], Mapping[str, Any]] | str:
+    """The Pod's namespace, metadata and spec; a message naming the field when one is not what a Pod has."""
+    pod = request.get("object")
+    metadata = pod.get("metadata", {}) if isinstance(pod, Mapping) else None
+    spec = pod.get("spec", {}) if isinstance(pod, Mapping) else None
+    if not isinstance(metadata, Mapping) or not isinstance(spec, Mapping):
+        return f"request.object: not a Pod with a metadata and a spec map: {excerpt(pod)}"
+    namespace = request.get("namespace") or metadata.get("namespace") or "default"
+    if not isinstance(namespace, str):
+        return f"request.namespace: {excerpt(namespace)} is not a namespace name"
+    return namespace, metadata, spec
+
+
+def admit(
+    review: Mapping[str, Any], options: Options, stored: StoredTemplate = _nothing_stored
+) -> dict[str, Any]:
+    """The AdmissionReview answer for `review`; anything but a Pod's CREATE is allowed as it is. Pure but
+    for `stored`, which only reads."""
     request = review.get("request")
     if not isinstance(request, Mapping):
         return deny("", "not an AdmissionReview request: no .request")
     uid = request.get("uid", "")
-    pod = request.get("object")
     kind = request.get("kind")
     is_pod = isinstance(kind, Mapping) and kind.get("kind") == "Pod" and not request.get("subResource")
-    if request.get("operation") != "CREATE" or not is_pod or not isinstance(pod, Mapping):
+    if request.get("operation") != "CREATE" or not is_pod:
         return _response(uid, allowed=True)
-    metadata, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    parts = _parts(request)
+    if isinstance(parts, str):
+        return deny(uid, parts)
+    namespace, metadata, spec = parts
     try:
         result = convert_pod_parts(metadata, spec, options)
     except ConversionError as e:
         return deny(uid, str(e))
     if not result.changed:
         return _response(uid, allowed=True)
-    namespace = str(request.get("namespace") or metadata.get("namespace") or "default")
-    try:
-        ensure_templates(namespace, result.templates, bool(request.get("dryRun")))
-    except TesseraError as e:
-        return deny(uid, f"cannot create the claim templates this pod needs: {e}", code=500)
+    squatted = _squatted(namespace, result, stored)
+    if squatted is not None:
+        return deny(uid, squatted, code=409, reason="Conflict")
     patch = json.dumps(json_patch(metadata, spec, result), separators=(",", ":")).encode()
     answer = _response(
         uid, allowed=True, patchType="JSONPatch", patch=base64.b64encode(patch).decode("ascii")

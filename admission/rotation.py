@@ -20,6 +20,7 @@ from admission.certs import Bundle, renew
 from admission.kube import Kube
 from admission.server import Tls
 from dra_driver.values.errors import TesseraError
+from dra_driver.values.excerpt import clip
 
 log = structlog.get_logger()
 Clock = Callable[[], dt.datetime]
@@ -72,12 +73,16 @@ def sync_once(kube: Kube, place: SecretPlace, tls: Tls, now: dt.datetime) -> Bun
 
 
 class Rotation:
-    """Runs `sync_once` (or reloads --cert-dir files) every `interval` seconds until stopped."""
+    """Runs `step` every `interval` seconds until stopped: `sync_once` (or reloads --cert-dir files), and so
+    the catalog refresh and the template resync. A step that fails, however, is logged and tried again the
+    next period: the thread never dies of it."""
 
-    def __init__(self, step: Callable[[], None], interval: float) -> None:
-        self._step, self._interval = step, interval
+    def __init__(
+        self, step: Callable[[], None], interval: float, *, name: str = "webhook-certificate"
+    ) -> None:
+        self._step, self._interval, self._name = step, interval, name
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="webhook-certificate", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -91,7 +96,11 @@ class Rotation:
             try:
                 self._step()
             except TesseraError as e:
-                log.warning("certificate check failed; serving the current one", error=str(e))
+                log.warning("periodic step failed; tried again next period", step=self._name,
+                            error=clip(str(e), 500))  # fmt: skip
+            except Exception as e:  # a bug or a library's surprise: the step is tried again all the same
+                log.error("periodic step failed unexpectedly; tried again next period", step=self._name,
+                          error=clip(repr(e), 500))  # fmt: skip
 
 
 class CertDir:

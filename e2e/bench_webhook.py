@@ -1,7 +1,14 @@
-"""`make bench-webhook`: the admission webhook's latency at 50 pods/s, and its memory.
+"""`make bench-webhook`: the admission webhook's latency at 50 pods/s, and its memory; what forged reviews
+make; how long a Pod waits for its claim.
 
 Starts a control plane and `tessera webhook` as the e2e scenarios do (its own certificate, the chart's
 configuration), then
+- forged: `--forged` AdmissionReviews, each a distinct ask, posted straight to the webhook's port as anyone
+  who reaches it could (half for kube-system): the templates they made, in all namespaces;
+- pod to claim: Pods of one whole GPU made through the API server, each a distinct ask (another GPU type;
+  its template does not exist yet), and all the same ask (it does): time from the create call to the
+  resourceclaim controller's claim in the Pod's status (kube-controller-manager retries a Pod whose template
+  is missing with its rate-limited backoff; from 1.36 on a template's creation also wakes its Pods);
 - direct: AdmissionReviews of HAMi's and Volcano's examples posted to the webhook over HTTPS at a fixed rate
   on kept-alive connections, as the API server sends them; latency from send to answer;
 - through the API server: Pods created at the same rate, with a GPU request (the API server calls the
@@ -32,8 +39,8 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
-from e2e.kube import Kubectl
-from e2e.webhook import ROOT, ca_bundle, start_webhook
+from e2e.kube import Kubectl, get_pod
+from e2e.webhook import ROOT, admission_review, ca_bundle, post_reviews, start_webhook
 
 EXAMPLES = ROOT / "admission" / "examples"
 TARGET_P99_MS = 10.0
@@ -52,20 +59,60 @@ def _pods() -> list[dict[str, Any]]:
 
 
 def _review(pod: dict[str, Any], namespace: str) -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "operation": "CREATE",
-                "namespace": namespace,
-                "object": pod,
-            },
+    return json.dumps(admission_review(pod, namespace)).encode()
+
+
+def forged(
+    port: int, ca_pem: bytes, count: int, api: k8s.ApiClient, namespace: str
+) -> tuple[int, int, float]:
+    """Templates made by `count` forged reviews of distinct asks (half for kube-system), how many reviews
+    were allowed, and the seconds the posting took."""
+    base = _pods()[0]
+    reviews = []
+    for i in range(count):
+        pod = copy.deepcopy(base)
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem"] = 100 + i
+        reviews.append(admission_review(pod, "kube-system" if i % 2 else namespace))
+    before = _templates(api)
+    started = time.perf_counter()
+    answers = post_reviews(port, ca_pem, reviews)
+    took = time.perf_counter() - started
+    allowed = sum(1 for a in answers if a.get("response", {}).get("allowed"))
+    time.sleep(5)  # what a reconciler would make, it makes within its resync
+    return len(_templates(api) - before), allowed, took
+
+
+def _templates(api: k8s.ApiClient) -> set[tuple[str, str]]:
+    raw: Any = k8s.ResourceV1Api(api).list_resource_claim_template_for_all_namespaces(_preload_content=False)
+    return {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in json.loads(raw.data)["items"]}
+
+
+def pod_to_claim(api: k8s.ApiClient, namespace: str, count: int, *, distinct: bool) -> list[float]:
+    """Milliseconds from a Pod's create call to its claim's name in the Pod's status, one Pod at a time."""
+    core = k8s.CoreV1Api(api)
+    tag = uuid.uuid4().hex[:6]
+    out = []
+    for i in range(count):
+        pod = copy.deepcopy(_pods()[0])
+        # a whole GPU (no capacity, no distinctAttribute: any release serves it), its ask made new by the
+        # GPU type it selects
+        kind = f"type-{tag}-{i}" if distinct else "NVIDIA"
+        pod["metadata"] = {"name": f"claim-{tag}-{i}", "annotations": {"nvidia.com/use-gputype": kind}}
+        pod["spec"]["containers"][0]["resources"]["limits"] = {
+            "nvidia.com/gpu": "1",
+            "nvidia.com/gpucores": "100",
         }
-    ).encode()
+        started = time.perf_counter()
+        core.create_namespaced_pod(namespace, k8s.V1Pod.model_validate(pod), _preload_content=False)
+        while True:
+            status = (get_pod(api, namespace, pod["metadata"]["name"]) or {}).get("status") or {}
+            if any(s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or []):
+                break
+            if time.perf_counter() - started > 120:
+                raise TimeoutError(f"no claim for pod {pod['metadata']['name']} after 120 s")
+            time.sleep(0.005)
+        out.append((time.perf_counter() - started) * 1000)
+    return out
 
 
 def paced(rate: float, count: int, call: Callable[[int], None], workers: int = 8) -> list[float]:
@@ -155,6 +202,12 @@ def main() -> int:
     )
     parser.add_argument("--rate", type=float, default=50.0, help="pods per second (default 50)")
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--forged", type=int, default=1000, help="forged reviews to post (default 1000)")
+    parser.add_argument("--claims", type=int, default=30, help="pods timed to their claim, per kind")
+    parser.add_argument(
+        "--webhook-source", type=Path, default=ROOT,
+        help="run the webhook from this checkout instead (e.g. `git archive main`), to compare before/after",
+    )  # fmt: skip
     args = parser.parse_args()
     count = int(args.rate * args.seconds)
     binaries = ensure_built(allow_build=True)
@@ -163,16 +216,35 @@ def main() -> int:
         plane = start_control_plane(state_dir=root / "controlplane", binaries=binaries)
         api = plane.api_client()
         kubectl = Kubectl(binaries.kubectl, plane.kubeconfig)
-        webhook = start_webhook(api, kubectl, plane.kubeconfig, "tessera-admission", root / "webhook.log")
+        webhook = start_webhook(
+            api,
+            kubectl,
+            plane.kubeconfig,
+            "tessera-admission",
+            root / "webhook.log",
+            source=args.webhook_source,
+        )
         try:
             k8s.CoreV1Api(api).create_namespace(
                 k8s.V1Namespace.model_validate({"metadata": {"name": "bench"}})
             )
             ca = base64.b64decode(ca_bundle(api))
+            made, allowed, took = forged(webhook.port, ca, args.forged, api, "bench")
+            lines = [
+                f"webhook from {args.webhook_source}",
+                f"templates made by {args.forged} forged reviews: {made} ({allowed} answered allowed, "
+                f"posted in {took:.1f} s)",
+            ]
+            lines.append(summary("pod to claim, a new ask (template missing)", pod_to_claim(
+                api, "bench", args.claims, distinct=True)))  # fmt: skip
+            lines.append(summary("pod to claim, the same ask (template there)", pod_to_claim(
+                api, "bench", args.claims, distinct=False)))  # fmt: skip
+            print("\n".join(lines), flush=True)  # what follows may fail where an old webhook cannot convert
+            lines = []
             paced(args.rate, 20, lambda i: None)
             mark = len(webhook.log.read_text().splitlines())
             direct_ms = direct(webhook.port, ca, args.rate, count, "bench")
-            lines = [
+            lines += [
                 f"webhook: {args.rate:g} pods/s for {args.seconds:g} s, on {plane.server}",
                 summary("direct AdmissionReview over HTTPS (client)", direct_ms),
                 summary("  of which in the webhook (its log)", served_ms(webhook.log, mark)[-count:]),

@@ -94,7 +94,11 @@ LOG_LEVEL_ENV = "LIBCUDA_LOG_LEVEL"
 
 # What the conversion writes.
 CONVERTED_ANNOTATION = "admission.tessera.dev/converted"
-TEMPLATE_LABEL = "admission.tessera.dev/template"
+# The webhook's patch labels a converted Pod so that its template reconciler can watch just those Pods.
+CONVERTED_LABEL = ("admission.tessera.dev/converted", "true")
+# Every template the conversion writes (`tessera convert` for GitOps, or the webhook) carries MANAGED_BY; the
+# webhook's reconciler adds MADE_BY to those it creates, and deletes only those (GitOps templates never).
 MANAGED_BY = ("app.kubernetes.io/managed-by", "tessera-admission")
+MADE_BY = ("admission.tessera.dev/made-by", "webhook")
 CLAIM_PREFIX = "tessera-gpu"
 REQUEST_NAME = "gpu"

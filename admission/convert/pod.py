@@ -21,23 +21,28 @@ from typing import Any
 
 from admission.convert import names
 from admission.convert.claims import Options, convert_ask
-from admission.convert.parse import parse_container, parse_env_config, parse_selection
+from admission.convert.parse import GpuAsk, parse_container, parse_env_config, parse_selection
 from dra_driver.values.errors import ConversionError
 
 CONTAINER_LISTS = (("initContainers", "init-"), ("containers", ""))
+# Containers converted per pod: each is a claim and a template, so a pod of 3,000 GPU containers would be
+# 3,000 of both (a pod may have any number of containers; the API server sets no bound).
+MAX_GPU_CONTAINERS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """A ResourceClaimTemplate to create in the Pod's namespace (unless it exists: same name, same spec)."""
+    """A ResourceClaimTemplate to create in the Pod's namespace (named by the hash of its spec)."""
 
     name: str
     spec: dict[str, Any]
     container: str
     summary: str
 
-    def manifest(self, namespace: str | None) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"name": self.name, "labels": {names.MANAGED_BY[0]: names.MANAGED_BY[1]}}
+    def manifest(self, namespace: str | None, *, made_by_webhook: bool = False) -> dict[str, Any]:
+        """The object; `made_by_webhook` adds the label of templates the webhook may delete once unused."""
+        labels = dict([names.MANAGED_BY, names.MADE_BY] if made_by_webhook else [names.MANAGED_BY])
+        metadata: dict[str, Any] = {"name": self.name, "labels": labels}
         if namespace:
             metadata["namespace"] = namespace
         return {
@@ -104,13 +109,19 @@ def convert_pod_parts(
     annotations = new_meta.get("annotations") or {}
     if not isinstance(annotations, Mapping):
         raise ConversionError(f"{where}metadata.annotations: must be a map of strings")
-    asks = []
+    asks: list[tuple[dict[str, Any], GpuAsk, str, dict[str, object]]] = []
     for key, prefix in CONTAINER_LISTS:
         containers = new_spec.get(key)
         for i, c in enumerate(containers if isinstance(containers, list) else ()):
             if isinstance(c, dict):
                 path = f"{where}spec.{key}[{i}]"
                 ask = parse_container(c, path)
+                if ask is not None and len(asks) == MAX_GPU_CONTAINERS:
+                    raise ConversionError(
+                        f"{path}: more than {MAX_GPU_CONTAINERS} containers of this pod ask for a HAMi "
+                        f"or Volcano GPU; Tessera converts at most {MAX_GPU_CONTAINERS} per pod: give the "
+                        "others no GPU, or split the work over several pods"
+                    )
                 if ask is not None:
                     asks.append((c, ask, f"{names.CLAIM_PREFIX}-{prefix}{i}", parse_env_config(c, path)))
     if not asks:

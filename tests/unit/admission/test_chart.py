@@ -1,4 +1,5 @@
-"""The chart's webhook: 2 replicas, a PDB, Fail with matchConditions, TLS its own or cert-manager's, RBAC."""
+"""The chart's webhook: 2 replicas, a PDB, Fail with matchConditions, no side effects, TLS its own or
+cert-manager's, RBAC for exactly its calls, an optional NetworkPolicy."""
 
 import os
 import shutil
@@ -48,7 +49,8 @@ def test_webhook_deployment_pdb_and_configuration() -> None:
     )
     assert objs[("PodDisruptionBudget", "tessera-admission")]["spec"]["minAvailable"] == 1
     hook = objs[("MutatingWebhookConfiguration", "tessera-admission")]["webhooks"][0]
-    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "NoneOnDryRun"
+    # answering writes nothing: a forged review can change nothing (admission/templates.py makes templates)
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
     assert hook["matchConditions"][0]["expression"] == match_expression(all_resource_names())
     service = {"name": "tessera-admission", "namespace": "gpu", "path": "/mutate", "port": 443}
     assert hook["clientConfig"]["service"] == service
@@ -64,7 +66,7 @@ def test_cert_manager_is_used_when_served() -> None:
     assert "--cert-dir=/tls" in args and ("Role", "tessera-admission") not in objs
 
 
-def test_rbac_grants_the_calls_the_webhook_makes() -> None:
+def test_rbac_grants_exactly_the_calls_the_webhook_makes() -> None:
     objs = render("--set", "admissionWebhook.enabled=true")
     rules = objs[("ClusterRole", "tessera-admission")]["rules"] + objs[("Role", "tessera-admission")]["rules"]
     granted = {
@@ -75,26 +77,89 @@ def test_rbac_grants_the_calls_the_webhook_makes() -> None:
         for v in rule["verbs"]
     }
     source = (ROOT / "admission" / "kube.py").read_text()
+    templates = ("resource.k8s.io", "resourceclaimtemplates")
+    mwc = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
     calls = {
-        "create_namespaced_resource_claim_template": ("resource.k8s.io", "resourceclaimtemplates", "create"),
-        "list_resource_slice": ("resource.k8s.io", "resourceslices", "list"),
-        "read_namespaced_secret": ("", "secrets", "get"),
-        "create_namespaced_secret": ("", "secrets", "create"),
-        "replace_namespaced_secret": ("", "secrets", "update"),
-        "read_mutating_webhook_configuration": (
-            "admissionregistration.k8s.io",
-            "mutatingwebhookconfigurations",
-            "get",
-        ),
-        "patch_mutating_webhook_configuration": (
-            "admissionregistration.k8s.io",
-            "mutatingwebhookconfigurations",
-            "patch",
-        ),
+        # admission/watch.py lists and watches with the same call
+        "list_pod_for_all_namespaces": {("", "pods", "list"), ("", "pods", "watch")},
+        "list_resource_claim_template_for_all_namespaces": {(*templates, "list"), (*templates, "watch")},
+        "create_namespaced_resource_claim_template": {(*templates, "create")},
+        "read_namespaced_resource_claim_template": {(*templates, "get")},
+        "delete_namespaced_resource_claim_template": {(*templates, "delete")},
+        "create_namespaced_event": {("", "events", "create")},
+        "list_resource_slice": {("resource.k8s.io", "resourceslices", "list")},
+        "read_namespaced_secret": {("", "secrets", "get")},
+        "create_namespaced_secret": {("", "secrets", "create")},
+        "replace_namespaced_secret": {("", "secrets", "update")},
+        "read_mutating_webhook_configuration": {(*mwc, "get")},
+        "patch_mutating_webhook_configuration": {(*mwc, "patch")},
     }
     made = {m for m in calls if f".{m}(" in source}
     assert made == set(calls), "a new API call: add it here and to the chart's RBAC"
-    assert {calls[m] for m in made} <= granted
+    assert set().union(*calls.values()) == granted, "a rule no call needs, or a call without a rule"
+
+
+def test_the_webhook_may_no_longer_create_anything_but_templates_secrets_and_events() -> None:
+    objs = render("--set", "admissionWebhook.enabled=true")
+    writes = {
+        (r, v)
+        for rule in objs[("ClusterRole", "tessera-admission")]["rules"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+        if v in ("create", "update", "patch", "delete")
+    }
+    assert writes == {
+        ("resourceclaimtemplates", "create"),
+        ("resourceclaimtemplates", "delete"),
+        ("events", "create"),
+        ("mutatingwebhookconfigurations", "patch"),
+    }
+
+
+def test_no_network_policy_unless_asked() -> None:
+    assert ("NetworkPolicy", "tessera-admission") not in render("--set", "admissionWebhook.enabled=true")
+
+
+def test_the_network_policy_lets_only_the_api_server_reach_the_port() -> None:
+    objs = render(
+        "--set", "admissionWebhook.enabled=true", "--set", "admissionWebhook.networkPolicy.enabled=true",
+        "--set", "admissionWebhook.port=9443",
+        "--set-json", 'admissionWebhook.networkPolicy.apiServerCIDRs=["10.0.0.10/32","fd00::1/128"]',
+        "--set-json", 'admissionWebhook.networkPolicy.extraFrom=[{"ipBlock":{"cidr":"10.1.0.0/24"}}]',
+    )  # fmt: skip
+    policy = objs[("NetworkPolicy", "tessera-admission")]
+    spec = policy["spec"]
+    pods = objs[("Deployment", "tessera-admission")]["spec"]["template"]["metadata"]["labels"]
+    assert spec["podSelector"]["matchLabels"].items() <= pods.items() and spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [
+        {"ipBlock": {"cidr": "10.0.0.10/32"}},
+        {"ipBlock": {"cidr": "fd00::1/128"}},
+        {"ipBlock": {"cidr": "10.1.0.0/24"}},
+    ]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 9443}]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ((), "apiServerCIDRs: give the API server's source addresses"),
+        (("--set", "admissionWebhook.hostNetwork=true", "--set-json",
+          'admissionWebhook.networkPolicy.apiServerCIDRs=["10.0.0.10/32"]'),
+         "does not apply to a pod in the node"),
+        (("--set-json", 'admissionWebhook.networkPolicy.apiServerCIDRs=["10.0.0.10"]'), "apiServerCIDRs/0"),
+    ],
+    ids=["no-cidrs", "host-network", "not-a-cidr"],
+)  # fmt: skip
+def test_a_network_policy_that_cannot_work_is_refused(extra: tuple[str, ...], message: str) -> None:
+    assert HELM is not None
+    done = subprocess.run(
+        [HELM, "template", "t", str(CHART), "--kube-version", "1.36.3",
+         "--set", "admissionWebhook.enabled=true", "--set", "admissionWebhook.networkPolicy.enabled=true",
+         *extra],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and message in done.stderr, done.stderr
 
 
 def test_host_network_port_placement_and_api_server_address() -> None:

@@ -1,11 +1,13 @@
 """The certificate loop against a Secret store: made once, kept, renewed when due, a lost race re-read."""
 
 import datetime as dt
+import threading
 from typing import Any
 
 from admission.certs import Bundle
-from admission.rotation import SecretPlace, service_names, sync_once
+from admission.rotation import Rotation, SecretPlace, service_names, sync_once
 from admission.server import Tls
+from dra_driver.values.errors import TesseraError
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 PLACE = SecretPlace("ns", "tls", "cfg", tuple(service_names("svc", "ns")))
@@ -61,3 +63,25 @@ def test_a_replica_that_loses_the_race_serves_the_winners_bundle() -> None:
     winner = sync(FakeKube(), NOW)
     kube.race = winner
     assert sync(kube, NOW) == winner and kube.writes == 0
+
+
+def test_a_periodic_step_survives_any_exception_and_runs_again() -> None:
+    """The catalog refresh and the certificate check once died on an exception that was not a
+    TesseraError, and never ran again."""
+    ran: list[int] = []
+    done = threading.Event()
+
+    def step() -> None:
+        ran.append(1)
+        if len(ran) == 1:
+            raise KeyError("a slice the catalog did not expect")
+        if len(ran) == 2:
+            raise TesseraError("the API server is away")
+        done.set()
+
+    rotation = Rotation(step, 0.01, name="catalog-refresh")
+    rotation.start()
+    try:
+        assert done.wait(5) and len(ran) >= 3
+    finally:
+        rotation.stop()

@@ -338,6 +338,8 @@ def test_cleanup_mode_installs_only_the_cleanup_daemonset_and_its_identity() -> 
         ("driverRoot=run/nvidia/driver", "driverRoot"),
         ("hostPaths.cdi=var/run/cdi", "/hostPaths/cdi"),
         ("mps.hostCgroup=tessera-mps", "/mps/hostCgroup"),
+        ("admissionWebhook.networkPolicy.cidrs=10.0.0.1/32", "/admissionWebhook/networkPolicy"),
+        ("admissionWebhook.networkPolicy.apiServerCIDRs[0]=apiserver", "/admissionWebhook/networkPolicy"),
     ],
 )
 def test_the_schema_refuses_unknown_keys_and_bad_paths(flag: str, message: str) -> None:
