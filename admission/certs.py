@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 
 CA_DAYS = 3650
 SERVING_DAYS = 365

@@ -26,14 +26,14 @@ import yaml
 from admission.convert.catalog import Catalog, from_slices, known_products
 from admission.convert.claims import Options
 from admission.convert.pod import TEMPLATE_PATHS, ObjectConversion, convert_object
-from dra_driver.system.yaml_files import read_yaml
-from dra_driver.values.errors import TesseraError
+from dra_driver.io.yaml_files import read_yaml
+from dra_driver.vocabulary.errors import TesseraError
 
 DEFAULT_REPLACED_SCHEDULERS = ("volcano",)
 
 
 def _documents(path: str) -> list[Any]:
-    """The file's documents, read with bounds (size, nesting, aliases): dra_driver/system/yaml_files.py."""
+    """The file's documents, read with bounds (size, nesting, aliases): dra_driver/io/yaml_files.py."""
     return [d for d in read_yaml(path) if d is not None]
 
 

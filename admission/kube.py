@@ -20,8 +20,8 @@ from admission.certs import Bundle, KeyPair
 from admission.convert import names
 from admission.convert.catalog import Catalog, Skipped, from_slices
 from admission.convert.pod import Template
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.excerpt import clip
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.excerpt import clip
 
 log = structlog.get_logger()
 COMPONENT = "tessera-admission"

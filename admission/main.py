@@ -22,10 +22,10 @@ from admission.rotation import CertDir, Rotation, SecretPlace, service_names, sy
 from admission.server import Tls, WebhookServer
 from admission.templates import TemplateReconciler, keep_pod, keep_template
 from admission.watch import Watched
-from dra_driver.system import logs
-from dra_driver.system.api_client import api_client
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.excerpt import excerpt
+from dra_driver.io import logs
+from dra_driver.io.api_client import api_client
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.excerpt import excerpt
 
 log = structlog.get_logger()
 

@@ -20,8 +20,8 @@ from admission.convert import names
 from admission.convert.claims import Options
 from admission.convert.pod import PodConversion, convert_pod_parts
 from admission.convert.stored import difference, refusal
-from dra_driver.values.errors import ConversionError
-from dra_driver.values.excerpt import clip, excerpt
+from dra_driver.vocabulary.errors import ConversionError
+from dra_driver.vocabulary.excerpt import clip, excerpt
 
 API_VERSION = "admission.k8s.io/v1"
 # stored(namespace, name): the ResourceClaimTemplate of that name as the API server has it, None when there

@@ -19,8 +19,8 @@ import structlog
 from admission.certs import Bundle, renew
 from admission.kube import Kube
 from admission.server import Tls
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.excerpt import clip
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.excerpt import clip
 
 log = structlog.get_logger()
 Clock = Callable[[], dt.datetime]

@@ -29,8 +29,8 @@ from typing import Any
 import structlog
 
 from admission.certs import KeyPair
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.excerpt import clip, excerpt
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.excerpt import clip, excerpt
 
 log = structlog.get_logger()
 MAX_BODY = 3 * 1024 * 1024  # the API server sends at most a Pod; etcd's object limit is 1.5 MiB

@@ -41,8 +41,8 @@ from admission.convert.pod import Template
 from admission.convert.promises import Promised, rederive
 from admission.convert.stored import difference, made_by_webhook, refusal
 from admission.kube import AlreadyExistsError, ApiError
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.excerpt import clip
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.excerpt import clip
 
 log = structlog.get_logger()
 Key = tuple[str, str]  # (namespace, name)

@@ -17,7 +17,7 @@ from typing import Any
 
 import structlog
 
-from dra_driver.values.excerpt import clip
+from dra_driver.vocabulary.excerpt import clip
 
 log = structlog.get_logger()
 Obj = Mapping[str, Any]

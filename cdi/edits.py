@@ -16,9 +16,9 @@ from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import AnyPlanned, device_node
 from dra_driver.core.families.protocol import NamedVisible
-from dra_driver.values.errors import ConfigError, MigError
-from dra_driver.values.model import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
-from dra_driver.values.names import (
+from dra_driver.vocabulary.errors import ConfigError, MigError
+from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
+from dra_driver.vocabulary.names import (
     CDI_KIND,
     CLAIM_DIRS_ENV,
     CONTAINER_LIBRARY_PATH,
@@ -49,7 +49,7 @@ class HostLayout:
     claim_dir: str  # this claim's host directory (limits file; shared/ with the accounting region)
     driver_library_dirs: tuple[str, ...] = ()  # host driver library/tool dirs, mounted read-only in place
     gpus_dir: str = ""  # host root of the GPUs' view directories ("": none mounted)
-    driver_files: DriverFiles = NO_DRIVER_FILES  # below the driver root (dra_driver.system.driver_root)
+    driver_files: DriverFiles = NO_DRIVER_FILES  # below the driver root (dra_driver.io.driver_root)
 
 
 def device_cdi_name(plan: ClaimPlan, device: AnyPlanned) -> str:

@@ -1,4 +1,4 @@
-"""The per-claim CDI spec files, written atomically through `dra_driver.system.files`.
+"""The per-claim CDI spec files, written atomically through `dra_driver.io.files`.
 
 Anything in the CDI directory under one of our spec names is ours: a directory, a link or a FIFO there is
 removed (never followed) before a spec is written in its place or when the claim goes.
@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cdi.spec import Spec
-from dra_driver.system.files import WriteFault, atomic_write, is_temp, read_bounded
-from dra_driver.system.safe_tree import is_plain_file, remove_tree
-from dra_driver.values.errors import CdiSpecError, StorageError
-from dra_driver.values.names import (
+from dra_driver.io.files import WriteFault, atomic_write, is_temp, read_bounded
+from dra_driver.io.safe_tree import is_plain_file, remove_tree
+from dra_driver.vocabulary.errors import CdiSpecError, StorageError
+from dra_driver.vocabulary.names import (
     ClaimUID,
     cdi_spec_file_name,
     cdi_spec_temp_prefix,

@@ -30,8 +30,8 @@ from dra_driver.core.families.base import Json
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.explain.cli import add_cli as add_explain_command
-from dra_driver.system.yaml_files import read_yaml_document
-from dra_driver.values.errors import ConfigError, TesseraError
+from dra_driver.io.yaml_files import read_yaml_document
+from dra_driver.vocabulary.errors import ConfigError, TesseraError
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -26,7 +26,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
-from dra_driver.system.logs import configure
+from dra_driver.io.logs import configure
 from e2e.controlplane.binaries import Binaries, ensure_built
 from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import start_control_plane

@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from dra_driver.values.names import DRIVER_NAME, Cap
+from dra_driver.vocabulary.names import DRIVER_NAME, Cap
 from e2e.kube import Json, allocated_results, get_claim, pod_claim_name
 from e2e.kubelet_standin.errors import StandInError
 

@@ -20,8 +20,8 @@ import pynvml
 import yaml
 
 from dra_driver.backends.decoding import check_fields, check_header, expect_list, expect_mapping, get_typed
-from dra_driver.values.errors import ConfigError, StorageError
-from dra_driver.values.names import DRIVER_PROC_ROOT_ENV, SYSFS_ROOT_ENV
+from dra_driver.vocabulary.errors import ConfigError, StorageError
+from dra_driver.vocabulary.names import DRIVER_PROC_ROOT_ENV, SYSFS_ROOT_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FAKE_LIBRARY_DIR = REPO_ROOT / "interceptor" / "build" / "fake"

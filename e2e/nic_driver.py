@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
+from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE
 
 Json = dict[str, Any]
 DRIVER = "nic.topology.test"

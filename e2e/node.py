@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client as k8s
 
 from dra_driver.backends.sim_state import SimState, read_state
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord

@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.files import write_atomic
 from e2e.kube import Kubectl, wait_for
 from e2e.kubelet_standin.kubelet import RUN_ELSEWHERE_LABEL

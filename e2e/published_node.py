@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
-from dra_driver.values.names import Attr, qualified
+from dra_driver.vocabulary.names import Attr, qualified
 from e2e.controlplane.nodes import create_node, delete_node
 from kubelet_plugin.publish.publisher import SlicePublisher
 

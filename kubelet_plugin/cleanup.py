@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from dra_driver.system.logs import configure
-from dra_driver.values.errors import ConfigError, StorageError, TesseraError
+from dra_driver.io.logs import configure
+from dra_driver.vocabulary.errors import ConfigError, StorageError, TesseraError
 from kubelet_plugin.daemon import STOP_GRACE_S, add_arguments, options_from, stop_on_signals
 from kubelet_plugin.node.file_modes import set_umask
 from kubelet_plugin.node.sockets import PluginLock

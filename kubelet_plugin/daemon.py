@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from dra_driver.core.foreign_plugins import SPLIT_FLAG
-from dra_driver.system.logs import configure
-from dra_driver.values.errors import ConfigError, TesseraError
-from kubelet_plugin import hosts
+from dra_driver.io.logs import configure
+from dra_driver.vocabulary.errors import ConfigError, TesseraError
+from kubelet_plugin import host_parts
 from kubelet_plugin.node.file_modes import UMASK, set_umask
 from kubelet_plugin.observability.metrics_server import parse_address
 from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
@@ -56,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kubeconfig", type=Path, help="API server credentials (default: in-cluster)")
     parser.add_argument("--library-path", type=Path, help="host path of libtessera.so for vgpu containers")
-    for flag in hosts.options():  # the host parts' own (--mps-dir, ...)
+    for flag in host_parts.options():  # the host parts' own (--mps-dir, ...)
         parser.add_argument(flag.flag, dest=flag.dest, metavar=flag.metavar, help=flag.help)
     parser.add_argument(
         "--driver-root",
@@ -144,7 +144,9 @@ def options_from(args: argparse.Namespace) -> DaemonOptions:
         driver_root=args.driver_root,
         driver_root_mount=args.driver_root_mount,
         host_options=tuple(
-            (f.dest, value) for f in hosts.options() if (value := getattr(args, f.dest, None)) is not None
+            (f.dest, value)
+            for f in host_parts.options()
+            if (value := getattr(args, f.dest, None)) is not None
         ),
         settings=args.settings,
         health_interval=args.health_interval,

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.names import METRICS_PREFIX as P
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.names import METRICS_PREFIX as P
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

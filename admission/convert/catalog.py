@@ -9,7 +9,7 @@ every product Tessera knows (`known_products`).
 Any node can publish any ResourceSlice, so nothing in one is trusted: each device is read on its own, and one
 the catalog cannot use (a product name that is not a plausible one, a malformed MIG profile, an absurd
 memory) is skipped and reported in `Catalog.skipped` (slice, device, field, why); it never stops the others.
-Names that are kept reach CEL only through `dra_driver/values/cel_literal.py`.
+Names that are kept reach CEL only through `dra_driver/vocabulary/cel_literal.py`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from dra_driver.core.families.mig import profile_size
 from dra_driver.core.families.published import MAX_STRING
 from dra_driver.core.profiles import PRODUCTS, GpuProduct
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.excerpt import excerpt
-from dra_driver.values.names import DRIVER_NAME, Attr, Cap, qualified
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.excerpt import excerpt
+from dra_driver.vocabulary.names import DRIVER_NAME, Attr, Cap, qualified
+from dra_driver.vocabulary.quantity import parse_quantity
 
 MIB = 1024 * 1024
 MAX_MEMORY_MIB = 1 << 24  # 16 TiB: more than any GPU has; a larger memory is a mistake or a lie

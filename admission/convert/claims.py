@@ -21,9 +21,9 @@ from admission.convert import names
 from admission.convert.catalog import Catalog, MigOption, Product
 from admission.convert.names import Quantity
 from admission.convert.parse import GpuAsk, Selection
-from dra_driver.values.cel_literal import cel_list, cel_string
-from dra_driver.values.errors import ConversionError
-from dra_driver.values.names import (
+from dra_driver.vocabulary.cel_literal import cel_list, cel_string
+from dra_driver.vocabulary.errors import ConversionError
+from dra_driver.vocabulary.names import (
     ATTRIBUTE_DOMAIN,
     CONFIG_API_VERSION,
     DRIVER_NAME,

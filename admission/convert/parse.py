@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 from admission.convert import names
 from admission.convert.names import Dialect, Quantity
-from dra_driver.values.errors import ConfigError, ConversionError
-from dra_driver.values.excerpt import excerpt
-from dra_driver.values.model import MAX_GPUS
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.errors import ConfigError, ConversionError
+from dra_driver.vocabulary.excerpt import excerpt
+from dra_driver.vocabulary.inventory import MAX_GPUS
+from dra_driver.vocabulary.quantity import parse_quantity
 
 MAX_CORES = 100
 # Extended resources are integers; bounded spellings only, so that `1e999999` is refused, not computed.

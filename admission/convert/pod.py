@@ -22,7 +22,7 @@ from typing import Any
 from admission.convert import names
 from admission.convert.claims import Options, convert_ask
 from admission.convert.parse import GpuAsk, parse_container, parse_env_config, parse_selection
-from dra_driver.values.errors import ConversionError
+from dra_driver.vocabulary.errors import ConversionError
 
 CONTAINER_LISTS = (("initContainers", "init-"), ("containers", ""))
 # Containers converted per pod: each is a claim and a template, so a pod of 3,000 GPU containers would be

@@ -20,8 +20,8 @@ from admission.convert import names
 from admission.convert.claims import Options, convert_ask
 from admission.convert.parse import Selection, parse_container, parse_env_config, parse_selection
 from admission.convert.pod import CONTAINER_LISTS, MAX_GPU_CONTAINERS, Template, template_name
-from dra_driver.values.errors import ConversionError
-from dra_driver.values.excerpt import excerpt
+from dra_driver.vocabulary.errors import ConversionError
+from dra_driver.vocabulary.excerpt import excerpt
 
 # The record is a few hundred bytes per container; the API server bounds all annotations at 256 KiB.
 MAX_RECORD_CHARS = 64 * 1024

@@ -15,8 +15,8 @@ from typing import Any
 
 from admission.convert import names
 from admission.convert.pod import Template
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.quantity import parse_quantity
 
 _BIG_EXPONENT = re.compile(r"[eE][+-]?\d{3,}")
 

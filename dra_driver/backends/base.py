@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from dra_driver.values.model import Inventory, MigInstance
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.inventory import Inventory, MigInstance
+from dra_driver.vocabulary.names import GpuUUID
 
 
 class GpuBackend(Protocol):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 
 T = TypeVar("T")
 

@@ -26,8 +26,8 @@ from dra_driver.backends.nvml_topology import fabric, nvlink_ends
 from dra_driver.backends.sysfs import pci_place
 from dra_driver.core.families.published import pci_bus_id
 from dra_driver.core.profiles import find_product, profile_order
-from dra_driver.values.errors import ConfigError, InventoryError, MigError, PlacementTakenError
-from dra_driver.values.model import (
+from dra_driver.vocabulary.errors import ConfigError, InventoryError, MigError, PlacementTakenError
+from dra_driver.vocabulary.inventory import (
     NO_NVLINK,
     Architecture,
     DeviceNode,
@@ -39,7 +39,7 @@ from dra_driver.values.model import (
     MigProfile,
     NvLinks,
 )
-from dra_driver.values.names import (
+from dra_driver.vocabulary.names import (
     DEFAULT_DRIVER_PROC_ROOT,
     DEFAULT_SYSFS_ROOT,
     DRIVER_PROC_ROOT_ENV,

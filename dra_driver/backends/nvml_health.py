@@ -21,8 +21,8 @@ import structlog
 
 from dra_driver.backends.nvml_calls import has_code, text
 from dra_driver.core.gpu_health import fault_from_xid
-from dra_driver.values.model import FaultKind, GpuFault
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.inventory import FaultKind, GpuFault
+from dra_driver.vocabulary.names import GpuUUID
 
 log = structlog.get_logger(__name__)
 

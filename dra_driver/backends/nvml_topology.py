@@ -11,7 +11,7 @@ import pynvml
 
 from dra_driver.backends.nvml_calls import has_code, text
 from dra_driver.core.families.published import pci_bus_id
-from dra_driver.values.model import Fabric
+from dra_driver.vocabulary.inventory import Fabric
 
 
 def nvlink_ends(h: Any) -> tuple[bool, tuple[str, ...]]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core.gpu_health import APPLICATION_XIDS, describe, fault_from_xid
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.model import FaultKind, GpuFault
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.inventory import FaultKind, GpuFault
 
 
 def _fault(args: argparse.Namespace) -> GpuFault | None:

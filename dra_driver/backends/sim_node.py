@@ -38,10 +38,10 @@ from dra_driver.backends.decoding import (
     get_typed,
 )
 from dra_driver.core.profiles import GpuProduct, product
-from dra_driver.system.yaml_files import read_yaml_document
-from dra_driver.values.errors import ConfigError, InvalidNameError
-from dra_driver.values.model import NO_NVLINK, Fabric, NvLinks
-from dra_driver.values.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID, check_pcie_root
+from dra_driver.io.yaml_files import read_yaml_document
+from dra_driver.vocabulary.errors import ConfigError, InvalidNameError
+from dra_driver.vocabulary.inventory import NO_NVLINK, Fabric, NvLinks
+from dra_driver.vocabulary.names import SIM_API_VERSION, SIM_NODE_KIND, GpuUUID, check_pcie_root
 
 DEFAULT_DRIVER_VERSION = "550.54.15"
 DEFAULT_CUDA_DRIVER_VERSION = "12.4"

@@ -15,10 +15,10 @@ from dra_driver.backends.decoding import (
     expect_mapping,
     get_typed,
 )
-from dra_driver.system.files import atomic_write
-from dra_driver.values.errors import ConfigError, StorageError
-from dra_driver.values.model import FaultKind, GpuFault
-from dra_driver.values.names import SIM_API_VERSION, SIM_STATE_KIND, GpuUUID
+from dra_driver.io.files import atomic_write
+from dra_driver.vocabulary.errors import ConfigError, StorageError
+from dra_driver.vocabulary.inventory import FaultKind, GpuFault
+from dra_driver.vocabulary.names import SIM_API_VERSION, SIM_STATE_KIND, GpuUUID
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ from dra_driver.backends.sim_state import (
     write_state,
 )
 from dra_driver.core.profiles import GpuProduct
-from dra_driver.values.errors import InventoryError, MigError, PlacementTakenError
-from dra_driver.values.model import DeviceNode, Gpu, GpuFault, Inventory, MigInstance, MigProfile
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.errors import InventoryError, MigError, PlacementTakenError
+from dra_driver.vocabulary.inventory import DeviceNode, Gpu, GpuFault, Inventory, MigInstance, MigProfile
+from dra_driver.vocabulary.names import GpuUUID
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255

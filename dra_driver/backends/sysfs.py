@@ -21,8 +21,8 @@ from pathlib import Path
 import structlog
 
 from dra_driver.core.families.published import pci_bus_id
-from dra_driver.values.errors import InvalidNameError
-from dra_driver.values.names import check_pcie_root
+from dra_driver.vocabulary.errors import InvalidNameError
+from dra_driver.vocabulary.names import check_pcie_root
 
 log = structlog.get_logger(__name__)
 

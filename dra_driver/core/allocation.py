@@ -14,10 +14,10 @@ from typing import Any, Protocol
 from dra_driver.core import config as cfg
 from dra_driver.core import families
 from dra_driver.core.families.base import Allocated, AnyPlanned, Held, LibraryLimits
-from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
-from dra_driver.values.excerpt import excerpt
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import ClaimUID, DeviceName, Family
+from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
+from dra_driver.vocabulary.excerpt import excerpt
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import ClaimUID, DeviceName, Family
 
 # ---- the parts of the kubernetes v1 model this module reads ----------------------------------------
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from dra_driver.core import families
 from dra_driver.core.config_schema import ConfigField, ConfigKind
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.excerpt import clip, excerpt
-from dra_driver.values.names import CONFIG_API_VERSION, Family
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.excerpt import clip, excerpt
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, Family
 
 
 class ConfigSource(StrEnum):

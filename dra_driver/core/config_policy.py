@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from dra_driver.core import families
 from dra_driver.core.config_schema import ClassOnly, ConfigField, ConfigKind
-from dra_driver.values.names import CONFIG_API_VERSION, DRIVER_NAME
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME
 
 HEADER = f"""# Generated from the config kinds' field tables by
 # `python -m dra_driver.core.config_policy policy` (deploy/render-manifests.sh); do not edit. Rejects

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.values.names import Family
+from dra_driver.vocabulary.names import Family
 
 
 class SmLimitPolicy(StrEnum):

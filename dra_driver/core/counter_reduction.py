@@ -27,7 +27,7 @@ from functools import lru_cache
 from itertools import combinations
 
 from dra_driver.core.families.base import Json
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.quantity import parse_quantity
 
 # (counter names), (limits), per device: ((counter index, amount), ...) — the hashable key of one GPU's model
 _Usage = tuple[tuple[int, Fraction], ...]

@@ -18,7 +18,7 @@ from typing import Any
 
 from dra_driver.core import families
 from dra_driver.core.families.protocol import AnyFamily
-from dra_driver.values.names import (
+from dra_driver.vocabulary.names import (
     ATTRIBUTE_DOMAIN,
     DRIVER_NAME,
     Attr,

@@ -34,7 +34,7 @@ from dra_driver.core.families.base import Json
 from dra_driver.core.families.gpu import NAME as WHOLE_GPU
 from dra_driver.core.families.protocol import Ordered
 from dra_driver.core.families.published import attribute
-from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr
+from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr
 
 
 class DeviceOrder(StrEnum):

@@ -27,8 +27,8 @@ from dra_driver.core.families.published import (
     topology_attributes,
 )
 from dra_driver.core.settings import NodeSettings
-from dra_driver.values.model import Gpu, Inventory, Placement
-from dra_driver.values.names import Attr
+from dra_driver.vocabulary.inventory import Gpu, Inventory, Placement
+from dra_driver.vocabulary.names import Attr
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from dra_driver.core import families
 from dra_driver.core.families.base import AnyPlanned, Footprint
-from dra_driver.values.errors import ExclusivityError, InvalidNameError
-from dra_driver.values.model import Inventory
+from dra_driver.vocabulary.errors import ExclusivityError, InvalidNameError
+from dra_driver.vocabulary.inventory import Inventory
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.quantity import parse_quantity
 
 FOREIGN_GPU_RESOURCES = ("nvidia.com/gpu", "volcano.sh/vgpu-number")
 FOREIGN_GPU_PREFIXES = ("nvidia.com/mig-",)

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from dra_driver.values.model import FaultKind, Gpu, GpuFault, Inventory
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.inventory import FaultKind, Gpu, GpuFault, Inventory
+from dra_driver.vocabulary.names import GpuUUID
 
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 LOST_XIDS = frozenset({79})

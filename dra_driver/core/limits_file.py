@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dra_driver.core.families.base import LibraryLimits
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.names import VIEW_FILE_NAME, GpuUUID, container_gpu_dir
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.names import VIEW_FILE_NAME, GpuUUID, container_gpu_dir
 
 LIMITS_VERSION = 2
 READABLE_VERSIONS = (1, 2)

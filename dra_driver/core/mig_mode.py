@@ -1,13 +1,13 @@
 """The rule for MIG mode Tessera switched on (pure): when a GPU it put in MIG mode goes back to MIG mode off.
-The MIG host part (kubelet_plugin/hosts/mig.py) applies it after claims leave; cleanup plans with it."""
+The MIG host part (kubelet_plugin/host_parts/mig.py) applies it after claims leave; cleanup plans with it."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import GpuUUID
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.model import Architecture, MigProfile
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.inventory import Architecture, MigProfile
 
 MIB = 1024 * 1024
 

@@ -29,8 +29,8 @@ from dra_driver.core import families as registry
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families.base import FamilySettings, NodeSetting, decoded_settings
 from dra_driver.core.families.published import NumaForm
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
 T = TypeVar("T")
 C = TypeVar("C", bound=StrEnum)

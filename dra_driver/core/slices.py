@@ -23,9 +23,9 @@ from dra_driver.core.devices import GpuDevices, gpu_devices
 from dra_driver.core.families.base import Json
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.taints import GpuTaints, inventory_taints, tainted
-from dra_driver.values.errors import InventoryError
-from dra_driver.values.model import Inventory, Placement
-from dra_driver.values.names import DRIVER_NAME, resource_slice_name
+from dra_driver.vocabulary.errors import InventoryError
+from dra_driver.vocabulary.inventory import Inventory, Placement
+from dra_driver.vocabulary.names import DRIVER_NAME, resource_slice_name
 
 API_VERSION = "resource.k8s.io/v1"
 KIND = "ResourceSlice"

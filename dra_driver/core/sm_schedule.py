@@ -8,10 +8,10 @@ parts overlap, so each runs alone at full speed for exactly its share. Claims wi
 no limit, no reservation) share what no share reserved. High-priority claims have no part: they run when
 they have work, up to their share, while the normal claims wait (the priority relay).
 
-Work-conserving (docs/gpu-sharing.md, "Guarantee and ceiling"): a strict partition leaves a claim's part
-idle whenever that claim has no work. So the node watches which claims have work (the arbiter in
-kubelet_plugin/hosts/vgpu) and lays the frame out for those only: each claim with work gets its share, and
-the time the idle claims reserved is handed to the claims with work in proportion to their shares, up to
+Work-conserving (docs/gpu-sharing.md, "Guarantee and ceiling"): a strict partition leaves a claim's part idle
+whenever that claim has no work. So the node watches which claims have work (the arbiter in
+kubelet_plugin/host_parts/vgpu) and lays the frame out for those only: each claim with work gets its share,
+and the time the idle claims reserved is handed to the claims with work in proportion to their shares, up to
 each one's ceiling (`coresLimit`). A claim that is the GPU's only claim with work, and every idle claim,
 gets no part but a *free* entry: its launches start at once, up to its ceiling, so a waking claim does not
 wait for a part; the arbiter gives it back its part within a frame of its first launch. Without knowledge

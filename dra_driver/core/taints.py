@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 
 from dra_driver.core.families.base import Json
 from dra_driver.core.gpu_health import GpuCondition, conditions
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import UNHEALTHY_TAINT_KEY, GpuUUID
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import UNHEALTHY_TAINT_KEY, GpuUUID
 
 GpuTaints = Mapping[GpuUUID, Sequence[Json]]
 

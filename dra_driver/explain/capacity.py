@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from dra_driver.explain.catalog import CapacitySpec, CatalogDevice
 from dra_driver.explain.request import Request
-from dra_driver.values.quantity import format_quantity
+from dra_driver.vocabulary.quantity import format_quantity
 
 
 def _rounded(name: str, want: Fraction, spec: CapacitySpec) -> Fraction | str:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.explain.cel_env import AttributeValue
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.quantity import Quantity, parse_quantity
-from dra_driver.values.semver import parse_semver
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.quantity import Quantity, parse_quantity
+from dra_driver.vocabulary.semver import parse_semver
 
 Obj = Mapping[str, Any]
 

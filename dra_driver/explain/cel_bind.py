@@ -16,7 +16,7 @@ from typing import Any
 import lark
 
 from dra_driver.explain.cel_check import MACROS, is_bind, simple_ident
-from dra_driver.values.errors import ConfigError, TesseraError
+from dra_driver.vocabulary.errors import ConfigError, TesseraError
 
 Tree = lark.Tree[Any]
 

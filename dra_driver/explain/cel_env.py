@@ -26,9 +26,9 @@ from celpy.evaluation import CELEvalError
 from dra_driver.explain import cel_optional
 from dra_driver.explain.cel_bind import BindCaptureError, BindSyntaxError, expand_binds
 from dra_driver.explain.cel_check import MAX_COST, MAX_EXPRESSION_LENGTH, check_tree, estimate_cost
-from dra_driver.values.errors import ConfigError, TesseraError
-from dra_driver.values.quantity import Quantity, is_quantity, parse_quantity
-from dra_driver.values.semver import Semver, is_semver, parse_semver
+from dra_driver.vocabulary.errors import ConfigError, TesseraError
+from dra_driver.vocabulary.quantity import Quantity, is_quantity, parse_quantity
+from dra_driver.vocabulary.semver import Semver, is_semver, parse_semver
 
 ScalarValue = int | bool | str | Semver
 # A list-valued attribute (`ints`, `strings`, `bools`; DRAListTypeAttributes, e.g. numaNode's list form).

@@ -14,7 +14,7 @@ from dra_driver.explain.explain import explain_claim
 from dra_driver.explain.request import parse_claim, parse_device_class
 from dra_driver.explain.sources import REPO_DEVICECLASSES, ClusterSource, Inputs, load_files, simulated_slices
 from dra_driver.explain.verdict import ClaimVerdict, render
-from dra_driver.values.errors import TesseraError
+from dra_driver.vocabulary.errors import TesseraError
 
 EXIT_FITS, EXIT_DOES_NOT_FIT, EXIT_USAGE = 0, 1, 2
 EXIT_CANNOT_DECIDE = 2  # shared with bad input: either way there is no yes/no answer; stderr says which

@@ -25,9 +25,9 @@ from dra_driver.explain.cel_env import (
 )
 from dra_driver.explain.request import ALL, ClaimSpec, DeviceClassSpec, Request, Toleration
 from dra_driver.explain.verdict import ClaimVerdict, DeviceVerdict, Reason, ReasonKind, RequestVerdict
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.names import DRIVER_NAME
-from dra_driver.values.quantity import format_quantity
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.names import DRIVER_NAME
+from dra_driver.vocabulary.quantity import format_quantity
 
 MAX_STEPS = 200_000  # device checks before giving up, like the scheduler's allocation timeout
 

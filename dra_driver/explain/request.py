@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.quantity import Quantity, parse_quantity
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.quantity import Quantity, parse_quantity
 
 Obj = Mapping[str, Any]
 EXACT_COUNT = "ExactCount"

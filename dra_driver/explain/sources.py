@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dra_driver.system.yaml_files import read_yaml
-from dra_driver.values.errors import ConfigError, TesseraError
+from dra_driver.io.yaml_files import read_yaml
+from dra_driver.vocabulary.errors import ConfigError, TesseraError
 
 Obj = Mapping[str, Any]
 # The DeviceClasses shipped in this repository, used with --simulate when no class is given.

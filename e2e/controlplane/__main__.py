@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from dra_driver.system import logs
+from dra_driver.io import logs
 from e2e.controlplane import settings
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.errors import ControlPlaneError

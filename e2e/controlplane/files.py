@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_driver.system.files import atomic_write
+from dra_driver.io.files import atomic_write
 
 
 def write_atomic(path: Path, data: bytes, *, mode: int = 0o600) -> None:

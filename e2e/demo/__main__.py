@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from dra_driver.system.logs import configure
-from dra_driver.values.errors import TesseraError
+from dra_driver.io.logs import configure
+from dra_driver.vocabulary.errors import TesseraError
 from e2e.demo.session import down, up
 from e2e.node import BackendKind
 

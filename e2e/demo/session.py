@@ -9,7 +9,7 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.system.safe_tree import remove_tree
+from dra_driver.io.safe_tree import remove_tree
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane, stop_control_plane
 from e2e.controlplane.processes import stop_record

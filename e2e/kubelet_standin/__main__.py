@@ -12,7 +12,7 @@ from types import FrameType
 import structlog
 from kubernetes import config as k8s_config
 
-from dra_driver.system.logs import configure
+from dra_driver.io.logs import configure
 from e2e.kubelet_standin.apiserver import NodeApi
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.kubelet import KubeletStandIn, StandInOptions

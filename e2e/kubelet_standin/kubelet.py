@@ -17,8 +17,8 @@ from typing import Any
 
 import structlog
 
-from dra_driver.system.files import atomic_write
-from dra_driver.values.errors import TesseraError
+from dra_driver.io.files import atomic_write
+from dra_driver.vocabulary.errors import TesseraError
 from e2e.kubelet_standin.apiserver import GoneError, NodeApi
 from e2e.kubelet_standin.cdi_registry import CdiRegistry
 from e2e.kubelet_standin.container_edits import ContainerConfig

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.system.files import atomic_write
+from dra_driver.io.files import atomic_write
 from e2e.kubelet_standin.container_edits import ContainerConfig, DeviceNodeEdit, HookEdit, MountEdit
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.pod_claims import PreparedDevice

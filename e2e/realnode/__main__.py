@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kubernetes import client as k8s
 
-from dra_driver.system.logs import configure
+from dra_driver.io.logs import configure
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.realnode.errors import RealNodeError
 from kubelet_plugin.record.checkpoint import ClaimState
 from kubelet_plugin.record.checkpoint_store import CheckpointStore

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 
 PAUSE_IMAGE = "tessera.dev/e2e/pause:v1"
 PROBE_IMAGE = "tessera.dev/e2e/probe:v1"

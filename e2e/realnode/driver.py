@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from dra_driver.values.names import DRIVER_PROC_ROOT_ENV
+from dra_driver.vocabulary.names import DRIVER_PROC_ROOT_ENV
 from e2e.fake_nvml import FAKE_LIBRARY_DIR, NODE_ENV, PROC_ENV, STATE_ENV, FakeNvmlNode
 from tests.support.driver_root import LIBRARY_DIR, install_driver
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.values.errors import TesseraError
+from dra_driver.vocabulary.errors import TesseraError
 
 
 class RealNodeError(TesseraError):

@@ -24,7 +24,7 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import delete_node
 from e2e.controlplane.processes import log_tail

@@ -24,7 +24,7 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
-from dra_driver.values.names import CONFIG_API_VERSION, DRIVER_NAME, NODE_SETTINGS_KIND
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, NODE_SETTINGS_KIND
 from e2e.controlplane.binaries import Binaries
 from e2e.controlplane.launcher import ControlPlane, start_control_plane
 from e2e.controlplane.nodes import create_node

@@ -35,8 +35,8 @@ from kubernetes.utils import parse_quantity
 
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.settings import NodeSettings
-from dra_driver.system.logs import configure
-from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, Attr, Cap, qualified, split_device_name
+from dra_driver.io.logs import configure
+from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE, Attr, Cap, qualified, split_device_name
 from e2e.bench import pod as bench_pod
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane

@@ -26,7 +26,7 @@ from dra_driver.backends.sim_node import decode_node
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
-from dra_driver.system.logs import configure
+from dra_driver.io.logs import configure
 from kubelet_plugin.publish.publisher import SlicePublisher
 from kubelet_plugin.serving.wiring import load_settings
 

@@ -8,7 +8,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr, qualified
+from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr, qualified
 
 Json = dict[str, Any]
 GIB = 1024**3

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dra_driver.core.sm_schedule import Part
-from dra_driver.values.names import VIEW_FILE_NAME, Cap, qualified
+from dra_driver.vocabulary.names import VIEW_FILE_NAME, Cap, qualified
 from e2e.examples import pinned
 from e2e.kube import (
     Json,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.core.sm_schedule import Part
-from dra_driver.values.names import (
+from dra_driver.vocabulary.names import (
     CONFIG_API_VERSION,
     DRIVER_NAME,
     LIMITS_FILE_NAME,

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.settings import RELEASE
 from e2e.examples import pinned
 from e2e.interceptor_programs import TCUDA, container_view, env, start

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.values.names import Attr, Cap
+from dra_driver.vocabulary.names import Attr, Cap
 from e2e.examples import example, find, pinned, renamed
 from e2e.kube import Json, get_pod, wait_for
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, results, running, stays_pending

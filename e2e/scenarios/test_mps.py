@@ -13,7 +13,7 @@ from dra_driver.core.families.mps import (
     THREAD_PERCENTAGE_ENV,
     container_pipe_dir,
 )
-from dra_driver.values.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME, Attr, Cap, ClaimUID, GpuUUID
+from dra_driver.vocabulary.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME, Attr, Cap, ClaimUID, GpuUUID
 from e2e.examples import example, find, pinned, renamed
 from e2e.fake_mps import FAKE_MPS_CONTROL, mps_dir_for
 from e2e.kube import Json, get_pod, wait_for
@@ -29,7 +29,7 @@ from e2e.scenarios.probes import (
     stays_pending,
 )
 from e2e.testbed import SimCluster
-from kubelet_plugin.hosts.mps.control import MpsControl
+from kubelet_plugin.host_parts.mps.control import MpsControl
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.values.names import Attr, HamiEnv
+from dra_driver.vocabulary.names import Attr, HamiEnv
 from e2e.examples import example, find, pinned
 from e2e.kube import get_pod, wait_for
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, claim_of, container, results, running

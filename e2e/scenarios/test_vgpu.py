@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from dra_driver.core.sm_schedule import Part
-from dra_driver.values.names import (
+from dra_driver.vocabulary.names import (
     CONTAINER_LIBRARY_PATH,
     LIMITS_FILE_NAME,
     VIEW_FILE_NAME,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.values.names import Attr
+from dra_driver.vocabulary.names import Attr
 from e2e.examples import example, find
 from e2e.scenarios.probes import MIXED, apply, attribute, container, results, running
 from e2e.testbed import SimCluster

@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 
 from dra_driver.core.profiles import PRODUCTS, GpuProduct
-from dra_driver.values.model import Architecture, MigProfile
-from dra_driver.values.names import SIM_API_VERSION, SIM_NODE_KIND
+from dra_driver.vocabulary.inventory import Architecture, MigProfile
+from dra_driver.vocabulary.names import SIM_API_VERSION, SIM_NODE_KIND
 
 # nvmlDeviceArchitecture_t
 NVML_ARCHITECTURE = {

@@ -1,5 +1,5 @@
 # Guarantee and ceiling on one simulated H100 (docs/gpu-sharing.md): claims of 30 % (ceiling 100 or 50) and
-# 70 %, arbitrated by the node daemon's own burst arbiter (kubelet_plugin/hosts/vgpu/arbiter.py, run alone),
+# 70 %, arbitrated by the node daemon's own burst arbiter (kubelet_plugin/host_parts/vgpu/arbiter.py, run alone),
 # 2.65 ms kernels. Sourced by bench/bench.sh and tests/run.sh; needs B, WORK, GPU0, BURST_SECS and PY (a
 # python that imports the repository). Prints the burst lines, each ending in ok or FAIL, and counts the
 # FAILs in burst_fails.
@@ -27,7 +27,7 @@ burst_start() {
     rm -f "$WORK/$name.view" "$WORK/gpu.$name"
     burst_claim "$name" 1 30 "$ceiling" >/dev/null
     burst_claim "$name" 2 70 0 >/dev/null
-    (cd "$BURST_ROOT" && exec "$PY" -m kubelet_plugin.hosts.vgpu.arbiter --view "$WORK/$name.view" --gpu "$GPU0" \
+    (cd "$BURST_ROOT" && exec "$PY" -m kubelet_plugin.host_parts.vgpu.arbiter --view "$WORK/$name.view" --gpu "$GPU0" \
         --claim "1:30:$ceiling:$WORK/$name.c1" --claim "2:70:0:$WORK/$name.c2" --seconds "$secs") \
         >"$WORK/$name.arbiter" 2>&1 &
     BURST_ARB=$!

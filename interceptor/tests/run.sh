@@ -456,7 +456,7 @@ echo "== guarantee and ceiling (burst): the node daemon's arbiter and two claims
 # about 1 in 20 runs on an idle machine passes 100 ms, docs/gpu-sharing.md)
 PY=${PYTHON:-python3}
 source tests/burst.sh
-if (cd .. && "$PY" -c 'import kubelet_plugin.hosts.vgpu.arbiter') 2>/dev/null; then
+if (cd .. && "$PY" -c 'import kubelet_plugin.host_parts.vgpu.arbiter') 2>/dev/null; then
     BURST_SECS=2
     TESSERA_SM_WINDOW_US=50000 burst_lines
     for again in 1 2; do

@@ -17,7 +17,7 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.values.errors import ClaimError, ClaimNotFoundError, StorageError
+from dra_driver.vocabulary.errors import ClaimError, ClaimNotFoundError, StorageError
 
 log = structlog.get_logger(__name__)
 CLAIM_MODEL = "ResourceV1ResourceClaim"

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.values.names import REGION_FILE_NAME
+from dra_driver.vocabulary.names import REGION_FILE_NAME
 from kubelet_plugin.library.region import MAX_PROCS, SLOT_LOCK_BASE
 
 log = structlog.get_logger(__name__)

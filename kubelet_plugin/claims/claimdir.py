@@ -26,10 +26,10 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.system.files import WriteFault, atomic_write, is_temp, temp_name
-from dra_driver.system.safe_tree import is_plain_file, remove_tree
-from dra_driver.values.errors import ClaimDirectoryError, InvalidNameError, StorageError
-from dra_driver.values.names import LIMITS_FILE_NAME, REGION_FILE_NAME, SHARED_DIR_NAME, ClaimUID
+from dra_driver.io.files import WriteFault, atomic_write, is_temp, temp_name
+from dra_driver.io.safe_tree import is_plain_file, remove_tree
+from dra_driver.vocabulary.errors import ClaimDirectoryError, InvalidNameError, StorageError
+from dra_driver.vocabulary.names import LIMITS_FILE_NAME, REGION_FILE_NAME, SHARED_DIR_NAME, ClaimUID
 from kubelet_plugin.claims.tree_sweeper import TreeSweeper
 from kubelet_plugin.node.file_modes import (
     CLAIM_DIR_MODE,

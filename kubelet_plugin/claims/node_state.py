@@ -27,14 +27,14 @@ from cdi.writer import read_spec, remove_spec
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core import families
 from dra_driver.core.allocation import NodeHolds
-from dra_driver.system.driver_root import DriverRoot
-from dra_driver.system.safe_tree import is_plain_file
-from dra_driver.values.errors import StorageError, TesseraError
-from dra_driver.values.model import Inventory, Placement
-from dra_driver.values.names import LIMITS_FILE_NAME, ClaimUID, Family
+from dra_driver.io.driver_root import DriverRoot
+from dra_driver.io.safe_tree import is_plain_file
+from dra_driver.vocabulary.errors import StorageError, TesseraError
+from dra_driver.vocabulary.inventory import Inventory, Placement
+from dra_driver.vocabulary.names import LIMITS_FILE_NAME, ClaimUID, Family
 from kubelet_plugin.claims.claimdir import ClaimDirs
-from kubelet_plugin.hosts import Hosts
-from kubelet_plugin.hosts.base import HostContext, Removed
+from kubelet_plugin.host_parts import Hosts
+from kubelet_plugin.host_parts.base import HostContext, Removed
 from kubelet_plugin.node.file_modes import PLUGIN_DIR_MODE, make_dir
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.node.sockets import PluginLock

@@ -22,9 +22,9 @@ from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan, plan_claim
 from dra_driver.core.exclusivity import Holding, check_exclusive
 from dra_driver.core.limits_file import limits_file, render_limits
-from dra_driver.values.errors import CheckpointError, ClaimReplacedError, TesseraError
-from dra_driver.values.model import NO_DRIVER_FILES, DriverFiles, Inventory
-from dra_driver.values.names import DRIVER_NAME, ClaimUID, DeviceName, Family
+from dra_driver.vocabulary.errors import CheckpointError, ClaimReplacedError, TesseraError
+from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, Inventory
+from dra_driver.vocabulary.names import DRIVER_NAME, ClaimUID, DeviceName, Family
 from kubelet_plugin.claims.api import ClaimSource, ClaimStatusWriter, DeviceStatus
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of

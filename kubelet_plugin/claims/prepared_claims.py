@@ -14,10 +14,10 @@ from pathlib import Path
 from dra_driver.core.families import parse_device_name
 from dra_driver.core.families.protocol import Recording, whole_gpu
 from dra_driver.core.limits_file import parse_limits
-from dra_driver.system.files import read_bounded
-from dra_driver.values.errors import ConfigError, InvalidNameError, StorageError
-from dra_driver.values.model import Gpu, Inventory
-from dra_driver.values.names import (
+from dra_driver.io.files import read_bounded
+from dra_driver.vocabulary.errors import ConfigError, InvalidNameError, StorageError
+from dra_driver.vocabulary.inventory import Gpu, Inventory
+from dra_driver.vocabulary.names import (
     LIMITS_FILE_NAME,
     REGION_FILE_NAME,
     SHARED_DIR_NAME,

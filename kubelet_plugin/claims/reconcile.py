@@ -19,9 +19,9 @@ from pathlib import Path
 import structlog
 
 from cdi.writer import list_specs, remove_spec, stale_temp_files
-from dra_driver.system.files import is_temp
-from dra_driver.system.safe_tree import remove_tree
-from dra_driver.values.errors import (
+from dra_driver.io.files import is_temp
+from dra_driver.io.safe_tree import remove_tree
+from dra_driver.vocabulary.errors import (
     ClaimError,
     ClaimNotFoundError,
     InventoryError,
@@ -29,12 +29,12 @@ from dra_driver.values.errors import (
     TesseraError,
     UnsupportedVersionError,
 )
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.node_state import NodeState, merged
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.claims.recovery import Recovery, adopt_marked, rebuild
-from kubelet_plugin.hosts.base import Removed
+from kubelet_plugin.host_parts.base import Removed
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from kubelet_plugin.record.leftovers import Leftover
 from kubelet_plugin.record.results import ClaimRef

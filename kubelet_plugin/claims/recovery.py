@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import structlog
 
 from cdi.writer import list_specs, read_spec
-from dra_driver.values.errors import StorageError
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import ClaimUID, Family, GpuUUID
+from dra_driver.vocabulary.errors import StorageError
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import ClaimUID, Family, GpuUUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from kubelet_plugin.record.claim_marker import ClaimMarker, parse_marker

@@ -4,7 +4,7 @@ A claim directory is writable from its containers, so a tenant can leave a milli
 inside a kubelet call would make that call (or, with a bound per call, whichever call comes next, from any
 tenant) pay for them: 4.8 s for another tenant's prepare beside a 1M-file tree. So a call renames the tree
 aside (cheap, atomic) and hands it here. One daemon thread removes the trees with the link-safe
-`dra_driver.system.safe_tree.remove_tree`, PASS_ENTRIES entries per pass with a PAUSE between passes, taking
+`dra_driver.io.safe_tree.remove_tree`, PASS_ENTRIES entries per pass with a PAUSE between passes, taking
 turns between trees, so that the disk and the interpreter stay available to the calls. Nothing here raises
 into a caller; a tree that cannot be removed is logged and left for the next start-up (which sweeps every temp
 name).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.system.safe_tree import TreeLimitError, remove_tree
+from dra_driver.io.safe_tree import TreeLimitError, remove_tree
 
 log = structlog.get_logger(__name__)
 

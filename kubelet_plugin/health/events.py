@@ -5,7 +5,7 @@ from __future__ import annotations
 import structlog
 
 from dra_driver.core.gpu_health import GpuCondition
-from dra_driver.values.names import UNHEALTHY_TAINT_KEY
+from dra_driver.vocabulary.names import UNHEALTHY_TAINT_KEY
 from kubelet_plugin.node.events import NodeEvents
 
 GPU_UNHEALTHY_REASON = "GpuUnhealthy"

@@ -24,9 +24,9 @@ import structlog
 
 from dra_driver.core import families
 from dra_driver.core.gpu_health import GpuCondition, HealthPolicy, conditions
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import DeviceName, GpuUUID
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import DeviceName, GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.proto.gen import health_v1_pb2 as v1
 from kubelet_plugin.proto.gen import health_v1_pb2_grpc as v1_grpc

@@ -18,7 +18,7 @@ import struct
 from pathlib import Path
 
 from dra_driver.core.sm_schedule import MAX_SLOTS, Part
-from dra_driver.values.errors import StorageError
+from dra_driver.vocabulary.errors import StorageError
 
 MAGIC = 0x0057565550475354  # "TSGPUVW"
 VERSION = 2

@@ -17,13 +17,13 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.system.files import open_plain_file
-from dra_driver.values import model
-from dra_driver.values.errors import StorageError
+from dra_driver.io.files import open_plain_file
+from dra_driver.vocabulary import inventory
+from dra_driver.vocabulary.errors import StorageError
 
 MAGIC = 0x4E4F494745525354  # "TSREGION"
 VERSION = 2
-MAX_GPUS = model.MAX_GPUS  # one entry per GPU a container can be given
+MAX_GPUS = inventory.MAX_GPUS  # one entry per GPU a container can be given
 MAX_PROCS = 1024
 HEADER = struct.Struct("<QIIQIIII8x")  # magic version header_size total_size max_gpus max_procs proc_high
 GPUS_OFFSET = 112

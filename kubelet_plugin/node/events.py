@@ -15,8 +15,8 @@ from kubernetes.client.exceptions import ApiException
 # urllib3's own errors (not OSError) when the API server is down or drops a connection.
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.values.excerpt import clip
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.excerpt import clip
+from dra_driver.vocabulary.names import DRIVER_NAME
 
 EVENT_NAMESPACE = "default"
 CHECKPOINT_REBUILT_REASON = "CheckpointRebuilt"  # unreadable: set aside, rebuilt from the node

@@ -17,7 +17,7 @@ from typing import Literal
 import structlog
 
 from cdi.writer import SPEC_MODE
-from dra_driver.values.errors import StorageError
+from dra_driver.vocabulary.errors import StorageError
 
 UMASK = 0o077
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dra_driver.values.errors import MpsError
+from dra_driver.vocabulary.errors import MpsError
 
 NSENTER = "nsenter"
 HOST_INIT = Path("/proc/1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dra_driver.values.names import (
+from dra_driver.vocabulary.names import (
     DRIVER_NAME,
     ClaimUID,
     cdi_spec_file_name,

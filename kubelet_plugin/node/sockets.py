@@ -20,7 +20,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.values.errors import ConfigError, StorageError
+from dra_driver.vocabulary.errors import ConfigError, StorageError
 from kubelet_plugin.node.file_modes import LOCK_MODE
 
 # sockaddr_un.sun_path is 108 bytes including the terminating NUL.

@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 
 log = structlog.get_logger(__name__)
 

@@ -24,9 +24,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from dra_driver.core import families
 from dra_driver.core.families import vgpu
 from dra_driver.core.gpu_health import GpuCondition
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import METRICS_PREFIX as P
-from dra_driver.values.names import ClaimUID, GpuUUID
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import METRICS_PREFIX as P
+from dra_driver.vocabulary.names import ClaimUID, GpuUUID
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.claims.claim_processes import ClaimProcess
 from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim, prepared_claims

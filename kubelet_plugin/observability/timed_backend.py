@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dra_driver.backends.base import GpuBackend
-from dra_driver.values.model import Inventory, MigInstance
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.inventory import Inventory, MigInstance
+from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin.metrics import timed_mig
 
 

@@ -22,7 +22,7 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.values.names import DRIVER_NAME, USAGE_DATA_KEY, ClaimUID
+from dra_driver.vocabulary.names import DRIVER_NAME, USAGE_DATA_KEY, ClaimUID
 from kubelet_plugin import metrics
 from kubelet_plugin.claims.api import to_api_dict
 from kubelet_plugin.claims.prepared_claims import PreparedClaim

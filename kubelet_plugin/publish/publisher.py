@@ -30,8 +30,8 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.core.cluster_features import numa_list_advice, sharing_advice
 from dra_driver.core.families.published import has_numa_list, numa_list_unkept, scalar_numa
-from dra_driver.values.errors import PublishError, SliceRefusedError
-from dra_driver.values.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
+from dra_driver.vocabulary.errors import PublishError, SliceRefusedError
+from dra_driver.vocabulary.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
 from kubelet_plugin import metrics
 from kubelet_plugin.node.events import NodeEvents
 from kubelet_plugin.publish.slice_plan import Json, Plan, Verb, dropped_fields, plan

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.quantity import parse_quantity
 
 Json = dict[str, Any]
 # Keys whose string values are quantities in a ResourceSlice spec.

@@ -5,7 +5,7 @@ before anything is created, so after a crash every Tessera MIG instance can be t
 its placement. Each family encodes its own records (dra_driver/core/families) under its own key.
 
 Decoding trusts nothing: every field is type-checked and a file that is not exactly what `encode` writes
-raises CheckpointError (a StorageError) naming what is wrong (bounded, see `dra_driver.values.excerpt`).
+raises CheckpointError (a StorageError) naming what is wrong (bounded, see `dra_driver.vocabulary.excerpt`).
 Another apiVersion of ours raises UnsupportedVersionError: a newer Tessera wrote it, and this one must not act
 on what it cannot read.
 """
@@ -22,10 +22,10 @@ from typing import Any, TypeVar, cast
 
 from dra_driver.core import families
 from dra_driver.core.families.protocol import Recording
-from dra_driver.values.errors import CheckpointError, InvalidNameError, UnsupportedVersionError
-from dra_driver.values.excerpt import clip, excerpt
-from dra_driver.values.model import Placement
-from dra_driver.values.names import ClaimUID, Family, GpuUUID
+from dra_driver.vocabulary.errors import CheckpointError, InvalidNameError, UnsupportedVersionError
+from dra_driver.vocabulary.excerpt import clip, excerpt
+from dra_driver.vocabulary.inventory import Placement
+from dra_driver.vocabulary.names import ClaimUID, Family, GpuUUID
 from kubelet_plugin.record.results import PreparedDevice
 
 API_GROUP = "checkpoint.tessera.dev"

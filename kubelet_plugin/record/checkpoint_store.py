@@ -12,8 +12,8 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.system.files import atomic_write, fsync_dir, read_bounded
-from dra_driver.values.errors import CheckpointError, StorageError
+from dra_driver.io.files import atomic_write, fsync_dir, read_bounded
+from dra_driver.vocabulary.errors import CheckpointError, StorageError
 from kubelet_plugin import metrics
 from kubelet_plugin.node.file_modes import CHECKPOINT_MODE
 from kubelet_plugin.record.checkpoint import HEAD_BYTES, Checkpoint, checksum_at_head, decode, encode

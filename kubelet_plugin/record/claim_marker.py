@@ -17,9 +17,9 @@ from typing import Any
 
 from dra_driver.core import families
 from dra_driver.core.families.protocol import Placing
-from dra_driver.values.errors import InvalidNameError, StorageError
-from dra_driver.values.excerpt import clip
-from dra_driver.values.names import DRIVER_NAME, ClaimUID, Family, GpuUUID
+from dra_driver.vocabulary.errors import InvalidNameError, StorageError
+from dra_driver.vocabulary.excerpt import clip
+from dra_driver.vocabulary.names import DRIVER_NAME, ClaimUID, Family, GpuUUID
 from kubelet_plugin.record.checkpoint import ClaimEntry, ClaimState
 
 ENTRY_ANNOTATION = f"{DRIVER_NAME}/checkpoint-entry"

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from dra_driver.values.errors import TesseraError
-from dra_driver.values.excerpt import clip
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.errors import TesseraError
+from dra_driver.vocabulary.excerpt import clip
+from dra_driver.vocabulary.names import ClaimUID
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Protocol
 
-from dra_driver.system.files import WriteFault
-from dra_driver.values.names import ClaimUID
+from dra_driver.io.files import WriteFault
+from dra_driver.vocabulary.names import ClaimUID
 
 
 class Step(StrEnum):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dra_driver.system.files import atomic_write
-from dra_driver.system.safe_tree import is_plain_file, remove_tree
+from dra_driver.io.files import atomic_write
+from dra_driver.io.safe_tree import is_plain_file, remove_tree
 
 CLEANUP_DONE_FILE = Path("/run/tessera/cleanup-done")
 

@@ -21,8 +21,8 @@ import structlog
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
-from dra_driver.values.errors import ClaimError, TesseraError
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.errors import ClaimError, TesseraError
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.api import NullClaimStatusWriter
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.claims.reconcile import reconcile

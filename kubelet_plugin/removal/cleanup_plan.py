@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from dra_driver.core import families
 from dra_driver.core.families import mig
 from dra_driver.core.mig_mode import mig_mode_restore
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
 

@@ -14,10 +14,10 @@ import os
 from pathlib import Path
 
 from cdi.writer import list_specs, stale_temp_files
-from dra_driver.system.files import is_temp
-from dra_driver.values.errors import InventoryError
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import is_dra_socket_name, is_registration_socket_name
+from dra_driver.io.files import is_temp
+from dra_driver.vocabulary.errors import InventoryError
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.recovery import marked_claims
 from kubelet_plugin.node.paths import PluginPaths

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.system.safe_tree import remove_tree
-from dra_driver.values.errors import StorageError, TesseraError
+from dra_driver.io.safe_tree import remove_tree
+from dra_driver.vocabulary.errors import StorageError, TesseraError
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.record.leftovers import Leftover, LeftoverKind

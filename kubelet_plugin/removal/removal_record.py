@@ -12,11 +12,11 @@ import threading
 from collections.abc import Collection, Iterable, Mapping
 
 from dra_driver.backends.base import GpuBackend
-from dra_driver.system.driver_root import DriverRoot
-from dra_driver.values.names import ClaimUID
+from dra_driver.io.driver_root import DriverRoot
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.reconcile import ReconcileReport
-from kubelet_plugin.hosts.base import Removed
+from kubelet_plugin.host_parts.base import Removed
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.record.leftovers import Leftover, LeftoverKind

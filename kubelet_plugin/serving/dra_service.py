@@ -15,9 +15,9 @@ from typing import Any, Protocol, TypeVar
 import grpc
 import structlog
 
-from dra_driver.values.errors import ClaimError, InvalidNameError
-from dra_driver.values.excerpt import MESSAGE_CHARS, clip, excerpt
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.errors import ClaimError, InvalidNameError
+from dra_driver.vocabulary.excerpt import MESSAGE_CHARS, clip, excerpt
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin import metrics
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.proto.gen import dra_v1_pb2 as v1

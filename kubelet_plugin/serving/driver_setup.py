@@ -1,5 +1,5 @@
 """What the node daemon takes from the NVIDIA driver's root: the NVML library it loads and the files each
-claim's container gets (`dra_driver.system.driver_root` finds them); host parts that run the driver's tools
+claim's container gets (`dra_driver.io.driver_root` finds them); host parts that run the driver's tools
 (MPS) are handed the root itself."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.system.driver_root import NVML_SONAME, DriverRoot, driver_files, open_driver_root
-from dra_driver.values.model import NO_DRIVER_FILES, DriverFiles
+from dra_driver.io.driver_root import NVML_SONAME, DriverRoot, driver_files, open_driver_root
+from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles
 from kubelet_plugin.serving.options import DaemonOptions
 
 log = structlog.get_logger(__name__)

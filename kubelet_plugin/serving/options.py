@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from kubelet_plugin.node.paths import PluginPaths
 
 HEALTH_INTERVAL_S = 5.0
@@ -31,7 +31,9 @@ class DaemonOptions:
     driver_library_dirs: tuple[Path, ...] = ()
     driver_root: str | None = None  # host path or "auto"; None: no driver files for containers
     driver_root_mount: Path | None = None  # where this process sees the driver root (None: its host path)
-    host_options: tuple[tuple[str, str], ...] = ()  # the host parts' own flags given (kubelet_plugin.hosts)
+    host_options: tuple[
+        tuple[str, str], ...
+    ] = ()  # the host parts' own flags given (kubelet_plugin.host_parts)
     # the host paths the chart mounts in place (None: the layout's, PluginPaths)
     kubelet_plugins_dir: Path | None = None
     kubelet_registry_dir: Path | None = None

@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.serving.options import DaemonOptions, add_path_arguments, with_paths
 from kubelet_plugin.serving.readiness import is_ready

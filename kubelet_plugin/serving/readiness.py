@@ -14,7 +14,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.system.files import atomic_write
+from dra_driver.io.files import atomic_write
 
 log = structlog.get_logger(__name__)
 

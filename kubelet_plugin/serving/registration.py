@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import structlog
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from kubelet_plugin.proto.gen import pluginregistration_pb2 as pb
 from kubelet_plugin.proto.gen import pluginregistration_pb2_grpc as pb_grpc
 

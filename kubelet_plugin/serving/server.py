@@ -15,7 +15,7 @@ from pathlib import Path
 import grpc
 import structlog
 
-from dra_driver.values.errors import StorageError
+from dra_driver.vocabulary.errors import StorageError
 from kubelet_plugin.health.service import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer, StreamSlots
 from kubelet_plugin.node.file_modes import SOCKET_MODE
 from kubelet_plugin.node.paths import PluginPaths

@@ -30,10 +30,10 @@ from dra_driver.core.gpu_health import HealthPolicy
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.core.taints import gpu_taints
-from dra_driver.system.api_client import api_client
-from dra_driver.system.yaml_files import read_yaml_document
-from dra_driver.values.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
-from dra_driver.values.names import Family
+from dra_driver.io.api_client import api_client
+from dra_driver.io.yaml_files import read_yaml_document
+from dra_driver.vocabulary.errors import ConfigError, StorageError, TesseraError, UnsupportedVersionError
+from dra_driver.vocabulary.names import Family
 from kubelet_plugin.claims.api import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepare import Preparer
@@ -44,7 +44,7 @@ from kubelet_plugin.health.service import (
     HealthBoard,
     InventoryHealthPoller,
 )
-from kubelet_plugin.hosts.base import Running
+from kubelet_plugin.host_parts.base import Running
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.node.events import (
     CHECKPOINT_NEWER_REASON,

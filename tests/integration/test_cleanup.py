@@ -18,10 +18,10 @@ import pytest
 
 from dra_driver.backends import open_backend
 from dra_driver.core.families import mig, mps, vgpu
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.names import GpuUUID
 from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
 from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1
-from kubelet_plugin.hosts.mps.control import MpsControl
+from kubelet_plugin.host_parts.mps.control import MpsControl
 from kubelet_plugin.node.host_process import wait_gone
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step

@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step
 from tests.support.faults import Faults

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dra_driver.backends.sim_node import decode_node
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake, read_state, reset_gpu
 
 REPO = Path(__file__).resolve().parents[2]

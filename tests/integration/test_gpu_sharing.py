@@ -13,8 +13,8 @@ import pytest
 
 from dra_driver.core.sm_schedule import SharingClaim, partition, schedule
 from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
-from kubelet_plugin.hosts.vgpu import arbiter
-from kubelet_plugin.hosts.vgpu.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
+from kubelet_plugin.host_parts.vgpu import arbiter
+from kubelet_plugin.host_parts.vgpu.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.library.region import GPU, GPUS_OFFSET, REGION_FILE_NAME, read_region
 

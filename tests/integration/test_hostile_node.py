@@ -23,8 +23,8 @@ import pytest
 from cdi.writer import read_spec
 from dra_driver.core.families import mig as mig_family
 from dra_driver.core.families import vgpu as vgpu_family
-from dra_driver.system.files import is_temp
-from dra_driver.values.names import (
+from dra_driver.io.files import is_temp
+from dra_driver.vocabulary.names import (
     CONFIG_API_VERSION,
     DRIVER_NAME,
     SHARED_DIR_NAME,

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cdi.writer import read_spec
-from dra_driver.values.names import container_claim_dir
+from dra_driver.vocabulary.names import container_claim_dir
 from e2e.bench_metrics import metrics_for
 from e2e.interceptor_programs import TCUDA, container_view, env, start
 from kubelet_plugin.claims import claim_processes

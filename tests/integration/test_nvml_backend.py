@@ -33,9 +33,9 @@ from dra_driver.core.families.base import Json
 from dra_driver.core.profiles import PRODUCTS, product
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
-from dra_driver.values.errors import MigError, PlacementTakenError
-from dra_driver.values.model import Fabric, Gpu, Inventory, MigInstance
-from dra_driver.values.names import PCI_BUS_ID_ATTRIBUTE, SYSFS_ROOT_ENV, GpuUUID, qualified
+from dra_driver.vocabulary.errors import MigError, PlacementTakenError
+from dra_driver.vocabulary.inventory import Fabric, Gpu, Inventory, MigInstance
+from dra_driver.vocabulary.names import PCI_BUS_ID_ATTRIBUTE, SYSFS_ROOT_ENV, GpuUUID, qualified
 from e2e.fake_nvml import SIMULATED_ONLY_FIELDS, SYS_ENV, FakeNvmlNode, pynvml_on_fake, reset_gpu
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dra_driver.core.families import mig as mig_family
-from dra_driver.values.names import LIMITS_FILE_NAME, ClaimUID
+from dra_driver.vocabulary.names import LIMITS_FILE_NAME, ClaimUID
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.record.checkpoint import ClaimState
 from kubelet_plugin.record.results import ClaimRef

@@ -15,7 +15,7 @@ import pytest
 
 from dra_driver.core.families import gpu as gpu_family
 from dra_driver.core.families import mps as mps_family
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.names import ClaimUID
 from e2e.fake_mps import stop_mps_daemons
 from kubelet_plugin.record.results import ClaimRef
 from tests.support.kubelet_client import DraClient

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from dra_driver.core.families import mig as mig_family
-from dra_driver.values.names import ClaimUID, cdi_spec_file_name
+from dra_driver.vocabulary.names import ClaimUID, cdi_spec_file_name
 from kubelet_plugin.claims.reconcile import reconcile
 from kubelet_plugin.record.checkpoint import ClaimState
 from kubelet_plugin.record.leftovers import LeftoverKind

@@ -20,10 +20,10 @@ from structlog.testing import capture_logs
 
 from dra_driver.core.families import vgpu as vgpu_family
 from dra_driver.core.sm_schedule import Part, SharingClaim, schedule
-from dra_driver.values.names import SHARED_DIR_NAME, ClaimUID
+from dra_driver.vocabulary.names import SHARED_DIR_NAME, ClaimUID
 from kubelet_plugin.claims.node_state import NodeState
-from kubelet_plugin.hosts.vgpu import GpuSharing
-from kubelet_plugin.hosts.vgpu.arbiter import IDLE_NS
+from kubelet_plugin.host_parts.vgpu import GpuSharing
+from kubelet_plugin.host_parts.vgpu.arbiter import IDLE_NS
 from kubelet_plugin.library.gpu_view import GpuView
 from kubelet_plugin.library.region import GPU, GPUS_OFFSET, HEADER, MAGIC, MAX_GPUS, MAX_PROCS, SIZE, VERSION
 from kubelet_plugin.node.leader_lock import LeaderLock

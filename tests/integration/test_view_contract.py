@@ -20,7 +20,7 @@ from dra_driver.core.families.capacity import MAX_SHARES
 from dra_driver.core.settings import NodeSettings, family_settings
 from dra_driver.core.slices import build_slices
 from dra_driver.core.sm_schedule import MAX_SLOTS
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 from e2e.interceptor_programs import TLAYOUT
 from kubelet_plugin.library.gpu_view import SLOT, SLOTS_OFFSET, VIEW_SIZE, GpuView
 from tests.support.inventories import make_gpu, make_inventory

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from dra_driver.values.names import CONFIG_API_VERSION, DRIVER_NAME
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME
 
 POOL = "node-a"
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from dra_driver.core.allocation import ClaimPlan, NodeHolds, plan_claim
-from dra_driver.values.errors import ClaimError, ConfigError, PlacementTakenError
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import DRIVER_NAME, Family
+from dra_driver.vocabulary.errors import ClaimError, ConfigError, PlacementTakenError
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import DRIVER_NAME, Family
 from tests.support.claim_models import POOL
 from tests.support.inventories import make_gpu, make_inventory
 

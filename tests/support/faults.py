@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from dra_driver.system.files import WriteFault
-from dra_driver.values.names import ClaimUID
+from dra_driver.io.files import WriteFault
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.record.steps import Step
 
 FAULT_ENV = "TESSERA_FAULT"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dra_driver.core.profiles import GpuProduct, product
-from dra_driver.values.model import DeviceNode, Gpu, Inventory, MigInstance
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.inventory import DeviceNode, Gpu, Inventory, MigInstance
+from dra_driver.vocabulary.names import GpuUUID
 
 
 def make_gpu(

@@ -18,9 +18,9 @@ from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core.families import mig
 from dra_driver.core.families.mig import MigRecord
-from dra_driver.system.files import is_temp
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
+from dra_driver.io.files import is_temp
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from e2e.fake_mps import FAKE_MPS_CONTROL
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.claims.api import NullClaimStatusWriter

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dra_driver.core.families import vgpu
-from dra_driver.values.names import DRIVER_NAME, ClaimUID, Family, device_class_name
+from dra_driver.vocabulary.names import DRIVER_NAME, ClaimUID, Family, device_class_name
 from kubelet_plugin.record.results import ClaimRef
 
 REQUEST = "gpu"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from kubernetes.client import ApiClient, V1ResourceSlice
 
 from dra_driver.core.families.base import Json
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -1,7 +1,7 @@
 """The registry of device families: every module of this package that defines `FAMILY` is one (pure).
 
-Adding a family is adding a module here (and its host part in kubelet_plugin/hosts when it creates something
-on the node); nothing else lists families. docs/architecture.md, "The family seam".
+Adding a family is adding a module here (and its host part in kubelet_plugin/host_parts when it creates
+something on the node); nothing else lists families. docs/architecture.md, "The family seam".
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dra_driver.core.families.protocol import (
     Recording,
     TimeSliced,
 )
-from dra_driver.values.errors import InvalidNameError
-from dra_driver.values.excerpt import excerpt
-from dra_driver.values.names import Family, split_device_name
+from dra_driver.vocabulary.errors import InvalidNameError
+from dra_driver.vocabulary.excerpt import excerpt
+from dra_driver.vocabulary.names import Family, split_device_name
 
 _SUPPORT = {"base", "protocol", "published", "capacity"}  # modules of this package that are not families
 

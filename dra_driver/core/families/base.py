@@ -12,10 +12,10 @@ from typing import Any, Generic, Never, cast
 from typing_extensions import TypeVar
 
 from cdi.spec import DeviceNode
-from dra_driver.values.errors import ClaimError, ConfigError
-from dra_driver.values.model import DeviceNode as HostNode
-from dra_driver.values.model import Gpu, Inventory, MigInstance
-from dra_driver.values.names import DeviceName, Family, GpuUUID
+from dra_driver.vocabulary.errors import ClaimError, ConfigError
+from dra_driver.vocabulary.inventory import DeviceNode as HostNode
+from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance
+from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
 Json = dict[str, Any]  # a resource.k8s.io/v1 object in wire form
 

@@ -13,11 +13,11 @@ from typing import Any
 from dra_driver.core.families.base import Allocated, Footprint, GpuOffer, Json, NodeSetting, all_slices
 from dra_driver.core.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
 from dra_driver.core.sm_schedule import MAX_SLOTS
-from dra_driver.values.errors import ClaimError, ConfigError
-from dra_driver.values.excerpt import excerpt
-from dra_driver.values.model import Gpu
-from dra_driver.values.names import Attr, Cap, Family, gpu_device_name, qualified
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.errors import ClaimError, ConfigError
+from dra_driver.vocabulary.excerpt import excerpt
+from dra_driver.vocabulary.inventory import Gpu
+from dra_driver.vocabulary.names import Attr, Cap, Family, gpu_device_name, qualified
+from dra_driver.vocabulary.quantity import parse_quantity
 
 MAX_CORES = 100
 DEFAULT_SHARES = 10  # HAMi's default split count

@@ -12,8 +12,8 @@ from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import Allocated, GpuOffer, Held, Json, PlannedDevice, not_in_mig_mode
 from dra_driver.core.families.protocol import DeviceFamily, Ordered, OrderKey
 from dra_driver.core.families.published import consumes, gpu_attributes, mib_quantity, string
-from dra_driver.values.model import Gpu
-from dra_driver.values.names import Attr, Cap, DeviceName, Family, gpu_device_name, qualified
+from dra_driver.vocabulary.inventory import Gpu
+from dra_driver.vocabulary.names import Attr, Cap, DeviceName, Family, gpu_device_name, qualified
 
 NAME = Family("gpu")
 

@@ -40,10 +40,16 @@ from dra_driver.core.families.protocol import (
 )
 from dra_driver.core.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.core.profiles import PRODUCTS
-from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError, MigError, PlacementTakenError
-from dra_driver.values.excerpt import excerpt
-from dra_driver.values.model import Gpu, MigInstance, MigProfile, Placement
-from dra_driver.values.names import (
+from dra_driver.vocabulary.errors import (
+    ClaimError,
+    ConfigError,
+    InvalidNameError,
+    MigError,
+    PlacementTakenError,
+)
+from dra_driver.vocabulary.excerpt import excerpt
+from dra_driver.vocabulary.inventory import Gpu, MigInstance, MigProfile, Placement
+from dra_driver.vocabulary.names import (
     Attr,
     Cap,
     DeviceName,

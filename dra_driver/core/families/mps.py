@@ -4,7 +4,7 @@ DeviceClass `mps.tessera.dev`, config kind `MpsConfig`. docs/mps.md.
 One multi-allocatable device per GPU (Volta or newer), with the same consumable capacity as `vgpu`: every
 claim takes one share with the memory and SM share it asks for, and consumes the GPU's counters, so MPS, vgpu,
 whole GPUs and MIG exclude each other on one GPU through the scheduler. The claims on a GPU are clients of one
-MPS control daemon (the host part, kubelet_plugin/hosts/mps/__init__.py) and run concurrently: `cores`
+MPS control daemon (the host part, kubelet_plugin/host_parts/mps/__init__.py) and run concurrently: `cores`
 becomes the client's active thread percentage and `memory` its pinned device memory limit, and the
 interception library accounts the claim's memory exactly (it sets no SM limit of its own: MPS divides the
 SMs).
@@ -39,10 +39,10 @@ from dra_driver.core.families.capacity import (
     shared_limits,
 )
 from dra_driver.core.families.protocol import ClaimWide, DeviceFamily, LibraryLimited, Recording
-from dra_driver.values.errors import ClaimError
-from dra_driver.values.excerpt import excerpt
-from dra_driver.values.model import Gpu
-from dra_driver.values.names import DeviceName, Family, GpuUUID, gpu_device_name
+from dra_driver.vocabulary.errors import ClaimError
+from dra_driver.vocabulary.excerpt import excerpt
+from dra_driver.vocabulary.inventory import Gpu
+from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID, gpu_device_name
 
 NAME = Family("mps")
 _PART = "mps"
@@ -78,7 +78,7 @@ class MpsClient:
 @dataclass(frozen=True, slots=True)
 class MpsPipe:
     """What the host part made for a device: the host path of the claim's client directory for its GPU's MPS
-    control daemon (a link to the daemon's `control` socket; kubelet_plugin/hosts/mps/clients.py)."""
+    control daemon (a link to the daemon's `control` socket; kubelet_plugin/host_parts/mps/clients.py)."""
 
     host_dir: str
 

@@ -8,7 +8,7 @@ by the family's own config, name reading, plan, record and host-made types (base
 own values without casting; the callers, which hold every family at once, see them as `AnyFamily`.
 
 What a family creates on the host (MIG instances, an MPS control daemon, a GPU's sharing view) is its host
-part, `kubelet_plugin.hosts`, registered under the same name.
+part, `kubelet_plugin.host_parts`, registered under the same name.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from dra_driver.core.families.base import (
     all_slices,
     device_node,
 )
-from dra_driver.values.model import Gpu, Placement
-from dra_driver.values.names import DeviceName, Family, GpuUUID
+from dra_driver.vocabulary.inventory import Gpu, Placement
+from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
 OrderKey = tuple[int, int, bool, int, int]
 
@@ -59,7 +59,7 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
     # The NodeSettings fields the family reads (dra_driver.core.settings decodes them with these).
     settings: ClassVar[tuple[NodeSetting[Any], ...]] = ()
     # The driver's tools a container of the family's claims gets besides every claim's (MPS's server and
-    # control, found below the driver root: dra_driver.system.driver_root).
+    # control, found below the driver root: dra_driver.io.driver_root).
     driver_tools: ClassVar[tuple[str, ...]] = ()
 
     def class_profiles(self) -> tuple[str, ...]:

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from enum import StrEnum
 
 from dra_driver.core.families.base import Json
-from dra_driver.values.errors import ConfigError, InventoryError
-from dra_driver.values.model import Gpu, Inventory, MigInstance, MigProfile
-from dra_driver.values.names import (
+from dra_driver.vocabulary.errors import ConfigError, InventoryError
+from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance, MigProfile
+from dra_driver.vocabulary.names import (
     NUMA_NODE_ATTRIBUTE,
     PCI_BUS_ID_ATTRIBUTE,
     PCIE_ROOT_ATTRIBUTE,
@@ -25,7 +25,7 @@ from dra_driver.values.names import (
     memory_slice_counter,
     qualified,
 )
-from dra_driver.values.semver import parse_semver
+from dra_driver.vocabulary.semver import parse_semver
 
 MIB = 1024 * 1024
 MAX_STRING = 64  # the API's limit on a string attribute

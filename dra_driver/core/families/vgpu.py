@@ -36,9 +36,9 @@ from dra_driver.core.families.capacity import (
 )
 from dra_driver.core.families.protocol import DeviceFamily, LibraryLimited, TimeSliced
 from dra_driver.core.sm_schedule import MAX_SLOTS, free_slot
-from dra_driver.values.errors import ClaimError, ConfigError
-from dra_driver.values.model import Gpu
-from dra_driver.values.names import DeviceName, Family, GpuUUID, gpu_device_name
+from dra_driver.vocabulary.errors import ClaimError, ConfigError
+from dra_driver.vocabulary.inventory import Gpu
+from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID, gpu_device_name
 
 NAME = Family("vgpu")
 _PART = "vgpu"

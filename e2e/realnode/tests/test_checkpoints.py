@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.names import ClaimUID
 from e2e.realnode.checkpoints import kubelet_claim_pods, kubelet_prepared, plugin_entries, plugin_prepared
 from e2e.realnode.errors import RealNodeError
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from dra_driver.values.errors import UnsupportedVersionError
+from dra_driver.vocabulary.errors import UnsupportedVersionError
 from e2e.controlplane.launcher import ControlPlane
 from kubelet_plugin.node.events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, EVENT_NAMESPACE
 from kubelet_plugin.node.paths import PluginPaths

@@ -34,8 +34,8 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.core import families
-from dra_driver.values.names import DRIVER_NAME, Attr
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.names import DRIVER_NAME, Attr
+from dra_driver.vocabulary.quantity import parse_quantity
 from e2e.controlplane.launcher import ControlPlane
 from e2e.examples import DEVICECLASSES_DIR, load
 from e2e.kube import Kubectl, allocated_results, get_claim, get_pod, list_claims, wait_for

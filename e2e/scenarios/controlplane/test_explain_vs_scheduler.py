@@ -18,7 +18,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.values.names import DRIVER_NAME, Attr, qualified
+from dra_driver.vocabulary.names import DRIVER_NAME, Attr, qualified
 from e2e.controlplane.launcher import ControlPlane
 from e2e.examples import device_class_files, load
 from e2e.kube import Kubectl, get_claim, wait_for

@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from dra_driver.core.cluster_features import LIST_TYPE_ATTRIBUTES
 from dra_driver.core.families.published import NumaForm
 from dra_driver.core.settings import NodeSettings
-from dra_driver.values.names import DRIVER_NAME, NUMA_NODE_ATTRIBUTE
+from dra_driver.vocabulary.names import DRIVER_NAME, NUMA_NODE_ATTRIBUTE
 from e2e.bench import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node

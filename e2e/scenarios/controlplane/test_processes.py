@@ -33,7 +33,7 @@ def test_component_dies_when_starter_is_killed(tmp_path: Path) -> None:
             "-c",
             textwrap.dedent(f"""
             import pathlib, sys, time
-            from dra_driver.system import logs
+            from dra_driver.io import logs
             logs.configure()  # log lines to stderr; stdout carries only the pid
             from e2e.controlplane.processes import spawn
             c = spawn(name="sleeper", binary=pathlib.Path("{SLEEP}"), args=["600"],

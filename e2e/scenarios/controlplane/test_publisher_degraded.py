@@ -27,8 +27,8 @@ from structlog.testing import capture_logs
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
-from dra_driver.values.model import FaultKind, GpuFault
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.inventory import FaultKind, GpuFault
+from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane

@@ -25,7 +25,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.values.names import DRIVER_NAME, Cap
+from dra_driver.vocabulary.names import DRIVER_NAME, Cap
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.settings import RELEASE

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.values.names import PCIE_ROOT_ATTRIBUTE
+from dra_driver.vocabulary.names import PCIE_ROOT_ATTRIBUTE
 from e2e.bench import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
 from e2e.examples import device_class_files, load

@@ -8,7 +8,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from dra_driver.values.names import qualified
+from dra_driver.vocabulary.names import qualified
 from e2e.kube import Json, allocated_results, get_claim, get_pod, pod_claim_name, wait_for, wait_running
 from e2e.node import driver_slices
 from e2e.realnode.node import RealNode

@@ -13,7 +13,7 @@ from admission.convert.claims import Options, convert_ask
 from admission.convert.parse import GpuAsk, Selection
 from admission.convert.pod import convert_object
 from dra_driver.explain.cel_env import Outcome, compile_selector, device_variable
-from dra_driver.values.errors import ConversionError
+from dra_driver.vocabulary.errors import ConversionError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "admission" / "examples"
 

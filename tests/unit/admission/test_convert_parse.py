@@ -8,9 +8,9 @@ from hypothesis import strategies as st
 
 from admission.convert import names
 from admission.convert.parse import parse_container, parse_env_config, parse_integer, parse_selection
-from dra_driver.values.errors import ConversionError
-from dra_driver.values.model import MAX_GPUS
-from dra_driver.values.quantity import parse_quantity
+from dra_driver.vocabulary.errors import ConversionError
+from dra_driver.vocabulary.inventory import MAX_GPUS
+from dra_driver.vocabulary.quantity import parse_quantity
 
 PATH = "spec.containers[0]"
 

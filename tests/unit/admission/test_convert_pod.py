@@ -11,7 +11,7 @@ from admission.convert import names
 from admission.convert.catalog import known_products
 from admission.convert.claims import Options
 from admission.convert.pod import convert_object, convert_pod_parts
-from dra_driver.values.errors import ConversionError
+from dra_driver.vocabulary.errors import ConversionError
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "admission" / "examples"
 OPTIONS = Options(known_products(), replace_schedulers=("volcano",))

@@ -17,7 +17,7 @@ from admission.convert.catalog import known_products
 from admission.convert.claims import Options
 from admission.kube import MAX_SKIPS_LOGGED, Kube
 from admission.main import Webhook
-from dra_driver.system.api_client import api_client
+from dra_driver.io.api_client import api_client
 from tests.support.catalog_slices import EXPECTED, GOOD, H100, L4, device, slice_of
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"

@@ -7,7 +7,7 @@ from typing import Any
 from admission.certs import Bundle
 from admission.rotation import Rotation, SecretPlace, service_names, sync_once
 from admission.server import Tls
-from dra_driver.values.errors import TesseraError
+from dra_driver.vocabulary.errors import TesseraError
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 PLACE = SecretPlace("ns", "tls", "cfg", tuple(service_names("svc", "ns")))

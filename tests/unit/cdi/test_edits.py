@@ -12,7 +12,7 @@ from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mig import MigAction, MigPlan
 from dra_driver.core.families.vgpu import VgpuConfig
 from dra_driver.core.profiles import product
-from dra_driver.values.model import (
+from dra_driver.vocabulary.inventory import (
     DeviceNode,
     DriverFiles,
     DriverMount,
@@ -21,7 +21,7 @@ from dra_driver.values.model import (
     MigInstance,
     Placement,
 )
-from dra_driver.values.names import ClaimUID, DeviceName, Family, GpuUUID
+from dra_driver.vocabulary.names import ClaimUID, DeviceName, Family, GpuUUID
 
 UID = ClaimUID("0b1c2d3e-aaaa-bbbb-cccc-000000000001")
 CTL = (DeviceNode("/dev/nvidiactl", 195, 255), DeviceNode("/dev/nvidia-uvm", 510, 0))

@@ -9,9 +9,9 @@ import pytest
 
 from cdi.spec import ContainerEdits, Device, Spec
 from cdi.writer import list_specs, read_spec, remove_spec, stale_temp_files, write_spec
-from dra_driver.system.files import atomic_write
-from dra_driver.values.errors import StorageError
-from dra_driver.values.names import ClaimUID, cdi_spec_file_name
+from dra_driver.io.files import atomic_write
+from dra_driver.vocabulary.errors import StorageError
+from dra_driver.vocabulary.names import ClaimUID, cdi_spec_file_name
 
 SPEC = Spec(
     kind="k8s.gpu.tessera.dev/claim",

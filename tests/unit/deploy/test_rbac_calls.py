@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.names import DRIVER_NAME
 
 ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = ROOT / "kubelet_plugin"

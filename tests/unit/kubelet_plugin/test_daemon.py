@@ -10,7 +10,7 @@ import pytest
 from dra_driver.core.families import mps
 from kubelet_plugin.command import build_parser
 from kubelet_plugin.daemon import add_arguments, options_from
-from kubelet_plugin.hosts import mps as mps_host
+from kubelet_plugin.host_parts import mps as mps_host
 from kubelet_plugin.serving.options import DaemonOptions
 
 
@@ -54,8 +54,8 @@ def test_library_path_and_driver_dirs(tmp_path: Path) -> None:
 
 
 def test_the_host_parts_flags_reach_them() -> None:
-    """--mps-* are the MPS host part's own flags (kubelet_plugin.hosts.mps.OPTIONS): parsed with the rest,
-    handed to it by their dest, read by it alone."""
+    """--mps-* are the MPS host part's own flags (kubelet_plugin.host_parts.mps.OPTIONS): parsed with the
+    rest, handed to it by their dest, read by it alone."""
     assert parse("--node-name", "n").host_options == ()  # the driver root's tool, else PATH
     given = parse("--node-name", "n", "--mps-control", "/opt/nv/nvidia-cuda-mps-control")
     assert given.host_options == (("mps_control", "/opt/nv/nvidia-cuda-mps-control"),)

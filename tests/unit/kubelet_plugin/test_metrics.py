@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.core.gpu_health import GpuCondition
-from dra_driver.values.errors import (
+from dra_driver.vocabulary.errors import (
     CLAIM_ERROR_REASONS,
     CdiSpecError,
     CheckpointError,
@@ -20,8 +20,8 @@ from dra_driver.values.errors import (
     StorageError,
     TesseraError,
 )
-from dra_driver.values.model import FaultKind, GpuFault
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.inventory import FaultKind, GpuFault
+from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.health.events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON, change_message
 from kubelet_plugin.observability.metrics_server import parse_address

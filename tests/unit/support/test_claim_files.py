@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.values.errors import ClaimError, ClaimNotFoundError
+from dra_driver.vocabulary.errors import ClaimError, ClaimNotFoundError
 from kubelet_plugin.claims.api import to_api_dict
 from kubelet_plugin.serving.options import DaemonOptions
 from tests.support.claim_files import DirectoryClaimSource, directory_claims

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.record.steps import NO_OBSERVER, Step
 from tests.support.faults import DISK_FULL_CDI, FAULT_CLAIM_ENV, FAULT_ENV, Faults
 

@@ -17,8 +17,8 @@ from dra_driver.backends.nvml import (
     profile_name,
     translate,
 )
-from dra_driver.values.errors import InventoryError, MigError, PlacementTakenError
-from dra_driver.values.model import Architecture
+from dra_driver.vocabulary.errors import InventoryError, MigError, PlacementTakenError
+from dra_driver.vocabulary.inventory import Architecture
 
 
 def test_insufficient_resources_on_mig_create_is_placement_taken() -> None:
@@ -106,8 +106,8 @@ def test_cap_minor_errors_name_the_file(tmp_path: Path) -> None:
 
 def test_nvml_events_become_faults() -> None:
     from dra_driver.backends.nvml_health import NvmlHealthWatcher, fault_of_event  # noqa: PLC0415
-    from dra_driver.values.model import FaultKind, GpuFault  # noqa: PLC0415
-    from dra_driver.values.names import GpuUUID  # noqa: PLC0415
+    from dra_driver.vocabulary.inventory import FaultKind, GpuFault  # noqa: PLC0415
+    from dra_driver.vocabulary.names import GpuUUID  # noqa: PLC0415
 
     xid = pynvml.nvmlEventTypeXidCriticalError
     assert fault_of_event(xid, 79) == GpuFault(FaultKind.LOST, xid=79)

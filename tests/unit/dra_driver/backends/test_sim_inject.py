@@ -11,8 +11,8 @@ import pytest
 from dra_driver.backends.sim_state import decode_state, encode_state, read_state
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.cli import main
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.model import FaultKind, GpuFault
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.inventory import FaultKind, GpuFault
 
 NODE = """apiVersion: sim.tessera.dev/v1
 kind: SimulatedNode

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from dra_driver.backends.sim_node import decode_node, load_node
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 
 
 def decode(text: str) -> object:

@@ -8,8 +8,8 @@ import pytest
 from dra_driver.backends import open_backend
 from dra_driver.backends.sim_state import read_state, write_state
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.values.errors import InventoryError, MigError, PlacementTakenError, StorageError
-from dra_driver.values.model import Architecture
+from dra_driver.vocabulary.errors import InventoryError, MigError, PlacementTakenError, StorageError
+from dra_driver.vocabulary.inventory import Architecture
 
 REPO = Path(__file__).resolve().parents[4]
 NODES = REPO / "e2e" / "nodes"

@@ -5,9 +5,9 @@ import pytest
 from dra_driver.core.allocation import LibrarySettings, plan_claim
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, vgpu
-from dra_driver.values.errors import ClaimError, ConfigError, PlacementTakenError
-from dra_driver.values.model import Inventory
-from dra_driver.values.names import DRIVER_NAME
+from dra_driver.vocabulary.errors import ClaimError, ConfigError, PlacementTakenError
+from dra_driver.vocabulary.inventory import Inventory
+from dra_driver.vocabulary.names import DRIVER_NAME
 from tests.support.claim_models import POOL, claim, config, result, vgpu_result
 from tests.support.inventories import make_gpu, make_inventory
 

@@ -11,8 +11,8 @@ from dra_driver.core.families import mig
 from dra_driver.core.families import vgpu as vgpu_family
 from dra_driver.core.families.gpu import GpuConfig
 from dra_driver.core.families.vgpu import VgpuConfig
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.names import CONFIG_API_VERSION
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.names import CONFIG_API_VERSION
 
 
 def entry(

@@ -13,8 +13,8 @@ from dra_driver.core import config as cfg
 from dra_driver.core import families
 from dra_driver.core.families import vgpu
 from dra_driver.core.families.vgpu import VgpuConfig
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.names import CONFIG_API_VERSION
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.names import CONFIG_API_VERSION
 
 FUZZ = settings(
     max_examples=400,

@@ -9,7 +9,7 @@ import yaml
 
 from dra_driver.core.config_policy import TABLE_BEGIN, TABLE_END, render_policy, render_table
 from dra_driver.core.config_schema import ClassOnly, ConfigField, ConfigKind
-from dra_driver.values.names import Family
+from dra_driver.vocabulary.names import Family
 
 ROOT = Path(__file__).resolve().parents[4]
 

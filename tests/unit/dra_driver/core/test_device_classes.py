@@ -13,7 +13,7 @@ from dra_driver.core.device_classes import CHART_FILE, chart_families, chart_sch
 from dra_driver.core.families.base import NodeSetting
 from dra_driver.core.families.gpu import WholeGpu
 from dra_driver.core.families.mig import Mig, mig_device_class_name
-from dra_driver.values.names import Family, device_class_name
+from dra_driver.vocabulary.names import Family, device_class_name
 
 ROOT = Path(__file__).resolve().parents[4]
 CLASSES = ROOT / "deviceclasses"

@@ -7,8 +7,8 @@ import pytest
 from dra_driver.core.exclusivity import Holding, check_exclusive
 from dra_driver.core.families import parse_device_name
 from dra_driver.core.families.base import AnyPlanned, PlannedDevice
-from dra_driver.values.errors import ClaimError, ExclusivityError
-from dra_driver.values.names import DeviceName, GpuUUID
+from dra_driver.vocabulary.errors import ClaimError, ExclusivityError
+from dra_driver.vocabulary.names import DeviceName, GpuUUID
 from tests.support.inventories import make_gpu, make_inventory
 
 NODE = make_inventory(make_gpu(0, "H100-80GB-SXM"), make_gpu(1, "H100-80GB-SXM"), make_gpu(2, "L4"))

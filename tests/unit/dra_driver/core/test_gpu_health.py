@@ -17,7 +17,7 @@ from dra_driver.core.gpu_health import (
     fault_from_xid,
 )
 from dra_driver.core.taints import device_taint, gpu_taints, inventory_taints, tainted, timestamp
-from dra_driver.values.model import FaultKind, GpuFault, Inventory
+from dra_driver.vocabulary.inventory import FaultKind, GpuFault, Inventory
 from tests.support.inventories import make_gpu, make_inventory
 
 LOST = GpuFault(FaultKind.LOST, xid=79)

@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 
 from dra_driver.core.families.base import LibraryLimits
 from dra_driver.core.limits_file import GpuLimitLine, LimitsFile, limits_file, parse_limits, render_limits
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.names import GpuUUID
 
 
 def lim(i: int, memory: int, cores: int, *, time_sliced: bool = True) -> LibraryLimits:

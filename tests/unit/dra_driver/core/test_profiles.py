@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.core.profiles import PRODUCTS, find_product, product, profile_order
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.model import Architecture
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.inventory import Architecture
 
 
 def test_eight_slice_gpus_have_25_placements_that_fit() -> None:

@@ -8,7 +8,7 @@ from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, mps
 from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.settings import NodeSettings, family_settings
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 
 HEADER = {"apiVersion": "resource.tessera.dev/v1", "kind": "NodeSettings"}
 

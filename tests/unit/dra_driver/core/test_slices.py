@@ -22,9 +22,9 @@ from dra_driver.core.families.published import attribute_version, pci_bus_id
 from dra_driver.core.profiles import PRODUCTS, product
 from dra_driver.core.settings import NodeSettings, family_settings
 from dra_driver.core.slices import build_slices, device_names, pack_devices
-from dra_driver.values.errors import MigError
-from dra_driver.values.model import Gpu, Inventory, Placement
-from dra_driver.values.names import Family, GpuUUID, counter_set_name, resource_slice_name
+from dra_driver.vocabulary.errors import MigError
+from dra_driver.vocabulary.inventory import Gpu, Inventory, Placement
+from dra_driver.vocabulary.names import Family, GpuUUID, counter_set_name, resource_slice_name
 from tests.support.inventories import make_gpu, make_inventory
 from tests.support.slice_checks import check_slices, consumption, counter_sets, devices, fits, quantity
 

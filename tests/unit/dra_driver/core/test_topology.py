@@ -16,9 +16,9 @@ from dra_driver.core.families.published import (
 )
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.model import NO_NVLINK, Fabric, Gpu, Inventory, NvLinks
-from dra_driver.values.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr, qualified
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.inventory import NO_NVLINK, Fabric, Gpu, Inventory, NvLinks
+from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE, PCIE_ROOT_ATTRIBUTE, Attr, qualified
 from tests.support.inventories import make_gpu, make_inventory
 from tests.support.slice_checks import devices
 

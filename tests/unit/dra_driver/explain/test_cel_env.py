@@ -8,8 +8,8 @@ from dra_driver.explain.cel_env import (
     compile_selector,
     device_variable,
 )
-from dra_driver.values.quantity import parse_quantity
-from dra_driver.values.semver import parse_semver
+from dra_driver.vocabulary.quantity import parse_quantity
+from dra_driver.vocabulary.semver import parse_semver
 
 DEVICE = device_variable(
     driver="gpu.tessera.dev",

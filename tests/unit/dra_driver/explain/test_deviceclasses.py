@@ -13,7 +13,7 @@ from dra_driver.explain.cel_env import Outcome, compile_selector, device_variabl
 from dra_driver.explain.request import DeviceClassSpec, parse_device_class
 from dra_driver.explain.simulation import slices_for_simulated_node
 from dra_driver.explain.sources import REPO_DEVICECLASSES, load_files
-from dra_driver.values.names import device_class_name
+from dra_driver.vocabulary.names import device_class_name
 
 NODE_FILES = sorted((Path(__file__).resolve().parents[4] / "e2e" / "nodes").glob("*.yaml"))
 CLASSES = {c.name: c for c in map(parse_device_class, load_files([REPO_DEVICECLASSES]).classes)}

@@ -11,7 +11,7 @@ from dra_driver.explain.explain import explain_claim
 from dra_driver.explain.request import parse_claim, parse_device_class
 from dra_driver.explain.sources import REPO_DEVICECLASSES, load_files
 from dra_driver.explain.verdict import ClaimVerdict, ReasonKind, RequestVerdict, render
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 from tests.support.slicegen import NODE, allocated_claim, claim, exactly, node_slices
 
 CLASSES = {c.name: c for c in map(parse_device_class, load_files([REPO_DEVICECLASSES]).classes)}

@@ -12,7 +12,7 @@ import yaml
 
 from dra_driver.explain.cli import main
 from dra_driver.explain.command import EXIT_DOES_NOT_FIT, EXIT_FITS
-from dra_driver.values.names import NUMA_NODE_ATTRIBUTE
+from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE
 from e2e.nic_driver import HGX_NICS, Nic, aligned_claim, nic_class, nic_slice
 
 REPO = Path(__file__).resolve().parents[4]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.values.errors import StorageError
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.errors import StorageError
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.claimdir import ClaimDirs
 from kubelet_plugin.claims.tree_sweeper import TreeSweeper
 

@@ -9,9 +9,9 @@ from structlog.testing import capture_logs
 
 from dra_driver.core.families import vgpu
 from dra_driver.core.families.vgpu import GpuShare
-from dra_driver.values.names import ClaimUID, GpuUUID
+from dra_driver.vocabulary.names import ClaimUID, GpuUUID
 from kubelet_plugin.claims.node_state import SHOWN_CLAIMS, NodeState
-from kubelet_plugin.hosts.vgpu import GpuSharing
+from kubelet_plugin.host_parts.vgpu import GpuSharing
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 from tests.support.inventories import make_gpu, make_inventory

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.system import safe_tree
+from dra_driver.io import safe_tree
 from kubelet_plugin.claims.tree_sweeper import TreeSweeper
 
 

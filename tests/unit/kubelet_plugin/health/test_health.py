@@ -14,9 +14,9 @@ from typing import Protocol, cast
 import grpc
 import pytest
 
-from dra_driver.values.errors import InventoryError
-from dra_driver.values.model import Architecture, DeviceNode, Gpu, Inventory, MigProfile
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.errors import InventoryError
+from dra_driver.vocabulary.inventory import Architecture, DeviceNode, Gpu, Inventory, MigProfile
+from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.health.service import (
     DeviceHealthState,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.values.errors import MpsError
+from dra_driver.vocabulary.errors import MpsError
 from kubelet_plugin.node.host_launch import HostLauncher
 
 

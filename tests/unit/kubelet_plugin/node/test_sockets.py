@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dra_driver.values.errors import ConfigError
+from dra_driver.vocabulary.errors import ConfigError
 from kubelet_plugin.node.sockets import (
     PluginLock,
     check_socket_path,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from dra_driver.values.errors import PublishError
+from dra_driver.vocabulary.errors import PublishError
 from kubelet_plugin.publish.publisher import PublishResult, SlicePublisher
 
 

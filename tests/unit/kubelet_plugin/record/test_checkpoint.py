@@ -9,9 +9,9 @@ from dra_driver.core import families
 from dra_driver.core.families import mig, vgpu
 from dra_driver.core.families.mig import MigRecord
 from dra_driver.core.families.vgpu import GpuShare
-from dra_driver.values.errors import StorageError
-from dra_driver.values.model import Placement
-from dra_driver.values.names import ClaimUID, GpuUUID
+from dra_driver.vocabulary.errors import StorageError
+from dra_driver.vocabulary.inventory import Placement
+from dra_driver.vocabulary.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import (
     API_VERSION,
     KIND,

@@ -8,9 +8,9 @@ import pytest
 
 from dra_driver.core.families import mig
 from dra_driver.core.families.mig import MigRecord
-from dra_driver.values.errors import StorageError
-from dra_driver.values.model import Placement
-from dra_driver.values.names import ClaimUID, GpuUUID
+from dra_driver.vocabulary.errors import StorageError
+from dra_driver.vocabulary.inventory import Placement
+from dra_driver.vocabulary.names import ClaimUID, GpuUUID
 from kubelet_plugin.record.checkpoint import ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.claim_marker import (
     ENTRY_ANNOTATION,

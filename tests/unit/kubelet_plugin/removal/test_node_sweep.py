@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.proto.gen import dra_v1_pb2

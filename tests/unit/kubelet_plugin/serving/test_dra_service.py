@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dra_driver.values.errors import ClaimNotFoundError
-from dra_driver.values.names import ClaimUID, cdi_device_name, cdi_qualified_name
+from dra_driver.vocabulary.errors import ClaimNotFoundError
+from dra_driver.vocabulary.names import ClaimUID, cdi_device_name, cdi_qualified_name
 from kubelet_plugin.health.service import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.node.sockets import PluginLock

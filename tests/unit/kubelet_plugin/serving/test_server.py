@@ -12,8 +12,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.names import ClaimUID
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.health.service import HealthBoard, HealthV1alpha1Servicer, HealthV1Servicer
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.node.sockets import PluginLock

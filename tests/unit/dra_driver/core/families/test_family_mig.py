@@ -14,9 +14,9 @@ from dra_driver.core.families.mig import (
     mig_device_class_name,
     mig_device_name,
 )
-from dra_driver.values.errors import InvalidNameError
-from dra_driver.values.model import Placement
-from dra_driver.values.names import GpuUUID
+from dra_driver.vocabulary.errors import InvalidNameError
+from dra_driver.vocabulary.inventory import Placement
+from dra_driver.vocabulary.names import GpuUUID
 from tests.support.claim_models import claim, result
 from tests.support.family_plans import H100, error_of, plan
 from tests.support.inventories import make_gpu, make_inventory

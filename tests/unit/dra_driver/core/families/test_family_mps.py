@@ -17,9 +17,9 @@ from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
 from dra_driver.core.families.protocol import NamedVisible, Placing, TimeSliced
 from dra_driver.core.families.published import counter_totals
 from dra_driver.core.settings import family_settings
-from dra_driver.values.errors import ClaimError, ConfigError, InvalidNameError
-from dra_driver.values.model import Gpu
-from dra_driver.values.names import CONFIG_API_VERSION, DeviceName, GpuUUID
+from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError
+from dra_driver.vocabulary.inventory import Gpu
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DeviceName, GpuUUID
 from tests.support.claim_models import claim, config, result
 from tests.support.family_plans import H100, error_of, plan
 from tests.support.inventories import make_gpu, make_inventory

@@ -8,7 +8,7 @@ from dra_driver.core.families import vgpu
 from dra_driver.core.families.base import Held, LibraryLimits
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.vgpu import GpuShare, VgpuConfig
-from dra_driver.values.names import GpuUUID, qualified
+from dra_driver.vocabulary.names import GpuUUID, qualified
 from tests.support.claim_models import claim, config, result, vgpu_result
 from tests.support.family_plans import H100, error_of, plan
 from tests.support.inventories import make_gpu, make_inventory

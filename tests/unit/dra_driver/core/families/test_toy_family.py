@@ -25,9 +25,9 @@ from dra_driver.core.config_schema import ConfigField, ConfigKind
 from dra_driver.core.families.base import Allocated, GpuOffer, Held, Json, NodeSetting, PlannedDevice
 from dra_driver.core.families.protocol import DeviceFamily
 from dra_driver.core.families.published import consumes, gpu_attributes
-from dra_driver.values.errors import ConfigError
-from dra_driver.values.model import Gpu
-from dra_driver.values.names import DeviceName, Family, gpu_device_name
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.inventory import Gpu
+from dra_driver.vocabulary.names import DeviceName, Family, gpu_device_name
 
 NAME = Family("toy")
 
@@ -103,7 +103,7 @@ from dra_driver.core.config_policy import render_policy
 from dra_driver.core.device_classes import chart_families, manifests
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
-import kubelet_plugin.hosts  # the host parts' registry takes a family without a host part
+import kubelet_plugin.host_parts  # the host parts' registry takes a family without a host part
 from tests.support.claim_models import claim, result
 from tests.support.family_plans import plan
 

@@ -1,0 +1,54 @@
+"""structlog, configured once per process; everything else calls `structlog.get_logger()`.
+
+Every value is bounded before it is rendered (`dra_driver.vocabulary.excerpt.clip`): a log line never echoes a
+megabyte of someone's input, whichever message forgot to bound it first.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+from dra_driver.vocabulary.excerpt import MESSAGE_CHARS, clip
+
+TRACEBACK_CHARS = 16 * MESSAGE_CHARS
+LogFormat = Literal["json", "console"]
+_configured = False
+
+
+def bound_values(logger: object, method: str, event: structlog.types.EventDict) -> structlog.types.EventDict:
+    """structlog processor: cut every long value (tracebacks get more room)."""
+    for key, value in event.items():
+        if isinstance(value, int | float | bool | type(None)):
+            continue
+        limit = TRACEBACK_CHARS if key == "exception" else MESSAGE_CHARS
+        text = value if isinstance(value, str) else str(value)
+        if len(text) > limit:
+            event[key] = clip(text, limit)  # a long list or mapping is shown as its cut text
+    return event
+
+
+def configure(*, level: str = "info", fmt: LogFormat = "console") -> None:
+    global _configured  # noqa: PLW0603 - configuration is process-wide by nature
+    if _configured:
+        return
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            bound_values,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    _configured = True
