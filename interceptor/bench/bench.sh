@@ -98,7 +98,7 @@ tdclaims() {
     shift
     local -a slots=() cmds=()
     for c in "$@"; do i=$((i + 1)); slots+=("$i:$((cum * 500)):$(((cum + c) * 500))"); cum=$((cum + c)); done
-    "$S" view "$WORK/view.$name" 50000 0 "${slots[@]}"
+    "$B/tests/tview" "$WORK/view.$name" 50000 0 "${slots[@]}"
     i=0
     for c in "$@"; do
         i=$((i + 1))
