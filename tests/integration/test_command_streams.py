@@ -25,6 +25,7 @@ from dra_driver.values.names import SYSFS_ROOT_ENV
 from e2e.fake_nvml import FAKE_NVML_LIBRARY, FakeNvmlNode
 from kubelet_plugin.command import build_parser
 from tests.support.noisy_command import EVENT as FORCED
+from tests.support.smoke import covers
 
 REPO = Path(__file__).resolve().parents[2]
 TESSERA = Path(sys.executable).with_name("tessera")  # the console script `make dev` installs
@@ -180,6 +181,14 @@ def clean_env() -> Iterator[dict[str, str]]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
+@covers(
+    "tessera inventory -o json",
+    "tessera inventory -o yaml",
+    "tessera explain --output json",
+    "tessera convert -o json",
+    "tessera convert --summary deploy/*.yaml",
+    "tessera cleanup --dry-run",
+)
 def test_data_on_stdout_log_lines_on_stderr(case: Case, tmp_path: Path, clean_env: dict[str, str]) -> None:
     env = {**clean_env, **case.env}
     if case.nvml:
