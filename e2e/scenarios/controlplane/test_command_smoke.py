@@ -23,7 +23,8 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.binaries import Binaries, ensure_built
 from e2e.controlplane.launcher import ControlPlane
-from e2e.kube import wait_for
+from e2e.kube import Kubectl, wait_for
+from e2e.testbed import apply_device_classes
 from e2e.webhook import helm_binary
 from kubelet_plugin.node.paths import PluginPaths
 from tests.support.driver_root import install_driver
@@ -97,10 +98,10 @@ def test_bench_webhook_smoke(binaries: Binaries) -> None:
 
 @covers("make demo", "make demo NVML=fake", "make demo-down")
 @pytest.mark.timeout(420)
-def test_demo_smoke_up_and_down(binaries: Binaries, tmp_path: Path) -> None:
+def test_demo_smoke_up_and_down(binaries: Binaries, node_root: Path) -> None:
     """`make demo NVML=fake` with one example (the plain `make demo` differs only in the nodes' backend, the
     one every other scenario runs on), then `make demo-down`, which leaves no process behind."""
-    state = f"DEMO_STATE={tmp_path / 'demo'}"
+    state = f"DEMO_STATE={node_root}"  # short: the nodes' unix sockets live below it
     try:
         up = make_smoke("demo", "NVML=fake", state, timeout=380)
     finally:
@@ -183,6 +184,7 @@ def _delete_slices(api: k8s.ApiClient) -> None:
 def test_plugin_probe_explain_and_cleanup_on_the_control_plane(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, e2e_namespace: str, node_root: Path
 ) -> None:
+    apply_device_classes(Kubectl(control_plane.binaries.kubectl, control_plane.kubeconfig))  # idempotent
     driver = node_root / "driver"
     install_driver(driver)
     kubeconfig = str(control_plane.kubeconfig)
