@@ -13,6 +13,9 @@ KV = $(if $(K8S_VERSION),v$(patsubst v%,%,$(K8S_VERSION)))
 LEGACY_KV = $$(K8S_VERSION=$(KV) $(BIN)/python -W ignore::RuntimeWarning -m e2e.controlplane.releases)
 # make test-k8s: the gates the matrix run switches on; `sharing` = what a user of that release must enable
 GATES ?= sharing
+# SMOKE=1: a benchmark's (or the demo's) smoke form, every part once on a tiny scale, its figures meaningless;
+# `make test` runs each documented command so (tests/README.md, "Smoke forms")
+SMOKE_FLAG = $(if $(SMOKE),--smoke)
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
         bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade bench-webhook proto interceptor cluster realnode helm \
@@ -95,50 +98,52 @@ test-k8s: dev
 	@test -n "$(K8S_VERSION)" || { echo "make test-k8s: name a release, e.g. K8S_VERSION=1.35.4" >&2; exit 2; }
 	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
 	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh
-	K8S_VERSION=$(KV) TESSERA_K8S_GATES=$(GATES) $(BIN)/pytest -q -m e2e \
+	K8S_VERSION=$(KV) TESSERA_K8S_GATES=$(GATES) $(BIN)/pytest -q -m e2e $(if $(SMOKE),--collect-only) \
 		$$(K8S_VERSION=$(KV) $(BIN)/python -W ignore::RuntimeWarning -m e2e.controlplane.releases suite) --ignore=e2e/scenarios/realnode
 
-# make demo NVML=fake: the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake)
+# make demo NVML=fake: the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake);
+# DEMO_STATE=DIR: where it keeps its state (default .state/demo)
+DEMO_STATE_FLAG = $(if $(DEMO_STATE),--state-dir $(DEMO_STATE))
 demo: dev cluster
-	$(BIN)/python -m e2e.demo up $(if $(NVML),--nvml $(NVML))
+	$(BIN)/python -m e2e.demo up $(if $(NVML),--nvml $(NVML)) $(DEMO_STATE_FLAG) $(SMOKE_FLAG)
 
 demo-down:
-	$(BIN)/python -m e2e.demo down
+	$(BIN)/python -m e2e.demo down $(DEMO_STATE_FLAG)
 
 bench-prepare: dev
-	$(BIN)/python -m tests.bench.prepare
+	$(BIN)/python -m tests.bench.prepare $(SMOKE_FLAG)
 
 # a scrape of /metrics with 256 prepared vgpu claims whose regions a fake-driver program filled
 bench-metrics: dev
-	$(BIN)/python -m e2e.bench_metrics
+	$(BIN)/python -m e2e.bench_metrics $(SMOKE_FLAG)
 
 bench-interceptor: interceptor
-	$(MAKE) -C interceptor bench
+	$(MAKE) -C interceptor bench SMOKE=$(SMOKE)
 
 # 4 nodes, 200 vGPU pods at once: the upstream client QPS/burst defaults next to production values
 bench-e2e: dev cluster
-	$(BIN)/python -m e2e.bench
+	$(BIN)/python -m e2e.bench $(SMOKE_FLAG)
 
 # the admission webhook at 50 pods/s: AdmissionReview latency p50/p99 (client and in-webhook), pod creates
 # through the API server with and without a HAMi GPU request, and the webhook's memory; templates made by
 # forged reviews; time from a pod's create to its claim (WEBHOOK_ARGS="--webhook-source DIR" for another checkout)
 bench-webhook: dev cluster helm
-	$(BIN)/python -m e2e.bench_webhook $(WEBHOOK_ARGS)
+	$(BIN)/python -m e2e.bench_webhook $(WEBHOOK_ARGS) $(SMOKE_FLAG)
 
 # make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md)
 NODES ?= 10,50,100
 FAMILIES ?= whole,vgpu,mig-1g,mix
 LAYOUTS ?= all,fewer,vgpu-only,mig-1g-only
 bench-scale: dev cluster
-	$(BIN)/python -m e2e.scale --nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS)
+	$(BIN)/python -m e2e.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster
-	$(BIN)/python -m e2e.scale.fragmentation
-	$(BIN)/python -m e2e.scale.fragmentation --mix aligned
+	$(BIN)/python -m e2e.scale.fragmentation $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.scale.fragmentation --mix aligned $(SMOKE_FLAG)
 
 bench-upgrade: dev cluster realnode helm image
-	$(BIN)/python -m e2e.realnode upgrade
+	$(BIN)/python -m e2e.realnode upgrade $(SMOKE_FLAG)
 
 clean:
 	rm -rf $(VENV) $(PROTO_GEN) build *.egg-info

@@ -30,6 +30,7 @@ from dra_driver.core.families.base import Json
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.explain.cli import add_cli as add_explain_command
+from dra_driver.io.logs import configure
 from dra_driver.io.yaml_files import read_yaml_document
 from dra_driver.vocabulary.errors import ConfigError, TesseraError
 
@@ -143,6 +144,9 @@ def main(
     parser = build_parser(extra)
     parser.set_defaults(**(defaults or {}))
     args = parser.parse_args(argv)
+    # Before any subcommand runs: its log lines go to stderr, its data alone to stdout. The daemons' own
+    # --log-level/--log-format apply; the other subcommands log at info, readable.
+    configure(level=getattr(args, "log_level", "info"), fmt=getattr(args, "log_format", "console"))
     handler: Handler = args.handler
     try:
         return handler(args)

@@ -5,6 +5,9 @@ plane (the upstream defaults and production values, e2e/controlplane/settings.py
 - pod start latency: from the pod's create call returning to the pod seen Running and Ready, p50/p99 over
   200 vGPU pods created at once;
 - scheduler throughput in pods/s for whole-GPU, vGPU and MIG pods: pods bound / (last bind - first create).
+
+`--smoke` (`make bench-e2e SMOKE=1`, which `make test` runs): every run once on one node with a few pods, the
+production client rates alone; its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -236,10 +239,10 @@ def run_sequential(
     return tuple(tracker.running[n] - tracker.created[n] for n in tracker.created)
 
 
-def node_files(directory: Path) -> list[Path]:
+def node_files(directory: Path, count: int) -> list[Path]:
     base = yaml.safe_load(H100_NODE.read_text(encoding="utf-8"))
     files = []
-    for k in range(NODES):
+    for k in range(count):
         path = directory / f"bench-{k}.yaml"
         path.write_text(yaml.safe_dump({**base, "nodeName": f"sim-bench-{k}"}), encoding="utf-8")
         files.append(path)
@@ -254,7 +257,7 @@ class Measured:
 
 
 def measure(rates: ClientRates, args: argparse.Namespace, binaries: Binaries) -> Measured:
-    """One control plane with `rates`, 4 nodes, every run of the benchmark."""
+    """One control plane with `rates`, `args.nodes` nodes, every run of the benchmark."""
     with tempfile.TemporaryDirectory(prefix="tessera-bench-") as tmp:
         root = Path(tmp)
         plane = start_control_plane(state_dir=root / "controlplane", binaries=binaries, client_rates=rates)
@@ -262,10 +265,10 @@ def measure(rates: ClientRates, args: argparse.Namespace, binaries: Binaries) ->
             api = plane.api_client()
             bed = make_testbed(plane, api)
             print(
-                f"[{rates.name}] starting {NODES} simulated 8 x H100 nodes (plugin + stand-in each)...",
+                f"[{rates.name}] starting {args.nodes} simulated 8 x H100 nodes (plugin + stand-in each)...",
                 flush=True,
             )
-            with running_nodes(bed, node_files(root), root=root / "nodes"):
+            with running_nodes(bed, node_files(root, args.nodes), root=root / "nodes"):
                 namespace = "bench"
                 k8s.CoreV1Api(api).create_namespace(
                     k8s.V1Namespace.model_validate({"metadata": {"name": namespace}})
@@ -290,7 +293,7 @@ def measure(rates: ClientRates, args: argparse.Namespace, binaries: Binaries) ->
                 for precreated in (False, True):
                     for kind, count in (
                         ("vgpu", args.vgpu_pods),
-                        ("whole-gpu", NODES * 8),
+                        ("whole-gpu", args.nodes * 8),
                         ("mig-1g.10gb", args.mig_pods),
                     ):
                         how = "pre-created claims" if precreated else "claim templates"
@@ -329,7 +332,7 @@ def _rates(r: ClientRates) -> str:
     return f"{r.name} (KCM {kcm.qps:g}/{kcm.burst}, sched {sched.qps:g}/{sched.burst})"
 
 
-def report(measured: Sequence[Measured]) -> str:
+def report(measured: Sequence[Measured], *, nodes: int = NODES) -> str:
     """The figures of each client-rate setting side by side, one column per setting."""
     width = 44
     rows = [("client QPS/burst", [_rates(m.rates) for m in measured])]
@@ -372,7 +375,7 @@ def report(measured: Sequence[Measured]) -> str:
                 ],
             )
         )
-    lines = [f"end to end on {NODES} nodes x 8 H100 (throughput: pods bound / first create to last bind)"]
+    lines = [f"end to end on {nodes} nodes x 8 H100 (throughput: pods bound / first create to last bind)"]
     lines.extend(f"  {label:<{width}}" + "".join(f"{c:<64}" for c in cells) for label, cells in rows)
     return "\n".join(line.rstrip() for line in lines)
 
@@ -382,12 +385,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vgpu-pods", type=int, default=200)
     parser.add_argument("--mig-pods", type=int, default=112)
     parser.add_argument("--single-pods", type=int, default=20)
+    parser.add_argument("--nodes", type=int, default=NODES, help="simulated 8 x H100 nodes")
     parser.add_argument(
         "--client-rates",
         default=",".join(CLIENT_RATES),
         help=f"comma-separated client-rate settings to compare (of {', '.join(CLIENT_RATES)})",
     )
+    parser.add_argument("--smoke", action="store_true", help="one node, a few pods, production rates only")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.vgpu_pods, args.mig_pods, args.single_pods = 1, 2, 2, 1
+        args.client_rates = "production"
     configure(level="warning")
     try:
         chosen = [client_rates(name.strip()) for name in args.client_rates.split(",") if name.strip()]
@@ -396,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     binaries = ensure_built(allow_build=True)
     measured = [measure(rates, args, binaries) for rates in chosen]
     print()
-    print(report(measured))
+    print(report(measured, nodes=args.nodes))
     return 0
 
 

@@ -1,5 +1,7 @@
-"""`python -m e2e.demo up|down [--state-dir DIR] [--nvml fake]` (default state dir: .state/demo in the
-repository; `--nvml fake`: the node plugins on the NVML backend over the fake libnvidia-ml)."""
+"""`python -m e2e.demo up|down [--state-dir DIR] [--nvml fake] [--smoke]` (default state dir: .state/demo in
+the repository; `--nvml fake`: the node plugins on the NVML backend over the fake libnvidia-ml; `--smoke`:
+one example, deploy/examples/03-vgpu.yaml, instead of all of them: `make demo SMOKE=1`, which `make test`
+runs)."""
 
 from __future__ import annotations
 
@@ -24,11 +26,14 @@ def main(argv: list[str] | None = None) -> int:
         choices=("fake",),
         help="run the node plugins on the NVML backend over the fake libnvidia-ml (interceptor/build/fake)",
     )
+    parser.add_argument("--smoke", action="store_true", help="up: one example instead of all (make test)")
     args = parser.parse_args(argv)
     configure(level="warning")
     backend = BackendKind.NVML if args.nvml else BackendKind.SIMULATED
     try:
-        return up(args.state_dir, backend=backend) if args.verb == "up" else down(args.state_dir)
+        if args.verb == "up":
+            return up(args.state_dir, backend=backend, smoke=args.smoke)
+        return down(args.state_dir)
     except TesseraError as e:
         print(f"error: {e}", file=sys.stderr)
         if args.verb == "up":

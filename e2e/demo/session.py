@@ -44,6 +44,8 @@ def _create_namespace(api: k8s.ApiClient) -> None:
 # Examples that want an idle node: aligned multi-GPU claims (4 GPUs under one NUMA node and NVLink domain).
 # The other examples spread over the H100 node's GPUs, so these run first, alone, are shown, and go again.
 ALONE = ("09-aligned-gpus.yaml",)
+# The smoke form's one example (`make demo SMOKE=1`): the pod the demo describes.
+SMOKE_EXAMPLE = "03-vgpu.yaml"
 
 
 def _apply_example(bed: SimCluster, path: Path) -> None:
@@ -59,10 +61,10 @@ def _apply_example(bed: SimCluster, path: Path) -> None:
     print(f"    {path.name}: {', '.join(names)}", flush=True)
 
 
-def _apply_examples(bed: SimCluster) -> None:
+def _apply_examples(bed: SimCluster, *, smoke: bool) -> None:
     # One file at a time, each waited for: the selective examples (by UUID, by type) get their GPUs before
     # the others could take them, so the demo comes out the same every time.
-    files = example_files()
+    files = [p for p in example_files() if not smoke or p.name == SMOKE_EXAMPLE]
     alone = [p for p in files if p.name in ALONE]
     for path in alone:
         _apply_example(bed, path)
@@ -130,7 +132,8 @@ def print_table(bed: SimCluster) -> None:
     print(table(rows), flush=True)
 
 
-def up(state_dir: Path, *, backend: BackendKind = BackendKind.SIMULATED) -> int:
+def up(state_dir: Path, *, backend: BackendKind = BackendKind.SIMULATED, smoke: bool = False) -> int:
+    """`smoke`: one example instead of all of them (what `make test` runs)."""
     state_dir = state_dir.resolve()
     if demo_state.load(state_dir) is not None:
         _step("stopping the previous demo")
@@ -170,7 +173,7 @@ def up(state_dir: Path, *, backend: BackendKind = BackendKind.SIMULATED) -> int:
         )
     _step(f"applying deploy/examples/ in namespace {NAMESPACE}")
     _create_namespace(api)
-    _apply_examples(bed)
+    _apply_examples(bed, smoke=smoke)
     print()
     print_table(bed)
     print()

@@ -9,6 +9,9 @@ per layout (every placement; fewer MIG profiles) a line describing the published
           slices_per_node=… steady_writes=…      (one line)
 
 followed by an indented line with the run's other figures. docs/performance.md explains every field.
+
+`--smoke` (`make bench-scale SMOKE=1`, which `make test` runs): 3 nodes (one with a plugin and a kubelet),
+the vgpu-only layout, the vgpu family at a fifth of its pods; its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -96,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="multiply every family's pods per node (for quick tries)",
     )
+    parser.add_argument("--smoke", action="store_true", help="3 nodes, vgpu only, a few pods (make test)")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.sample, args.scale_pods = [3], 1, 0.2
+        args.layouts, args.families = ["vgpu-only"], ["vgpu"]
     configure(level="warning")
     binaries = ensure_built(allow_build=True)
     started = time.monotonic()

@@ -4,7 +4,18 @@
 # and wall ns per call, hooked vs calling the fake driver directly; then the SM
 # limiter's accuracy on the fake driver (busy fraction vs the share, ±5 points), GPU sharing
 # and its calibration against the H100, and MPS clients (fake control daemon) beside the H100's figures.
+# SMOKE=1 (make bench-interceptor SMOKE=1; `make test` runs it): every line once, from runs far too short to
+# mean anything, so the benchmark cannot rot unseen (tests/integration/test_bench_smoke.py).
 set -eu
+SMOKE=${SMOKE:-}
+# sizes: callgrind calls, timed runs and their calls, seconds of an SM-accuracy run, of a sharing run, of a burst run
+if [ -n "$SMOKE" ]; then
+    CG_CALLS=200 NS_RUNS=1 LAUNCHES=20000 ALLOCS=2000 SM_SECS=0.2 SECS=0.3 BURST_SECS=0.3
+    export BURST_TRIES=2
+    echo "SMOKE=1: every line once, from tiny runs; the figures below mean nothing"
+else
+    CG_CALLS=20000 NS_RUNS=3 LAUNCHES=5000000 ALLOCS=300000 SM_SECS=1 SECS=4 BURST_SECS=4
+fi
 cd "$(dirname "$0")/.."
 B=$PWD/build
 export LD_LIBRARY_PATH=$B/fake
@@ -22,7 +33,7 @@ ir() {
 }
 # per_call PRELOAD KIND: (Ir(N) - Ir(0)) / N
 per_call() {
-    local n=20000 a b
+    local n=$CG_CALLS a b
     a=$(ir "$1" "$2" 0)
     b=$(ir "$1" "$2" $n)
     awk -v a="$a" -v b="$b" -v n=$n 'BEGIN { printf "%.1f", (b - a) / n }'
@@ -40,12 +51,12 @@ if command -v valgrind >/dev/null; then
 else
     echo "valgrind not found: instruction counts skipped"
 fi
-for i in 1 2 3; do
-    echo "run $i: cuLaunchKernel direct $(ns "" launch 5000000) ns, hooked $(ns "$B/libtessera.so" launch 5000000) ns;" \
-        "alloc+free direct $(ns "" alloc 300000) ns, hooked $(ns "$B/libtessera.so" alloc 300000) ns"
+for i in $(seq 1 "$NS_RUNS"); do
+    echo "run $i: cuLaunchKernel direct $(ns "" launch $LAUNCHES) ns, hooked $(ns "$B/libtessera.so" launch $LAUNCHES) ns;" \
+        "alloc+free direct $(ns "" alloc $ALLOCS) ns, hooked $(ns "$B/libtessera.so" alloc $ALLOCS) ns"
 done
 
-echo "SM limiter accuracy (fake driver, 1 s per run, 20 ms window; target within 5 points)"
+echo "SM limiter accuracy (fake driver, $SM_SECS s per run, 20 ms window; target within 5 points)"
 export TESSERA_SM_WINDOW_US=20000 FAKE_CTX_BYTES=0
 GPU0=GPU-7e55e7a0-1234-4567-89ab-cdef00000000
 S=$B/tests/tshare
@@ -56,7 +67,7 @@ gpu_of() { grep -o 'gpu=[0-9.]*' "$1" | head -1 | cut -d= -f2; }
 share_run() {
     mkdir -p "$WORK/$1"
     printf 'version 1\ngpu %s memory 0 cores %s\n' "$GPU0" "$2" >"$WORK/$1/limits"
-    FAKE_GPU_STATE=$WORK/gpu.$1 TESSERA_CLAIM_DIRS=$WORK/$1 LD_PRELOAD=$B/libtessera.so "$S" sm -1 1 "$3" >"$WORK/$1.out"
+    FAKE_GPU_STATE=$WORK/gpu.$1 TESSERA_CLAIM_DIRS=$WORK/$1 LD_PRELOAD=$B/libtessera.so "$S" sm -1 "$SM_SECS" "$3" >"$WORK/$1.out"
     share_of "$WORK/$1.out"
 }
 verdict() { awk -v s="$1" -v e="$2" 'BEGIN { if (s >= e - 5 && s <= e + 5) print "ok"; else print "MISS" }'; }
@@ -68,7 +79,7 @@ done
 got=$(share_run smg 50 graph)
 v=$(verdict "$got" 50); [ "$v" = ok ] || misses=$((misses + 1))
 echo "  cores 50, graph launches: busy $got % ($v)"
-got=$(FAKE_GPU_STATE=$WORK/gpu.base env -u LD_PRELOAD "$S" sm -1 1 kernel | grep -o 'share=[0-9.]*' | cut -d= -f2)
+got=$(FAKE_GPU_STATE=$WORK/gpu.base env -u LD_PRELOAD "$S" sm -1 "$SM_SECS" kernel | grep -o 'share=[0-9.]*' | cut -d= -f2)
 echo "  without the library (what this machine allows): busy $got %"
 echo "SM accuracy: $misses of 6 outside 5 points"
 
@@ -77,7 +88,6 @@ echo "SM accuracy: $misses of 6 outside 5 points"
 # plugin's default 50 ms window and frame.
 export TESSERA_SM_WINDOW_US=50000
 KUS=2650
-SECS=4
 # together NAME CMD...: runs the commands at once on one simulated GPU; leaves $WORK/NAME.<i>.out
 together() {
     local name=$1 i=0
@@ -98,7 +108,7 @@ tdclaims() {
     shift
     local -a slots=() cmds=()
     for c in "$@"; do i=$((i + 1)); slots+=("$i:$((cum * 500)):$(((cum + c) * 500))"); cum=$((cum + c)); done
-    "$S" view "$WORK/view.$name" 50000 0 "${slots[@]}"
+    "$B/tests/tview" "$WORK/view.$name" 50000 0 "${slots[@]}"
     i=0
     for c in "$@"; do
         i=$((i + 1))
@@ -131,7 +141,6 @@ v=$(verdict "$(share_of "$WORK/td_graph.1.out")" 50); [ "$v" = ok ] || sharing_m
 echo "graph replay cores 50 -> $(shares td_graph 1)   ($v)"
 echo "GPU sharing: $sharing_misses of 4 outside the targets"
 echo "Guarantee and ceiling (burst) on the same GPU: the node daemon's arbiter, claims of 30 % (ceiling 100 or 50) and 70 %"
-BURST_SECS=$SECS
 PY=${PYTHON:-python3}
 source tests/burst.sh
 burst_lines

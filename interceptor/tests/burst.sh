@@ -1,10 +1,12 @@
 # Guarantee and ceiling on one simulated H100 (docs/gpu-sharing.md): claims of 30 % (ceiling 100 or 50) and
 # 70 %, arbitrated by the node daemon's own burst arbiter (kubelet_plugin/host_parts/vgpu/arbiter.py, run alone),
-# 2.65 ms kernels. Sourced by bench/bench.sh and tests/run.sh; needs B, WORK, GPU0, BURST_SECS and PY (a
-# python that imports the repository). Prints the burst lines, each ending in ok or FAIL, and counts the
-# FAILs in burst_fails.
+# 2.65 ms kernels. Sourced by bench/bench.sh and tests/run.sh; needs B, WORK, GPU0, BURST_SECS (seconds, a
+# fraction too) and PY (a python that imports the repository). Prints the burst lines, each ending in ok or
+# FAIL, and counts the FAILs in burst_fails.
 burst_fails=0
 BURST_KUS=2650
+BURST_TRIES=${BURST_TRIES:-10} # a small claim's first kernels: the median of this many (and of one less)
+burst_plus() { awk -v s="$BURST_SECS" -v n="$1" 'BEGIN { print s + n }'; } # BURST_SECS + N seconds
 BURST_ROOT=$(cd "$B/../.." && pwd)
 
 # burst_claim NAME SLOT CORES CEILING: a claim directory whose limits file puts it in slot SLOT of the view
@@ -71,14 +73,14 @@ burst_say() {
 burst_lines() {
     local s a b v
     # the 30 % claim alone with work, ceiling 100: it takes the idle 70 %
-    burst_start bi100 $((BURST_SECS + 3)) 100
+    burst_start bi100 $(burst_plus 3) 100
     burst_run bi100 1 sm -1 "$BURST_SECS" kernel $BURST_KUS
     burst_stop
     s=$(burst_value bi100.1.out share)
     v=$(burst_check "$s" 90 100)
     burst_say $v "burst 30(limit 100):70 idle -> $s %   (target >= 90, $v)"
     # both with work: each its guarantee
-    burst_start bb $((BURST_SECS + 3)) 100
+    burst_start bb $(burst_plus 3) 100
     burst_run bb 1 sm -1 "$BURST_SECS" kernel $BURST_KUS
     burst_run bb 2 sm -1 "$BURST_SECS" kernel $BURST_KUS
     burst_stop
@@ -88,15 +90,15 @@ burst_lines() {
     [ "$(burst_check "$a" 25 35)" = ok ] && [ "$(burst_check "$b" 65 75)" = ok ] || v=FAIL
     burst_say $v "burst 30(limit 100):70 busy -> $a % / $b %   (target 30 ± 5 / 70 ± 5, $v)"
     # ceiling 50: it takes the idle time up to its ceiling
-    burst_start bi50 $((BURST_SECS + 3)) 50
+    burst_start bi50 $(burst_plus 3) 50
     burst_run bi50 1 sm -1 "$BURST_SECS" kernel $BURST_KUS
     burst_stop
     s=$(burst_value bi50.1.out share)
     v=$(burst_check "$s" 45 55)
     burst_say $v "burst 30(limit 50):70 idle -> $s %   (target 50 ± 5, $v)"
     # the 70 % claim wakes beside the bursting 30 % claim: how long until it has its share of a frame back
-    burst_start bw $((BURST_SECS + 5)) 100
-    burst_run bw 1 sm -1 "$((BURST_SECS + 1))" kernel $BURST_KUS
+    burst_start bw $(burst_plus 5) 100
+    burst_run bw 1 sm -1 "$(burst_plus 1)" kernel $BURST_KUS
     burst_run bw 2 wake 1 "$BURST_SECS" $BURST_KUS 70
     burst_stop
     s=$(burst_value bw.2.out wake_ms)
@@ -104,15 +106,15 @@ burst_lines() {
     burst_say $v "burst wake -> $s ms   (target <= 100, $v)"
     # a small claim's first kernel, beside an idle and beside a busy 70 % claim (0.2 ms kernels)
     burst_start bf 6 100
-    burst_run bf 1 first 200 10
+    burst_run bf 1 first 200 "$BURST_TRIES"
     burst_stop
     s=$(burst_value bf.1.out first_ms)
     v=$(burst_check "$s" 0 5)
-    burst_say $v "burst first-kernel idle-gpu -> $s ms   (target <= 5, $v; median of 10, worst $(burst_value bf.1.out worst_ms) ms)"
-    burst_start bfb $((BURST_SECS + 3)) 100
+    burst_say $v "burst first-kernel idle-gpu -> $s ms   (target <= 5, $v; median of $BURST_TRIES, worst $(burst_value bf.1.out worst_ms) ms)"
+    burst_start bfb $(burst_plus 3) 100
     burst_run bfb 2 sm -1 "$BURST_SECS" kernel $BURST_KUS
     sleep 0.5
-    burst_run bfb 1 first 200 9
+    burst_run bfb 1 first 200 "$((BURST_TRIES - 1))"
     burst_stop
     echo "burst first-kernel busy-gpu -> $(burst_value bfb.1.out first_ms) ms   (measured, no target: the GPU time-slices the two; worst $(burst_value bfb.1.out worst_ms) ms)"
 }

@@ -1,14 +1,12 @@
-"""The scale and device-order benchmarks' parts (e2e/scale, e2e/meters.py), and one tiny run of
-`python -m e2e.scale` on the real control plane so the benchmark cannot rot unnoticed."""
+"""The scale and device-order benchmarks' parts (e2e/scale, e2e/meters.py), and `make bench-scale` in its
+smoke form on the real control plane, so the benchmark cannot rot unnoticed (tests/README.md, "Smoke
+forms")."""
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from itertools import islice
-from pathlib import Path
 
 import pytest
 
@@ -16,8 +14,8 @@ from e2e.meters import count_slice_writes, process_use
 from e2e.scale.cluster import LAYOUTS, layout_shape, pool_shape
 from e2e.scale.fragmentation import parse_seeds, seeded_events
 from e2e.scale.workloads import PER_NODE, family_wants
+from tests.support.smoke import covers, make_smoke
 
-ROOT = Path(__file__).resolve().parents[3]
 LINE = re.compile(
     r"^scale nodes=(\d+) devices=(\d+) family=(\S+) pods=(\d+) pods_per_s=([\d.]+|nan) p50_ms=(\d+|nan) "
     r"p99_ms=(\d+|nan) slices_per_node=(\d+) steady_writes=(\d+)$"
@@ -84,24 +82,10 @@ def test_process_use_reads_proc() -> None:
 
 @pytest.mark.e2e
 @pytest.mark.timeout(300)
+@covers("make bench-scale")
 def test_a_tiny_scale_run_prints_its_lines() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "e2e.scale",
-            "--nodes=3",
-            "--sample=1",
-            "--layouts=vgpu-only",
-            "--families=vgpu",
-            "--scale-pods=0.2",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    """`make bench-scale SMOKE=1`: 3 nodes, the vgpu-only layout, the vgpu family at a fifth of its pods."""
+    done = make_smoke("bench-scale", timeout=280)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [m for line in done.stdout.splitlines() if (m := LINE.match(line))]
     assert len(lines) == 1, done.stdout
