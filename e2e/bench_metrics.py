@@ -30,19 +30,16 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra_driver.backends.simulated import SimulatedBackend
-from e2e.interceptor_programs import TCUDA, container_view, env, start
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.node.paths import PluginPaths
-from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
-from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.serving.wiring import scrape
 from tests.support.claim_files import DirectoryClaimSource
+from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 from tests.support.kubelet_client import DraClient, register, wait_for_socket
+from tests.support.node_metrics import NODE_FILE, metrics_for
 from tests.support.sample_claims import claim_ref, vgpu_claim
 
 NODE = "bench-node"
-NODE_FILE = Path(__file__).resolve().parent / "nodes" / "realnode-h100x2.yaml"
 TARGET_MS = 50.0
 MiB = 1 << 20
 LIMITED = 16  # claims with an SM limit whose programs launch kernels
@@ -94,30 +91,6 @@ def fill_regions(paths: PluginPaths, uids: Sequence[str], state: Path) -> list[s
                 raise RuntimeError(f"tcuda usage: {line}{p.stdout.read()}")
         running += started
     return running
-
-
-def metrics_for(root: Path, paths: PluginPaths, *, proc: Path = claim_processes.PROC) -> NodeMetrics:
-    """The daemon's collector over the daemon's files: the checkpoint, the claim dirs, the GPUs' state."""
-    backend = SimulatedBackend.from_file(node_file=NODE_FILE, state_file=root / "sim-state.json")
-    inventory = backend.inventory()
-    store = CheckpointStore(path=paths.checkpoint_file)
-
-    def stamp() -> object:
-        st = paths.checkpoint_file.stat()
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-    return NodeMetrics(
-        NodeSources(
-            inventory=lambda: inventory,
-            checkpoint=lambda: store.load(boot_id=""),
-            checkpoint_stamp=stamp,
-            claims_dir=paths.claims_dir,
-            health=lambda: None,
-            conditions=dict,
-            vgpu_shares=10,
-            proc=proc,
-        )
-    )
 
 
 def time_ms(fn: object, rounds: int) -> list[float]:

@@ -29,11 +29,11 @@ from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord
-from e2e.fake_mps import FAKE_MPS_CONTROL, mps_dir_for, stop_mps_daemons
-from e2e.fake_nvml import FakeNvmlNode
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
 from e2e.plugin_identity import PluginCredentials, issue, report_running, revoke
+from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL, mps_dir_for, stop_mps_daemons
+from tests.support.doubles.fake_nvml import FakeNvmlNode
 
 log = structlog.get_logger(__name__)
 

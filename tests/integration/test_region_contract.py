@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 from kubelet_plugin.library.region import SIZE, RegionUnreadableError, read_region
+from tests.support.doubles.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 
 MiB = 1 << 20
 

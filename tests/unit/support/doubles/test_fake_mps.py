@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from e2e.fake_mps import mps_dir_for
 from kubelet_plugin.host_parts.mps.control import LONGEST_SOCKET, SOCKET_PATH_MAX
+from tests.support.doubles.fake_mps import mps_dir_for
 
 UUID = "GPU-7e55e7a0-1234-4567-89ab-cdef00000001"
 

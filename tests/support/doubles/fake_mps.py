@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 from dra_driver.core.families import mps
-from e2e.fake_nvml import FAKE_LIBRARY_DIR
 from kubelet_plugin.host_parts.mps.control import LONGEST_SOCKET, SOCKET_PATH_MAX, MpsControl
 from kubelet_plugin.node.paths import PluginPaths
+from tests.support.doubles.fake_nvml import FAKE_LIBRARY_DIR
 
 FAKE_MPS_CONTROL = FAKE_LIBRARY_DIR / "nvidia-cuda-mps-control"
 

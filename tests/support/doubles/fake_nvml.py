@@ -23,7 +23,7 @@ from dra_driver.backends.decoding import check_fields, check_header, expect_list
 from dra_driver.vocabulary.errors import ConfigError, StorageError
 from dra_driver.vocabulary.names import DRIVER_PROC_ROOT_ENV, SYSFS_ROOT_ENV
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[3]
 FAKE_LIBRARY_DIR = REPO_ROOT / "interceptor" / "build" / "fake"
 FAKE_NVML_LIBRARY = FAKE_LIBRARY_DIR / "libnvidia-ml.so.1"
 

@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 BUILD = REPO / "interceptor" / "build"
 LIBRARY = BUILD / "libtessera.so"
 TCUDA = BUILD / "tests" / "tcuda"
