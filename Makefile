@@ -115,32 +115,32 @@ bench-prepare: dev
 
 # a scrape of /metrics with 256 prepared vgpu claims whose regions a fake-driver program filled
 bench-metrics: dev
-	$(BIN)/python -m e2e.bench_metrics $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.scrape $(SMOKE_FLAG)
 
 bench-interceptor: interceptor
 	$(MAKE) -C interceptor bench SMOKE=$(SMOKE)
 
 # 4 nodes, 200 vGPU pods at once: the upstream client QPS/burst defaults next to production values
 bench-e2e: dev cluster
-	$(BIN)/python -m e2e.bench $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.pods $(SMOKE_FLAG)
 
 # the admission webhook at 50 pods/s: AdmissionReview latency p50/p99 (client and in-webhook), pod creates
 # through the API server with and without a HAMi GPU request, and the webhook's memory; templates made by
 # forged reviews; time from a pod's create to its claim (WEBHOOK_ARGS="--webhook-source DIR" for another checkout)
 bench-webhook: dev cluster helm
-	$(BIN)/python -m e2e.bench_webhook $(WEBHOOK_ARGS) $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.admission $(WEBHOOK_ARGS) $(SMOKE_FLAG)
 
 # make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md)
 NODES ?= 10,50,100
 FAMILIES ?= whole,vgpu,mig-1g,mix
 LAYOUTS ?= all,fewer,vgpu-only,mig-1g-only
 bench-scale: dev cluster
-	$(BIN)/python -m e2e.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
+	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster
-	$(BIN)/python -m e2e.scale.fragmentation $(SMOKE_FLAG)
-	$(BIN)/python -m e2e.scale.fragmentation --mix aligned $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.scale.fragmentation $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.scale.fragmentation --mix aligned $(SMOKE_FLAG)
 
 bench-upgrade: dev cluster realnode helm image
 	$(BIN)/python -m e2e.realnode upgrade $(SMOKE_FLAG)

@@ -17,9 +17,9 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.pytest_fixture import control_plane, k8s_api, skip_unmixable, wait_for_service_account
-from e2e.kube import WaitTimeoutError, delete_namespace_contents, wait_for
-from e2e.node import BackendKind
-from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
+from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.harness.node import BackendKind
+from e2e.harness.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 
 __all__ = ["bed", "control_plane", "k8s_api", "ns"]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from dra_driver.core.sm_schedule import Part
 from dra_driver.vocabulary.names import VIEW_FILE_NAME, Cap, qualified
-from e2e.examples import pinned
-from e2e.kube import (
+from e2e.harness.examples import pinned
+from e2e.harness.kube import (
     Json,
     allocated_results,
     get_claim,
@@ -21,9 +21,9 @@ from e2e.kube import (
     wait_for,
     wait_running,
 )
+from e2e.harness.testbed import SimCluster
 from e2e.kubelet_standin.container_edits import ContainerConfig
 from e2e.kubelet_standin.runtime_record import PodRuntime
-from e2e.testbed import SimCluster
 from kubelet_plugin.library.gpu_view import GpuView
 
 H100 = "sim-h100x8"

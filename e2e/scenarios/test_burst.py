@@ -14,8 +14,9 @@ from dra_driver.vocabulary.names import (
     Attr,
     Cap,
 )
-from e2e.examples import example, find, renamed
-from e2e.kube import Json
+from e2e.harness.examples import example, find, renamed
+from e2e.harness.kube import Json
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,
@@ -27,7 +28,6 @@ from e2e.scenarios.probes import (
     running,
     view_settles,
 )
-from e2e.testbed import SimCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -14,12 +14,12 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane.pytest_fixture import wait_for_service_account
-from e2e.kube import WaitTimeoutError, delete_namespace_contents, wait_for
-from e2e.node import NODES_DIR
+from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.harness.node import NODES_DIR
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.binaries import check_built
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.node import RealNode, short_root
-from e2e.testbed import SimCluster
 
 REAL_NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
 

@@ -1,5 +1,5 @@
-"""`python -m e2e.scale.publishers`: the node plugin's real slice publisher for many simulated nodes in one
-process, so that a hundred nodes do not need a hundred daemons.
+"""`python -m e2e.benches.scale.publishers`: the node plugin's real slice publisher for many simulated nodes
+in one process, so that a hundred nodes do not need a hundred daemons.
 
 Each node gets what its daemon would run: the simulated backend's inventory for the node file (UUIDs seeded
 by the node's name), `build_slices` with the node's settings, and `SlicePublisher.run` (publish, watch the
@@ -83,7 +83,7 @@ def publish_nodes(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.scale.publishers", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m e2e.benches.scale.publishers", description=__doc__)
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--node-file", type=Path, required=True, help="a SimulatedNode file (e2e/nodes/)")
     parser.add_argument("--settings", type=Path, help="NodeSettings file, as the daemon's --settings")

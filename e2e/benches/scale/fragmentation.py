@@ -1,12 +1,12 @@
-"""`python -m e2e.scale.fragmentation` (`make bench-order`): the device order against fragmentation, on the
-real kube-scheduler.
+"""`python -m e2e.benches.scale.fragmentation` (`make bench-order`): the device order against fragmentation,
+on the real kube-scheduler.
 
 One 8 x H100 node per order (published by the real publisher, no kubelet), the same seeded stream of claims
-arriving and leaving (MIG 1g/2g/3g/4g/7g, vgpu of random sizes, whole GPUs; e2e.scale.workloads) played
-against each, one event at a time: an arrival is a claim and a pod pinned to the node, waited for until the
-scheduler binds it or marks it Unschedulable; a departure deletes a random live pod and its claim and waits
-until the claim is gone. A run ends at the first arrival the scheduler cannot place. Printed per order and
-seed: arrivals placed before that failure, and the GPU memory allocated at that point.
+arriving and leaving (MIG 1g/2g/3g/4g/7g, vgpu of random sizes, whole GPUs; e2e.benches.scale.workloads)
+played against each, one event at a time: an arrival is a claim and a pod pinned to the node, waited for until
+the scheduler binds it or marks it Unschedulable; a departure deletes a random live pod and its claim and
+waits until the claim is gone. A run ends at the first arrival the scheduler cannot place. Printed per order
+and seed: arrivals placed before that failure, and the GPU memory allocated at that point.
 
 `--mix aligned` adds arrivals of whole GPUs that must land together (4 of one NVLink domain and NUMA node, 2
 under one PCIe switch; docs/topology.md) and, after every event, asks whether 4 and 8 such GPUs could still
@@ -40,16 +40,16 @@ from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.settings import NodeSettings
 from dra_driver.io.logs import configure
 from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE, Attr, Cap, qualified, split_device_name
-from e2e.bench import pod as bench_pod
+from e2e.benches.pods import pod as bench_pod
+from e2e.benches.scale.workloads import ALIGNED_MIX_WEIGHTS, MIX_WEIGHTS, Want, random_want
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account
-from e2e.kube import Kubectl, get_claim, wait_for
+from e2e.harness.kube import Kubectl, get_claim, wait_for
+from e2e.harness.published_node import published_node
+from e2e.harness.testbed import H100_NODE, apply_device_classes
+from e2e.harness.verdicts import scheduler_verdict
 from e2e.kubelet_standin.errors import StandInError
-from e2e.published_node import published_node
-from e2e.scale.workloads import ALIGNED_MIX_WEIGHTS, MIX_WEIGHTS, Want, random_want
-from e2e.testbed import H100_NODE, apply_device_classes
-from e2e.verdicts import scheduler_verdict
 
 GIB = 1024**3
 MAX_ARRIVALS = 400  # a run stops after this many placed arrivals even when nothing failed yet
@@ -308,7 +308,7 @@ def summary(totals: dict[str, list[Outcome]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.scale.fragmentation", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m e2e.benches.scale.fragmentation", description=__doc__)
     parser.add_argument("--seeds", default="1-20", help="seeds of the event stream: 1-20 or 1,4,9")
     parser.add_argument("--p-depart", type=float, default=0.45, help="probability an event is a departure")
     parser.add_argument(

@@ -1,6 +1,7 @@
-"""`python -m e2e.bench` (`make bench-e2e`): end-to-end numbers on a real control plane with 4 simulated
-8 x H100 nodes, each with the node plugin and a kubelet stand-in, once per client-rate setting of the control
-plane (the upstream defaults and production values, e2e/controlplane/settings.py), printed side by side:
+"""`python -m e2e.benches.pods` (`make bench-e2e`): end-to-end numbers on a real control plane with 4
+simulated 8 x H100 nodes, each with the node plugin and a kubelet stand-in, once per client-rate setting of
+the control plane (the upstream defaults and production values, e2e/controlplane/settings.py), printed side by
+side:
 
 - pod start latency: from the pod's create call returning to the pod seen Running and Ready, p50/p99 over
   200 vGPU pods created at once;
@@ -30,14 +31,14 @@ from kubernetes import client as k8s
 from kubernetes.watch.watch import iter_resp_lines
 
 from dra_driver.io.logs import configure
+from e2e.benches.meters import total_use
 from e2e.controlplane.binaries import Binaries, ensure_built
 from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.controlplane.settings import CLIENT_RATES, ClientRates, client_rates
-from e2e.kube import WaitTimeoutError, delete_namespace_contents, is_running, wait_for
-from e2e.meters import total_use
-from e2e.testbed import H100_NODE, make_testbed, running_nodes
+from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, is_running, wait_for
+from e2e.harness.testbed import H100_NODE, make_testbed, running_nodes
 
 NODES = 4
 CREATORS = 8
@@ -381,7 +382,7 @@ def report(measured: Sequence[Measured], *, nodes: int = NODES) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.bench", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m e2e.benches.pods", description=__doc__)
     parser.add_argument("--vgpu-pods", type=int, default=200)
     parser.add_argument("--mig-pods", type=int, default=112)
     parser.add_argument("--single-pods", type=int, default=20)

@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from dra_driver.explain.cli import main as explain_main
-from e2e.kube import allocated_results, get_claim, get_pod, wait_for
+from e2e.harness.kube import allocated_results, get_claim, get_pod, wait_for
 
 Json = dict[str, Any]
 

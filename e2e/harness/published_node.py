@@ -20,7 +20,7 @@ from e2e.controlplane.nodes import create_node, delete_node
 from kubelet_plugin.publish.publisher import SlicePublisher
 
 Json = dict[str, Any]
-NODES_DIR = Path(__file__).resolve().parent / "nodes"
+NODES_DIR = Path(__file__).resolve().parents[1] / "nodes"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
-"""`python -m e2e.scale` (`make bench-scale`): what publishing every MIG placement costs kube-scheduler at 10,
-50 and 100 simulated 8 x H100 nodes, and how fast pods are placed.
+"""`python -m e2e.benches.scale` (`make bench-scale`): what publishing every MIG placement costs
+kube-scheduler at 10, 50 and 100 simulated 8 x H100 nodes, and how fast pods are placed.
 
-For each node count: a fresh control plane (production client rates), the nodes (e2e.scale.cluster), then
-per layout (every placement; fewer MIG profiles) a line describing the published slices, and per family
+For each node count: a fresh control plane (production client rates), the nodes (e2e.benches.scale.cluster),
+then per layout (every placement; fewer MIG profiles) a line describing the published slices, and per family
 (whole GPU, vgpu 10Gi/20 %, MIG 1g.10gb, a seeded random mix) one line:
 
     scale nodes=100 devices=22400 family=vgpu pods=2000 pods_per_s=… p50_ms=… p99_ms=…
@@ -26,12 +26,12 @@ from pathlib import Path
 from kubernetes import client as k8s
 
 from dra_driver.io.logs import configure
+from e2e.benches.meters import etcd_slice_bytes, json_slice_bytes, total_use
+from e2e.benches.scale.cluster import LAYOUTS, Layout, ScaleCluster, layout_shape, scale_cluster
+from e2e.benches.scale.family_run import NAMESPACE, FamilyRun, run_family
+from e2e.benches.scale.workloads import FAMILIES, PER_NODE, family_wants
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.pytest_fixture import wait_for_service_account
-from e2e.meters import etcd_slice_bytes, json_slice_bytes, total_use
-from e2e.scale.cluster import LAYOUTS, Layout, ScaleCluster, layout_shape, scale_cluster
-from e2e.scale.family_run import NAMESPACE, FamilyRun, run_family
-from e2e.scale.workloads import FAMILIES, PER_NODE, family_wants
 
 MIB = 1024 * 1024
 
@@ -84,7 +84,7 @@ def details(layout: Layout, run: FamilyRun, cluster: ScaleCluster) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.scale", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m e2e.benches.scale", description=__doc__)
     parser.add_argument("--nodes", type=lambda t: [int(n) for n in _csv(t)], default=[10, 50, 100])
     parser.add_argument("--families", type=lambda t: _csv(t, FAMILIES), default=list(FAMILIES))
     parser.add_argument("--layouts", type=lambda t: _csv(t, tuple(LAYOUTS)), default=list(LAYOUTS))

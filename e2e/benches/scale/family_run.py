@@ -12,11 +12,11 @@ from dataclasses import dataclass
 
 from kubernetes import client as k8s
 
-from e2e.bench import Tracker, create_all, percentile, pod
-from e2e.kube import list_pods, wait_for
-from e2e.meters import process_use, slice_writes, total_use
-from e2e.scale.cluster import LABEL, ScaleCluster
-from e2e.scale.workloads import Want
+from e2e.benches.meters import process_use, slice_writes, total_use
+from e2e.benches.pods import Tracker, create_all, percentile, pod
+from e2e.benches.scale.cluster import LABEL, ScaleCluster
+from e2e.benches.scale.workloads import Want
+from e2e.harness.kube import list_pods, wait_for
 
 NAMESPACE = "scale"
 

@@ -13,13 +13,13 @@ import yaml
 from kubernetes import client as k8s
 
 from dra_driver.vocabulary.names import DRIVER_NAME, Cap
-from e2e.kube import Json, allocated_results, get_claim, pod_claim_name
+from e2e.harness.kube import Json, allocated_results, get_claim, pod_claim_name
 from e2e.kubelet_standin.errors import StandInError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "deploy" / "examples"
 DEVICECLASSES_DIR = REPO_ROOT / "deviceclasses"
-FALLBACK_DEVICECLASSES = Path(__file__).resolve().parent / "scenarios" / "fixtures" / "deviceclasses.yaml"
+FALLBACK_DEVICECLASSES = Path(__file__).resolve().parents[1] / "scenarios" / "fixtures" / "deviceclasses.yaml"
 
 
 def example_files() -> list[Path]:

@@ -23,9 +23,9 @@ import yaml
 from kubernetes import client as k8s
 
 from e2e.controlplane.releases import default_version
-from e2e.kube import Json, Kubectl, wait_for
+from e2e.harness.kube import Json, Kubectl, wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
 CONFIG = "tessera-admission"
 

@@ -78,7 +78,8 @@ MIX_WEIGHTS: dict[str, int] = {
     "gpu": 13,
 }
 # The mix with aligned multi-GPU arrivals (`make bench-order`'s aligned run): 4 and 2 whole GPUs that land
-# together; 8 GPUs only fit an empty board, so they are probed (e2e/scale/fragmentation.py), not asked for.
+# together; 8 GPUs only fit an empty board, so they are probed (e2e/benches/scale/fragmentation.py), not
+# asked for.
 ALIGNED_MIX_WEIGHTS: dict[str, int] = {**MIX_WEIGHTS, "gpu-x4": 4, "gpu-x2": 4}
 VGPU_GIB = (1, 2, 4, 8, 10, 16, 20, 24, 32, 40)
 VGPU_CORES = (0, 10, 20, 25, 30, 50)

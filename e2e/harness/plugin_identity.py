@@ -2,10 +2,10 @@
 binding and admission policies (from deploy/manifests/tessera.yaml), a plugin Pod object bound to the node,
 and a token bound to that pod (what the kubelet projects into the plugin's container), in a kubeconfig.
 
-On a stand-in node the pod never runs as a container: e2e.node.SimNode starts the daemon itself, so the pod
-carries the stand-in's run-elsewhere label. On the real node (e2e.realnode) the real kubelet runs it as a
-sleeper (`pod_manifest` of `issue`), while the daemon runs on the host. The pod exists because binding the
-token to a pod on the node is what makes the API server put the node's name into the token
+On a stand-in node the pod never runs as a container: e2e.harness.node.SimNode starts the daemon itself, so
+the pod carries the stand-in's run-elsewhere label. On the real node (e2e.realnode) the real kubelet runs it
+as a sleeper (`pod_manifest` of `issue`), while the daemon runs on the host. The pod exists because binding
+the token to a pod on the node is what makes the API server put the node's name into the token
 (`authentication.kubernetes.io/node-name`), which the node-slices policy and the `associated-node:` verbs
 read. Deleting the pod revokes the token.
 """
@@ -25,13 +25,13 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.files import write_atomic
-from e2e.kube import Kubectl, wait_for
+from e2e.harness.kube import Kubectl, wait_for
 from e2e.kubelet_standin.kubelet import RUN_ELSEWHERE_LABEL
 from e2e.kubelet_standin.pod_status import HOST_IP, running_status
 
 log = structlog.get_logger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "deploy" / "manifests" / "tessera.yaml"
 SYSTEM_NS = "tessera-system"
 SERVICE_ACCOUNT = "tessera-node-plugin"

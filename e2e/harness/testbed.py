@@ -13,11 +13,11 @@ import structlog
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.examples import device_class_files, load
-from e2e.kube import Kubectl
+from e2e.harness.examples import device_class_files, load
+from e2e.harness.kube import Kubectl
+from e2e.harness.node import NODES_DIR, BackendKind, SimNode, node_kubeconfig, node_name_of
+from e2e.harness.plugin_identity import install_identity
 from e2e.kubelet_standin.errors import StandInError
-from e2e.node import NODES_DIR, BackendKind, SimNode, node_kubeconfig, node_name_of
-from e2e.plugin_identity import install_identity
 
 log = structlog.get_logger(__name__)
 

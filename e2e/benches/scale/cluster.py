@@ -1,10 +1,9 @@
 """N simulated 8 x H100 nodes on the real control plane, for the scale benchmark.
 
 Every node is a Node object whose pool the real publisher code writes: most nodes from a few publisher
-processes (`e2e.scale.publishers`, up to 25 nodes each), a sample of nodes as full simulated nodes (the node
-plugin daemon and a kubelet stand-in each, e2e.node.SimNode), so that pods placed there really run. A
-layout is the node settings every node publishes with; `set_layout` republishes all of them.
-"""
+processes (`e2e.benches.scale.publishers`, up to 25 nodes each), a sample of nodes as full simulated nodes
+(the node plugin daemon and a kubelet stand-in each, e2e.harness.node.SimNode), so that pods placed there
+really run. A layout is the node settings every node publishes with; `set_layout` republishes all of them."""
 
 from __future__ import annotations
 
@@ -25,18 +24,18 @@ from urllib3.exceptions import HTTPError as TransportError
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, NODE_SETTINGS_KIND
+from e2e.benches.meters import slice_pages
+from e2e.benches.scale.publishers import node_inventory
+from e2e.benches.scale.workloads import FAMILIES
 from e2e.controlplane.binaries import Binaries
 from e2e.controlplane.launcher import ControlPlane, start_control_plane
 from e2e.controlplane.nodes import create_node
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.settings import PRODUCTION
 from e2e.controlplane.state import ComponentRecord
-from e2e.kube import WaitTimeoutError
-from e2e.meters import slice_pages
-from e2e.node import SimNode, spawn_python
-from e2e.scale.publishers import node_inventory
-from e2e.scale.workloads import FAMILIES
-from e2e.testbed import H100_NODE, SimCluster, make_testbed, start_node
+from e2e.harness.kube import WaitTimeoutError
+from e2e.harness.node import SimNode, spawn_python
+from e2e.harness.testbed import H100_NODE, SimCluster, make_testbed, start_node
 
 log = structlog.get_logger(__name__)
 
@@ -130,7 +129,7 @@ class ScaleCluster:
                     name=f"publishers-{k // NODES_PER_PROCESS}",
                     args=[
                         "-m",
-                        "e2e.scale.publishers",
+                        "e2e.benches.scale.publishers",
                         f"--kubeconfig={self.plane.kubeconfig}",
                         f"--node-file={H100_NODE}",
                         f"--settings={self.settings_file}",

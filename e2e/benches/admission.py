@@ -42,8 +42,8 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
-from e2e.kube import Kubectl, get_pod
-from e2e.webhook import ROOT, admission_review, ca_bundle, post_reviews, start_webhook
+from e2e.harness.kube import Kubectl, get_pod
+from e2e.harness.webhook import ROOT, admission_review, ca_bundle, post_reviews, start_webhook
 
 EXAMPLES = ROOT / "admission" / "examples"
 TARGET_P99_MS = 10.0

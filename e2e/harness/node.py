@@ -2,7 +2,7 @@
 --simulate ...`, or on the NVML backend over the fake libnvidia-ml) and a kubelet stand-in, as two processes
 sharing a temporary root that plays the host's filesystem (sockets, CDI specs, claim directories, the GPUs'
 state). The plugin runs as the chart's ServiceAccount with a token bound to its own Pod object on the node
-(e2e.plugin_identity), never as admin."""
+(e2e.harness.plugin_identity), never as admin."""
 
 from __future__ import annotations
 
@@ -29,15 +29,15 @@ from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.state import ComponentRecord
+from e2e.harness.plugin_identity import PluginCredentials, issue, report_running, revoke
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
-from e2e.plugin_identity import PluginCredentials, issue, report_running, revoke
 from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL, mps_dir_for, stop_mps_daemons
 from tests.support.doubles.fake_nvml import FakeNvmlNode
 
 log = structlog.get_logger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 NODES_DIR = REPO_ROOT / "e2e" / "nodes"
 LIBRARY_BUILD = REPO_ROOT / "interceptor" / "build" / "libtessera.so"
 _PR_SET_PDEATHSIG = 1
@@ -123,7 +123,7 @@ class SimNode:
     """A simulated node. `start()` creates the Node and the plugin's identity (its Pod object and token),
     starts the stand-in (which wipes stale slices, as a kubelet does at start) and then the plugin, and waits
     for the plugin's ResourceSlices. `admin_kubeconfig` only names the cluster the plugin's kubeconfig
-    points at; the chart's RBAC must be installed (e2e.plugin_identity.install_identity)."""
+    points at; the chart's RBAC must be installed (e2e.harness.plugin_identity.install_identity)."""
 
     def __init__(
         self,
