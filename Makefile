@@ -16,6 +16,13 @@ GATES ?= sharing
 # SMOKE=1: a benchmark's (or the demo's) smoke form, every part once on a tiny scale, its figures meaningless;
 # `make test` runs each documented command so (tests/README.md, "Smoke forms")
 SMOKE_FLAG = $(if $(SMOKE),--smoke)
+# pytest-xdist workers for `make test` and `make test-e2e` (tests/README.md, "Running in parallel"); 0: one
+# process, as pytest runs by default
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+# Python may keep its bytecode (a machine may set PYTHONDONTWRITEBYTECODE): without it every run compiles, and
+# pytest rewrites the assertions of, every test module again, about 40 s of each run's collection on 2 cores
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
         bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade bench-webhook proto interceptor cluster realnode helm \
@@ -41,7 +48,7 @@ interceptor:
 lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests interceptor/fake/gen_products.py
+	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests conftest.py interceptor/fake/gen_products.py
 	$(BIN)/lint-imports
 
 test-unit: dev helm
@@ -79,7 +86,7 @@ test-e2e: dev cluster
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
-	$(BIN)/pytest -q -m e2e e2e
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m e2e e2e
 
 test: dev lint
 	$(MAKE) -C interceptor test
@@ -88,7 +95,7 @@ test: dev lint
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
-	$(BIN)/pytest -q tests e2e
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests e2e
 
 # One release of the version matrix (docs/install.md, "Tested releases"): the e2e cluster tests and the
 # simulated-node scenarios of every family on it, e.g. make test-k8s K8S_VERSION=1.35.4 [GATES=default].

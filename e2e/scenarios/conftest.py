@@ -1,5 +1,6 @@
-"""One control plane and two simulated nodes (8 H100s; 2 A100s and 2 L4s) for the whole session; every
-scenario gets a fresh namespace, emptied afterwards, and the nodes are checked for leftovers.
+"""One control plane and two simulated nodes (8 H100s; 2 A100s and 2 L4s) for the scenarios (package scope:
+stopped after the last one); every scenario gets a fresh namespace, emptied afterwards, and the nodes are
+checked for leftovers.
 
 The node plugins run on the simulated backend; the scenarios of `ALSO_ON_NVML` run a second time with the
 plugins on the NVML backend over the fake libnvidia-ml (the nodes are restarted once for them)."""
@@ -31,10 +32,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "bed" in metafunc.fixturenames:
         module = metafunc.module.__name__.rsplit(".", 1)[-1]
         kinds = list(BackendKind) if module in ALSO_ON_NVML else [BackendKind.SIMULATED]
-        metafunc.parametrize("bed", [k.value for k in kinds], indirect=True, scope="session")
+        metafunc.parametrize("bed", [k.value for k in kinds], indirect=True, scope="package")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def bed(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, request: pytest.FixtureRequest
 ) -> Iterator[SimCluster]:

@@ -1,4 +1,4 @@
-"""The real node (kubelet + containerd + runc + Tessera's plugin, e2e.realnode) for the whole session,
+"""The real node (kubelet + containerd + runc + Tessera's plugin, e2e.realnode) for the real-node scenarios,
 joined to the scenarios' control plane next to the stand-in nodes; every scenario gets a fresh namespace,
 emptied afterwards, and the node is checked for leftovers (CDI specs, claim dirs, MIG instances, either
 checkpoint)."""
@@ -24,7 +24,8 @@ from e2e.realnode.node import RealNode, short_root
 REAL_NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
 
 
-@pytest.fixture(scope="session")
+# package scope: the node (kubelet, containerd, the chart's pods) stops after the last real-node scenario
+@pytest.fixture(scope="package")
 def real_node(bed: SimCluster, request: pytest.FixtureRequest) -> Iterator[RealNode]:
     if os.geteuid() != 0:
         pytest.skip("the real node needs root: namespaces, mounts, cgroups")
