@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
@@ -55,28 +55,32 @@ class Commits:
     durable: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class NodeInputs:
+    """What a node's state is built from; `tessera plugin` and `tessera cleanup` build it in one place
+    (`kubelet_plugin.serving.node_setup`)."""
+
+    backend: GpuBackend
+    paths: PluginPaths
+    steps: StepObserver = NO_OBSERVER  # told as a claim passes each step (a test harness may stop it there)
+    host_options: Mapping[str, str] = field(default_factory=dict)  # the host parts' own flags (`HostOption`)
+    driver_root: DriverRoot | None = None
+    boot_id: str | None = None  # None: the running kernel's
+
+
 class NodeState:
-    def __init__(
-        self,
-        *,
-        backend: GpuBackend,
-        paths: PluginPaths,
-        steps: StepObserver = NO_OBSERVER,
-        host_options: Mapping[str, str] | None = None,
-        driver_root: DriverRoot | None = None,
-        boot_id: str | None = None,
-    ) -> None:
-        self.backend = backend
-        self.paths = paths
-        self.steps = steps  # told as a claim passes each step (a test harness may stop the process there)
-        self.boot_id = boot_id if boot_id is not None else read_boot_id()
+    def __init__(self, inputs: NodeInputs) -> None:
+        self.backend = backend = inputs.backend
+        self.paths = paths = inputs.paths
+        self.steps = steps = inputs.steps
+        self.boot_id = inputs.boot_id if inputs.boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
         context = HostContext(
             backend=backend,
             paths=paths,
             steps=steps,
-            options=dict(host_options or {}),
-            driver_root=driver_root,
+            options=dict(inputs.host_options),
+            driver_root=inputs.driver_root,
         )
         self.hosts = Hosts(context)
         self.lock = threading.RLock()
