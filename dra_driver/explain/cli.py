@@ -41,7 +41,7 @@ def add_cli(subparsers: Any) -> None:
         type=Path,
         metavar="FILE",
         help="the simulated nodes' settings (resource.tessera.dev/v1 NodeSettings, as `tessera inventory "
-        "--settings` takes them: a node group's vgpuShares, migProfiles, families); default: every default",
+        "--settings` takes them: a node group's sharesPerGpu, migProfiles, families); default: every default",
     )
     p.add_argument(
         "--kubeconfig", help="kubeconfig for cluster mode (default: in-cluster, then ~/.kube/config)"

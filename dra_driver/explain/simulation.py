@@ -1,6 +1,6 @@
 """Slices of a simulated node, built by the node plugin's own pure slice builder with the node's settings
-(what it would publish): a node group's `vgpuShares` or `migProfiles` change its slices, so an answer for the
-group needs them."""
+(what it would publish): a node group's `sharesPerGpu` or `migProfiles` change its slices, so an answer for
+the group needs them."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from typing_extensions import TypeVar
 
 from cdi.spec import DeviceNode
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
+from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import DeviceNode as HostNode
 from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
@@ -36,8 +37,8 @@ MadeT = TypeVar("MadeT", default=Never)
 
 @dataclass(frozen=True, slots=True)
 class NodeSetting(Generic[T]):
-    """A field of the NodeSettings file that a family declares and reads (`vgpuShares`, `migProfiles`): its
-    key, its value when absent, and a strict decoder raising ConfigError that names the key."""
+    """A field of the NodeSettings file that a family declares and reads (`sharesPerGpu`, `migProfiles`): its
+    key, its value when absent, and a strict decoder raising ConfigError whose message starts with the key."""
 
     key: str
     default: T
@@ -45,6 +46,23 @@ class NodeSetting(Generic[T]):
     decode: Callable[[object], T]
     # the value's JSON Schema: the chart's values.schema.json checks nodeGroups[].<key> with it (generated)
     schema: Mapping[str, Any] = field(default_factory=dict)
+    # keys the setting had before it was renamed: still read, as the same setting (`vgpuShares`)
+    former_keys: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key it is read from, the preferred one first."""
+        return (self.key, *self.former_keys)
+
+    def decode_as(self, key: str, raw: object) -> T:
+        """`raw` given under `key` (one of `keys`), decoded; the error names the key as it was given."""
+        try:
+            return self.decode(raw)
+        except ConfigError as e:
+            said = str(e)
+            if key != self.key and said.startswith(self.key):
+                raise ConfigError(key + said.removeprefix(self.key)) from e
+            raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,16 +79,23 @@ class FamilySettings:
 
 
 def decoded_settings(declared: Mapping[str, NodeSetting[Any]], raw: Mapping[str, object]) -> FamilySettings:
-    """Decode the given keys with the settings that declare them; ConfigError for a key none declares."""
-    values: dict[str, object] = {}
+    """Decode the given keys with the settings that declare them (`declared`: by every key each is read
+    from); ConfigError for a key none declares, or for two keys of one setting given different values."""
+    given: dict[str, tuple[str, object]] = {}  # the setting's key: (the key given, its value decoded)
     for key, value in raw.items():
         setting = declared.get(key)
         if setting is None:
             raise ConfigError(f"{key}: no family declares this node setting (known: {', '.join(declared)})")
-        decoded = setting.decode(value)
-        if decoded != setting.default:  # a default given explicitly is the same node as one left out
-            values[key] = decoded
-    return FamilySettings(values)
+        decoded = setting.decode_as(key, value)
+        if setting.key in given and given[setting.key][1] != decoded:
+            first = given[setting.key][0]
+            raise ConfigError(
+                f"{first}, {key}: two names of one setting with different values "
+                f"({excerpt(raw[first])}, {excerpt(value)}); give {setting.key} only"
+            )
+        given[setting.key] = (key, decoded)
+    # a default given explicitly is the same node as one left out
+    return FamilySettings({k: v for k, (_, v) in given.items() if v != declared[k].default})
 
 
 # ---- offering ----------------------------------------------------------------------------------------

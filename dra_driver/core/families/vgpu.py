@@ -183,7 +183,7 @@ class Vgpu(
 
     def records(self, devices: Sequence[Planned], held: Held[GpuShare]) -> tuple[GpuShare, ...]:
         """A slot on each GPU: kept when the claim is prepared again, else the lowest free there. A GPU
-        whose view is full (MAX_SLOTS claims: more than `vgpuShares` allows, so the scheduler was told
+        whose view is full (MAX_SLOTS claims: more than `sharesPerGpu` allows, so the scheduler was told
         otherwise) refuses the claim rather than leave it without its part of the frame."""
         if held.claim:
             return held.claim
@@ -195,8 +195,8 @@ class Vgpu(
             if len(taken.get(d.gpu_uuid, ())) >= MAX_SLOTS:
                 raise ClaimError(
                     f"device {d.device}: GPU {d.gpu_uuid} already holds {MAX_SLOTS} vgpu claims, all its "
-                    f"view has room for; the node publishes at most {MAX_SLOTS} shares per GPU (vgpuShares), "
-                    "so re-allocate the claim"
+                    f"view has room for; the node publishes at most {MAX_SLOTS} shares per GPU "
+                    "(sharesPerGpu), so re-allocate the claim"
                 )
             config, limits = d.config, d.spec
             arbitrated = config.sm_limit_policy is not SmLimitPolicy.DISABLE
