@@ -26,7 +26,7 @@ import structlog
 from cdi.writer import read_spec, remove_spec
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core import families
-from dra_driver.core.allocation import NodeHolds
+from dra_driver.core.allocation import RecordsByFamily
 from dra_driver.io.driver_root import DriverRoot
 from dra_driver.io.safe_tree import is_plain_file
 from dra_driver.vocabulary.errors import StorageError, TesseraError
@@ -181,15 +181,15 @@ class NodeState:
             released_count=len(released),
         )
 
-    def holds(
+    def records_by_family(
         self, uid: ClaimUID, *, also: Mapping[Family, Sequence[object]] | None = None, own: bool = True
-    ) -> NodeHolds:
+    ) -> RecordsByFamily:
         """What every family records: the claim's own (unless `own` is false), and everyone else's plus
         `also` (what this call planned for other claims already)."""
         cp = self.checkpoint()
         entry = cp.entry(uid) if own else None
         extra = also or {}
-        return NodeHolds(
+        return RecordsByFamily(
             claim={f.name: entry.of(f.name) for f in families.FAMILIES} if entry is not None else {},
             others={
                 f.name: cp.records(f.name, excluding=uid) + tuple(extra.get(f.name, ()))

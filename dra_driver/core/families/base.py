@@ -1,6 +1,8 @@
 """What the family seam passes around (pure): a GPU as offered to the families, a node setting a family
-declares, an allocated device before and after planning, what the node holds, and what a device takes of its
-GPU. The protocol itself is `protocol.py`. docs/architecture.md, "The family seam".
+declares, an allocated device before and after planning, the records the node keeps of a family
+(`NodeRecords`), which memory slices of its GPU a device occupies (`SliceOccupancy`, for exclusivity) and how
+much of its GPU a prepared device was allotted (`Allotment`, for metrics and usage). The protocol itself is
+`protocol.py`. docs/architecture.md, "The family seam".
 """
 
 from __future__ import annotations
@@ -154,8 +156,8 @@ class Allocated(Generic[ConfigT, DetailT]):
 
 
 @dataclass(frozen=True, slots=True)
-class Held(Generic[RecordT]):
-    """What the node already records for a family, so planning never books a thing twice."""
+class NodeRecords(Generic[RecordT]):
+    """The records the node's checkpoint already keeps for a family, so planning never books a thing twice."""
 
     claim: tuple[RecordT, ...] = ()  # records of the claim being planned (it is prepared again)
     others: tuple[RecordT, ...] = ()  # every other claim's, and those planned earlier in the same call
@@ -193,7 +195,8 @@ class LibraryLimits:
 
 @dataclass(frozen=True, slots=True)
 class Allotment:
-    """What a prepared device holds of its GPU, as metrics and usage report it."""
+    """How much of its GPU a prepared device was allotted (memory, a share of the SMs, its MIG instance), as
+    metrics and usage report it; which of the GPU's slices it occupies is its `SliceOccupancy`."""
 
     memory_bytes: int
     cores_ratio: float  # share of the GPU's SMs (1.0: all of them)
@@ -202,17 +205,17 @@ class Allotment:
 
 
 @dataclass(frozen=True, slots=True)
-class Footprint:
-    """What of its GPU one allocated device takes, for the prepare side's own exclusivity check
-    (dra_driver/core/exclusivity.py): the GPU's memory slices it covers, and whether other devices of its
-    family may take the same slices at once (a multi-allocatable device: vgpu, MPS)."""
+class SliceOccupancy:
+    """Which of its GPU's memory slices one allocated device occupies, for the prepare side's own exclusivity
+    check (dra_driver/core/exclusivity.py), and whether other devices of its family may occupy them at once
+    (a multi-allocatable device: vgpu, MPS). How much it was allotted is its `Allotment`."""
 
     family: Family
     slices: frozenset[int]
     shared: bool = False
     what: str = "a whole GPU"  # how an error names it: "a vGPU share", "MIG 1g.10gb at slice 3"
 
-    def excludes(self, other: Footprint) -> bool:
+    def excludes(self, other: SliceOccupancy) -> bool:
         if self.shared and other.shared and self.family == other.family:
             return False
         return bool(self.slices & other.slices)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.core.families.base import Allocated, Footprint, GpuOffer, Json, NodeSetting, all_slices
+from dra_driver.core.families.base import Allocated, GpuOffer, Json, NodeSetting, SliceOccupancy, all_slices
 from dra_driver.core.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
 from dra_driver.core.sm_schedule import MAX_SLOTS
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
@@ -83,10 +83,10 @@ def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Jso
     }
 
 
-def shared_footprint(gpu: Gpu, *, family: Family, what: str) -> Footprint:
+def shared_occupancy(gpu: Gpu, *, family: Family, what: str) -> SliceOccupancy:
     """A shared device takes the whole GPU (its counters, at its first allocation), together with the other
     claims of its own family only."""
-    return Footprint(family=family, slices=all_slices(gpu), shared=True, what=what)
+    return SliceOccupancy(family=family, slices=all_slices(gpu), shared=True, what=what)
 
 
 def shared_capacity(gpu: Gpu, *, shares: int) -> Json:
