@@ -1,6 +1,8 @@
-"""Assembles a running node plugin from `DaemonOptions`, and takes it apart again.
+"""One running node plugin instance, assembled from `DaemonOptions` and taken apart again: the order of its
+parts, which live beside it (`node_setup`: the GPUs and the node's state, shared with `tessera cleanup`;
+`slice_publishing` with `version_gate`; `node_observability`; `server`).
 
-Order matters. Start: directories (explicit modes), backend, claim source, preparer; reconcile under the
+Order matters. Start: directories (explicit modes), claim source, backend, preparer; reconcile under the
 plugin lock (another instance may be serving), removing set-aside claim directories after releasing it, and
 the shared GPUs' views rewritten from the checkpoint; the host parts' loops (those writing node-wide files
 only while this instance leads, `loops.lock`); health; publisher; then the gRPC servers, the registration
