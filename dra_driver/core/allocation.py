@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from dra_driver.core import config as cfg
 from dra_driver.core import families
-from dra_driver.core.families.base import Allocated, AnyPlanned, Held, LibraryLimits
+from dra_driver.core.families.base import Allocated, AnyPlanned, LibraryLimits, NodeRecords
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Inventory
@@ -121,14 +121,14 @@ class ClaimPlan:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeHolds:
+class RecordsByFamily:
     """What the node records per family, for planning: the claim's own records and everyone else's."""
 
     claim: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
     others: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
 
-    def of(self, family: Family) -> Held[Any]:
-        return Held(claim=tuple(self.claim.get(family, ())), others=tuple(self.others.get(family, ())))
+    def of(self, family: Family) -> NodeRecords[Any]:
+        return NodeRecords(claim=tuple(self.claim.get(family, ())), others=tuple(self.others.get(family, ())))
 
 
 # ---- planning ---------------------------------------------------------------------------------------
@@ -221,7 +221,7 @@ def plan_claim(
     driver: str,
     pool: str,
     inventory: Inventory,
-    holds: NodeHolds = NodeHolds(),
+    recorded: RecordsByFamily = RecordsByFamily(),
 ) -> ClaimPlan:
     """Everything this node must do for the claim, or the first problem found, named."""
     meta = claim.metadata
@@ -233,7 +233,7 @@ def plan_claim(
     for r in ours:
         d = _allocated(r, inventory, decoded)
         f = families.parse_device_name(d.device).family
-        planned.append(f.plan(d, holds.of(f.name)))
+        planned.append(f.plan(d, recorded.of(f.name)))
     for f in families.FAMILIES:
         mine = [d for d in planned if d.family == f.name]
         if mine:

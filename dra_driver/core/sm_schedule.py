@@ -31,7 +31,7 @@ from fractions import Fraction
 DEFAULT_FRAME_US = 50_000
 # The entries a GPU's view holds (interceptor/src/view.h: TV_MAX_SLOTS, checked equal by
 # tests/integration/test_view_contract.py): one per normal claim at most, so it also bounds how many claims
-# one GPU takes (`vgpuShares`, families/capacity.py). Defined here, the one place both sides import.
+# one GPU takes (`sharesPerGpu`, families/capacity.py). Defined here, the one place both sides import.
 MAX_SLOTS = 64
 
 

@@ -31,7 +31,7 @@ from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.serving.dra_service import ClaimCalls
-from kubelet_plugin.serving.wiring import running_on
+from kubelet_plugin.serving.node_setup import running_on
 from tests.support.prepare_env import Env, claim, opaque, vgpu
 
 SAMPLES = 300

@@ -24,7 +24,7 @@ from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUI
 from e2e.fake_mps import FAKE_MPS_CONTROL
 from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.claims.api import NullClaimStatusWriter
-from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.node_state import NodeInputs, NodeState
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
@@ -132,11 +132,13 @@ class Env:
         """`faults`: the observer of its steps (none: a production preparer)."""
         steps = faults if faults is not None else NO_OBSERVER
         state = NodeState(
-            backend=self.open_backend(),
-            paths=self.paths,
-            steps=steps,
-            host_options={"mps_control": str(FAKE_MPS_CONTROL)},
-            boot_id=boot_id,
+            NodeInputs(
+                backend=self.open_backend(),
+                paths=self.paths,
+                steps=steps,
+                host_options={"mps_control": str(FAKE_MPS_CONTROL)},
+                boot_id=boot_id,
+            )
         )
         return Preparer(
             state=state,

@@ -102,13 +102,15 @@ def library_limits(d: AnyPlanned) -> LibraryLimits | None:
 
 
 def node_settings() -> dict[str, NodeSetting[Any]]:
-    """Every NodeSettings field a family declares, by key; TypeError when two families declare one key."""
+    """Every NodeSettings field a family declares, by each key it is read from (a renamed setting's former
+    keys too); TypeError when two families declare one key."""
     found: dict[str, NodeSetting[Any]] = {}
     for f in FAMILIES:
         for s in f.settings:
-            if found.get(s.key, s) is not s:
-                raise TypeError(f"two families declare the node setting {s.key}")
-            found[s.key] = s
+            for key in s.keys:
+                if found.get(key, s) is not s:
+                    raise TypeError(f"two families declare the node setting {key}")
+                found[key] = s
     return found
 
 

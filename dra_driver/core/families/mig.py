@@ -22,12 +22,12 @@ from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    Footprint,
     GpuOffer,
-    Held,
     Json,
+    NodeRecords,
     NodeSetting,
     PlannedDevice,
+    SliceOccupancy,
     all_slices,
     device_node,
 )
@@ -226,7 +226,7 @@ def _required(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
     return value
 
 
-def _mig_plan(d: Allocated[MigConfig, MigName], name: MigName, held: Held[MigRecord]) -> MigPlan:
+def _mig_plan(d: Allocated[MigConfig, MigName], name: MigName, recorded: NodeRecords[MigRecord]) -> MigPlan:
     """Where the instance comes from: created by Tessera, reused (rolling forward), or an administrator's
     static one."""
     gpu = d.gpu
@@ -241,8 +241,8 @@ def _mig_plan(d: Allocated[MigConfig, MigName], name: MigName, held: Held[MigRec
             f"(possible starts: {list(profile.placement_starts)})"
         )
     here = Placement(gpu.uuid, profile.profile_id, name.start)
-    own = set(FAMILY.placements(held.claim))
-    tessera = set(FAMILY.placements(held.others))
+    own = set(FAMILY.placements(recorded.claim))
+    tessera = set(FAMILY.placements(recorded.others))
     if here in tessera and here not in own:
         raise PlacementTakenError(
             f"device {d.device}: MIG placement {name.profile}@{name.start} on GPU {gpu.index} is held by "
@@ -379,7 +379,7 @@ class Mig(
 
     # -- plan --
 
-    def footprint(self, detail: MigName, gpu: Gpu) -> Footprint:
+    def occupancy(self, detail: MigName, gpu: Gpu) -> SliceOccupancy:
         """The placement's memory slices; a profile the GPU does not know (yet) is taken as all of them."""
         profile = gpu.profile_by_name(detail.profile)
         slices = (
@@ -388,10 +388,10 @@ class Mig(
             else all_slices(gpu)
         )
         what = f"MIG {detail.profile} at memory slice {detail.start}"
-        return Footprint(family=NAME, slices=slices, what=what)
+        return SliceOccupancy(family=NAME, slices=slices, what=what)
 
-    def plan(self, d: Allocated[MigConfig, MigName], held: Held[MigRecord]) -> Planned:
-        return d.planned(NAME, _mig_plan(d, d.detail, held))
+    def plan(self, d: Allocated[MigConfig, MigName], recorded: NodeRecords[MigRecord]) -> Planned:
+        return d.planned(NAME, _mig_plan(d, d.detail, recorded))
 
     def check_claim(self, devices: Sequence[Planned]) -> None:
         seen: set[Placement] = set()
@@ -401,7 +401,7 @@ class Mig(
                 raise ClaimError(f"device {d.device} is allocated twice in one claim")
             seen.add(placement)
 
-    def records(self, devices: Sequence[Planned], held: Held[MigRecord]) -> tuple[MigRecord, ...]:
+    def records(self, devices: Sequence[Planned], recorded: NodeRecords[MigRecord]) -> tuple[MigRecord, ...]:
         """Written ahead of any creation: the placements to create, and the administrator's instances used
         as they are."""
         out = []

@@ -21,12 +21,12 @@ from dra_driver.core.config_schema import ConfigField, ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    Footprint,
     GpuOffer,
-    Held,
     Json,
     LibraryLimits,
+    NodeRecords,
     PlannedDevice,
+    SliceOccupancy,
     Unnamed,
     not_in_mig_mode,
 )
@@ -35,8 +35,8 @@ from dra_driver.core.families.capacity import (
     SharedLimits,
     limits_status,
     shared_device,
-    shared_footprint,
     shared_limits,
+    shared_occupancy,
 )
 from dra_driver.core.families.protocol import ClaimWide, DeviceFamily, LibraryLimited, Recording
 from dra_driver.vocabulary.errors import ClaimError
@@ -135,10 +135,10 @@ class Mps(
         shares = min(o.setting(SHARES), MAX_CLIENTS)
         return (shared_device(o, family=NAME, part=_PART, shares=shares),)
 
-    def footprint(self, detail: Unnamed, gpu: Gpu) -> Footprint:
-        return shared_footprint(gpu, family=NAME, what="an MPS share")
+    def occupancy(self, detail: Unnamed, gpu: Gpu) -> SliceOccupancy:
+        return shared_occupancy(gpu, family=NAME, what="an MPS share")
 
-    def plan(self, d: Allocated[MpsConfig], held: Held[MpsClient]) -> Planned:
+    def plan(self, d: Allocated[MpsConfig], recorded: NodeRecords[MpsClient]) -> Planned:
         not_in_mig_mode(d, "an MPS share")
         if not _supported(d.gpu):
             raise ClaimError(
@@ -156,7 +156,7 @@ class Mps(
                 "one MPS control daemon (one GPU); use one claim per GPU"
             )
 
-    def records(self, devices: Sequence[Planned], held: Held[MpsClient]) -> tuple[MpsClient, ...]:
+    def records(self, devices: Sequence[Planned], recorded: NodeRecords[MpsClient]) -> tuple[MpsClient, ...]:
         return tuple(MpsClient(d.gpu_uuid, d.spec.cores) for d in devices)
 
     def record_gpus(self, records: Sequence[MpsClient]) -> frozenset[GpuUUID]:

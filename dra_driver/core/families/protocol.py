@@ -24,15 +24,15 @@ from dra_driver.core.families.base import (
     Allotment,
     ConfigT,
     DetailT,
-    Footprint,
     GpuOffer,
-    Held,
     Json,
     LibraryLimits,
     MadeT,
+    NodeRecords,
     NodeSetting,
     PlannedDevice,
     RecordT,
+    SliceOccupancy,
     SpecT,
     all_slices,
     device_node,
@@ -80,12 +80,14 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
         """The devices this family publishes for one GPU now (resource.k8s.io/v1 wire form)."""
 
     @abstractmethod
-    def plan(self, d: Allocated[ConfigT, DetailT], held: Held[RecordT]) -> PlannedDevice[ConfigT, SpecT]:
+    def plan(
+        self, d: Allocated[ConfigT, DetailT], recorded: NodeRecords[RecordT]
+    ) -> PlannedDevice[ConfigT, SpecT]:
         """Plan one allocated device, or raise ClaimError/ConfigError naming the problem and the fix."""
 
-    def footprint(self, detail: DetailT, gpu: Gpu) -> Footprint:
+    def occupancy(self, detail: DetailT, gpu: Gpu) -> SliceOccupancy:
         """What of the GPU a device of this family takes. By default all of it, alone."""
-        return Footprint(family=self.name, slices=all_slices(gpu))
+        return SliceOccupancy(family=self.name, slices=all_slices(gpu))
 
     def check_claim(self, devices: Sequence[PlannedDevice[ConfigT, SpecT]]) -> None:
         """Rules across one claim's devices of this family (e.g. one GPU at most once)."""
@@ -109,7 +111,8 @@ AnyFamily = DeviceFamily[Any, Any, Any, Any, Any]
 
 class Capability(ABC):
     """A part of the protocol a family opts into by subclassing it; the registry lists who has it
-    (`families.having`)."""
+    (`families.recording()`, `placing()`, `time_sliced()`, `claim_wide()`; `library_limits(d)` for a device),
+    and a caller holding one family asks with `isinstance`."""
 
     name: ClassVar[Family]  # the family's (DeviceFamily.name)
 
@@ -121,7 +124,7 @@ class Recording(Capability, Generic[ConfigT, SpecT, RecordT]):
 
     @abstractmethod
     def records(
-        self, devices: Sequence[PlannedDevice[ConfigT, SpecT]], held: Held[RecordT]
+        self, devices: Sequence[PlannedDevice[ConfigT, SpecT]], recorded: NodeRecords[RecordT]
     ) -> tuple[RecordT, ...]:
         """What the checkpoint entry records for the claim's devices before anything is created."""
 

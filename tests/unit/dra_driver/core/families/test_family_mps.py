@@ -11,7 +11,7 @@ from dra_driver.core import config as cfg
 from dra_driver.core.allocation import LibrarySettings
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mps, parse_device_name, vgpu
-from dra_driver.core.families.base import Allotment, Footprint, GpuOffer, Held, LibraryLimits
+from dra_driver.core.families.base import Allotment, GpuOffer, LibraryLimits, NodeRecords, SliceOccupancy
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
 from dra_driver.core.families.protocol import NamedVisible, Placing, TimeSliced
@@ -136,14 +136,14 @@ def test_not_offered_without_counters_or_where_the_gpu_cannot_be_shared() -> Non
     assert len(mps.FAMILY.offer(offer(make_gpu(0, "A100-SXM4-80GB")))) == 1
 
 
-def test_footprint_takes_the_whole_gpu_but_shares_it_with_mps_only() -> None:
+def test_its_occupancy_is_the_whole_gpu_shared_with_mps_only() -> None:
     h100 = make_gpu(0, "H100-80GB-SXM")
-    fp = mps.FAMILY.footprint((), h100)
-    assert fp == Footprint(family=mps.NAME, slices=frozenset(range(8)), shared=True, what="an MPS share")
-    assert not fp.excludes(mps.FAMILY.footprint((), h100))
-    assert fp.excludes(vgpu.FAMILY.footprint((), h100))
-    assert fp.excludes(whole.FAMILY.footprint((), h100))
-    assert mps.FAMILY.footprint((), make_gpu(0, "L4")).slices == frozenset({0})  # no MIG: one slice
+    fp = mps.FAMILY.occupancy((), h100)
+    assert fp == SliceOccupancy(family=mps.NAME, slices=frozenset(range(8)), shared=True, what="an MPS share")
+    assert not fp.excludes(mps.FAMILY.occupancy((), h100))
+    assert fp.excludes(vgpu.FAMILY.occupancy((), h100))
+    assert fp.excludes(whole.FAMILY.occupancy((), h100))
+    assert mps.FAMILY.occupancy((), make_gpu(0, "L4")).slices == frozenset({0})  # no MIG: one slice
 
 
 # ---- config --------------------------------------------------------------------------------------------
@@ -254,7 +254,7 @@ def test_a_claim_holds_one_mps_device() -> None:
 def test_records_name_the_gpu_and_the_thread_percentage() -> None:
     p = plan(claim(mps_result(1, cores="30")))
     # unlike a vgpu share, an MPS client takes no slot, so other claims' clients of the GPU change nothing
-    (record,) = mps.FAMILY.records(p.devices, Held(others=(MpsClient(G1, 70),)))
+    (record,) = mps.FAMILY.records(p.devices, NodeRecords(others=(MpsClient(G1, 70),)))
     assert record == MpsClient(G1, 30)
     assert mps.FAMILY.record_gpus((record, MpsClient(G0))) == {G0, G1}
     # an MPS client holds no MIG placement and takes no time-division slot
