@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cdi.spec import ContainerEdits, Device, Mount, Spec, SpecError
+from cdi.spec import Device, Spec, SpecError
 from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan
-from dra_driver.core.families.base import AnyPlanned, device_node
+from dra_driver.core.families.base import AnyPlanned
 from dra_driver.core.families.protocol import NamedVisible
+from dra_driver.vocabulary.container import ContainerEdits, Mount
 from dra_driver.vocabulary.errors import ConfigError, MigError
 from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
 from dra_driver.vocabulary.names import (
@@ -153,7 +154,7 @@ def _claim_edits(
     # (set by CUDA base images): the claim's CDI devices are all the container may have.
     env: list[str] = [NVIDIA_VISIBLE_DEVICES_VOID]
     mounts = _driver_mounts(plan, host)
-    nodes = [device_node(n) for n in inventory.control_nodes]
+    nodes = list(inventory.control_nodes)
     for part in (
         _library_edits(plan, host),
         *(f.claim_edits(plan.of(f.name), made) for f in families.claim_wide() if f.name in plan.families()),

@@ -11,9 +11,7 @@ from typing import Any, Generic, Never, cast
 
 from typing_extensions import TypeVar
 
-from cdi.spec import DeviceNode
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
-from dra_driver.vocabulary.inventory import DeviceNode as HostNode
 from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
@@ -196,11 +194,6 @@ class Footprint:
 def all_slices(gpu: Gpu) -> frozenset[int]:
     """Every memory slice of the GPU (one for a GPU without MIG, which is then one indivisible slice)."""
     return frozenset(range(max(gpu.memory_slice_count, 1)))
-
-
-def device_node(node: HostNode) -> DeviceNode:
-    """A host character device as CDI names it; major/minor let the runtime skip stat() on the host."""
-    return DeviceNode(path=node.path, host_path=node.path, type="c", major=node.major, minor=node.minor)
 
 
 def not_in_mig_mode(d: Allocated[Any, Any], what: str) -> None:

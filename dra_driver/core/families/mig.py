@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from cdi.spec import ContainerEdits
 from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
@@ -29,7 +28,6 @@ from dra_driver.core.families.base import (
     NodeSetting,
     PlannedDevice,
     all_slices,
-    device_node,
 )
 from dra_driver.core.families.protocol import (
     DeviceFamily,
@@ -40,6 +38,7 @@ from dra_driver.core.families.protocol import (
 )
 from dra_driver.core.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.core.profiles import PRODUCTS
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.errors import (
     ClaimError,
     ConfigError,
@@ -472,9 +471,7 @@ class Mig(
 
     def device_edits(self, d: Planned, gpu: Gpu, made: MigInstance | None) -> ContainerEdits:
         inst = _instance(d, made)
-        return ContainerEdits(
-            device_nodes=(device_node(gpu.device_node), *(device_node(n) for n in inst.device_nodes))
-        )
+        return ContainerEdits(device_nodes=(gpu.device_node, *inst.device_nodes))
 
     def status(self, d: Planned, made: MigInstance | None) -> Json:
         inst = d.spec.instance or made

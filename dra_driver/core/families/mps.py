@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdi.spec import ContainerEdits, Mount
 from dra_driver.core.config_schema import ConfigField, ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
@@ -39,6 +38,7 @@ from dra_driver.core.families.capacity import (
     shared_limits,
 )
 from dra_driver.core.families.protocol import ClaimWide, DeviceFamily, LibraryLimited, Recording
+from dra_driver.vocabulary.container import ContainerEdits, Mount
 from dra_driver.vocabulary.errors import ClaimError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Gpu

@@ -17,7 +17,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic
 
-from cdi.spec import ContainerEdits
 from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
@@ -35,8 +34,8 @@ from dra_driver.core.families.base import (
     RecordT,
     SpecT,
     all_slices,
-    device_node,
 )
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.inventory import Gpu, Placement
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
@@ -93,7 +92,7 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
     def device_edits(self, d: PlannedDevice[ConfigT, SpecT], gpu: Gpu, made: MadeT | None) -> ContainerEdits:
         """The device's own CDI edits; `made` is what its host part created for it (None if nothing).
         By default the GPU's device node."""
-        return ContainerEdits(device_nodes=(device_node(gpu.device_node),))
+        return ContainerEdits(device_nodes=(gpu.device_node,))
 
     def status(self, d: PlannedDevice[ConfigT, SpecT], made: MadeT | None) -> Json:
         """What the claim's `status.devices[].data` says about the device besides its GPU (limits, MIG

@@ -1,8 +1,6 @@
 from __future__ import annotations
 
 from cdi.edits import HostLayout, cdi_ids, claim_spec, library_ordinals
-from cdi.spec import DeviceNode as CdiNode
-from cdi.spec import Mount
 from dra_driver.core.allocation import ClaimPlan, LibrarySettings
 from dra_driver.core.config_schema import SmLimitPolicy
 from dra_driver.core.families import gpu as whole
@@ -12,15 +10,8 @@ from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mig import MigAction, MigPlan
 from dra_driver.core.families.vgpu import VgpuConfig
 from dra_driver.core.profiles import product
-from dra_driver.vocabulary.inventory import (
-    DeviceNode,
-    DriverFiles,
-    DriverMount,
-    Gpu,
-    Inventory,
-    MigInstance,
-    Placement,
-)
+from dra_driver.vocabulary.container import DeviceNode, Mount
+from dra_driver.vocabulary.inventory import DriverFiles, DriverMount, Gpu, Inventory, MigInstance, Placement
 from dra_driver.vocabulary.names import ClaimUID, DeviceName, Family, GpuUUID
 
 UID = ClaimUID("0b1c2d3e-aaaa-bbbb-cccc-000000000001")
@@ -87,9 +78,7 @@ def test_whole_gpu_gets_its_node_control_nodes_and_driver_libraries() -> None:
     spec = claim_spec(plan=plan, inventory=INV, host=HOST)
     (dev,) = spec.devices
     assert dev.name == f"{UID}-gpu-1"
-    assert dev.container_edits.device_nodes == (
-        CdiNode(path="/dev/nvidia1", host_path="/dev/nvidia1", major=195, minor=1),
-    )
+    assert dev.container_edits.device_nodes == (DeviceNode("/dev/nvidia1", 195, 1),)
     assert dev.container_edits.env == ()
     assert [n.path for n in spec.container_edits.device_nodes] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     assert spec.container_edits.mounts == (

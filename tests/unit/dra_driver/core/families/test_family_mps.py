@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from cdi.spec import ContainerEdits, DeviceNode, Mount
 from dra_driver.core import config as cfg
 from dra_driver.core.allocation import LibrarySettings
 from dra_driver.core.families import gpu as whole
@@ -17,6 +16,7 @@ from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
 from dra_driver.core.families.protocol import NamedVisible, Placing, TimeSliced
 from dra_driver.core.families.published import counter_totals
 from dra_driver.core.settings import family_settings
+from dra_driver.vocabulary.container import ContainerEdits, DeviceNode, Mount
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError
 from dra_driver.vocabulary.inventory import Gpu
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DeviceName, GpuUUID
@@ -337,7 +337,5 @@ def test_device_edits_are_the_gpus_node_and_no_visible_id() -> None:
     d = planned()
     gpu = H100.gpus[0]
     edits = mps.FAMILY.device_edits(d, gpu, MpsPipe(host_dir="/h"))
-    assert edits == ContainerEdits(
-        device_nodes=(DeviceNode(path="/dev/nvidia0", host_path="/dev/nvidia0", major=195, minor=0),)
-    )
+    assert edits == ContainerEdits(device_nodes=(DeviceNode("/dev/nvidia0", 195, 0),))
     assert not isinstance(mps.FAMILY, NamedVisible)  # CUDA sees the GPU without naming it
