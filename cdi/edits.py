@@ -16,26 +16,28 @@ from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import AnyPlanned
 from dra_driver.core.families.protocol import NamedVisible
+from dra_driver.libtessera.names import (
+    CLAIM_DIRS_ENV,
+    CONTAINER_LIBRARY_PATH,
+    LD_PRELOAD_ENV,
+    LIMITS_FILE_NAME,
+    REGION_FILE_NAME,
+    SHARED_DIR_NAME,
+    HamiEnv,
+    claim_dir_env,
+    container_claim_dir,
+    container_gpu_dir,
+)
 from dra_driver.vocabulary.container import ContainerEdits, Mount
 from dra_driver.vocabulary.errors import ConfigError, MigError
 from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
 from dra_driver.vocabulary.names import (
     CDI_KIND,
-    CLAIM_DIRS_ENV,
-    CONTAINER_LIBRARY_PATH,
     CUDA_VISIBLE_DEVICES_ENV,
-    LD_PRELOAD_ENV,
-    LIMITS_FILE_NAME,
     NVIDIA_VISIBLE_DEVICES_VOID,
-    REGION_FILE_NAME,
-    SHARED_DIR_NAME,
     DeviceName,
-    HamiEnv,
     cdi_device_name,
     cdi_qualified_name,
-    claim_dir_env,
-    container_claim_dir,
-    container_gpu_dir,
 )
 
 RO_BIND = ("ro", "nosuid", "nodev", "bind")

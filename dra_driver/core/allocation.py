@@ -13,7 +13,8 @@ from typing import Any, Protocol
 
 from dra_driver.core import config as cfg
 from dra_driver.core import families
-from dra_driver.core.families.base import Allocated, AnyPlanned, Held, LibraryLimits
+from dra_driver.core.families.base import Allocated, AnyPlanned, Held
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Inventory

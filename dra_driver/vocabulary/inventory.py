@@ -12,8 +12,8 @@ from dra_driver.vocabulary.container import DeviceNode
 from dra_driver.vocabulary.names import GpuUUID
 
 # The most GPUs one container can be given: the interception library's accounting region has 16 GPU entries
-# (interceptor/src/region.h TR_MAX_GPUS, kubelet_plugin/library/region.py), and no node Tessera runs on has
-# more. The conversion refuses a larger HAMi/Volcano GPU count with this bound.
+# (interceptor/src/region.h TR_MAX_GPUS, dra_driver/libtessera/region_layout.py), and no node Tessera runs on
+# has more. The conversion refuses a larger HAMi/Volcano GPU count with this bound.
 MAX_GPUS = 16
 
 

@@ -150,21 +150,6 @@ AnyPlanned = PlannedDevice[Any, Any]  # a device of any family, as the callers h
 
 
 @dataclass(frozen=True, slots=True)
-class LibraryLimits:
-    """What the interception library enforces for one device (interceptor/README.md, the limits file)."""
-
-    gpu_index: int
-    gpu_uuid: GpuUUID
-    memory_bytes: int
-    cores: int  # SM limit in percent; 0 = none
-    priority: int = 1  # 0 high, 1 normal
-    ceiling: int = 0  # SM share it may burst to in the GPU's idle time (above cores); 0: none
-    time_sliced: bool = True  # takes a slot in the GPU's time-division schedule
-    policy: str | None = None  # claim-wide SM limit policy (SmLimitPolicy value); None: no opinion
-    log_level: int | None = None  # claim-wide library log level; None: no opinion
-
-
-@dataclass(frozen=True, slots=True)
 class Allotment:
     """What a prepared device holds of its GPU, as metrics and usage report it."""
 

@@ -38,6 +38,7 @@ from dra_driver.core.families.protocol import (
 )
 from dra_driver.core.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.core.profiles import PRODUCTS
+from dra_driver.libtessera.limits_file import GpuLimitLine
 from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.errors import (
     ClaimError,
@@ -424,7 +425,7 @@ class Mig(
         return tuple(r.placement for r in records if r.created_by_tessera)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[MigRecord], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MigRecord], limited: GpuLimitLine | None
     ) -> Allotment:
         record = next((r for r in records if r.device == device), None)
         profile = gpu.profile_by_name(record.profile_name) if record else None

@@ -24,7 +24,6 @@ from dra_driver.core.families.base import (
     GpuOffer,
     Held,
     Json,
-    LibraryLimits,
     PlannedDevice,
     Unnamed,
     not_in_mig_mode,
@@ -38,6 +37,7 @@ from dra_driver.core.families.capacity import (
     shared_limits,
 )
 from dra_driver.core.families.protocol import ClaimWide, DeviceFamily, LibraryLimited, Recording
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
 from dra_driver.vocabulary.container import ContainerEdits, Mount
 from dra_driver.vocabulary.errors import ClaimError
 from dra_driver.vocabulary.excerpt import excerpt
@@ -177,11 +177,11 @@ class Mps(
         return MpsClient(GpuUUID(uuid), cores)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[MpsClient], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MpsClient], limited: GpuLimitLine | None
     ) -> Allotment:
         # the library holds the memory limit; MPS holds the SM share (0: the client may use every SM)
         cores = next((r.cores for r in records if r.gpu_uuid == gpu.uuid), 0)
-        memory = limited[0] if limited else gpu.memory_bytes
+        memory = limited.memory_bytes if limited is not None else gpu.memory_bytes
         return Allotment(memory, cores / 100 if cores else 1.0)
 
     def library(self, d: Planned) -> LibraryLimits:

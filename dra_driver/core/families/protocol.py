@@ -27,7 +27,6 @@ from dra_driver.core.families.base import (
     GpuOffer,
     Held,
     Json,
-    LibraryLimits,
     MadeT,
     NodeSetting,
     PlannedDevice,
@@ -35,6 +34,7 @@ from dra_driver.core.families.base import (
     SpecT,
     all_slices,
 )
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
 from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.inventory import Gpu, Placement
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
@@ -136,11 +136,11 @@ class Recording(Capability, Generic[ConfigT, SpecT, RecordT]):
         """Raises ValueError naming the field on anything unexpected."""
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[RecordT], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[RecordT], limited: GpuLimitLine | None
     ) -> Allotment:
-        """What a prepared device holds, from the claim's records of this family and `limited`, the
-        (memory bytes, cores %) line of the claim's limits file for the GPU (None: no line). By default the
-        whole GPU, as for a family that records nothing."""
+        """What a prepared device holds, from the claim's records of this family and `limited`, the line of
+        the claim's limits file for the GPU as read back (None: no line). By default the whole GPU, as for a
+        family that records nothing."""
         return whole_gpu(gpu)
 
 
