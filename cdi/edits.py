@@ -65,7 +65,7 @@ def cdi_ids(plan: ClaimPlan, device: AnyPlanned) -> tuple[str, ...]:
 
 def library_ordinals(plan: ClaimPlan) -> dict[DeviceName, int]:
     """HAMi keys limits by device index within the container; the claim's library devices by GPU minor."""
-    using = [d for d in plan.devices if families.library_limits(d) is not None]
+    using = [d for d in plan.devices if d.library_limits is not None]
     return {d.device: i for i, d in enumerate(sorted(using, key=lambda d: d.gpu_index))}
 
 
@@ -77,7 +77,7 @@ def _device_edits(
         raise MigError(f"device {d.device}: GPU {d.gpu_index} vanished from the inventory")
     family = families.family(d.family)
     edits = family.device_edits(d, gpu, made.get(d.device))
-    limits = families.library_limits(d)
+    limits = d.library_limits
     if limits is None:
         return edits
     i = library_ordinals(plan)[d.device]

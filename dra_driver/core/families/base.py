@@ -11,6 +11,7 @@ from typing import Any, Generic, Never, cast
 
 from typing_extensions import TypeVar
 
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
@@ -144,6 +145,9 @@ class PlannedDevice(Generic[ConfigT, SpecT]):
     share_id: str | None
     config: ConfigT  # the family's config value
     spec: SpecT  # the family's plan for it (limits, a MIG placement, ...; None for nothing)
+    # What the interception library enforces for it, asked of its family once, when the claim is planned
+    # (dra_driver.core.allocation); None: its family does not use the library.
+    library_limits: LibraryLimits | None = None
 
 
 AnyPlanned = PlannedDevice[Any, Any]  # a device of any family, as the callers hold them

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,15 @@ def test_a_plan_gives_a_line_per_library_gpu_with_the_slot_its_records_hold() ->
         GpuLimitLine(G0, 2 * GiB, 30, 1, slot=3, view=f"/var/run/tessera/gpus/{G0}/view"),
         GpuLimitLine(G1, 4 * GiB, 0, 1),  # MPS: memory only, no place in a schedule
     )
+
+
+def test_the_file_says_the_limits_the_claim_was_planned_with() -> None:
+    p = plan(claim(vgpu_result(0, memory="2Gi", cores="30")))
+    (d,) = p.devices
+    assert d.library_limits is not None
+    p = replace(p, devices=(replace(d, library_limits=replace(d.library_limits, cores=45)),))
+    f = claim_limits(p, {})
+    assert f is not None and [(g.memory_bytes, g.cores) for g in f.gpus] == [(2 * GiB, 45)]
 
 
 def test_a_plan_without_the_library_has_no_limits_file() -> None:
