@@ -13,7 +13,8 @@ from dra_driver.core.families.mps import (
     THREAD_PERCENTAGE_ENV,
     container_pipe_dir,
 )
-from dra_driver.vocabulary.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME, Attr, Cap, ClaimUID, GpuUUID
+from dra_driver.libtessera.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME
+from dra_driver.vocabulary.names import Attr, Cap, ClaimUID, GpuUUID
 from e2e.examples import example, find, pinned, renamed
 from e2e.fake_mps import FAKE_MPS_CONTROL, mps_dir_for
 from e2e.kube import Json, get_pod, wait_for

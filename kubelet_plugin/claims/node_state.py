@@ -29,9 +29,10 @@ from dra_driver.core import families
 from dra_driver.core.allocation import RecordsByFamily
 from dra_driver.io.driver_root import DriverRoot
 from dra_driver.io.safe_tree import is_plain_file
+from dra_driver.libtessera.names import LIMITS_FILE_NAME
 from dra_driver.vocabulary.errors import StorageError, TesseraError
 from dra_driver.vocabulary.inventory import Inventory, Placement
-from dra_driver.vocabulary.names import LIMITS_FILE_NAME, ClaimUID, Family
+from dra_driver.vocabulary.names import ClaimUID, Family
 from kubelet_plugin.claims.claimdir import ClaimDirs
 from kubelet_plugin.host_parts import Hosts
 from kubelet_plugin.host_parts.base import HostContext, Removed

@@ -21,12 +21,12 @@ from cdi.writer import write_spec
 from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan, plan_claim
 from dra_driver.core.exclusivity import HeldDevice, check_exclusive
-from dra_driver.core.limits_file import limits_file, render_limits
 from dra_driver.vocabulary.errors import CheckpointError, ClaimReplacedError, TesseraError
 from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, Inventory
 from dra_driver.vocabulary.names import DRIVER_NAME, ClaimUID, DeviceName, Family
 from kubelet_plugin.claims.api import ClaimSource, ClaimStatusWriter, DeviceStatus
 from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.library_files.limits import claim_limits
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.claim_marker import marker_annotations
 from kubelet_plugin.record.results import (
@@ -263,22 +263,9 @@ class Preparer:
             )
             records[f] = created.records
             made.update(created.made)
-        if plan.library is not None:
-            slots = {
-                g: s
-                for f in families.time_sliced()
-                if f.name in records
-                for g, s in f.slots(records[f.name]).items()
-            }
-            text = render_limits(
-                limits_file(
-                    policy=plan.library.policy,
-                    log_level=plan.library.log_level,
-                    limits=plan.limits(),
-                    slots=slots,
-                )
-            )
-            state.dirs.write(uid, limits=text)
+        limits = claim_limits(plan, records)
+        if limits is not None:
+            state.dirs.write(uid, limits=limits)
             state.steps.reached(Step.AFTER_CLAIMDIR, uid)
         entry = replace(
             w.entry,

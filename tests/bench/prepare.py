@@ -33,7 +33,7 @@ from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig
 from dra_driver.io.files import fsync_count, is_temp
 from dra_driver.io.logs import configure
-from dra_driver.vocabulary.names import SHARED_DIR_NAME
+from dra_driver.libtessera.names import SHARED_DIR_NAME
 from kubelet_plugin.claims.api import NullClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeInputs, NodeState
 from kubelet_plugin.claims.prepare import Preparer

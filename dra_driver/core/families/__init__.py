@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.core.config_schema import ConfigKind
-from dra_driver.core.families.base import AnyPlanned, LibraryLimits, NodeSetting
+from dra_driver.core.families.base import AnyPlanned, NodeSetting
 from dra_driver.core.families.protocol import (
     AnyFamily,
     ClaimWide,
@@ -22,6 +22,7 @@ from dra_driver.core.families.protocol import (
     Recording,
     TimeSliced,
 )
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import InvalidNameError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.names import Family, split_device_name

@@ -13,10 +13,9 @@ from typing import Any, Generic, Never, cast
 
 from typing_extensions import TypeVar
 
-from cdi.spec import DeviceNode
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.excerpt import excerpt
-from dra_driver.vocabulary.inventory import DeviceNode as HostNode
 from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
@@ -173,24 +172,12 @@ class PlannedDevice(Generic[ConfigT, SpecT]):
     share_id: str | None
     config: ConfigT  # the family's config value
     spec: SpecT  # the family's plan for it (limits, a MIG placement, ...; None for nothing)
+    # What the interception library enforces for it, asked of its family once, when the claim is planned
+    # (dra_driver.core.allocation); None: its family does not use the library.
+    library_limits: LibraryLimits | None = None
 
 
 AnyPlanned = PlannedDevice[Any, Any]  # a device of any family, as the callers hold them
-
-
-@dataclass(frozen=True, slots=True)
-class LibraryLimits:
-    """What the interception library enforces for one device (interceptor/README.md, the limits file)."""
-
-    gpu_index: int
-    gpu_uuid: GpuUUID
-    memory_bytes: int
-    cores: int  # SM limit in percent; 0 = none
-    priority: int = 1  # 0 high, 1 normal
-    ceiling: int = 0  # SM share it may burst to in the GPU's idle time (above cores); 0: none
-    time_sliced: bool = True  # takes a slot in the GPU's time-division schedule
-    policy: str | None = None  # claim-wide SM limit policy (SmLimitPolicy value); None: no opinion
-    log_level: int | None = None  # claim-wide library log level; None: no opinion
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,11 +211,6 @@ class SliceOccupancy:
 def all_slices(gpu: Gpu) -> frozenset[int]:
     """Every memory slice of the GPU (one for a GPU without MIG, which is then one indivisible slice)."""
     return frozenset(range(max(gpu.memory_slice_count, 1)))
-
-
-def device_node(node: HostNode) -> DeviceNode:
-    """A host character device as CDI names it; major/minor let the runtime skip stat() on the host."""
-    return DeviceNode(path=node.path, host_path=node.path, type="c", major=node.major, minor=node.minor)
 
 
 def not_in_mig_mode(d: Allocated[Any, Any], what: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from dra_driver.core.families.base import Allocated, GpuOffer, Json, NodeSetting, SliceOccupancy, all_slices
 from dra_driver.core.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
-from dra_driver.core.sm_schedule import MAX_SLOTS
+from dra_driver.libtessera.view_layout import MAX_SLOTS
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Gpu

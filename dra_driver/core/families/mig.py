@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from cdi.spec import ContainerEdits
 from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
@@ -29,7 +28,6 @@ from dra_driver.core.families.base import (
     PlannedDevice,
     SliceOccupancy,
     all_slices,
-    device_node,
 )
 from dra_driver.core.families.protocol import (
     DeviceFamily,
@@ -40,6 +38,8 @@ from dra_driver.core.families.protocol import (
 )
 from dra_driver.core.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.core.profiles import PRODUCTS
+from dra_driver.libtessera.limits_file import GpuLimitLine
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.errors import (
     ClaimError,
     ConfigError,
@@ -425,7 +425,7 @@ class Mig(
         return tuple(r.placement for r in records if r.created_by_tessera)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[MigRecord], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MigRecord], limited: GpuLimitLine | None
     ) -> Allotment:
         record = next((r for r in records if r.device == device), None)
         profile = gpu.profile_by_name(record.profile_name) if record else None
@@ -472,9 +472,7 @@ class Mig(
 
     def device_edits(self, d: Planned, gpu: Gpu, made: MigInstance | None) -> ContainerEdits:
         inst = _instance(d, made)
-        return ContainerEdits(
-            device_nodes=(device_node(gpu.device_node), *(device_node(n) for n in inst.device_nodes))
-        )
+        return ContainerEdits(device_nodes=(gpu.device_node, *inst.device_nodes))
 
     def status(self, d: Planned, made: MigInstance | None) -> Json:
         inst = d.spec.instance or made

@@ -16,14 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdi.spec import ContainerEdits, Mount
 from dra_driver.core.config_schema import ConfigField, ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
     GpuOffer,
     Json,
-    LibraryLimits,
     NodeRecords,
     PlannedDevice,
     SliceOccupancy,
@@ -39,6 +37,8 @@ from dra_driver.core.families.capacity import (
     shared_occupancy,
 )
 from dra_driver.core.families.protocol import ClaimWide, DeviceFamily, LibraryLimited, Recording
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.vocabulary.container import ContainerEdits, Mount
 from dra_driver.vocabulary.errors import ClaimError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Gpu
@@ -177,11 +177,11 @@ class Mps(
         return MpsClient(GpuUUID(uuid), cores)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[MpsClient], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MpsClient], limited: GpuLimitLine | None
     ) -> Allotment:
         # the library holds the memory limit; MPS holds the SM share (0: the client may use every SM)
         cores = next((r.cores for r in records if r.gpu_uuid == gpu.uuid), 0)
-        memory = limited[0] if limited else gpu.memory_bytes
+        memory = limited.memory_bytes if limited is not None else gpu.memory_bytes
         return Allotment(memory, cores / 100 if cores else 1.0)
 
     def library(self, d: Planned) -> LibraryLimits:

@@ -17,7 +17,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic
 
-from cdi.spec import ContainerEdits
 from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
@@ -26,7 +25,6 @@ from dra_driver.core.families.base import (
     DetailT,
     GpuOffer,
     Json,
-    LibraryLimits,
     MadeT,
     NodeRecords,
     NodeSetting,
@@ -35,8 +33,9 @@ from dra_driver.core.families.base import (
     SliceOccupancy,
     SpecT,
     all_slices,
-    device_node,
 )
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.inventory import Gpu, Placement
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
@@ -95,7 +94,7 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
     def device_edits(self, d: PlannedDevice[ConfigT, SpecT], gpu: Gpu, made: MadeT | None) -> ContainerEdits:
         """The device's own CDI edits; `made` is what its host part created for it (None if nothing).
         By default the GPU's device node."""
-        return ContainerEdits(device_nodes=(device_node(gpu.device_node),))
+        return ContainerEdits(device_nodes=(gpu.device_node,))
 
     def status(self, d: PlannedDevice[ConfigT, SpecT], made: MadeT | None) -> Json:
         """What the claim's `status.devices[].data` says about the device besides its GPU (limits, MIG
@@ -140,11 +139,11 @@ class Recording(Capability, Generic[ConfigT, SpecT, RecordT]):
         """Raises ValueError naming the field on anything unexpected."""
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[RecordT], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[RecordT], limited: GpuLimitLine | None
     ) -> Allotment:
-        """What a prepared device holds, from the claim's records of this family and `limited`, the
-        (memory bytes, cores %) line of the claim's limits file for the GPU (None: no line). By default the
-        whole GPU, as for a family that records nothing."""
+        """What a prepared device holds, from the claim's records of this family and `limited`, the line of
+        the claim's limits file for the GPU as read back (None: no line). By default the whole GPU, as for a
+        family that records nothing."""
         return whole_gpu(gpu)
 
 

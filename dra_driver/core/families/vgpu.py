@@ -19,7 +19,6 @@ from dra_driver.core.families.base import (
     Allotment,
     GpuOffer,
     Json,
-    LibraryLimits,
     NodeRecords,
     PlannedDevice,
     SliceOccupancy,
@@ -35,7 +34,9 @@ from dra_driver.core.families.capacity import (
     shared_occupancy,
 )
 from dra_driver.core.families.protocol import DeviceFamily, LibraryLimited, TimeSliced
-from dra_driver.core.sm_schedule import MAX_SLOTS, free_slot
+from dra_driver.core.sm_schedule import free_slot
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.libtessera.view_layout import MAX_SLOTS
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.inventory import Gpu
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID, gpu_device_name
@@ -215,10 +216,11 @@ class Vgpu(
         return frozenset(r.gpu_uuid for r in records)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[GpuShare], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[GpuShare], limited: GpuLimitLine | None
     ) -> Allotment:
-        memory, cores = limited or (0, 0)
-        return Allotment(memory, cores / 100)
+        if limited is None:
+            return Allotment(0, 0.0)
+        return Allotment(limited.memory_bytes, limited.cores / 100)
 
     def slots(self, records: Sequence[GpuShare]) -> Mapping[GpuUUID, int]:
         return {r.gpu_uuid: r.slot for r in records}

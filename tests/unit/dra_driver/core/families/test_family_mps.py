@@ -6,17 +6,18 @@ from typing import Any
 
 import pytest
 
-from cdi.spec import ContainerEdits, DeviceNode, Mount
 from dra_driver.core import config as cfg
 from dra_driver.core.allocation import LibrarySettings
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mps, parse_device_name, vgpu
-from dra_driver.core.families.base import Allotment, GpuOffer, LibraryLimits, NodeRecords, SliceOccupancy
+from dra_driver.core.families.base import Allotment, GpuOffer, NodeRecords, SliceOccupancy
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
 from dra_driver.core.families.protocol import NamedVisible, Placing, TimeSliced
 from dra_driver.core.families.published import counter_totals
 from dra_driver.core.settings import family_settings
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.vocabulary.container import ContainerEdits, DeviceNode, Mount
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError
 from dra_driver.vocabulary.inventory import Gpu
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DeviceName, GpuUUID
@@ -284,10 +285,12 @@ def test_record_round_trip_and_strict_decoding() -> None:
 def test_allotment_is_the_limits_files_memory_and_the_recorded_thread_percentage() -> None:
     gpu, device = H100.gpus[1], DeviceName("gpu-1-mps")
     records = (MpsClient(G0, 70), MpsClient(G1, 30))
-    assert mps.FAMILY.allotment(device, gpu, records, (4 * GiB, 0)) == Allotment(4 * GiB, 0.3)
+    line = GpuLimitLine(gpu.uuid, memory_bytes=4 * GiB, cores=0, priority=1)
+    assert mps.FAMILY.allotment(device, gpu, records, line) == Allotment(4 * GiB, 0.3)
     # no thread percentage: the client may use every SM; no limits line: the whole memory
     assert mps.FAMILY.allotment(device, gpu, (MpsClient(G1, 0),), None) == Allotment(gpu.memory_bytes, 1.0)
-    assert mps.FAMILY.allotment(device, gpu, (MpsClient(G0, 70),), (GiB, 0)) == Allotment(GiB, 1.0)
+    line = GpuLimitLine(gpu.uuid, memory_bytes=GiB, cores=0, priority=1)
+    assert mps.FAMILY.allotment(device, gpu, (MpsClient(G0, 70),), line) == Allotment(GiB, 1.0)
 
 
 # ---- what the container gets ---------------------------------------------------------------------------
@@ -337,7 +340,5 @@ def test_device_edits_are_the_gpus_node_and_no_visible_id() -> None:
     d = planned()
     gpu = H100.gpus[0]
     edits = mps.FAMILY.device_edits(d, gpu, MpsPipe(host_dir="/h"))
-    assert edits == ContainerEdits(
-        device_nodes=(DeviceNode(path="/dev/nvidia0", host_path="/dev/nvidia0", major=195, minor=0),)
-    )
+    assert edits == ContainerEdits(device_nodes=(DeviceNode("/dev/nvidia0", 195, 0),))
     assert not isinstance(mps.FAMILY, NamedVisible)  # CUDA sees the GPU without naming it

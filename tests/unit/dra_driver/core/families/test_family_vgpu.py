@@ -5,9 +5,10 @@ import pytest
 from dra_driver.core.allocation import LibrarySettings
 from dra_driver.core.config_schema import SmLimitPolicy
 from dra_driver.core.families import vgpu
-from dra_driver.core.families.base import LibraryLimits, NodeRecords
+from dra_driver.core.families.base import NodeRecords
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.vgpu import GpuShare, VgpuConfig
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.names import GpuUUID, qualified
 from tests.support.claim_models import claim, config, result, vgpu_result
 from tests.support.family_plans import H100, error_of, plan

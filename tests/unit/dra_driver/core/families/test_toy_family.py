@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdi.spec import ContainerEdits
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.core.config_schema import ConfigField, ConfigKind
 from dra_driver.core.families.base import Allocated, GpuOffer, NodeRecords, Json, NodeSetting, PlannedDevice
 from dra_driver.core.families.protocol import DeviceFamily
