@@ -50,6 +50,7 @@ lint: dev
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests conftest.py interceptor/fake/gen_products.py
 	$(BIN)/lint-imports
+	$(BIN)/pytest -q tests/unit/test_house_rules.py
 
 test-unit: dev helm
 	$(BIN)/pytest -q tests/unit

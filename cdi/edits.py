@@ -11,30 +11,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cdi.spec import ContainerEdits, Device, Mount, Spec, SpecError
+from cdi.spec import Device, Spec, SpecError
 from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan
-from dra_driver.core.families.base import AnyPlanned, device_node
+from dra_driver.core.families.base import AnyPlanned
 from dra_driver.core.families.protocol import NamedVisible
+from dra_driver.libtessera.names import (
+    CLAIM_DIRS_ENV,
+    CONTAINER_LIBRARY_PATH,
+    LD_PRELOAD_ENV,
+    LIMITS_FILE_NAME,
+    REGION_FILE_NAME,
+    SHARED_DIR_NAME,
+    HamiEnv,
+    claim_dir_env,
+    container_claim_dir,
+    container_gpu_dir,
+)
+from dra_driver.vocabulary.container import ContainerEdits, Mount
 from dra_driver.vocabulary.errors import ConfigError, MigError
 from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, DriverMount, Inventory
 from dra_driver.vocabulary.names import (
     CDI_KIND,
-    CLAIM_DIRS_ENV,
-    CONTAINER_LIBRARY_PATH,
     CUDA_VISIBLE_DEVICES_ENV,
-    LD_PRELOAD_ENV,
-    LIMITS_FILE_NAME,
     NVIDIA_VISIBLE_DEVICES_VOID,
-    REGION_FILE_NAME,
-    SHARED_DIR_NAME,
     DeviceName,
-    HamiEnv,
     cdi_device_name,
     cdi_qualified_name,
-    claim_dir_env,
-    container_claim_dir,
-    container_gpu_dir,
 )
 
 RO_BIND = ("ro", "nosuid", "nodev", "bind")
@@ -62,7 +65,7 @@ def cdi_ids(plan: ClaimPlan, device: AnyPlanned) -> tuple[str, ...]:
 
 def library_ordinals(plan: ClaimPlan) -> dict[DeviceName, int]:
     """HAMi keys limits by device index within the container; the claim's library devices by GPU minor."""
-    using = [d for d in plan.devices if families.library_limits(d) is not None]
+    using = [d for d in plan.devices if d.library_limits is not None]
     return {d.device: i for i, d in enumerate(sorted(using, key=lambda d: d.gpu_index))}
 
 
@@ -74,7 +77,7 @@ def _device_edits(
         raise MigError(f"device {d.device}: GPU {d.gpu_index} vanished from the inventory")
     family = families.family(d.family)
     edits = family.device_edits(d, gpu, made.get(d.device))
-    limits = families.library_limits(d)
+    limits = d.library_limits
     if limits is None:
         return edits
     i = library_ordinals(plan)[d.device]
@@ -153,7 +156,7 @@ def _claim_edits(
     # (set by CUDA base images): the claim's CDI devices are all the container may have.
     env: list[str] = [NVIDIA_VISIBLE_DEVICES_VOID]
     mounts = _driver_mounts(plan, host)
-    nodes = [device_node(n) for n in inventory.control_nodes]
+    nodes = list(inventory.control_nodes)
     for part in (
         _library_edits(plan, host),
         *(f.claim_edits(plan.of(f.name), made) for f in families.claim_wide() if f.name in plan.families()),

@@ -1,16 +1,22 @@
-"""The Container Device Interface spec, as plain values with a strict dict round trip.
+"""The Container Device Interface spec: Tessera's container edits (dra_driver/vocabulary/container.py) as the
+JSON a container runtime reads, with a strict round trip (pure).
 
-Only the parts Tessera writes are modelled: devices with container edits (env, device nodes, mounts, hooks)
-and spec-wide container edits, which a runtime applies once whenever any device of the spec is injected.
+Only what Tessera writes is modelled: devices with container edits (env, character device nodes at their host
+path, bind mounts) and spec-wide container edits, which a runtime applies once whenever any device of the
+spec is injected. Reading back one of Tessera's own specs (a claim's marker, docs/architecture.md) refuses
+anything else.
 """
 
 from __future__ import annotations
 
 import re
-import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from dra_driver.vocabulary.container import ContainerEdits, DeviceNode, Mount
+from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.excerpt import excerpt
 
 CDI_VERSION = "0.6.0"
 _SUPPORTED_VERSIONS = ("0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
@@ -19,21 +25,8 @@ _KIND_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*/[a-zA-Z0-9][a-zA-Z0-9_.-]*$"
 
 
 class SpecError(ValueError):
-    """A value that is not a valid CDI spec. This module imports nothing of Tessera's (it is the leaf the
-    families build on); callers translate it into their own errors (cdi.edits, cdi.writer)."""
-
-
-_SHOWN = reprlib.Repr()
-_SHOWN.maxstring = _SHOWN.maxother = 60
-_SHOWN.maxlist = _SHOWN.maxdict = 6
-
-
-def excerpt(value: object) -> str:
-    """A bounded repr: a bad value from a file is shown, never printed whole."""
-    try:
-        return _SHOWN.repr(value)
-    except ValueError:  # an int too large to print
-        return f"<{type(value).__name__} too large to show>"
+    """A value that is not a valid CDI spec (or not one of Tessera's); callers translate it into their own
+    errors (cdi.edits, cdi.writer)."""
 
 
 def _fail(path: str, problem: str) -> SpecError:
@@ -82,146 +75,66 @@ def _drop_empty(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v not in (None, [], {})}
 
 
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
-    path: str
-    host_path: str | None = None
-    type: str | None = "c"
-    major: int | None = None
-    minor: int | None = None
-    file_mode: int | None = None
-    permissions: str | None = None
-    uid: int | None = None
-    gid: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _drop_empty(
-            {
-                "path": self.path,
-                "hostPath": self.host_path,
-                "type": self.type,
-                "major": self.major,
-                "minor": self.minor,
-                "fileMode": self.file_mode,
-                "permissions": self.permissions,
-                "uid": self.uid,
-                "gid": self.gid,
-            }
-        )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], path: str) -> DeviceNode:
-        return cls(
-            path=_str(d, "path", path) or "",
-            host_path=_str(d, "hostPath", path, required=False),
-            type=_str(d, "type", path, required=False),
-            major=_int(d, "major", path),
-            minor=_int(d, "minor", path),
-            file_mode=_int(d, "fileMode", path),
-            permissions=_str(d, "permissions", path, required=False),
-            uid=_int(d, "uid", path),
-            gid=_int(d, "gid", path),
-        )
+def _node_to_dict(node: DeviceNode) -> dict[str, Any]:
+    return {"path": node.path, "hostPath": node.path, "type": "c", "major": node.major, "minor": node.minor}
 
 
-@dataclass(frozen=True, slots=True)
-class Mount:
-    host_path: str
-    container_path: str
-    type: str | None = "bind"
-    options: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return _drop_empty(
-            {
-                "hostPath": self.host_path,
-                "containerPath": self.container_path,
-                "type": self.type,
-                "options": list(self.options),
-            }
-        )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], path: str) -> Mount:
-        return cls(
-            host_path=_str(d, "hostPath", path) or "",
-            container_path=_str(d, "containerPath", path) or "",
-            type=_str(d, "type", path, required=False),
-            options=_strs(d, "options", path),
-        )
+def _node_from_dict(d: Mapping[str, Any], path: str) -> DeviceNode:
+    node_path = _str(d, "path", path) or ""
+    if _str(d, "hostPath", path, required=False) not in (None, node_path):
+        raise _fail(f"{path}.hostPath", "Tessera's device nodes are at the same path on the host")
+    if _str(d, "type", path, required=False) not in (None, "c"):
+        raise _fail(f"{path}.type", "Tessera's device nodes are character devices (c)")
+    major, minor = _int(d, "major", path), _int(d, "minor", path)
+    if major is None or minor is None:
+        raise _fail(path, "a device node needs its major and minor")
+    return DeviceNode(path=node_path, major=major, minor=minor)
 
 
-@dataclass(frozen=True, slots=True)
-class Hook:
-    hook_name: str  # prestart, createRuntime, createContainer, startContainer, poststart, poststop
-    path: str
-    args: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    timeout: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _drop_empty(
-            {
-                "hookName": self.hook_name,
-                "path": self.path,
-                "args": list(self.args),
-                "env": list(self.env),
-                "timeout": self.timeout,
-            }
-        )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], path: str) -> Hook:
-        return cls(
-            hook_name=_str(d, "hookName", path) or "",
-            path=_str(d, "path", path) or "",
-            args=_strs(d, "args", path),
-            env=_strs(d, "env", path),
-            timeout=_int(d, "timeout", path),
-        )
+def _mount_to_dict(mount: Mount) -> dict[str, Any]:
+    return _drop_empty(
+        {
+            "hostPath": mount.host_path,
+            "containerPath": mount.container_path,
+            "type": "bind",
+            "options": list(mount.options),
+        }
+    )
 
 
-@dataclass(frozen=True, slots=True)
-class ContainerEdits:
-    env: tuple[str, ...] = ()  # "NAME=value"
-    device_nodes: tuple[DeviceNode, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    hooks: tuple[Hook, ...] = ()
+def _mount_from_dict(d: Mapping[str, Any], path: str) -> Mount:
+    if _str(d, "type", path, required=False) not in (None, "bind"):
+        raise _fail(f"{path}.type", "Tessera's mounts are bind mounts")
+    return Mount(
+        host_path=_str(d, "hostPath", path) or "",
+        container_path=_str(d, "containerPath", path) or "",
+        options=_strs(d, "options", path),
+    )
 
-    def __post_init__(self) -> None:
-        for entry in self.env:
-            if "=" not in entry or entry.startswith("="):
-                raise _fail("containerEdits.env", f"{excerpt(entry)} is not NAME=value")
 
-    @property
-    def empty(self) -> bool:
-        return not (self.env or self.device_nodes or self.mounts or self.hooks)
+def _edits_to_dict(edits: ContainerEdits) -> dict[str, Any]:
+    return _drop_empty(
+        {
+            "env": list(edits.env),
+            "deviceNodes": [_node_to_dict(n) for n in edits.device_nodes],
+            "mounts": [_mount_to_dict(m) for m in edits.mounts],
+        }
+    )
 
-    def to_dict(self) -> dict[str, Any]:
-        return _drop_empty(
-            {
-                "env": list(self.env),
-                "deviceNodes": [n.to_dict() for n in self.device_nodes],
-                "mounts": [m.to_dict() for m in self.mounts],
-                "hooks": [h.to_dict() for h in self.hooks],
-            }
-        )
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], path: str) -> ContainerEdits:
-        return cls(
-            env=_strs(d, "env", path),
-            device_nodes=tuple(
-                DeviceNode.from_dict(n, f"{path}.deviceNodes[{i}]")
-                for i, n in enumerate(_objects(d, "deviceNodes", path))
-            ),
-            mounts=tuple(
-                Mount.from_dict(m, f"{path}.mounts[{i}]") for i, m in enumerate(_objects(d, "mounts", path))
-            ),
-            hooks=tuple(
-                Hook.from_dict(h, f"{path}.hooks[{i}]") for i, h in enumerate(_objects(d, "hooks", path))
-            ),
-        )
+def _edits_from_dict(d: Mapping[str, Any], path: str) -> ContainerEdits:
+    if d.get("hooks"):
+        raise _fail(f"{path}.hooks", "Tessera's specs have no hooks")
+    nodes = tuple(
+        _node_from_dict(n, f"{path}.deviceNodes[{i}]") for i, n in enumerate(_objects(d, "deviceNodes", path))
+    )
+    mounts = tuple(
+        _mount_from_dict(m, f"{path}.mounts[{i}]") for i, m in enumerate(_objects(d, "mounts", path))
+    )
+    try:
+        return ContainerEdits(env=_strs(d, "env", path), device_nodes=nodes, mounts=mounts)
+    except ConfigError as e:
+        raise _fail(f"{path}.env", str(e)) from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,11 +188,11 @@ class Spec:
             "cdiVersion": self.cdi_version,
             "kind": self.kind,
             "devices": [
-                {"name": d.name, "containerEdits": d.container_edits.to_dict()} for d in self.devices
+                {"name": d.name, "containerEdits": _edits_to_dict(d.container_edits)} for d in self.devices
             ],
         }
         if not self.container_edits.empty:
-            out["containerEdits"] = self.container_edits.to_dict()
+            out["containerEdits"] = _edits_to_dict(self.container_edits)
         if self.annotations:
             out["annotations"] = dict(self.annotations)
         return out
@@ -294,7 +207,7 @@ class Spec:
             devices.append(
                 Device(
                     name=_str(dev, "name", f"devices[{i}]") or "",
-                    container_edits=ContainerEdits.from_dict(edits, f"devices[{i}].containerEdits"),
+                    container_edits=_edits_from_dict(edits, f"devices[{i}].containerEdits"),
                 )
             )
         spec_edits = d.get("containerEdits") or {}
@@ -303,7 +216,7 @@ class Spec:
         return cls(
             kind=_str(d, "kind", "") or "",
             devices=tuple(devices),
-            container_edits=ContainerEdits.from_dict(spec_edits, "containerEdits"),
+            container_edits=_edits_from_dict(spec_edits, "containerEdits"),
             cdi_version=_str(d, "cdiVersion", "") or "",
             annotations=_annotations(d),
         )

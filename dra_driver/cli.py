@@ -27,29 +27,13 @@ from dra_driver.backends.sim_inject import add_cli as add_sim_command
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core import families
 from dra_driver.core.families.base import Json
-from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.explain.cli import add_cli as add_explain_command
 from dra_driver.io.logs import configure
-from dra_driver.io.yaml_files import read_yaml_document
-from dra_driver.vocabulary.errors import ConfigError, TesseraError
+from dra_driver.io.settings_file import load_settings
+from dra_driver.vocabulary.errors import TesseraError
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def _load_settings(path: Path | None, node_name: str) -> NodeSettings:
-    if path is None:
-        return NodeSettings(node_name=node_name)
-    try:
-        data = read_yaml_document(path)
-    except ConfigError as e:
-        raise ConfigError(f"cannot read node settings: {e}") from e
-    if not isinstance(data, dict):
-        raise ConfigError(f"node settings {path}: expected a NodeSettings mapping")
-    try:
-        return NodeSettings.from_mapping(data, node_name=node_name)
-    except ConfigError as e:
-        raise ConfigError(f"node settings {path}: {e}") from e
 
 
 def summary(slices: Sequence[Json]) -> str:
@@ -97,7 +81,7 @@ def _inventory(args: argparse.Namespace) -> int:
         node_name = args.node_name or os.environ.get("NODE_NAME") or ""
         if not node_name and isinstance(backend, SimulatedBackend):
             node_name = backend.node.node_name
-        settings = _load_settings(args.settings, node_name or socket.gethostname())
+        settings = load_settings(args.settings, node_name or socket.gethostname())
         slices = build_slices(backend.inventory(), settings, degraded=args.degraded)
     finally:
         backend.close()

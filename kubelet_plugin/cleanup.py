@@ -35,7 +35,7 @@ from kubelet_plugin.serving.options import DaemonOptions
 if TYPE_CHECKING:
     from kubelet_plugin.claims.prepare import Preparer
     from kubelet_plugin.removal.removal_record import RecordedState
-    from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom
+    from kubelet_plugin.serving.node_setup import ClaimAccess, ClaimsFrom
 
 EXIT_CLEAN, EXIT_PENDING, EXIT_FAILED = 0, 1, 2
 log = structlog.get_logger(__name__)
@@ -74,7 +74,7 @@ def run_from_args(args: argparse.Namespace, *, claims: ClaimsFrom | None = None)
     configure(level=options.log_level, fmt="json" if options.log_format == "json" else "console")
     if args.once or args.dry_run:
         return once(options, dry_run=args.dry_run, claims=claims)
-    from kubelet_plugin.serving.wiring import claim_access  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.serving.node_setup import claim_access  # noqa: PLC0415 - keeps `--help` fast
 
     done_file = args.done_file or cleanup_done_file(options.root)
     return serve(options, claims=claims or claim_access, done_file=done_file)
@@ -101,7 +101,7 @@ def _refusal(*, pending: tuple[PendingClaim, ...], serving: tuple[str, ...]) -> 
 
 def _access(options: DaemonOptions, claims: ClaimsFrom | None) -> ClaimAccess:
     from kubelet_plugin.removal.cleanup_node import offline_access  # noqa: PLC0415 - keeps `--help` fast
-    from kubelet_plugin.serving.wiring import claim_access  # noqa: PLC0415
+    from kubelet_plugin.serving.node_setup import claim_access  # noqa: PLC0415
 
     if claims is not None:
         return claims(options)
@@ -113,17 +113,13 @@ def _access(options: DaemonOptions, claims: ClaimsFrom | None) -> ClaimAccess:
 
 
 def once(options: DaemonOptions, *, dry_run: bool, claims: ClaimsFrom | None = None) -> int:
-    from kubelet_plugin.removal.cleanup_node import open_backend_of, open_preparer  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.removal.cleanup_node import open_node  # noqa: PLC0415 - keeps `--help` fast
 
-    backend = open_backend_of(options)
+    node = open_node(options, access=_access(options, claims))
     try:
-        state, preparer = open_preparer(options, backend=backend, access=_access(options, claims))
-        try:
-            return _dry_run(state) if dry_run else _clean(preparer)
-        finally:
-            state.close()
+        return _dry_run(node.state) if dry_run else _clean(node.preparer)
     finally:
-        backend.close()
+        node.close()
 
 
 def _dry_run(state: RecordedState) -> int:

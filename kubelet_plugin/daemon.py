@@ -1,4 +1,5 @@
-"""The node daemon's command line and life cycle (`kubelet_plugin.serving.wiring` assembles the parts).
+"""The node daemon's command line and life cycle (`kubelet_plugin.serving.plugin_instance` assembles the
+parts).
 
 Start: `tessera plugin --node-name N [...]` or `python -m kubelet_plugin.daemon --node-name N [...]`.
 SIGTERM or SIGINT stops it gracefully: the sockets go away, calls in flight get `STOP_GRACE_S` to finish.
@@ -37,7 +38,7 @@ from kubelet_plugin.serving.options import (
 from kubelet_plugin.serving.probe import add_probe_command
 
 if TYPE_CHECKING:
-    from kubelet_plugin.serving.wiring import ClaimsFrom
+    from kubelet_plugin.serving.node_setup import ClaimsFrom
 
 STOP_GRACE_S = 5.0
 log = structlog.get_logger(__name__)
@@ -205,7 +206,8 @@ def stop_on_signals() -> threading.Event:
 def run(
     options: DaemonOptions, *, steps: StepObserver = NO_OBSERVER, claims: ClaimsFrom | None = None
 ) -> int:
-    from kubelet_plugin.serving.wiring import Node, claim_access  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.serving.node_setup import claim_access  # noqa: PLC0415 - keeps `--help` fast
+    from kubelet_plugin.serving.plugin_instance import Node  # noqa: PLC0415
 
     inherited = set_umask()
     if inherited != UMASK:

@@ -47,7 +47,7 @@ PRODUCT = ("dra_driver", "kubelet_plugin", "cdi", "admission")
 SMOKE = (
     ("tessera", "--help"),
     ("tessera", "plugin", "--help"),
-    ("python3", "-c", "import kubelet_plugin.serving.wiring, dra_driver.backends.nvml"),
+    ("python3", "-c", "import kubelet_plugin.serving.plugin_instance, dra_driver.backends.nvml"),
     # the admission webhook runs from the same image (`tessera webhook`, chart admissionWebhook)
     ("tessera", "webhook", "--help"),
     ("python3", "-c", "import admission.main, cryptography.x509"),

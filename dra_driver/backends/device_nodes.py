@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dra_driver.vocabulary.container import DeviceNode
 from dra_driver.vocabulary.errors import MigError
-from dra_driver.vocabulary.inventory import DeviceNode
 
 PROC_DEVICES = Path("/proc/devices")
 CAPS_ROOT = Path("/proc/driver/nvidia/capabilities")

@@ -26,11 +26,11 @@ from dra_driver.backends.nvml_topology import fabric, nvlink_ends
 from dra_driver.backends.sysfs import pci_place
 from dra_driver.core.families.published import pci_bus_id
 from dra_driver.core.profiles import find_product, profile_order
+from dra_driver.vocabulary.container import DeviceNode
 from dra_driver.vocabulary.errors import ConfigError, InventoryError, MigError, PlacementTakenError
 from dra_driver.vocabulary.inventory import (
     NO_NVLINK,
     Architecture,
-    DeviceNode,
     FaultKind,
     Gpu,
     GpuFault,

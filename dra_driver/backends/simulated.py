@@ -26,8 +26,9 @@ from dra_driver.backends.sim_state import (
     write_state,
 )
 from dra_driver.core.profiles import GpuProduct
+from dra_driver.vocabulary.container import DeviceNode
 from dra_driver.vocabulary.errors import InventoryError, MigError, PlacementTakenError
-from dra_driver.vocabulary.inventory import DeviceNode, Gpu, GpuFault, Inventory, MigInstance, MigProfile
+from dra_driver.vocabulary.inventory import Gpu, GpuFault, Inventory, MigInstance, MigProfile
 from dra_driver.vocabulary.names import GpuUUID
 
 NVIDIA_MAJOR = 195

@@ -8,12 +8,13 @@ module finds our results, decodes the configs, and checks what spans the claim.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from dra_driver.core import config as cfg
 from dra_driver.core import families
-from dra_driver.core.families.base import Allocated, AnyPlanned, Held, LibraryLimits
+from dra_driver.core.families.base import Allocated, AnyPlanned, NodeRecords
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Inventory
@@ -115,20 +116,21 @@ class ClaimPlan:
         return tuple(dict.fromkeys(d.family for d in self.devices))
 
     def limits(self) -> tuple[LibraryLimits, ...]:
-        """What the library enforces, one entry per device that uses it, in GPU order."""
-        out = [lim for d in self.devices if (lim := families.library_limits(d)) is not None]
+        """What the library enforces, one entry per device that uses it, in GPU order (each device's, as
+        planned)."""
+        out = [d.library_limits for d in self.devices if d.library_limits is not None]
         return tuple(sorted(out, key=lambda lim: lim.gpu_index))
 
 
 @dataclass(frozen=True, slots=True)
-class NodeHolds:
+class RecordsByFamily:
     """What the node records per family, for planning: the claim's own records and everyone else's."""
 
     claim: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
     others: Mapping[Family, tuple[object, ...]] = field(default_factory=dict)
 
-    def of(self, family: Family) -> Held[Any]:
-        return Held(claim=tuple(self.claim.get(family, ())), others=tuple(self.others.get(family, ())))
+    def of(self, family: Family) -> NodeRecords[Any]:
+        return NodeRecords(claim=tuple(self.claim.get(family, ())), others=tuple(self.others.get(family, ())))
 
 
 # ---- planning ---------------------------------------------------------------------------------------
@@ -182,8 +184,8 @@ def _agreed(used: Sequence[tuple[AnyPlanned, LibraryLimits]], name: str, attr: s
 
 
 def _library_settings(devices: Sequence[AnyPlanned]) -> LibrarySettings | None:
-    """The library's claim-wide settings, when any device of the claim uses it."""
-    used = [(d, lim) for d in devices if (lim := families.library_limits(d)) is not None]
+    """The library's claim-wide settings, from the devices' planned limits, when any device uses it."""
+    used = [(d, d.library_limits) for d in devices if d.library_limits is not None]
     if not used:
         return None
     policy, log_level = _agreed(used, "smLimitPolicy", "policy"), _agreed(used, "logLevel", "log_level")
@@ -221,7 +223,7 @@ def plan_claim(
     driver: str,
     pool: str,
     inventory: Inventory,
-    holds: NodeHolds = NodeHolds(),
+    recorded: RecordsByFamily = RecordsByFamily(),
 ) -> ClaimPlan:
     """Everything this node must do for the claim, or the first problem found, named."""
     meta = claim.metadata
@@ -233,7 +235,10 @@ def plan_claim(
     for r in ours:
         d = _allocated(r, inventory, decoded)
         f = families.parse_device_name(d.device).family
-        planned.append(f.plan(d, holds.of(f.name)))
+        p = f.plan(d, recorded.of(f.name))
+        # the library's limits are asked of the family here, once: the limits file, the CDI spec's
+        # variables and the claim-wide settings all read them from the plan
+        planned.append(replace(p, library_limits=families.library_limits(p)))
     for f in families.FAMILIES:
         mine = [d for d in planned if d.family == f.name]
         if mine:

@@ -118,7 +118,8 @@ def chart_families(registry: Sequence[AnyFamily] | None = None) -> str:
         "# templates/deviceclasses.yaml makes each family's DeviceClass, and with `profiles` one per profile",
         "# listed under that key of deviceClasses in values.yaml; templates/daemonset.yaml checks",
         "# nodeGroups[].families against the names, and copies a group's `settings` keys (the family's node",
-        "# settings) into its NodeSettings.",
+        "# settings) into its NodeSettings; `formerly` maps a renamed setting's former key to its key (both",
+        "# are read; a group giving both must give one value).",
         "families:",
     ]
     for f in registry if registry is not None else families.FAMILIES:
@@ -126,7 +127,10 @@ def chart_families(registry: Sequence[AnyFamily] | None = None) -> str:
         if f.class_profiles():
             lines.append(f"  profiles: {f.name}Profiles")
         if f.settings:
-            lines.append(f"  settings: [{', '.join(s.key for s in f.settings)}]")
+            lines.append(f"  settings: [{', '.join(k for s in f.settings for k in s.keys)}]")
+        former = [f"{old}: {s.key}" for s in f.settings for old in s.former_keys]
+        if former:
+            lines.append(f"  formerly: {{{', '.join(former)}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -136,12 +140,13 @@ def chart_schema(schema: Mapping[str, Any], registry: Sequence[AnyFamily] | None
     out: dict[str, Any] = json.loads(json.dumps(schema))
     group = out["properties"]["nodeGroups"]["items"]["properties"]
     chosen = registry if registry is not None else families.FAMILIES
-    declared = {s.key: s for f in chosen for s in f.settings}
+    declared = {key: s for f in chosen for s in f.settings for key in s.keys}
     generated = set(out.get("x-tessera-family-settings", []))
     for key in generated - set(declared):
         group.pop(key, None)
     for key, setting in declared.items():
-        group[key] = {"description": setting.meaning, **setting.schema}
+        said = setting.meaning if key == setting.key else f"{setting.key}'s former name, still read"
+        group[key] = {"description": said, **setting.schema}
     out["x-tessera-family-settings"] = sorted(declared)
     return out
 

@@ -1,12 +1,13 @@
 """Per-node settings: which families a node offers, in which order the devices are published, and the
-settings the families declare themselves (`DeviceFamily.settings`: vgpu's `vgpuShares`, MIG's `migProfiles`).
+settings the families declare themselves (`DeviceFamily.settings`: `sharesPerGpu`, MIG's `migProfiles`).
 
 A settings file is versioned like every Tessera file:
 
     apiVersion: resource.tessera.dev/v1
     kind: NodeSettings
     families: {gpu: true, vgpu: true, mig: false}   # each optional, default true
-    vgpuShares: 10                                  # vgpu's; optional, 1..64 (a GPU's view)
+    sharesPerGpu: 10                                # vgpu's and MPS's; optional, 1..64 (a GPU's view);
+                                                    #   `vgpuShares`, its former name, is read too
     migProfiles: [1g.10gb, 3g.40gb, 7g.80gb]        # MIG's; optional, default every profile the GPU has
     deviceOrder: fragmentation-aware                # optional; or by-gpu (the order before issue #12)
     numaNodeForm: scalar                            # optional; or list (needs DRAListTypeAttributes)
@@ -125,5 +126,5 @@ def _choice(key: str, kind: type[C], raw: object) -> C:
 
 
 def family_settings(**raw: object) -> FamilySettings:
-    """The families' settings from their file keys (`vgpuShares=4`), decoded strictly as the file is."""
+    """The families' settings from their file keys (`sharesPerGpu=4`), decoded strictly as the file is."""
     return decoded_settings(registry.node_settings(), raw)

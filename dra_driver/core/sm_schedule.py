@@ -18,8 +18,9 @@ wait for a part; the arbiter gives it back its part within a frame of its first 
 of who has work (`active=None`, e.g. right after the daemon starts), every claim is taken to have work:
 the layout is the strict partition, which never gives a claim less than its share.
 
-The interception library reads the result from the GPU's view (gpu_view.py); each claim finds its part by
-the slot number its limits file names.
+The result is what the GPU's view holds (`Part`, at most MAX_SLOTS entries: dra_driver/libtessera/
+view_layout.py); the interception library reads it there, and each claim finds its part by the slot number its
+limits file names.
 """
 
 from __future__ import annotations
@@ -28,11 +29,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from dra_driver.libtessera.view_layout import MAX_SLOTS, Part
+
 DEFAULT_FRAME_US = 50_000
-# The entries a GPU's view holds (interceptor/src/view.h: TV_MAX_SLOTS, checked equal by
-# tests/integration/test_view_contract.py): one per normal claim at most, so it also bounds how many claims
-# one GPU takes (`vgpuShares`, families/capacity.py). Defined here, the one place both sides import.
-MAX_SLOTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,18 +46,6 @@ class SharingClaim:
         """The most of the GPU it may get: its ceiling, else its share; a claim without a share has no
         limit."""
         return 100 if self.cores == 0 else max(self.cores, min(self.ceiling, 100))
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    slot: int
-    start_us: int
-    end_us: int
-    free_pct: int = 0  # no part (start == end): its launches start at once, up to this % of the time
-
-    @property
-    def free(self) -> bool:
-        return self.free_pct > 0 and self.start_us == self.end_us
 
 
 def schedule(

@@ -1,6 +1,8 @@
 """`tessera explain CLAIM`: can a claim be allocated on a node, and why not.
 
 Exit 0 yes, 1 no, 2 bad input or cannot decide (a selector uses CEL that explain cannot evaluate).
+A simulated node (`--simulate` with a SimulatedNode) publishes with the settings given by `--settings`
+(docs/scheduling.md); ResourceSlices, listed or a cluster's, are read as published.
 
 Only the argument parser lives here; the CEL machinery is imported when the command runs, so other
 `tessera` commands (the liveness probe among them) do not pay for it.
@@ -34,6 +36,13 @@ def add_cli(subparsers: Any) -> None:
         help="YAML with ResourceSlices (and allocated claims, DeviceClasses) or a SimulatedNode; repeatable",
     )
     where.add_argument("--node", help="node name in the cluster whose slices to read")
+    p.add_argument(
+        "--settings",
+        type=Path,
+        metavar="FILE",
+        help="the simulated nodes' settings (resource.tessera.dev/v1 NodeSettings, as `tessera inventory "
+        "--settings` takes them: a node group's sharesPerGpu, migProfiles, families); default: every default",
+    )
     p.add_argument(
         "--kubeconfig", help="kubeconfig for cluster mode (default: in-cluster, then ~/.kube/config)"
     )

@@ -35,6 +35,22 @@ def _node_of(inputs: Inputs) -> str:
     return nodes[0]
 
 
+def _simulated(args: argparse.Namespace, given: Inputs, settings: Path | None) -> Inputs:
+    """The --simulate files (and the claim's own file), each SimulatedNode turned into the slices it would
+    publish with `settings`, and the repository's DeviceClasses when none is given."""
+    world = load_files(args.simulate) + given
+    if settings is not None and not world.nodes:
+        raise TesseraError(
+            "--settings is for a SimulatedNode, and none was given: ResourceSlices are read as published"
+        )
+    world = world + Inputs(
+        slices=tuple(s for n in world.nodes for s in simulated_slices(n, settings=settings))
+    )
+    if not world.classes:
+        world = world + load_files(args.classes or [REPO_DEVICECLASSES])
+    return world
+
+
 def _targets(args: argparse.Namespace) -> Sequence[tuple[str, Mapping[str, Any] | None]]:
     """The claims to explain: those a Pod or workload file would get, else the one the argument names."""
     convert: WorkloadClaims | None = getattr(args, "workload_claims", None)
@@ -47,6 +63,7 @@ def _verdict(args: argparse.Namespace, claim: Mapping[str, Any] | None = None) -
     claim_path = Path(args.claim)
     from_file = claim_path.suffix in (".yaml", ".yml", ".json") or claim_path.exists()
     cluster = None if args.simulate else ClusterSource(kubeconfig=args.kubeconfig)
+    settings: Path | None = args.settings
     if claim is not None:
         given, raw_claim = Inputs(), claim
     elif from_file:
@@ -66,13 +83,12 @@ def _verdict(args: argparse.Namespace, claim: Mapping[str, Any] | None = None) -
     if cluster is not None:
         if not args.node:
             raise TesseraError("cluster mode needs --node NAME")
+        if settings is not None:
+            raise TesseraError("--settings is for --simulate: a cluster's slices are read as published")
         node = args.node
         world = cluster.inputs(node=node)
     else:
-        world = load_files(args.simulate) + given
-        world = world + Inputs(slices=tuple(s for n in world.nodes for s in simulated_slices(n)))
-        if not world.classes:
-            world = world + load_files(args.classes or [REPO_DEVICECLASSES])
+        world = _simulated(args, given, settings)
         node = _node_of(world)
     classes = {c.name: c for c in map(parse_device_class, world.classes)}
     return explain_claim(

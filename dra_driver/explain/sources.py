@@ -75,15 +75,16 @@ def load_files(paths: Iterable[Path]) -> Inputs:
     return total
 
 
-def simulated_slices(node_doc: Obj) -> tuple[Obj, ...]:
-    """Slices a simulated node would publish, from the node plugin's own pure slice builder."""
+def simulated_slices(node_doc: Obj, *, settings: Path | None = None) -> tuple[Obj, ...]:
+    """Slices a simulated node would publish with `settings` (a NodeSettings file; None: the defaults), from
+    the node plugin's own pure slice builder."""
     try:
         from dra_driver.explain.simulation import slices_for_simulated_node  # noqa: PLC0415 - optional wiring
     except ImportError as e:
         raise ConfigError(
             "this build cannot turn a SimulatedNode into slices; pass ResourceSlices instead"
         ) from e
-    return tuple(slices_for_simulated_node(node_doc))
+    return tuple(slices_for_simulated_node(node_doc, settings=settings))
 
 
 class ClusterSource:

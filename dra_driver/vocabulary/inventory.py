@@ -8,11 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from dra_driver.vocabulary.container import DeviceNode
 from dra_driver.vocabulary.names import GpuUUID
 
 # The most GPUs one container can be given: the interception library's accounting region has 16 GPU entries
-# (interceptor/src/region.h TR_MAX_GPUS, kubelet_plugin/library/region.py), and no node Tessera runs on has
-# more. The conversion refuses a larger HAMi/Volcano GPU count with this bound.
+# (interceptor/src/region.h TR_MAX_GPUS, dra_driver/libtessera/region_layout.py), and no node Tessera runs on
+# has more. The conversion refuses a larger HAMi/Volcano GPU count with this bound.
 MAX_GPUS = 16
 
 
@@ -33,15 +34,6 @@ class Architecture(StrEnum):
     @property
     def can_toggle_mig_without_reset(self) -> bool:
         return self in (Architecture.HOPPER, Architecture.BLACKWELL)
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceNode:
-    """A character device a container needs; major/minor let CDI skip stat() on the host."""
-
-    path: str
-    major: int
-    minor: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The one place that defines Tessera's names, each formatter with its parser.
 
-Device names, counter names, attribute names, DeviceClass names, CDI names and the
-paths the container sees are all spelled here and nowhere else.
+Device names, counter names, attribute names, DeviceClass names and CDI names are all spelled here and
+nowhere else; the files and variables the interception library finds its claims by are in
+dra_driver/libtessera/names.py.
 """
 
 from __future__ import annotations
@@ -66,19 +67,6 @@ CONFIG_API_VERSION = f"{CONFIG_GROUP}/v1"
 CDI_VENDOR = f"k8s.{DRIVER_NAME}"
 CDI_CLASS = "claim"
 CDI_KIND = f"{CDI_VENDOR}/{CDI_CLASS}"
-
-# Where the interception library and the per-claim directory appear inside a container.
-CONTAINER_LIBRARY_PATH = "/usr/local/tessera/lib/libtessera.so"
-CONTAINER_CLAIMS_ROOT = "/var/run/tessera/claims"
-LIMITS_FILE_NAME = "limits"
-REGION_FILE_NAME = "region"
-# On the host, <claims root>/<uid>/ is the daemon's (the limits file, mounted read-only over the container's
-# `limits`); only its SHARED_DIR_NAME subdirectory (the region) is mounted read-write as the claim directory.
-SHARED_DIR_NAME = "shared"
-# The node's read-only view of each GPU (time-division schedule, priority holds), one directory per GPU.
-CONTAINER_GPUS_ROOT = "/var/run/tessera/gpus"
-VIEW_FILE_NAME = "view"
-CLAIM_DIRS_ENV = "TESSERA_CLAIM_DIRS"
 
 
 # A device family's name (`gpu`, `vgpu`, `mig`, ...): the value of the `type` attribute and the first label of
@@ -211,13 +199,15 @@ def cdi_spec_temp_prefix() -> str:
     return f".{_CDI_SPEC_PREFIX}"
 
 
-def container_claim_dir(claim_uid: ClaimUID) -> str:
-    return f"{CONTAINER_CLAIMS_ROOT}/{claim_uid}"
-
-
-def container_gpu_dir(gpu_uuid: GpuUUID) -> str:
-    """Where a GPU's view directory appears in a container (the UUID is NVML's, a safe path component)."""
-    return f"{CONTAINER_GPUS_ROOT}/{gpu_uuid}"
+def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
+    """The claim UID of one of our spec files, or None for any other file."""
+    prefix, suffix = _CDI_SPEC_PREFIX, ".json"
+    if not file_name.startswith(prefix) or not file_name.endswith(suffix):
+        return None
+    try:
+        return ClaimUID(file_name[len(prefix) : -len(suffix)])
+    except InvalidNameError:
+        return None
 
 
 # ---- kubelet plugin sockets ---------------------------------------------------------------------
@@ -266,41 +256,12 @@ def resource_slice_name(node_name: str, k: int) -> str:
     return f"{node_name}{suffix}"
 
 
-# ---- per-claim files and the environment the interception library reads -------------------------
-# (added by the prepare/CDI helper; the C library in interceptor/ reads the same names)
+# ---- what a claim's container is told about its GPUs (the interception library's own names are in
+# dra_driver/libtessera/names.py) ------------------------------------------------------------------
 
-CLAIM_DIR_ENV_PREFIX = "TESSERA_CLAIM_DIR_"
-LD_PRELOAD_ENV = "LD_PRELOAD"
 CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 # Tells the NVIDIA container toolkit, where it is the runtime, to add no GPU of its own to a container.
 NVIDIA_VISIBLE_DEVICES_VOID = "NVIDIA_VISIBLE_DEVICES=void"
-
-
-class HamiEnv:
-    """HAMi-core's variables, honoured so either library can be injected."""
-
-    MEMORY_LIMIT_PREFIX = "CUDA_DEVICE_MEMORY_LIMIT_"  # + index within the claim; value "<MiB>m"
-    SM_LIMIT_PREFIX = "CUDA_DEVICE_SM_LIMIT_"  # + index within the claim; value 0-100
-    SHARED_CACHE = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-    CORE_POLICY = "GPU_CORE_UTILIZATION_POLICY"
-    TASK_PRIORITY = "CUDA_TASK_PRIORITY"
-    LOG_LEVEL = "LIBCUDA_LOG_LEVEL"
-
-
-def claim_dir_env(claim_uid: ClaimUID) -> str:
-    """One variable per claim, so two claims in one container never overwrite each other's."""
-    return f"{CLAIM_DIR_ENV_PREFIX}{claim_uid.replace('-', '_')}"
-
-
-def parse_cdi_spec_file_name(file_name: str) -> ClaimUID | None:
-    """The claim UID of one of our spec files, or None for any other file."""
-    prefix, suffix = _CDI_SPEC_PREFIX, ".json"
-    if not file_name.startswith(prefix) or not file_name.endswith(suffix):
-        return None
-    try:
-        return ClaimUID(file_name[len(prefix) : -len(suffix)])
-    except InvalidNameError:
-        return None
 
 
 # Where the NVIDIA kernel driver's /proc files are (`devices`, `driver/nvidia/capabilities/...`): /proc,

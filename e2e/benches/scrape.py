@@ -32,7 +32,9 @@ from pathlib import Path
 
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.node.paths import PluginPaths
-from kubelet_plugin.serving.wiring import scrape
+from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
+from kubelet_plugin.record.checkpoint_store import CheckpointStore
+from kubelet_plugin.serving.node_observability import scrape
 from tests.support.claim_files import DirectoryClaimSource
 from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 from tests.support.kubelet_client import DraClient, register, wait_for_socket

@@ -8,8 +8,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from dra_driver.core.sm_schedule import Part
-from dra_driver.vocabulary.names import VIEW_FILE_NAME, Cap, qualified
+from dra_driver.libtessera.names import VIEW_FILE_NAME
+from dra_driver.libtessera.view_layout import Part
+from dra_driver.vocabulary.names import Cap, qualified
 from e2e.harness.examples import pinned
 from e2e.harness.kube import (
     Json,
@@ -24,7 +25,8 @@ from e2e.harness.kube import (
 from e2e.harness.testbed import SimCluster
 from e2e.kubelet_standin.container_edits import ContainerConfig
 from e2e.kubelet_standin.runtime_record import PodRuntime
-from kubelet_plugin.library.gpu_view import GpuView
+from e2e.harness.testbed import SimCluster
+from kubelet_plugin.library_files.gpu_view import GpuView
 
 H100 = "sim-h100x8"
 MIXED = "sim-mixed-a100-l4"

@@ -17,7 +17,8 @@ from kubernetes import client as k8s
 
 from admission.convert import names
 from dra_driver.core.profiles import find_product
-from dra_driver.vocabulary.names import Attr, Cap, HamiEnv
+from dra_driver.libtessera.names import HamiEnv
+from dra_driver.vocabulary.names import Attr, Cap
 from dra_driver.vocabulary.quantity import parse_quantity
 from e2e.harness.kube import Json, list_pods, wait_for
 from e2e.harness.testbed import SimCluster

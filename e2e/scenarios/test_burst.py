@@ -6,17 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.core.sm_schedule import Part
-from dra_driver.vocabulary.names import (
-    CONFIG_API_VERSION,
-    DRIVER_NAME,
-    LIMITS_FILE_NAME,
-    Attr,
-    Cap,
-)
+from dra_driver.libtessera.names import LIMITS_FILE_NAME
+from dra_driver.libtessera.view_layout import Part
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, Attr, Cap
 from e2e.harness.examples import example, find, renamed
 from e2e.harness.kube import Json
-from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,

@@ -7,22 +7,18 @@ import copy
 
 import pytest
 
-from dra_driver.core.sm_schedule import Part
-from dra_driver.vocabulary.names import (
+from dra_driver.libtessera.names import (
     CONTAINER_LIBRARY_PATH,
     LIMITS_FILE_NAME,
     VIEW_FILE_NAME,
-    Attr,
-    Cap,
-    ClaimUID,
-    GpuUUID,
     HamiEnv,
     container_claim_dir,
     container_gpu_dir,
 )
+from dra_driver.libtessera.view_layout import Part
+from dra_driver.vocabulary.names import Attr, Cap, ClaimUID, GpuUUID
 from e2e.harness.examples import example, find, renamed
 from e2e.harness.kube import Json
-from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,

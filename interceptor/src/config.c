@@ -1,6 +1,8 @@
 /* Configuration, read once at initialisation: the limits files of the claim
  * directories named in TESSERA_CLAIM_DIRS, then HAMi-core's variables as a
- * fallback. Bad input is logged with the fix and ignored (no limit). */
+ * fallback. Bad input is logged with the fix and ignored (no limit). The node
+ * renders the limits file, and names the files and variables, in
+ * dra_driver/libtessera/ (limits_file.py, names.py). */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -230,7 +232,8 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
     return n;
 }
 
-/* The stated maximum size of a limits file (the plugin writes a few hundred bytes). */
+/* The stated maximum size of a limits file (the plugin writes a few hundred bytes;
+ * MAX_LIMITS_BYTES in dra_driver/libtessera/limits_file.py). */
 #define LIMITS_MAX 65536
 
 /* Reads the whole limits file into text (NUL-terminated); -1 with one log line when it is not a regular file,

@@ -6,7 +6,8 @@
  * mutex in the header). Any change to this layout must bump TR_VERSION; giving
  * a reserved word a meaning does not, when zero means what older libraries did
  * (burst_ns and meter_ns: zero in their regions, read as "never burst"). The node daemon reads it too (metrics,
- * the priority relay): kubelet_plugin/library/region.py mirrors this layout. */
+ * the priority relay): dra_driver/libtessera/region_layout.py mirrors this
+ * layout. */
 #ifndef TESSERA_REGION_H
 #define TESSERA_REGION_H
 

@@ -14,7 +14,8 @@
  *   and goes (dra_driver/core/sm_schedule.py).
  * Fixed-width fields, magic "TSGPUVW", version 2 (version 1, without free_pct,
  * is read too), in a 4096-byte file;
- * kubelet_plugin/library/gpu_view.py writes it. The schedule is written under a
+ * the node daemon writes it; its Python side (layout, MAX_SLOTS, encoding) is
+ * dra_driver/libtessera/view_layout.py. The schedule is written under a
  * sequence lock: seq is odd while it changes. */
 #ifndef TESSERA_VIEW_H
 #define TESSERA_VIEW_H

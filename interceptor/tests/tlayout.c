@@ -3,7 +3,7 @@
  * former reserved words; view version 2); a region written by the library
  * must carry them. Usage: tlayout [region-file]. Prints the view's slot count
  * (view slots N), which tests/integration/test_view_contract.py holds equal to
- * the daemon's (dra_driver/core/sm_schedule.py MAX_SLOTS). */
+ * the daemon's (dra_driver/libtessera/view_layout.py MAX_SLOTS). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -56,7 +56,7 @@ int main(int argc, char **argv)
     EXPECT(offsetof(struct tr_proc, state) == 4);
     EXPECT(offsetof(struct tr_proc, used) == 16);
     EXPECT(offsetof(struct tr_region, procs) == 112 + 16 * 192);
-    /* the GPU's view (version 2: a slot's last word is free_pct; kubelet_plugin/library/gpu_view.py) */
+    /* the GPU's view (version 2: a slot's last word is free_pct; dra_driver/libtessera/view_layout.py) */
     EXPECT(TV_VERSION == 2 && TV_VERSION_MIN == 1);
     EXPECT(offsetof(struct tv_view, seq) == 40 && offsetof(struct tv_view, slots) == 64);
     EXPECT(offsetof(struct tv_slot, start_us) == 4 && offsetof(struct tv_slot, free_pct) == 12);

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.vocabulary.names import REGION_FILE_NAME
-from kubelet_plugin.library.region import MAX_PROCS, SLOT_LOCK_BASE
+from dra_driver.libtessera.names import REGION_FILE_NAME
+from dra_driver.libtessera.region_layout import MAX_PROCS, SLOT_LOCK_BASE
 
 log = structlog.get_logger(__name__)
 

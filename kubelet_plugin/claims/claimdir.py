@@ -28,9 +28,12 @@ import structlog
 
 from dra_driver.io.files import WriteFault, atomic_write, is_temp, temp_name
 from dra_driver.io.safe_tree import is_plain_file, remove_tree
+from dra_driver.libtessera.limits_file import LimitsFile
+from dra_driver.libtessera.names import LIMITS_FILE_NAME, REGION_FILE_NAME, SHARED_DIR_NAME
 from dra_driver.vocabulary.errors import ClaimDirectoryError, InvalidNameError, StorageError
-from dra_driver.vocabulary.names import LIMITS_FILE_NAME, REGION_FILE_NAME, SHARED_DIR_NAME, ClaimUID
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.tree_sweeper import TreeSweeper
+from kubelet_plugin.library_files.limits import limits_bytes
 from kubelet_plugin.node.file_modes import (
     CLAIM_DIR_MODE,
     CLAIMS_ROOT_MODE,
@@ -76,12 +79,12 @@ class ClaimDirs:
         """The directory the claim's containers get read-write (the region)."""
         return self.path(uid) / SHARED_DIR_NAME
 
-    def write(self, uid: ClaimUID, *, limits: str, fault: WriteFault | None = None) -> Path:
+    def write(self, uid: ClaimUID, *, limits: LimitsFile, fault: WriteFault | None = None) -> Path:
         """Create the claim dir with its limits, shared dir and region, or rewrite the limits of an existing
         one (putting back what a tenant removed or replaced in its shared dir). ClaimDirectoryError when it
         cannot."""
         try:
-            return self._write(self.path(uid), limits.encode(), fault)
+            return self._write(self.path(uid), limits_bytes(limits), fault)
         except ClaimDirectoryError:
             raise
         except StorageError as e:  # a file in it (the limits file, a tenant's tree in the way)

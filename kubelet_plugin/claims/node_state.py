@@ -19,19 +19,20 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
 from cdi.writer import read_spec, remove_spec
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core import families
-from dra_driver.core.allocation import NodeHolds
+from dra_driver.core.allocation import RecordsByFamily
 from dra_driver.io.driver_root import DriverRoot
 from dra_driver.io.safe_tree import is_plain_file
+from dra_driver.libtessera.names import LIMITS_FILE_NAME
 from dra_driver.vocabulary.errors import StorageError, TesseraError
 from dra_driver.vocabulary.inventory import Inventory, Placement
-from dra_driver.vocabulary.names import LIMITS_FILE_NAME, ClaimUID, Family
+from dra_driver.vocabulary.names import ClaimUID, Family
 from kubelet_plugin.claims.claimdir import ClaimDirs
 from kubelet_plugin.host_parts import Hosts
 from kubelet_plugin.host_parts.base import HostContext, Removed
@@ -55,28 +56,32 @@ class Commits:
     durable: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class NodeInputs:
+    """What a node's state is built from; `tessera plugin` and `tessera cleanup` build it in one place
+    (`kubelet_plugin.serving.node_setup`)."""
+
+    backend: GpuBackend
+    paths: PluginPaths
+    steps: StepObserver = NO_OBSERVER  # told as a claim passes each step (a test harness may stop it there)
+    host_options: Mapping[str, str] = field(default_factory=dict)  # the host parts' own flags (`HostOption`)
+    driver_root: DriverRoot | None = None
+    boot_id: str | None = None  # None: the running kernel's
+
+
 class NodeState:
-    def __init__(
-        self,
-        *,
-        backend: GpuBackend,
-        paths: PluginPaths,
-        steps: StepObserver = NO_OBSERVER,
-        host_options: Mapping[str, str] | None = None,
-        driver_root: DriverRoot | None = None,
-        boot_id: str | None = None,
-    ) -> None:
-        self.backend = backend
-        self.paths = paths
-        self.steps = steps  # told as a claim passes each step (a test harness may stop the process there)
-        self.boot_id = boot_id if boot_id is not None else read_boot_id()
+    def __init__(self, inputs: NodeInputs) -> None:
+        self.backend = backend = inputs.backend
+        self.paths = paths = inputs.paths
+        self.steps = steps = inputs.steps
+        self.boot_id = inputs.boot_id if inputs.boot_id is not None else read_boot_id()
         self.dirs = ClaimDirs(root=paths.claims_dir)
         context = HostContext(
             backend=backend,
             paths=paths,
             steps=steps,
-            options=dict(host_options or {}),
-            driver_root=driver_root,
+            options=dict(inputs.host_options),
+            driver_root=inputs.driver_root,
         )
         self.hosts = Hosts(context)
         self.lock = threading.RLock()
@@ -177,15 +182,15 @@ class NodeState:
             released_count=len(released),
         )
 
-    def holds(
+    def records_by_family(
         self, uid: ClaimUID, *, also: Mapping[Family, Sequence[object]] | None = None, own: bool = True
-    ) -> NodeHolds:
+    ) -> RecordsByFamily:
         """What every family records: the claim's own (unless `own` is false), and everyone else's plus
         `also` (what this call planned for other claims already)."""
         cp = self.checkpoint()
         entry = cp.entry(uid) if own else None
         extra = also or {}
-        return NodeHolds(
+        return RecordsByFamily(
             claim={f.name: entry.of(f.name) for f in families.FAMILIES} if entry is not None else {},
             others={
                 f.name: cp.records(f.name, excluding=uid) + tuple(extra.get(f.name, ()))

@@ -20,13 +20,13 @@ from cdi.edits import HostLayout, cdi_ids, claim_spec
 from cdi.writer import write_spec
 from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan, plan_claim
-from dra_driver.core.exclusivity import Holding, check_exclusive
-from dra_driver.core.limits_file import limits_file, render_limits
+from dra_driver.core.exclusivity import HeldDevice, check_exclusive
 from dra_driver.vocabulary.errors import CheckpointError, ClaimReplacedError, TesseraError
 from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, Inventory
 from dra_driver.vocabulary.names import DRIVER_NAME, ClaimUID, DeviceName, Family
 from kubelet_plugin.claims.api import ClaimSource, ClaimStatusWriter, DeviceStatus
 from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.library_files.limits import claim_limits
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.claim_marker import marker_annotations
 from kubelet_plugin.record.results import (
@@ -105,7 +105,7 @@ class Preparer:
         work: list[_Work] = []
         snapshot: Inventory | None = None
         planned: dict[Family, list[object]] = {}  # records of this call's claims, so none is booked twice
-        taken: list[Holding] = []  # devices of this call's claims planned so far
+        taken: list[HeldDevice] = []  # devices of this call's claims planned so far
         for ref in claims:
             entry = self.state.checkpoint().entry(ref.uid)
             repair = False
@@ -125,13 +125,13 @@ class Preparer:
                     snapshot = self.state.backend.inventory()
                 # a claim whose unprepare was interrupted starts afresh; one prepared before keeps its own
                 fresh = entry is None or entry.state is ClaimState.UNPREPARE_STARTED
-                holds = self.state.holds(ref.uid, also=planned, own=not fresh)
+                recorded = self.state.records_by_family(ref.uid, also=planned, own=not fresh)
                 plan = plan_claim(
                     self._claim(ref),
                     driver=self.driver_name,
                     pool=self.pool_name,
                     inventory=snapshot,
-                    holds=holds,
+                    recorded=recorded,
                 )
                 check_exclusive(
                     plan.devices,
@@ -140,7 +140,7 @@ class Preparer:
                     inventory=snapshot,
                 )
                 records = {
-                    f.name: f.records(plan.of(f.name), holds.of(f.name))
+                    f.name: f.records(plan.of(f.name), recorded.of(f.name))
                     for f in families.recording()
                     if plan.of(f.name)
                 }
@@ -155,16 +155,16 @@ class Preparer:
                     has_claim_dir=plan.library is not None,
                 )
                 work.append(_Work(ref=ref, plan=plan, entry=started, repair=repair))
-                taken.extend(Holding(f"{ref.namespace}/{ref.name}", d.device) for d in plan.devices)
+                taken.extend(HeldDevice(f"{ref.namespace}/{ref.name}", d.device) for d in plan.devices)
             except Exception as e:
                 _log_failure("prepare", ref, e)
                 answers[ref.uid] = PrepareResult.failed(e)
         return answers, work, snapshot
 
-    def _held(self, uid: ClaimUID) -> list[Holding]:
+    def _held(self, uid: ClaimUID) -> list[HeldDevice]:
         """The devices every other claim in the checkpoint answered with (prepared, or being unprepared)."""
         return [
-            Holding(f"{e.namespace}/{e.name}", d.device_name)
+            HeldDevice(f"{e.namespace}/{e.name}", d.device_name)
             for e in self.state.checkpoint().claims.values()
             if e.uid != uid
             for d in e.devices
@@ -263,22 +263,9 @@ class Preparer:
             )
             records[f] = created.records
             made.update(created.made)
-        if plan.library is not None:
-            slots = {
-                g: s
-                for f in families.time_sliced()
-                if f.name in records
-                for g, s in f.slots(records[f.name]).items()
-            }
-            text = render_limits(
-                limits_file(
-                    policy=plan.library.policy,
-                    log_level=plan.library.log_level,
-                    limits=plan.limits(),
-                    slots=slots,
-                )
-            )
-            state.dirs.write(uid, limits=text)
+        limits = claim_limits(plan, records)
+        if limits is not None:
+            state.dirs.write(uid, limits=limits)
             state.steps.reached(Step.AFTER_CLAIMDIR, uid)
         entry = replace(
             w.entry,

@@ -8,27 +8,19 @@ container can write; containers get it through a read-only mount); each device's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from dra_driver.core.families import parse_device_name
 from dra_driver.core.families.protocol import Recording, whole_gpu
-from dra_driver.core.limits_file import parse_limits
-from dra_driver.io.files import read_bounded
-from dra_driver.vocabulary.errors import ConfigError, InvalidNameError, StorageError
+from dra_driver.libtessera.limits_file import GpuLimitLine
+from dra_driver.libtessera.names import REGION_FILE_NAME, SHARED_DIR_NAME
+from dra_driver.vocabulary.errors import InvalidNameError
 from dra_driver.vocabulary.inventory import Gpu, Inventory
-from dra_driver.vocabulary.names import (
-    LIMITS_FILE_NAME,
-    REGION_FILE_NAME,
-    SHARED_DIR_NAME,
-    ClaimUID,
-    DeviceName,
-    Family,
-    GpuUUID,
-)
+from dra_driver.vocabulary.names import ClaimUID, DeviceName, Family, GpuUUID
+from kubelet_plugin.library_files.limits import read_limits
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
-
-MAX_LIMITS_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,16 +52,7 @@ class PreparedClaim:
         return tuple(d for d in self.devices if d.metered)
 
 
-def _limits(claim_dir: Path) -> dict[GpuUUID, tuple[int, int]]:
-    try:
-        data = read_bounded(claim_dir / LIMITS_FILE_NAME, max_bytes=MAX_LIMITS_BYTES)
-        parsed = parse_limits(data.decode("ascii", "replace"))
-    except (OSError, StorageError, ConfigError):  # gone or damaged: nothing to report for it
-        return {}
-    return {g.gpu_uuid: (g.memory_bytes, g.cores) for g in parsed.gpus}
-
-
-def _device(entry: ClaimEntry, name: str, gpu: Gpu, limits: dict[GpuUUID, tuple[int, int]]) -> ClaimDevice:
+def _device(entry: ClaimEntry, name: str, gpu: Gpu, limits: Mapping[GpuUUID, GpuLimitLine]) -> ClaimDevice:
     family = parse_device_name(name).family
     limited = limits.get(gpu.uuid)  # a line for the GPU: the library limits the device
     a = (
@@ -100,7 +83,7 @@ def prepared_claims(
         if entry.state is not ClaimState.PREPARE_COMPLETED:
             continue
         claim_dir = claims_dir / entry.uid if entry.has_claim_dir else None
-        limits = _limits(claim_dir) if claim_dir is not None else {}
+        limits = read_limits(claim_dir) if claim_dir is not None else {}
         devices: list[ClaimDevice] = []
         for record in entry.devices:
             try:

@@ -1,7 +1,7 @@
 """The metrics made at scrape time: allocation per GPU and per claim, live usage from the claims' regions,
 device health. Nothing here calls into a container or the GPU: the inventory is the health loop's latest
 reading, the claims are the checkpoint's (`prepared_claims`), usage is what the interception library keeps in
-each claim's region (read with pread, `kubelet_plugin.library.region`).
+each claim's region (read with pread, `kubelet_plugin.library_files.region`).
 
 Cost: one checkpoint stat per scrape (the claim list and its label strings are rebuilt only when the
 checkpoint changed), one region read per vgpu claim, and the text written directly in the exposition format
@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from dra_driver.core import families
 from dra_driver.core.families import vgpu
 from dra_driver.core.gpu_health import GpuCondition
+from dra_driver.libtessera.region_layout import Region, RegionGpu, RegionUnreadableError
 from dra_driver.vocabulary.inventory import Inventory
 from dra_driver.vocabulary.names import METRICS_PREFIX as P
 from dra_driver.vocabulary.names import ClaimUID, GpuUUID
@@ -31,8 +32,8 @@ from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.claims.claim_processes import ClaimProcess
 from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim, prepared_claims
 from kubelet_plugin.health.service import HealthReport
-from kubelet_plugin.library.region import Region, RegionGpu, RegionUnreadableError, read_region
-from kubelet_plugin.library.usage_bounds import UsageBounds, node_uptime_ns
+from kubelet_plugin.library_files.region import read_region
+from kubelet_plugin.library_files.usage_bounds import UsageBounds, node_uptime_ns
 from kubelet_plugin.record.checkpoint import Checkpoint
 
 NS = 1e-9

@@ -22,12 +22,13 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
+from dra_driver.libtessera.region_layout import Region, RegionUnreadableError
 from dra_driver.vocabulary.names import DRIVER_NAME, USAGE_DATA_KEY, ClaimUID
 from kubelet_plugin import metrics
 from kubelet_plugin.claims.api import to_api_dict
 from kubelet_plugin.claims.prepared_claims import PreparedClaim
-from kubelet_plugin.library.region import Region, RegionUnreadableError, read_region
-from kubelet_plugin.library.usage_bounds import UsageBounds, node_uptime_ns
+from kubelet_plugin.library_files.region import read_region
+from kubelet_plugin.library_files.usage_bounds import UsageBounds, node_uptime_ns
 
 log = structlog.get_logger(__name__)
 

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.backends import open_backend
-from dra_driver.backends.base import GpuBackend
+from dra_driver.io.settings_file import load_settings
 from dra_driver.vocabulary.errors import ClaimError, TesseraError
 from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.api import NullClaimStatusWriter
@@ -35,10 +34,9 @@ from kubelet_plugin.removal.node_survey import holds_claim_state
 from kubelet_plugin.removal.node_sweep import SweepOutcome, release_plugin_dir, sweep
 from kubelet_plugin.removal.removal_record import RecordedState, distinct, report_lines
 from kubelet_plugin.serving.dra_service import ClaimCalls
-from kubelet_plugin.serving.driver_setup import driver_setup
+from kubelet_plugin.serving.node_setup import ClaimAccess, ClaimsFrom, NodeSetup, set_up_node
 from kubelet_plugin.serving.options import DaemonOptions
 from kubelet_plugin.serving.server import PluginServer, plugin_services
-from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom, load_settings, open_claims
 
 log = structlog.get_logger(__name__)
 RETRY_S = 30.0  # a sweep that failed, or claims still prepared without a call since: look again this often
@@ -76,21 +74,9 @@ class Refusal:
         return self._preparer.unprepare(claims)
 
 
-def open_backend_of(options: DaemonOptions) -> GpuBackend:
-    """The GPUs as the node daemon opens them (NVML from the driver root, or the simulated node)."""
-    driver = driver_setup(options)
-    return open_backend(
-        simulate=options.simulate, state_file=options.sim_state, nvml_library=driver.nvml_library
-    )
-
-
-def open_preparer(
-    options: DaemonOptions, *, backend: GpuBackend, access: ClaimAccess
-) -> tuple[RecordedState, Preparer]:
-    """The node daemon's state and preparer (its host parts given their flags and the driver root), keeping
-    what they remove."""
-    driver = driver_setup(options)
-    return open_claims(options, backend=backend, access=access, driver=driver, state_type=RecordedState)
+def open_node(options: DaemonOptions, *, access: ClaimAccess) -> NodeSetup[RecordedState]:
+    """The node as the daemon sets it up (`set_up_node`), its state keeping what it removes."""
+    return set_up_node(options, access=access, state_type=RecordedState)
 
 
 def settle_claims(preparer: Preparer, lock: PluginLock) -> None:
@@ -114,7 +100,7 @@ class CleanupNode:
         self._claims = claims
         self.done_file = done_file
         self.lock = PluginLock(self.paths.lock_file)
-        self.backend: GpuBackend | None = None
+        self.setup: NodeSetup[RecordedState] | None = None
         self.state: RecordedState | None = None
         self.preparer: Preparer | None = None
         self.server: PluginServer | None = None
@@ -138,8 +124,8 @@ class CleanupNode:
         clear(self.done_file)
         make_dir(paths.plugin_dir, PLUGIN_DIR_MODE)
         make_dir(paths.registry_dir, REGISTRY_DIR_MODE, existing="keep")  # the kubelet's
-        self.backend = open_backend_of(o)
-        self.state, self.preparer = open_preparer(o, backend=self.backend, access=self._claims(o))
+        self.setup = open_node(o, access=self._claims(o))
+        self.state, self.preparer = self.setup.state, self.setup.preparer
         settle_claims(self.preparer, self.lock)
         calls = ClaimCalls(
             preparer=Refusal(self.preparer),
@@ -202,10 +188,5 @@ class CleanupNode:
             else:
                 if went:
                     log.info("removed on stopping", removed=went)
-        if self.state is not None:
-            self.state.close()
-        if self.backend is not None:
-            try:
-                self.backend.close()
-            except TesseraError as e:
-                log.warning("closing the GPU backend failed", error=str(e))
+        if self.setup is not None:
+            self.setup.close()

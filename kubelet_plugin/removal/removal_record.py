@@ -9,18 +9,14 @@ only what the final sweep removed. Lines read like the sweep's (`<kind> <target>
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable
 
-from dra_driver.backends.base import GpuBackend
-from dra_driver.io.driver_root import DriverRoot
 from dra_driver.vocabulary.names import ClaimUID
-from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.node_state import NodeInputs, NodeState
 from kubelet_plugin.claims.reconcile import ReconcileReport
 from kubelet_plugin.host_parts.base import Removed
-from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.record.leftovers import Leftover, LeftoverKind
-from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
 
 
 def removal_lines(removed: Removed) -> list[str]:
@@ -47,24 +43,8 @@ def distinct(lines: Iterable[str]) -> list[str]:
 class RecordedState(NodeState):
     """A `NodeState` that remembers what its teardowns and settling removed."""
 
-    def __init__(
-        self,
-        *,
-        backend: GpuBackend,
-        paths: PluginPaths,
-        steps: StepObserver = NO_OBSERVER,
-        host_options: Mapping[str, str] | None = None,
-        driver_root: DriverRoot | None = None,
-        boot_id: str | None = None,
-    ) -> None:
-        super().__init__(
-            backend=backend,
-            paths=paths,
-            steps=steps,
-            host_options=host_options,
-            driver_root=driver_root,
-            boot_id=boot_id,
-        )
+    def __init__(self, inputs: NodeInputs) -> None:
+        super().__init__(inputs)
         self._went: list[str] = []
         self._went_lock = threading.Lock()
 

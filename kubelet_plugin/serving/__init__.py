@@ -1,2 +1,3 @@
-"""The running node plugin: options, wiring, the gRPC servers, registration, the DRA service, readiness and
-its probe, the driver root."""
+"""The running node plugin: options, its set-up, the instance's life cycle, slice publishing, API-version
+gating, metrics and usage, the gRPC servers, registration, the DRA service, readiness and its probe, the
+driver root."""

@@ -1,5 +1,5 @@
 """What a node daemon is started with: the command line's options as a value (`kubelet_plugin.daemon` parses
-them, `kubelet_plugin.serving.wiring` assembles a daemon from them)."""
+them, `kubelet_plugin.serving.plugin_instance` assembles a daemon from them)."""
 
 from __future__ import annotations
 

@@ -33,9 +33,9 @@ from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig
 from dra_driver.io.files import fsync_count, is_temp
 from dra_driver.io.logs import configure
-from dra_driver.vocabulary.names import SHARED_DIR_NAME
+from dra_driver.libtessera.names import SHARED_DIR_NAME
 from kubelet_plugin.claims.api import NullClaimStatusWriter
-from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.node_state import NodeInputs, NodeState
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.results import ClaimRef
@@ -162,7 +162,7 @@ def durable_writes(node_file: Path, under: Path) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="tsd-", dir=under))
     try:
         backend = open_backend(simulate=node_file, state_file=root / "sim-state.json")
-        state = NodeState(backend=backend, paths=PluginPaths.under(root), boot_id="bench")
+        state = NodeState(NodeInputs(backend=backend, paths=PluginPaths.under(root), boot_id="bench"))
         source = DirectoryClaimSource(root=root / "claims")
         preparer = Preparer(state=state, claims=source, status=NullClaimStatusWriter(), pool_name=NODE)
         claims = {

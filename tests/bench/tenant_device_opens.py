@@ -19,8 +19,8 @@ import time
 import urllib.request
 
 from dra_driver.core.families import vgpu
-from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, SHARED_DIR_NAME
-from kubelet_plugin.library.region import REGION_FILE_NAME
+from dra_driver.libtessera.names import REGION_FILE_NAME, SHARED_DIR_NAME
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME
 from tests.support.kubelet_client import DraClient
 from tests.support.open_watch import OpenWatch, make_special
 from tests.support.plugin_process import NODE, PluginProcess, cleanup, short_root

@@ -24,15 +24,9 @@ from cdi.writer import read_spec
 from dra_driver.core.families import mig as mig_family
 from dra_driver.core.families import vgpu as vgpu_family
 from dra_driver.io.files import is_temp
-from dra_driver.vocabulary.names import (
-    CONFIG_API_VERSION,
-    DRIVER_NAME,
-    SHARED_DIR_NAME,
-    ClaimUID,
-    cdi_spec_file_name,
-)
+from dra_driver.libtessera.names import REGION_FILE_NAME, SHARED_DIR_NAME
+from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID, cdi_spec_file_name
 from kubelet_plugin.health.service import HEALTH_STREAMS
-from kubelet_plugin.library.region import REGION_FILE_NAME
 from kubelet_plugin.proto.gen import dra_v1_pb2, health_v1_pb2, health_v1alpha1_pb2
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef

@@ -12,9 +12,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dra_driver.core.families.base import LibraryLimits
-from dra_driver.core.limits_file import LimitsFile, limits_file, parse_limits, render_limits
-from dra_driver.vocabulary.names import LIMITS_FILE_NAME, GpuUUID
+from dra_driver.libtessera.limits_file import (
+    LibraryLimits,
+    LimitsFile,
+    limits_file,
+    parse_limits,
+    render_limits,
+)
+from dra_driver.libtessera.names import LIMITS_FILE_NAME
+from dra_driver.vocabulary.names import GpuUUID
 from tests.support.doubles.interceptor_programs import TLIMITS
 from tests.support.prepare_env import Env, backend_env, claim, opaque, vgpu
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from dra_driver.core.families import mig as mig_family
-from dra_driver.vocabulary.names import LIMITS_FILE_NAME, ClaimUID
-from kubelet_plugin.library.gpu_view import GpuView
+from dra_driver.libtessera.names import LIMITS_FILE_NAME
+from dra_driver.vocabulary.names import ClaimUID
+from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.record.checkpoint import ClaimState
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step

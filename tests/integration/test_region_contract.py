@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from kubelet_plugin.library.region import SIZE, RegionUnreadableError, read_region
+from dra_driver.libtessera.region_layout import SIZE, RegionUnreadableError
 from tests.support.doubles.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
+from kubelet_plugin.library_files.region import read_region
 
 MiB = 1 << 20
 

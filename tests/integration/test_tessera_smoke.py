@@ -57,6 +57,28 @@ def test_explain_a_hami_pod_file_on_a_simulated_node() -> None:
     assert "Pod/gpu-pod container ubuntu-container" in out and "can be allocated" in out
 
 
+@covers("tessera explain --simulate")
+def test_explain_a_simulated_node_with_its_groups_settings(tmp_path: Path) -> None:
+    """docs/scheduling.md: `--settings` gives a simulated node its group's settings, read as `tessera
+    inventory --settings` reads them; the published vgpu device then says 2 shares."""
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nsharesPerGpu: 2\n")
+    listed = json.loads(
+        tessera("inventory", "--simulate", str(NODE), "--settings", str(settings), "-o", "json")
+    )
+    shares = {
+        d["capacity"]["shares"]["value"]
+        for s in listed["items"]
+        for d in s["spec"].get("devices", [])
+        if d["name"].endswith("-vgpu")
+    }
+    assert shares == {"2"}
+    out = tessera(
+        "explain", str(HAMI / "hami-default-use.yaml"), "--simulate", str(NODE), "--settings", str(settings)
+    )
+    assert "can be allocated" in out
+
+
 def _tainted(state: Path) -> set[str]:
     listed: dict[str, Any] = json.loads(
         tessera("inventory", "--simulate", str(NODE), "--state-file", str(state), "-o", "json")

@@ -19,19 +19,30 @@ import pytest
 from structlog.testing import capture_logs
 
 from dra_driver.core.families import vgpu as vgpu_family
-from dra_driver.core.sm_schedule import Part, SharingClaim, schedule
-from dra_driver.vocabulary.names import SHARED_DIR_NAME, ClaimUID
+from dra_driver.core.sm_schedule import SharingClaim, schedule
+from dra_driver.libtessera.names import SHARED_DIR_NAME
+from dra_driver.libtessera.region_layout import (
+    GPU,
+    GPUS_OFFSET,
+    HEADER,
+    MAGIC,
+    MAX_GPUS,
+    MAX_PROCS,
+    SIZE,
+    VERSION,
+)
+from dra_driver.libtessera.view_layout import Part
+from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.host_parts.vgpu import GpuSharing
 from kubelet_plugin.host_parts.vgpu.arbiter import IDLE_NS
-from kubelet_plugin.library.gpu_view import GpuView
-from kubelet_plugin.library.region import GPU, GPUS_OFFSET, HEADER, MAGIC, MAX_GPUS, MAX_PROCS, SIZE, VERSION
+from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.node.leader_lock import LeaderLock
 from kubelet_plugin.node.sockets import PluginLock
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.serving.dra_service import ClaimCalls
-from kubelet_plugin.serving.wiring import running_on
+from kubelet_plugin.serving.node_setup import running_on
 from tests.support.prepare_env import Env, claim, opaque, vgpu
 
 SAMPLES = 300

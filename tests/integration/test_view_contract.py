@@ -19,10 +19,10 @@ from dra_driver.core.families import vgpu as vgpu_family
 from dra_driver.core.families.capacity import MAX_SHARES
 from dra_driver.core.settings import NodeSettings, family_settings
 from dra_driver.core.slices import build_slices
-from dra_driver.core.sm_schedule import MAX_SLOTS
+from dra_driver.libtessera.view_layout import MAX_SLOTS, SLOT, SLOTS_OFFSET, VIEW_SIZE
 from dra_driver.vocabulary.errors import ConfigError
-from kubelet_plugin.library.gpu_view import SLOT, SLOTS_OFFSET, VIEW_SIZE, GpuView
 from tests.support.doubles.interceptor_programs import TLAYOUT
+from kubelet_plugin.library_files.gpu_view import GpuView
 from tests.support.inventories import make_gpu, make_inventory
 from tests.support.plugin_process import REPO, PluginProcess, cleanup, short_root
 from tests.support.prepare_env import Env, claim, vgpu

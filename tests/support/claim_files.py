@@ -17,8 +17,8 @@ from dra_driver.io.api_client import api_client
 from dra_driver.io.files import atomic_write, remove_durably
 from dra_driver.vocabulary.errors import ClaimError, ClaimNotFoundError
 from kubelet_plugin.claims.api import NullClaimStatusWriter, claim_from_dict, to_api_dict
+from kubelet_plugin.serving.node_setup import ClaimAccess, ClaimsFrom
 from kubelet_plugin.serving.options import DaemonOptions
-from kubelet_plugin.serving.wiring import ClaimAccess, ClaimsFrom
 
 
 class DirectoryClaimSource:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.core.allocation import ClaimPlan, NodeHolds, plan_claim
+from dra_driver.core.allocation import ClaimPlan, RecordsByFamily, plan_claim
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, PlacementTakenError
 from dra_driver.vocabulary.inventory import Inventory
 from dra_driver.vocabulary.names import DRIVER_NAME, Family
@@ -24,11 +24,11 @@ def plan(
     own: Mapping[Family, Sequence[object]] | None = None,
     others: Mapping[Family, Sequence[object]] | None = None,
 ) -> ClaimPlan:
-    holds = NodeHolds(
+    recorded = RecordsByFamily(
         claim={f: tuple(r) for f, r in (own or {}).items()},
         others={f: tuple(r) for f, r in (others or {}).items()},
     )
-    return plan_claim(c, driver=DRIVER_NAME, pool=POOL, inventory=inventory, holds=holds)
+    return plan_claim(c, driver=DRIVER_NAME, pool=POOL, inventory=inventory, recorded=recorded)
 
 
 def error_of(c: Any, inventory: Inventory = H100, **kw: Any) -> str:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dra_driver.core.profiles import GpuProduct, product
-from dra_driver.vocabulary.inventory import DeviceNode, Gpu, Inventory, MigInstance
+from dra_driver.vocabulary.container import DeviceNode
+from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance
 from dra_driver.vocabulary.names import GpuUUID
 
 

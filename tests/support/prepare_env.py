@@ -22,7 +22,7 @@ from dra_driver.io.files import is_temp
 from dra_driver.vocabulary.inventory import Inventory
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from kubelet_plugin.claims.api import NullClaimStatusWriter
-from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.node_state import NodeInputs, NodeState
 from kubelet_plugin.claims.prepare import Preparer
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
@@ -132,11 +132,13 @@ class Env:
         """`faults`: the observer of its steps (none: a production preparer)."""
         steps = faults if faults is not None else NO_OBSERVER
         state = NodeState(
-            backend=self.open_backend(),
-            paths=self.paths,
-            steps=steps,
-            host_options={"mps_control": str(FAKE_MPS_CONTROL)},
-            boot_id=boot_id,
+            NodeInputs(
+                backend=self.open_backend(),
+                paths=self.paths,
+                steps=steps,
+                host_options={"mps_control": str(FAKE_MPS_CONTROL)},
+                boot_id=boot_id,
+            )
         )
         return Preparer(
             state=state,

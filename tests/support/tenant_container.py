@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from cdi.spec import Mount
+from dra_driver.vocabulary.container import Mount
 
 # What a tenant's program starts with: `attempt(name, f)` records in `out` "ok" or the errno's name of f().
 ATTEMPT = """

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.core.config_schema import ConfigKind
-from dra_driver.core.families.base import AnyPlanned, LibraryLimits, NodeSetting
+from dra_driver.core.families.base import AnyPlanned, NodeSetting
 from dra_driver.core.families.protocol import (
     AnyFamily,
     ClaimWide,
@@ -22,6 +22,7 @@ from dra_driver.core.families.protocol import (
     Recording,
     TimeSliced,
 )
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import InvalidNameError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.names import Family, split_device_name
@@ -102,13 +103,15 @@ def library_limits(d: AnyPlanned) -> LibraryLimits | None:
 
 
 def node_settings() -> dict[str, NodeSetting[Any]]:
-    """Every NodeSettings field a family declares, by key; TypeError when two families declare one key."""
+    """Every NodeSettings field a family declares, by each key it is read from (a renamed setting's former
+    keys too); TypeError when two families declare one key."""
     found: dict[str, NodeSetting[Any]] = {}
     for f in FAMILIES:
         for s in f.settings:
-            if found.get(s.key, s) is not s:
-                raise TypeError(f"two families declare the node setting {s.key}")
-            found[s.key] = s
+            for key in s.keys:
+                if found.get(key, s) is not s:
+                    raise TypeError(f"two families declare the node setting {key}")
+                found[key] = s
     return found
 
 

@@ -1,6 +1,8 @@
 """What the family seam passes around (pure): a GPU as offered to the families, a node setting a family
-declares, an allocated device before and after planning, what the node holds, and what a device takes of its
-GPU. The protocol itself is `protocol.py`. docs/architecture.md, "The family seam".
+declares, an allocated device before and after planning, the records the node keeps of a family
+(`NodeRecords`), which memory slices of its GPU a device occupies (`SliceOccupancy`, for exclusivity) and how
+much of its GPU a prepared device was allotted (`Allotment`, for metrics and usage). The protocol itself is
+`protocol.py`. docs/architecture.md, "The family seam".
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from typing import Any, Generic, Never, cast
 
 from typing_extensions import TypeVar
 
-from cdi.spec import DeviceNode
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
-from dra_driver.vocabulary.inventory import DeviceNode as HostNode
+from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Gpu, Inventory, MigInstance
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
@@ -36,8 +38,8 @@ MadeT = TypeVar("MadeT", default=Never)
 
 @dataclass(frozen=True, slots=True)
 class NodeSetting(Generic[T]):
-    """A field of the NodeSettings file that a family declares and reads (`vgpuShares`, `migProfiles`): its
-    key, its value when absent, and a strict decoder raising ConfigError that names the key."""
+    """A field of the NodeSettings file that a family declares and reads (`sharesPerGpu`, `migProfiles`): its
+    key, its value when absent, and a strict decoder raising ConfigError whose message starts with the key."""
 
     key: str
     default: T
@@ -45,6 +47,23 @@ class NodeSetting(Generic[T]):
     decode: Callable[[object], T]
     # the value's JSON Schema: the chart's values.schema.json checks nodeGroups[].<key> with it (generated)
     schema: Mapping[str, Any] = field(default_factory=dict)
+    # keys the setting had before it was renamed: still read, as the same setting (`vgpuShares`)
+    former_keys: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key it is read from, the preferred one first."""
+        return (self.key, *self.former_keys)
+
+    def decode_as(self, key: str, raw: object) -> T:
+        """`raw` given under `key` (one of `keys`), decoded; the error names the key as it was given."""
+        try:
+            return self.decode(raw)
+        except ConfigError as e:
+            said = str(e)
+            if key != self.key and said.startswith(self.key):
+                raise ConfigError(key + said.removeprefix(self.key)) from e
+            raise
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,16 +80,23 @@ class FamilySettings:
 
 
 def decoded_settings(declared: Mapping[str, NodeSetting[Any]], raw: Mapping[str, object]) -> FamilySettings:
-    """Decode the given keys with the settings that declare them; ConfigError for a key none declares."""
-    values: dict[str, object] = {}
+    """Decode the given keys with the settings that declare them (`declared`: by every key each is read
+    from); ConfigError for a key none declares, or for two keys of one setting given different values."""
+    given: dict[str, tuple[str, object]] = {}  # the setting's key: (the key given, its value decoded)
     for key, value in raw.items():
         setting = declared.get(key)
         if setting is None:
             raise ConfigError(f"{key}: no family declares this node setting (known: {', '.join(declared)})")
-        decoded = setting.decode(value)
-        if decoded != setting.default:  # a default given explicitly is the same node as one left out
-            values[key] = decoded
-    return FamilySettings(values)
+        decoded = setting.decode_as(key, value)
+        if setting.key in given and given[setting.key][1] != decoded:
+            first = given[setting.key][0]
+            raise ConfigError(
+                f"{first}, {key}: two names of one setting with different values "
+                f"({excerpt(raw[first])}, {excerpt(value)}); give {setting.key} only"
+            )
+        given[setting.key] = (key, decoded)
+    # a default given explicitly is the same node as one left out
+    return FamilySettings({k: v for k, (_, v) in given.items() if v != declared[k].default})
 
 
 # ---- offering ----------------------------------------------------------------------------------------
@@ -129,8 +155,8 @@ class Allocated(Generic[ConfigT, DetailT]):
 
 
 @dataclass(frozen=True, slots=True)
-class Held(Generic[RecordT]):
-    """What the node already records for a family, so planning never books a thing twice."""
+class NodeRecords(Generic[RecordT]):
+    """The records the node's checkpoint already keeps for a family, so planning never books a thing twice."""
 
     claim: tuple[RecordT, ...] = ()  # records of the claim being planned (it is prepared again)
     others: tuple[RecordT, ...] = ()  # every other claim's, and those planned earlier in the same call
@@ -146,29 +172,18 @@ class PlannedDevice(Generic[ConfigT, SpecT]):
     share_id: str | None
     config: ConfigT  # the family's config value
     spec: SpecT  # the family's plan for it (limits, a MIG placement, ...; None for nothing)
+    # What the interception library enforces for it, asked of its family once, when the claim is planned
+    # (dra_driver.core.allocation); None: its family does not use the library.
+    library_limits: LibraryLimits | None = None
 
 
 AnyPlanned = PlannedDevice[Any, Any]  # a device of any family, as the callers hold them
 
 
 @dataclass(frozen=True, slots=True)
-class LibraryLimits:
-    """What the interception library enforces for one device (interceptor/README.md, the limits file)."""
-
-    gpu_index: int
-    gpu_uuid: GpuUUID
-    memory_bytes: int
-    cores: int  # SM limit in percent; 0 = none
-    priority: int = 1  # 0 high, 1 normal
-    ceiling: int = 0  # SM share it may burst to in the GPU's idle time (above cores); 0: none
-    time_sliced: bool = True  # takes a slot in the GPU's time-division schedule
-    policy: str | None = None  # claim-wide SM limit policy (SmLimitPolicy value); None: no opinion
-    log_level: int | None = None  # claim-wide library log level; None: no opinion
-
-
-@dataclass(frozen=True, slots=True)
 class Allotment:
-    """What a prepared device holds of its GPU, as metrics and usage report it."""
+    """How much of its GPU a prepared device was allotted (memory, a share of the SMs, its MIG instance), as
+    metrics and usage report it; which of the GPU's slices it occupies is its `SliceOccupancy`."""
 
     memory_bytes: int
     cores_ratio: float  # share of the GPU's SMs (1.0: all of them)
@@ -177,17 +192,17 @@ class Allotment:
 
 
 @dataclass(frozen=True, slots=True)
-class Footprint:
-    """What of its GPU one allocated device takes, for the prepare side's own exclusivity check
-    (dra_driver/core/exclusivity.py): the GPU's memory slices it covers, and whether other devices of its
-    family may take the same slices at once (a multi-allocatable device: vgpu, MPS)."""
+class SliceOccupancy:
+    """Which of its GPU's memory slices one allocated device occupies, for the prepare side's own exclusivity
+    check (dra_driver/core/exclusivity.py), and whether other devices of its family may occupy them at once
+    (a multi-allocatable device: vgpu, MPS). How much it was allotted is its `Allotment`."""
 
     family: Family
     slices: frozenset[int]
     shared: bool = False
     what: str = "a whole GPU"  # how an error names it: "a vGPU share", "MIG 1g.10gb at slice 3"
 
-    def excludes(self, other: Footprint) -> bool:
+    def excludes(self, other: SliceOccupancy) -> bool:
         if self.shared and other.shared and self.family == other.family:
             return False
         return bool(self.slices & other.slices)
@@ -196,11 +211,6 @@ class Footprint:
 def all_slices(gpu: Gpu) -> frozenset[int]:
     """Every memory slice of the GPU (one for a GPU without MIG, which is then one indivisible slice)."""
     return frozenset(range(max(gpu.memory_slice_count, 1)))
-
-
-def device_node(node: HostNode) -> DeviceNode:
-    """A host character device as CDI names it; major/minor let the runtime skip stat() on the host."""
-    return DeviceNode(path=node.path, host_path=node.path, type="c", major=node.major, minor=node.minor)
 
 
 def not_in_mig_mode(d: Allocated[Any, Any], what: str) -> None:

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.core.families.base import Allocated, Footprint, GpuOffer, Json, NodeSetting, all_slices
+from dra_driver.core.families.base import Allocated, GpuOffer, Json, NodeSetting, SliceOccupancy, all_slices
 from dra_driver.core.families.published import MIB, consumes, gpu_attributes, mib_quantity, string
-from dra_driver.core.sm_schedule import MAX_SLOTS
+from dra_driver.libtessera.view_layout import MAX_SLOTS
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Gpu
@@ -28,22 +28,27 @@ MAX_SHARES = MAX_SLOTS
 
 def _shares(raw: object) -> int:
     if not isinstance(raw, int) or isinstance(raw, bool):
-        raise ConfigError(f"vgpuShares: expected an integer, got {excerpt(raw)}")
+        raise ConfigError(f"sharesPerGpu: expected an integer, got {excerpt(raw)}")
     if not 1 <= raw <= MAX_SHARES:
         raise ConfigError(
-            f"vgpuShares: {raw} is out of range; use 1..{MAX_SHARES} (a GPU's view holds the parts of "
+            f"sharesPerGpu: {raw} is out of range; use 1..{MAX_SHARES} (a GPU's view holds the parts of "
             f"{MAX_SHARES} claims)"
         )
     return raw
 
 
-# Declared by vgpu (its node setting); MPS reads it too and takes at most its own maximum.
+# Declared by vgpu (its node setting); MPS reads it too and takes at most its own maximum. Named `vgpuShares`
+# until it was seen to cap MPS too: that key is still read (both given must agree).
 SHARES = NodeSetting(
-    key="vgpuShares",
+    key="sharesPerGpu",
     default=DEFAULT_SHARES,
-    meaning=f"how many claims may share one GPU (1..{MAX_SHARES})",
+    meaning=(
+        f"how many claims may share one GPU's vgpu or MPS device (1..{MAX_SHARES}; MPS: within its "
+        "client limit)"
+    ),
     decode=_shares,
     schema={"type": "integer", "minimum": 1, "maximum": MAX_SHARES},
+    former_keys=("vgpuShares",),
 )
 
 
@@ -78,10 +83,10 @@ def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Jso
     }
 
 
-def shared_footprint(gpu: Gpu, *, family: Family, what: str) -> Footprint:
+def shared_occupancy(gpu: Gpu, *, family: Family, what: str) -> SliceOccupancy:
     """A shared device takes the whole GPU (its counters, at its first allocation), together with the other
     claims of its own family only."""
-    return Footprint(family=family, slices=all_slices(gpu), shared=True, what=what)
+    return SliceOccupancy(family=family, slices=all_slices(gpu), shared=True, what=what)
 
 
 def shared_capacity(gpu: Gpu, *, shares: int) -> Json:

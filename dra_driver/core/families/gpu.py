@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dra_driver.core.config_schema import ConfigKind
-from dra_driver.core.families.base import Allocated, GpuOffer, Held, Json, PlannedDevice, not_in_mig_mode
+from dra_driver.core.families.base import (
+    Allocated,
+    GpuOffer,
+    Json,
+    NodeRecords,
+    PlannedDevice,
+    not_in_mig_mode,
+)
 from dra_driver.core.families.protocol import DeviceFamily, Ordered, OrderKey
 from dra_driver.core.families.published import consumes, gpu_attributes, mib_quantity, string
 from dra_driver.vocabulary.inventory import Gpu
@@ -58,7 +65,7 @@ class WholeGpu(DeviceFamily[GpuConfig], Ordered):
             device["consumesCounters"] = consumes(gpu, o.counters)
         return (device,)
 
-    def plan(self, d: Allocated[GpuConfig], held: Held) -> PlannedDevice[GpuConfig, None]:
+    def plan(self, d: Allocated[GpuConfig], recorded: NodeRecords) -> PlannedDevice[GpuConfig, None]:
         not_in_mig_mode(d, "a whole GPU")
         return d.planned(NAME, None)
 

@@ -17,19 +17,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from cdi.spec import ContainerEdits
 from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    Footprint,
     GpuOffer,
-    Held,
     Json,
+    NodeRecords,
     NodeSetting,
     PlannedDevice,
+    SliceOccupancy,
     all_slices,
-    device_node,
 )
 from dra_driver.core.families.protocol import (
     DeviceFamily,
@@ -40,6 +38,8 @@ from dra_driver.core.families.protocol import (
 )
 from dra_driver.core.families.published import attribute, consumes, gpu_attributes, profile_counters, string
 from dra_driver.core.profiles import PRODUCTS
+from dra_driver.libtessera.limits_file import GpuLimitLine
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.errors import (
     ClaimError,
     ConfigError,
@@ -226,7 +226,7 @@ def _required(data: Mapping[str, Any], key: str, kind: type[Any]) -> Any:
     return value
 
 
-def _mig_plan(d: Allocated[MigConfig, MigName], name: MigName, held: Held[MigRecord]) -> MigPlan:
+def _mig_plan(d: Allocated[MigConfig, MigName], name: MigName, recorded: NodeRecords[MigRecord]) -> MigPlan:
     """Where the instance comes from: created by Tessera, reused (rolling forward), or an administrator's
     static one."""
     gpu = d.gpu
@@ -241,8 +241,8 @@ def _mig_plan(d: Allocated[MigConfig, MigName], name: MigName, held: Held[MigRec
             f"(possible starts: {list(profile.placement_starts)})"
         )
     here = Placement(gpu.uuid, profile.profile_id, name.start)
-    own = set(FAMILY.placements(held.claim))
-    tessera = set(FAMILY.placements(held.others))
+    own = set(FAMILY.placements(recorded.claim))
+    tessera = set(FAMILY.placements(recorded.others))
     if here in tessera and here not in own:
         raise PlacementTakenError(
             f"device {d.device}: MIG placement {name.profile}@{name.start} on GPU {gpu.index} is held by "
@@ -379,7 +379,7 @@ class Mig(
 
     # -- plan --
 
-    def footprint(self, detail: MigName, gpu: Gpu) -> Footprint:
+    def occupancy(self, detail: MigName, gpu: Gpu) -> SliceOccupancy:
         """The placement's memory slices; a profile the GPU does not know (yet) is taken as all of them."""
         profile = gpu.profile_by_name(detail.profile)
         slices = (
@@ -388,10 +388,10 @@ class Mig(
             else all_slices(gpu)
         )
         what = f"MIG {detail.profile} at memory slice {detail.start}"
-        return Footprint(family=NAME, slices=slices, what=what)
+        return SliceOccupancy(family=NAME, slices=slices, what=what)
 
-    def plan(self, d: Allocated[MigConfig, MigName], held: Held[MigRecord]) -> Planned:
-        return d.planned(NAME, _mig_plan(d, d.detail, held))
+    def plan(self, d: Allocated[MigConfig, MigName], recorded: NodeRecords[MigRecord]) -> Planned:
+        return d.planned(NAME, _mig_plan(d, d.detail, recorded))
 
     def check_claim(self, devices: Sequence[Planned]) -> None:
         seen: set[Placement] = set()
@@ -401,7 +401,7 @@ class Mig(
                 raise ClaimError(f"device {d.device} is allocated twice in one claim")
             seen.add(placement)
 
-    def records(self, devices: Sequence[Planned], held: Held[MigRecord]) -> tuple[MigRecord, ...]:
+    def records(self, devices: Sequence[Planned], recorded: NodeRecords[MigRecord]) -> tuple[MigRecord, ...]:
         """Written ahead of any creation: the placements to create, and the administrator's instances used
         as they are."""
         out = []
@@ -425,7 +425,7 @@ class Mig(
         return tuple(r.placement for r in records if r.created_by_tessera)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[MigRecord], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MigRecord], limited: GpuLimitLine | None
     ) -> Allotment:
         record = next((r for r in records if r.device == device), None)
         profile = gpu.profile_by_name(record.profile_name) if record else None
@@ -472,9 +472,7 @@ class Mig(
 
     def device_edits(self, d: Planned, gpu: Gpu, made: MigInstance | None) -> ContainerEdits:
         inst = _instance(d, made)
-        return ContainerEdits(
-            device_nodes=(device_node(gpu.device_node), *(device_node(n) for n in inst.device_nodes))
-        )
+        return ContainerEdits(device_nodes=(gpu.device_node, *inst.device_nodes))
 
     def status(self, d: Planned, made: MigInstance | None) -> Json:
         inst = d.spec.instance or made

@@ -16,17 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdi.spec import ContainerEdits, Mount
 from dra_driver.core.config_schema import ConfigField, ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    Footprint,
     GpuOffer,
-    Held,
     Json,
-    LibraryLimits,
+    NodeRecords,
     PlannedDevice,
+    SliceOccupancy,
     Unnamed,
     not_in_mig_mode,
 )
@@ -35,10 +33,12 @@ from dra_driver.core.families.capacity import (
     SharedLimits,
     limits_status,
     shared_device,
-    shared_footprint,
     shared_limits,
+    shared_occupancy,
 )
 from dra_driver.core.families.protocol import ClaimWide, DeviceFamily, LibraryLimited, Recording
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.vocabulary.container import ContainerEdits, Mount
 from dra_driver.vocabulary.errors import ClaimError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.inventory import Gpu
@@ -135,10 +135,10 @@ class Mps(
         shares = min(o.setting(SHARES), MAX_CLIENTS)
         return (shared_device(o, family=NAME, part=_PART, shares=shares),)
 
-    def footprint(self, detail: Unnamed, gpu: Gpu) -> Footprint:
-        return shared_footprint(gpu, family=NAME, what="an MPS share")
+    def occupancy(self, detail: Unnamed, gpu: Gpu) -> SliceOccupancy:
+        return shared_occupancy(gpu, family=NAME, what="an MPS share")
 
-    def plan(self, d: Allocated[MpsConfig], held: Held[MpsClient]) -> Planned:
+    def plan(self, d: Allocated[MpsConfig], recorded: NodeRecords[MpsClient]) -> Planned:
         not_in_mig_mode(d, "an MPS share")
         if not _supported(d.gpu):
             raise ClaimError(
@@ -156,7 +156,7 @@ class Mps(
                 "one MPS control daemon (one GPU); use one claim per GPU"
             )
 
-    def records(self, devices: Sequence[Planned], held: Held[MpsClient]) -> tuple[MpsClient, ...]:
+    def records(self, devices: Sequence[Planned], recorded: NodeRecords[MpsClient]) -> tuple[MpsClient, ...]:
         return tuple(MpsClient(d.gpu_uuid, d.spec.cores) for d in devices)
 
     def record_gpus(self, records: Sequence[MpsClient]) -> frozenset[GpuUUID]:
@@ -177,11 +177,11 @@ class Mps(
         return MpsClient(GpuUUID(uuid), cores)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[MpsClient], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[MpsClient], limited: GpuLimitLine | None
     ) -> Allotment:
         # the library holds the memory limit; MPS holds the SM share (0: the client may use every SM)
         cores = next((r.cores for r in records if r.gpu_uuid == gpu.uuid), 0)
-        memory = limited[0] if limited else gpu.memory_bytes
+        memory = limited.memory_bytes if limited is not None else gpu.memory_bytes
         return Allotment(memory, cores / 100 if cores else 1.0)
 
     def library(self, d: Planned) -> LibraryLimits:

@@ -17,26 +17,25 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Generic
 
-from cdi.spec import ContainerEdits
 from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
     ConfigT,
     DetailT,
-    Footprint,
     GpuOffer,
-    Held,
     Json,
-    LibraryLimits,
     MadeT,
+    NodeRecords,
     NodeSetting,
     PlannedDevice,
     RecordT,
+    SliceOccupancy,
     SpecT,
     all_slices,
-    device_node,
 )
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.inventory import Gpu, Placement
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID
 
@@ -80,12 +79,14 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
         """The devices this family publishes for one GPU now (resource.k8s.io/v1 wire form)."""
 
     @abstractmethod
-    def plan(self, d: Allocated[ConfigT, DetailT], held: Held[RecordT]) -> PlannedDevice[ConfigT, SpecT]:
+    def plan(
+        self, d: Allocated[ConfigT, DetailT], recorded: NodeRecords[RecordT]
+    ) -> PlannedDevice[ConfigT, SpecT]:
         """Plan one allocated device, or raise ClaimError/ConfigError naming the problem and the fix."""
 
-    def footprint(self, detail: DetailT, gpu: Gpu) -> Footprint:
+    def occupancy(self, detail: DetailT, gpu: Gpu) -> SliceOccupancy:
         """What of the GPU a device of this family takes. By default all of it, alone."""
-        return Footprint(family=self.name, slices=all_slices(gpu))
+        return SliceOccupancy(family=self.name, slices=all_slices(gpu))
 
     def check_claim(self, devices: Sequence[PlannedDevice[ConfigT, SpecT]]) -> None:
         """Rules across one claim's devices of this family (e.g. one GPU at most once)."""
@@ -93,7 +94,7 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
     def device_edits(self, d: PlannedDevice[ConfigT, SpecT], gpu: Gpu, made: MadeT | None) -> ContainerEdits:
         """The device's own CDI edits; `made` is what its host part created for it (None if nothing).
         By default the GPU's device node."""
-        return ContainerEdits(device_nodes=(device_node(gpu.device_node),))
+        return ContainerEdits(device_nodes=(gpu.device_node,))
 
     def status(self, d: PlannedDevice[ConfigT, SpecT], made: MadeT | None) -> Json:
         """What the claim's `status.devices[].data` says about the device besides its GPU (limits, MIG
@@ -109,7 +110,8 @@ AnyFamily = DeviceFamily[Any, Any, Any, Any, Any]
 
 class Capability(ABC):
     """A part of the protocol a family opts into by subclassing it; the registry lists who has it
-    (`families.having`)."""
+    (`families.recording()`, `placing()`, `time_sliced()`, `claim_wide()`; `library_limits(d)` for a device),
+    and a caller holding one family asks with `isinstance`."""
 
     name: ClassVar[Family]  # the family's (DeviceFamily.name)
 
@@ -121,7 +123,7 @@ class Recording(Capability, Generic[ConfigT, SpecT, RecordT]):
 
     @abstractmethod
     def records(
-        self, devices: Sequence[PlannedDevice[ConfigT, SpecT]], held: Held[RecordT]
+        self, devices: Sequence[PlannedDevice[ConfigT, SpecT]], recorded: NodeRecords[RecordT]
     ) -> tuple[RecordT, ...]:
         """What the checkpoint entry records for the claim's devices before anything is created."""
 
@@ -137,11 +139,11 @@ class Recording(Capability, Generic[ConfigT, SpecT, RecordT]):
         """Raises ValueError naming the field on anything unexpected."""
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[RecordT], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[RecordT], limited: GpuLimitLine | None
     ) -> Allotment:
-        """What a prepared device holds, from the claim's records of this family and `limited`, the
-        (memory bytes, cores %) line of the claim's limits file for the GPU (None: no line). By default the
-        whole GPU, as for a family that records nothing."""
+        """What a prepared device holds, from the claim's records of this family and `limited`, the line of
+        the claim's limits file for the GPU as read back (None: no line). By default the whole GPU, as for a
+        family that records nothing."""
         return whole_gpu(gpu)
 
 

@@ -17,12 +17,11 @@ from dra_driver.core.config_schema import ClassOnly, ConfigField, ConfigKind, Sm
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
-    Footprint,
     GpuOffer,
-    Held,
     Json,
-    LibraryLimits,
+    NodeRecords,
     PlannedDevice,
+    SliceOccupancy,
     Unnamed,
     not_in_mig_mode,
 )
@@ -31,11 +30,13 @@ from dra_driver.core.families.capacity import (
     SharedLimits,
     limits_status,
     shared_device,
-    shared_footprint,
     shared_limits,
+    shared_occupancy,
 )
 from dra_driver.core.families.protocol import DeviceFamily, LibraryLimited, TimeSliced
-from dra_driver.core.sm_schedule import MAX_SLOTS, free_slot
+from dra_driver.core.sm_schedule import free_slot
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.libtessera.view_layout import MAX_SLOTS
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.inventory import Gpu
 from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID, gpu_device_name
@@ -156,10 +157,10 @@ class Vgpu(
             return ()
         return (shared_device(o, family=NAME, part=_PART, shares=o.setting(SHARES)),)
 
-    def footprint(self, detail: Unnamed, gpu: Gpu) -> Footprint:
-        return shared_footprint(gpu, family=NAME, what="a vGPU share")
+    def occupancy(self, detail: Unnamed, gpu: Gpu) -> SliceOccupancy:
+        return shared_occupancy(gpu, family=NAME, what="a vGPU share")
 
-    def plan(self, d: Allocated[VgpuConfig], held: Held[GpuShare]) -> Planned:
+    def plan(self, d: Allocated[VgpuConfig], recorded: NodeRecords[GpuShare]) -> Planned:
         not_in_mig_mode(d, "a vGPU")
         return d.planned(NAME, shared_limits(d, family=NAME))
 
@@ -181,22 +182,22 @@ class Vgpu(
                     "coresLimit and logLevel"
                 )
 
-    def records(self, devices: Sequence[Planned], held: Held[GpuShare]) -> tuple[GpuShare, ...]:
+    def records(self, devices: Sequence[Planned], recorded: NodeRecords[GpuShare]) -> tuple[GpuShare, ...]:
         """A slot on each GPU: kept when the claim is prepared again, else the lowest free there. A GPU
-        whose view is full (MAX_SLOTS claims: more than `vgpuShares` allows, so the scheduler was told
+        whose view is full (MAX_SLOTS claims: more than `sharesPerGpu` allows, so the scheduler was told
         otherwise) refuses the claim rather than leave it without its part of the frame."""
-        if held.claim:
-            return held.claim
+        if recorded.claim:
+            return recorded.claim
         taken: dict[GpuUUID, set[int]] = {}
-        for r in held.others:
+        for r in recorded.others:
             taken.setdefault(r.gpu_uuid, set()).add(r.slot)
         shares = []
         for d in devices:
             if len(taken.get(d.gpu_uuid, ())) >= MAX_SLOTS:
                 raise ClaimError(
                     f"device {d.device}: GPU {d.gpu_uuid} already holds {MAX_SLOTS} vgpu claims, all its "
-                    f"view has room for; the node publishes at most {MAX_SLOTS} shares per GPU (vgpuShares), "
-                    "so re-allocate the claim"
+                    f"view has room for; the node publishes at most {MAX_SLOTS} shares per GPU "
+                    "(sharesPerGpu), so re-allocate the claim"
                 )
             config, limits = d.config, d.spec
             arbitrated = config.sm_limit_policy is not SmLimitPolicy.DISABLE
@@ -215,10 +216,11 @@ class Vgpu(
         return frozenset(r.gpu_uuid for r in records)
 
     def allotment(
-        self, device: DeviceName, gpu: Gpu, records: Sequence[GpuShare], limited: tuple[int, int] | None
+        self, device: DeviceName, gpu: Gpu, records: Sequence[GpuShare], limited: GpuLimitLine | None
     ) -> Allotment:
-        memory, cores = limited or (0, 0)
-        return Allotment(memory, cores / 100)
+        if limited is None:
+            return Allotment(0, 0.0)
+        return Allotment(limited.memory_bytes, limited.cores / 100)
 
     def slots(self, records: Sequence[GpuShare]) -> Mapping[GpuUUID, int]:
         return {r.gpu_uuid: r.slot for r in records}

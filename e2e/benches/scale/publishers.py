@@ -27,8 +27,8 @@ from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.io.logs import configure
+from dra_driver.io.settings_file import load_settings
 from kubelet_plugin.publish.publisher import SlicePublisher
-from kubelet_plugin.serving.wiring import load_settings
 
 log = structlog.get_logger(__name__)
 

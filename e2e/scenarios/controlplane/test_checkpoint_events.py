@@ -19,7 +19,7 @@ from e2e.controlplane.launcher import ControlPlane
 from kubelet_plugin.node.events import CHECKPOINT_NEWER_REASON, CHECKPOINT_REBUILT_REASON, EVENT_NAMESPACE
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.serving.options import DaemonOptions
-from kubelet_plugin.serving.wiring import Node
+from kubelet_plugin.serving.plugin_instance import Node
 from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e

@@ -41,7 +41,7 @@ from kubelet_plugin.publish.publisher import (
     with_probe_taint,
 )
 from kubelet_plugin.serving.options import DaemonOptions
-from kubelet_plugin.serving.wiring import Node
+from kubelet_plugin.serving.plugin_instance import Node
 from tests.support.claim_files import directory_claims
 
 pytestmark = pytest.mark.e2e

@@ -31,15 +31,17 @@ from dra_driver.core.allocation import ClaimPlan
 from dra_driver.core.families.base import PlannedDevice
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.vgpu import FAMILY, NAME, GpuShare
-from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, Part, SharingClaim, partition
+from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, partition
+from dra_driver.libtessera.names import SHARED_DIR_NAME, VIEW_FILE_NAME
+from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.errors import StorageError
 from dra_driver.vocabulary.inventory import Inventory
-from dra_driver.vocabulary.names import SHARED_DIR_NAME, VIEW_FILE_NAME, GpuUUID
+from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin.host_parts.base import Created, FamilyHost, HostContext, Loop, Running
 from kubelet_plugin.host_parts.vgpu import arbiter, priority_relay
 from kubelet_plugin.host_parts.vgpu.arbiter import Arbiter, ArbitratedGpu
 from kubelet_plugin.host_parts.vgpu.priority_relay import LaunchEvidence, RelayedGpu
-from kubelet_plugin.library.gpu_view import GpuView
+from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.node.file_modes import make_dir
 from kubelet_plugin.record.checkpoint import Checkpoint
 

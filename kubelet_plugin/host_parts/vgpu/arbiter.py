@@ -33,9 +33,10 @@ from pathlib import Path
 
 import structlog
 
-from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, Part, SharingClaim, partition, schedule
+from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, partition, schedule
+from dra_driver.libtessera.view_layout import Part
 from kubelet_plugin.host_parts.vgpu.priority_relay import LaunchEvidence
-from kubelet_plugin.library.gpu_view import GpuView
+from kubelet_plugin.library_files.gpu_view import GpuView
 
 log = structlog.get_logger(__name__)
 

@@ -28,8 +28,10 @@ from pathlib import Path
 
 import structlog
 
-from kubelet_plugin.library.gpu_view import GpuView
-from kubelet_plugin.library.region import REGION_FILE_NAME, RegionUnreadableError, read_region
+from dra_driver.libtessera.names import REGION_FILE_NAME
+from dra_driver.libtessera.region_layout import RegionUnreadableError
+from kubelet_plugin.library_files.gpu_view import GpuView
+from kubelet_plugin.library_files.region import read_region
 
 HOLD_NS = 50_000_000
 POLL_S = 0.010

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cdi.edits import HostLayout, cdi_ids, claim_spec, library_ordinals
-from cdi.spec import DeviceNode as CdiNode
-from cdi.spec import Mount
+from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan, LibrarySettings
 from dra_driver.core.config_schema import SmLimitPolicy
 from dra_driver.core.families import gpu as whole
@@ -12,15 +13,8 @@ from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mig import MigAction, MigPlan
 from dra_driver.core.families.vgpu import VgpuConfig
 from dra_driver.core.profiles import product
-from dra_driver.vocabulary.inventory import (
-    DeviceNode,
-    DriverFiles,
-    DriverMount,
-    Gpu,
-    Inventory,
-    MigInstance,
-    Placement,
-)
+from dra_driver.vocabulary.container import DeviceNode, Mount
+from dra_driver.vocabulary.inventory import DriverFiles, DriverMount, Gpu, Inventory, MigInstance, Placement
 from dra_driver.vocabulary.names import ClaimUID, DeviceName, Family, GpuUUID
 
 UID = ClaimUID("0b1c2d3e-aaaa-bbbb-cccc-000000000001")
@@ -65,8 +59,9 @@ def planned(
     spec: object = None,
     config: object = None,
 ) -> AnyPlanned:
+    """A device as plan_claim leaves it: planned by its family, with its library limits asked once."""
     configs = {whole.NAME: whole.GpuConfig(), vgpu.NAME: VgpuConfig(), mig.NAME: mig.MigConfig()}
-    return PlannedDevice(
+    d: AnyPlanned = PlannedDevice(
         request=request,
         device=DeviceName(name),
         family=family,
@@ -76,6 +71,7 @@ def planned(
         config=config if config is not None else configs[family],
         spec=spec,
     )
+    return replace(d, library_limits=families.library_limits(d))
 
 
 def claim_plan(*devices: AnyPlanned, library: LibrarySettings | None = None) -> ClaimPlan:
@@ -87,9 +83,7 @@ def test_whole_gpu_gets_its_node_control_nodes_and_driver_libraries() -> None:
     spec = claim_spec(plan=plan, inventory=INV, host=HOST)
     (dev,) = spec.devices
     assert dev.name == f"{UID}-gpu-1"
-    assert dev.container_edits.device_nodes == (
-        CdiNode(path="/dev/nvidia1", host_path="/dev/nvidia1", major=195, minor=1),
-    )
+    assert dev.container_edits.device_nodes == (DeviceNode("/dev/nvidia1", 195, 1),)
     assert dev.container_edits.env == ()
     assert [n.path for n in spec.container_edits.device_nodes] == ["/dev/nvidiactl", "/dev/nvidia-uvm"]
     assert spec.container_edits.mounts == (
@@ -146,6 +140,21 @@ def test_vgpu_carries_the_interception_library_contract() -> None:
     )
     order = [m.container_path for m in spec.container_edits.mounts]
     assert order.index(claim_dir) < order.index(f"{claim_dir}/limits")
+
+
+def test_the_spec_says_the_limits_the_claim_was_planned_with() -> None:
+    """The limits are asked of the family once, when the claim is planned; the spec reads them from the plan
+    (the limits file does too), so the two can never say different things."""
+    d = planned(vgpu.NAME, 0, name="gpu-0-vgpu", share="s0", spec=SharedLimits(1 << 30, 10))
+    assert d.library_limits is not None
+    planned_limits = replace(d.library_limits, memory_bytes=3 << 30, cores=40, priority=0)
+    plan = claim_plan(replace(d, library_limits=planned_limits), library=LibrarySettings("default", 1))
+    spec = claim_spec(plan=plan, inventory=INV, host=HOST)
+    assert spec.devices[0].container_edits.env == (
+        "CUDA_DEVICE_MEMORY_LIMIT_0=3072m",
+        "CUDA_DEVICE_SM_LIMIT_0=40",
+    )
+    assert "CUDA_TASK_PRIORITY=0" in spec.container_edits.env
 
 
 def test_mig_gets_parent_node_caps_nodes_and_the_mig_uuid() -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from cdi.spec import ContainerEdits, Device, Spec
+from cdi.spec import Device, Spec
 from cdi.writer import list_specs, read_spec, remove_spec, stale_temp_files, write_spec
 from dra_driver.io.files import atomic_write
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.vocabulary.errors import StorageError
 from dra_driver.vocabulary.names import ClaimUID, cdi_spec_file_name
 

@@ -136,7 +136,7 @@ def test_daemonset_has_the_mounts_pod_uid_init_container_and_probe() -> None:
         "apiVersion": "resource.tessera.dev/v1",
         "kind": "NodeSettings",
         "families": {"gpu": True, "vgpu": True, "mps": True, "mig": True},
-        "vgpuShares": 10,
+        "sharesPerGpu": 10,
         "deviceOrder": "fragmentation-aware",
     }
     # what the node plugin reads: the chart's file must pass its strict decoder
@@ -205,7 +205,7 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     l4 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-l4"]["data"]["settings.yaml"]), node_name="n"
     )
-    assert l4.families == {whole.NAME} and l4.setting(SHARES) == 1
+    assert l4.families == {whole.NAME} and l4.setting(SHARES) == 1  # given as vgpuShares, its former name
     h100 = NodeSettings.from_mapping(
         yaml.safe_load(maps["tessera-node-plugin-h100"]["data"]["settings.yaml"]), node_name="n"
     )
@@ -240,6 +240,15 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
         (
             "nodeGroups: [{name: x, families: [vgpu], vgpuShares: 65}]",
             "at '/nodeGroups/0/vgpuShares': maximum",
+        ),
+        (
+            "nodeGroups: [{name: x, families: [vgpu], sharesPerGpu: 65}]",
+            "at '/nodeGroups/0/sharesPerGpu': maximum",
+        ),
+        (
+            "nodeGroups: [{name: x, families: [vgpu], sharesPerGpu: 4, vgpuShares: 10}]",
+            "nodeGroups[x]: sharesPerGpu and vgpuShares (its former name) give different values; set "
+            "sharesPerGpu only",
         ),
         (
             "nodeGroups: [{name: x, families: [mig], vgpuShares: 1, deviceOrder: best}]",

@@ -5,6 +5,7 @@ import pytest
 from dra_driver.core.allocation import LibrarySettings, plan_claim
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, vgpu
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, PlacementTakenError
 from dra_driver.vocabulary.inventory import Inventory
 from dra_driver.vocabulary.names import DRIVER_NAME
@@ -68,6 +69,24 @@ def test_mixed_claim_keeps_result_order() -> None:
     assert [(d.request, d.family) for d in p.devices] == [("v", vgpu.NAME), ("m", mig.NAME)]
     assert p.library == LibrarySettings(policy="default", log_level=1)
     assert [lim.gpu_index for lim in p.limits()] == [0]
+
+
+def test_each_devices_library_limits_are_asked_of_its_family_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+    library = vgpu.Vgpu.library
+
+    def counted(self: vgpu.Vgpu, d: vgpu.Planned) -> LibraryLimits:
+        asked.append(d.device)
+        return library(self, d)
+
+    monkeypatch.setattr(vgpu.Vgpu, "library", counted)
+    p = plan(claim(vgpu_result(1, request="a", cores="30"), vgpu_result(0, request="b", cores="20")))
+    assert sorted(asked) == ["gpu-0-vgpu", "gpu-1-vgpu"]
+    # the claim-wide settings and every reader after planning take them from the plan
+    assert [(lim.gpu_index, lim.cores) for lim in p.limits()] == [(0, 20), (1, 30)]
+    assert [d.library_limits for d in p.devices] == [p.limits()[1], p.limits()[0]]
+    assert p.library == LibrarySettings(policy="default", log_level=1)
+    assert sorted(asked) == ["gpu-0-vgpu", "gpu-1-vgpu"]
 
 
 def test_claim_wide_library_settings_must_agree() -> None:

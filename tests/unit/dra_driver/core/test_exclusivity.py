@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dra_driver.core.exclusivity import Holding, check_exclusive
+from dra_driver.core.exclusivity import HeldDevice, check_exclusive
 from dra_driver.core.families import parse_device_name
 from dra_driver.core.families.base import AnyPlanned, PlannedDevice
 from dra_driver.vocabulary.errors import ClaimError, ExclusivityError
@@ -34,7 +34,7 @@ def refusal(devices: list[str], held: list[str]) -> str | None:
         check_exclusive(
             [planned(d) for d in devices],
             claim="ns/new",
-            held=[Holding("ns/old", h) for h in held],
+            held=[HeldDevice("ns/old", h) for h in held],
             inventory=NODE,
         )
     except ExclusivityError as e:

@@ -42,6 +42,8 @@ def test_from_mapping_switches_families_off() -> None:
         ({**HEADER, "families": {"tpu": True}}, "families.tpu: unknown family"),
         ({**HEADER, "families": {"mig": "no"}}, "families.mig: expected true or false"),
         ({**HEADER, "vgpuShares": 0}, "vgpuShares: 0 is out of range"),
+        ({**HEADER, "sharesPerGpu": 0}, "sharesPerGpu: 0 is out of range"),
+        ({**HEADER, "sharesPerGpu": "4"}, "sharesPerGpu: expected an integer"),
         ({**HEADER, "vgpuShares": "10"}, "vgpuShares: expected an integer"),
         ({**HEADER, "vgpuShares": True}, "vgpuShares: expected an integer"),
         ({**HEADER, "vgpuShares": 65}, r"vgpuShares: 65 is out of range; use 1\.\.64 \(a GPU.s view holds"),
@@ -79,7 +81,20 @@ def test_values_are_checked_when_made_in_code_too() -> None:
 def test_the_families_declare_their_own_fields() -> None:
     """A family's setting is read by its NodeSetting, and a key no family declares is refused by name."""
     declared = families.node_settings()
-    assert declared["vgpuShares"] is SHARES and declared["migProfiles"] is mig.PROFILES
-    assert {s.key for f in families.FAMILIES for s in f.settings} == set(declared)
+    assert declared["sharesPerGpu"] is SHARES and declared["migProfiles"] is mig.PROFILES
+    assert declared["vgpuShares"] is SHARES  # its former name
+    assert {k for f in families.FAMILIES for s in f.settings for k in s.keys} == set(declared)
     with pytest.raises(ConfigError, match="mpsShares: no family declares this node setting"):
         family_settings(mpsShares=3)
+
+
+def test_shares_per_gpu_is_read_under_its_former_name_too() -> None:
+    """`vgpuShares` caps MPS as well, so the setting is `sharesPerGpu`; a file of before still reads the same,
+    and one giving both names must give one value (the error names both fields)."""
+    for data in ({"sharesPerGpu": 4}, {"vgpuShares": 4}, {"sharesPerGpu": 4, "vgpuShares": 4}):
+        assert NodeSettings.from_mapping({**HEADER, **data}, node_name="n").setting(SHARES) == 4
+    assert family_settings(vgpuShares=4) == family_settings(sharesPerGpu=4)
+    with pytest.raises(ConfigError, match=r"sharesPerGpu, vgpuShares: two names of one setting .* \(4, 10\)"):
+        NodeSettings.from_mapping({**HEADER, "sharesPerGpu": 4, "vgpuShares": 10}, node_name="n")
+    with pytest.raises(ConfigError, match=r"vgpuShares, sharesPerGpu: .*give sharesPerGpu only"):
+        family_settings(vgpuShares=10, sharesPerGpu=4)

@@ -6,15 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.core.sm_schedule import (
-    DEFAULT_FRAME_US,
-    MAX_SLOTS,
-    Part,
-    SharingClaim,
-    free_slot,
-    partition,
-    schedule,
-)
+from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, free_slot, partition, schedule
+from dra_driver.libtessera.view_layout import MAX_SLOTS, Part
 
 
 def test_shares_back_to_back_in_slot_order() -> None:

@@ -144,3 +144,46 @@ def test_rejected_selector_outweighs_an_undecided_one(
     assert main(["explain", str(c), "--simulate", str(node), "--output", "json"]) == EXIT_DOES_NOT_FIT
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] == "does-not-fit" and "undeclared reference to 'devices'" in out["errors"][0]
+
+
+ONE_H100 = {
+    "apiVersion": "sim.tessera.dev/v1",
+    "kind": "SimulatedNode",
+    "nodeName": "sim-one",
+    "gpus": [{"product": "H100-80GB-SXM", "count": 1}],
+}
+SHARE = ("gpu-0-vgpu", {"memory": "1Gi", "cores": "0", "shares": "1"})
+
+
+def test_a_simulated_node_is_explained_with_the_settings_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The node's group lets two claims share a GPU (`vgpuShares: 2`): a third share on a GPU whose two are
+    taken is refused, as that node's published slices would refuse it; with the default settings (10 shares)
+    it fits. Before, the node's slices were built with default settings whatever its group said."""
+    two_taken = (allocated_claim("a", SHARE, node="sim-one"), allocated_claim("b", SHARE, node="sim-one"))
+    node = write(tmp_path / "node.yaml", ONE_H100, *two_taken)
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nvgpuShares: 2\n")
+    share = exactly("v", "vgpu.tessera.dev", capacity={"requests": {"memory": "1Gi", "cores": "0"}})
+    c = write(tmp_path / "c.yaml", claim(share))
+
+    argv = ["explain", str(c), "--simulate", str(node), "--output", "json"]
+    assert main([*argv, "--settings", str(settings)]) == EXIT_DOES_NOT_FIT
+    refused = next(d for d in json.loads(capsys.readouterr().out)["requests"][0]["devices"])
+    assert refused["device"] == "sim-one/gpu-0-vgpu" and refused["reason"] == "shares-exhausted"
+    assert "0 of 2 left" in refused["message"]
+
+    assert main(argv) == EXIT_FITS
+    assert fitting(json.loads(capsys.readouterr().out)) == {"sim-one/gpu-0-vgpu"}
+
+
+def test_settings_for_no_simulated_node_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = tmp_path / "settings.yaml"
+    settings.write_text("apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nvgpuShares: 2\n")
+    c = write(tmp_path / "c.yaml", claim(exactly("g", "gpu.tessera.dev")))
+    node = write(tmp_path / "node.yaml", *node_slices(1))
+    assert main(["explain", str(c), "--simulate", str(node), "--settings", str(settings)]) == EXIT_USAGE
+    assert "--settings" in capsys.readouterr().err

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dra_driver.libtessera.region_layout import MAX_PROCS, SLOT_LOCK_BASE
 from kubelet_plugin.claims.claim_processes import (
     ClaimProcess,
     ProcessTable,
@@ -23,7 +24,6 @@ from kubelet_plugin.claims.claim_processes import (
     scan,
     start_time,
 )
-from kubelet_plugin.library.region import MAX_PROCS, SLOT_LOCK_BASE
 
 A = "a" * 56 + "0123abcd"
 B = "f" * 64

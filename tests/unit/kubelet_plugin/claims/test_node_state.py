@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 from dra_driver.core.families import vgpu
 from dra_driver.core.families.vgpu import GpuShare
 from dra_driver.vocabulary.names import ClaimUID, GpuUUID
-from kubelet_plugin.claims.node_state import SHOWN_CLAIMS, NodeState
+from kubelet_plugin.claims.node_state import SHOWN_CLAIMS, NodeInputs, NodeState
 from kubelet_plugin.host_parts.vgpu import GpuSharing
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
@@ -28,7 +28,7 @@ class Backend:
 
 
 def state(paths: PluginPaths) -> NodeState:
-    return NodeState(backend=Backend(), paths=paths, boot_id="b")  # type: ignore[arg-type]
+    return NodeState(NodeInputs(backend=Backend(), paths=paths, boot_id="b"))  # type: ignore[arg-type]
 
 
 def with_claims(cp: Checkpoint, *uids: str) -> Checkpoint:

@@ -11,9 +11,10 @@ from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, mps, vgpu
 from dra_driver.core.families.mig import MigRecord
 from dra_driver.core.families.mps import MpsClient
-from dra_driver.core.limits_file import GpuLimitLine, LimitsFile, render_limits
+from dra_driver.libtessera.limits_file import GpuLimitLine, LimitsFile, render_limits
+from dra_driver.libtessera.names import LIMITS_FILE_NAME
 from dra_driver.vocabulary.inventory import Inventory, Placement
-from dra_driver.vocabulary.names import LIMITS_FILE_NAME, ClaimUID, Family, GpuUUID
+from dra_driver.vocabulary.names import ClaimUID, Family, GpuUUID
 from kubelet_plugin.claims.prepared_claims import prepared_claims
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.results import PreparedDevice

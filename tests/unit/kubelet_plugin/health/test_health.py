@@ -14,8 +14,9 @@ from typing import Protocol, cast
 import grpc
 import pytest
 
+from dra_driver.vocabulary.container import DeviceNode
 from dra_driver.vocabulary.errors import InventoryError
-from dra_driver.vocabulary.inventory import Architecture, DeviceNode, Gpu, Inventory, MigProfile
+from dra_driver.vocabulary.inventory import Architecture, Gpu, Inventory, MigProfile
 from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.health.service import (

@@ -6,12 +6,22 @@ import threading
 from pathlib import Path
 
 from dra_driver.core.families.vgpu import NAME, GpuShare
-from dra_driver.core.sm_schedule import Part, SharingClaim, partition
+from dra_driver.core.sm_schedule import SharingClaim, partition
+from dra_driver.libtessera.region_layout import (
+    GPU,
+    GPUS_OFFSET,
+    HEADER,
+    MAGIC,
+    MAX_GPUS,
+    MAX_PROCS,
+    SIZE,
+    VERSION,
+)
+from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.names import ClaimUID, GpuUUID
 from kubelet_plugin.host_parts.vgpu import GpuSharing
 from kubelet_plugin.host_parts.vgpu.arbiter import IDLE_NS, Arbiter, ArbitratedGpu, run
-from kubelet_plugin.library.gpu_view import GpuView
-from kubelet_plugin.library.region import GPU, GPUS_OFFSET, HEADER, MAGIC, MAX_GPUS, MAX_PROCS, SIZE, VERSION
+from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
 
 UUID = "GPU-0"

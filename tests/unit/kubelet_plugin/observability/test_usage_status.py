@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dra_driver.core.families import vgpu
+from dra_driver.libtessera.region_layout import Region, RegionGpu, RegionUnreadableError
 from dra_driver.vocabulary.names import ClaimUID, GpuUUID
 from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim
-from kubelet_plugin.library.region import Region, RegionGpu, RegionUnreadableError
 from kubelet_plugin.observability.usage_status import Sample, Usage, UsageStatusLoop, moved, usage_between
 
 GPU = GpuUUID("GPU-1")

@@ -9,7 +9,8 @@ import pytest
 from dra_driver.core.families import mig
 from dra_driver.core.families.mig import MigRecord
 from dra_driver.core.mig_mode import mig_mode_restore
-from dra_driver.vocabulary.inventory import Architecture, DeviceNode, Gpu, Inventory, MigInstance, Placement
+from dra_driver.vocabulary.container import DeviceNode
+from dra_driver.vocabulary.inventory import Architecture, Gpu, Inventory, MigInstance, Placement
 from dra_driver.vocabulary.names import ClaimUID, GpuUUID, is_dra_socket_name, is_registration_socket_name
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState, records_of
 from kubelet_plugin.record.leftovers import Leftover, LeftoverKind

@@ -22,9 +22,9 @@ from kubelet_plugin.command import build_parser
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.proto.gen import pluginregistration_pb2_grpc
 from kubelet_plugin.serving.options import DaemonOptions
+from kubelet_plugin.serving.plugin_instance import Node
 from kubelet_plugin.serving.probe import DEFAULT_TIMEOUT_S, probe
 from kubelet_plugin.serving.registration import RegistrationServicer
-from kubelet_plugin.serving.wiring import Node
 from tests.support.claim_files import directory_claims
 
 REPO = Path(__file__).resolve().parents[4]

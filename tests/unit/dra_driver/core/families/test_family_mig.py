@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dra_driver.core.families import mig, parse_device_name
-from dra_driver.core.families.base import AnyPlanned, Held
+from dra_driver.core.families.base import AnyPlanned, NodeRecords
 from dra_driver.core.families.mig import (
     MigAction,
     MigName,
@@ -37,7 +37,7 @@ def test_on_hopper_with_mig_mode_off_it_is_switched_on() -> None:
     assert m.action is MigAction.CREATE and m.enable_mig_mode
     assert m.placement == Placement(H100.gpus[1].uuid, 9, 4)
     assert (m.profile_name, m.size) == ("3g.40gb", 4)
-    (record,) = mig.FAMILY.records(p.devices, Held())
+    (record,) = mig.FAMILY.records(p.devices, NodeRecords())
     assert record == MigRecord("gpu-1-mig-3g40gb-4", m.placement, "3g.40gb", created_by_tessera=True)
     assert mig.FAMILY.placements((record,)) == (m.placement,)
 
@@ -59,7 +59,7 @@ def test_exact_admin_instance_is_used_as_a_static_device() -> None:
     m = mig_plan(p.devices[0])
     assert m.action is MigAction.STATIC and not m.enable_mig_mode
     assert m.instance == ADMIN.gpus[0].mig_instances[0]
-    (record,) = mig.FAMILY.records(p.devices, Held())
+    (record,) = mig.FAMILY.records(p.devices, NodeRecords())
     assert m.instance is not None and not record.created_by_tessera and record.uuid == m.instance.uuid
     assert mig.FAMILY.placements((record,)) == ()
 

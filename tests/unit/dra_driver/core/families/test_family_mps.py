@@ -6,17 +6,18 @@ from typing import Any
 
 import pytest
 
-from cdi.spec import ContainerEdits, DeviceNode, Mount
 from dra_driver.core import config as cfg
 from dra_driver.core.allocation import LibrarySettings
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mps, parse_device_name, vgpu
-from dra_driver.core.families.base import Allotment, Footprint, GpuOffer, Held, LibraryLimits
+from dra_driver.core.families.base import Allotment, GpuOffer, NodeRecords, SliceOccupancy
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.mps import MpsClient, MpsConfig, MpsPipe
 from dra_driver.core.families.protocol import NamedVisible, Placing, TimeSliced
 from dra_driver.core.families.published import counter_totals
 from dra_driver.core.settings import family_settings
+from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
+from dra_driver.vocabulary.container import ContainerEdits, DeviceNode, Mount
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError
 from dra_driver.vocabulary.inventory import Gpu
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DeviceName, GpuUUID
@@ -136,14 +137,14 @@ def test_not_offered_without_counters_or_where_the_gpu_cannot_be_shared() -> Non
     assert len(mps.FAMILY.offer(offer(make_gpu(0, "A100-SXM4-80GB")))) == 1
 
 
-def test_footprint_takes_the_whole_gpu_but_shares_it_with_mps_only() -> None:
+def test_its_occupancy_is_the_whole_gpu_shared_with_mps_only() -> None:
     h100 = make_gpu(0, "H100-80GB-SXM")
-    fp = mps.FAMILY.footprint((), h100)
-    assert fp == Footprint(family=mps.NAME, slices=frozenset(range(8)), shared=True, what="an MPS share")
-    assert not fp.excludes(mps.FAMILY.footprint((), h100))
-    assert fp.excludes(vgpu.FAMILY.footprint((), h100))
-    assert fp.excludes(whole.FAMILY.footprint((), h100))
-    assert mps.FAMILY.footprint((), make_gpu(0, "L4")).slices == frozenset({0})  # no MIG: one slice
+    fp = mps.FAMILY.occupancy((), h100)
+    assert fp == SliceOccupancy(family=mps.NAME, slices=frozenset(range(8)), shared=True, what="an MPS share")
+    assert not fp.excludes(mps.FAMILY.occupancy((), h100))
+    assert fp.excludes(vgpu.FAMILY.occupancy((), h100))
+    assert fp.excludes(whole.FAMILY.occupancy((), h100))
+    assert mps.FAMILY.occupancy((), make_gpu(0, "L4")).slices == frozenset({0})  # no MIG: one slice
 
 
 # ---- config --------------------------------------------------------------------------------------------
@@ -254,7 +255,7 @@ def test_a_claim_holds_one_mps_device() -> None:
 def test_records_name_the_gpu_and_the_thread_percentage() -> None:
     p = plan(claim(mps_result(1, cores="30")))
     # unlike a vgpu share, an MPS client takes no slot, so other claims' clients of the GPU change nothing
-    (record,) = mps.FAMILY.records(p.devices, Held(others=(MpsClient(G1, 70),)))
+    (record,) = mps.FAMILY.records(p.devices, NodeRecords(others=(MpsClient(G1, 70),)))
     assert record == MpsClient(G1, 30)
     assert mps.FAMILY.record_gpus((record, MpsClient(G0))) == {G0, G1}
     # an MPS client holds no MIG placement and takes no time-division slot
@@ -284,10 +285,12 @@ def test_record_round_trip_and_strict_decoding() -> None:
 def test_allotment_is_the_limits_files_memory_and_the_recorded_thread_percentage() -> None:
     gpu, device = H100.gpus[1], DeviceName("gpu-1-mps")
     records = (MpsClient(G0, 70), MpsClient(G1, 30))
-    assert mps.FAMILY.allotment(device, gpu, records, (4 * GiB, 0)) == Allotment(4 * GiB, 0.3)
+    line = GpuLimitLine(gpu.uuid, memory_bytes=4 * GiB, cores=0, priority=1)
+    assert mps.FAMILY.allotment(device, gpu, records, line) == Allotment(4 * GiB, 0.3)
     # no thread percentage: the client may use every SM; no limits line: the whole memory
     assert mps.FAMILY.allotment(device, gpu, (MpsClient(G1, 0),), None) == Allotment(gpu.memory_bytes, 1.0)
-    assert mps.FAMILY.allotment(device, gpu, (MpsClient(G0, 70),), (GiB, 0)) == Allotment(GiB, 1.0)
+    line = GpuLimitLine(gpu.uuid, memory_bytes=GiB, cores=0, priority=1)
+    assert mps.FAMILY.allotment(device, gpu, (MpsClient(G0, 70),), line) == Allotment(GiB, 1.0)
 
 
 # ---- what the container gets ---------------------------------------------------------------------------
@@ -337,7 +340,5 @@ def test_device_edits_are_the_gpus_node_and_no_visible_id() -> None:
     d = planned()
     gpu = H100.gpus[0]
     edits = mps.FAMILY.device_edits(d, gpu, MpsPipe(host_dir="/h"))
-    assert edits == ContainerEdits(
-        device_nodes=(DeviceNode(path="/dev/nvidia0", host_path="/dev/nvidia0", major=195, minor=0),)
-    )
+    assert edits == ContainerEdits(device_nodes=(DeviceNode("/dev/nvidia0", 195, 0),))
     assert not isinstance(mps.FAMILY, NamedVisible)  # CUDA sees the GPU without naming it

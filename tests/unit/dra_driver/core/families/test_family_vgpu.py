@@ -5,9 +5,10 @@ import pytest
 from dra_driver.core.allocation import LibrarySettings
 from dra_driver.core.config_schema import SmLimitPolicy
 from dra_driver.core.families import vgpu
-from dra_driver.core.families.base import Held, LibraryLimits
+from dra_driver.core.families.base import NodeRecords
 from dra_driver.core.families.capacity import SharedLimits
 from dra_driver.core.families.vgpu import GpuShare, VgpuConfig
+from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.names import GpuUUID, qualified
 from tests.support.claim_models import claim, config, result, vgpu_result
 from tests.support.family_plans import H100, error_of, plan
@@ -91,10 +92,10 @@ def test_not_on_a_gpu_in_mig_mode() -> None:
 def test_slots_lowest_free_kept_when_prepared_again() -> None:
     p = plan(claim(vgpu_result(0, cores="30"), vgpu_result(1, request="b", cores="0")))
     g0, g1 = H100.gpus[0].uuid, H100.gpus[1].uuid
-    taken = Held(others=(GpuShare(g0, 1, 50), GpuShare(g0, 3, 10), GpuShare(g1, 2, 0)))
+    taken = NodeRecords(others=(GpuShare(g0, 1, 50), GpuShare(g0, 3, 10), GpuShare(g1, 2, 0)))
     shares = vgpu.FAMILY.records(p.devices, taken)
     assert shares == (GpuShare(g0, 2, 30), GpuShare(g1, 1, 0))
-    again = vgpu.FAMILY.records(p.devices, Held(claim=shares, others=taken.others))
+    again = vgpu.FAMILY.records(p.devices, NodeRecords(claim=shares, others=taken.others))
     assert again == shares
     assert vgpu.FAMILY.slots(shares) == {g0: 2, g1: 1}
 
@@ -104,10 +105,10 @@ def test_disabled_limit_reserves_nothing_and_priority_zero_is_high() -> None:
         vgpu_result(0, cores="40"),
         configs=[config("VgpuConfig", smLimitPolicy="disable", source="FromClass")],
     )
-    (share,) = vgpu.FAMILY.records(plan(c).devices, Held())
+    (share,) = vgpu.FAMILY.records(plan(c).devices, NodeRecords())
     assert share == GpuShare(H100.gpus[0].uuid, 1, 0, high_priority=False)
     c = claim(vgpu_result(0, cores="40"), configs=[config("VgpuConfig", priority=0, source="FromClass")])
-    (share,) = vgpu.FAMILY.records(plan(c).devices, Held())
+    (share,) = vgpu.FAMILY.records(plan(c).devices, NodeRecords())
     assert share == GpuShare(H100.gpus[0].uuid, 1, 40, high_priority=True)
 
 
@@ -133,7 +134,7 @@ def test_a_ceiling_is_the_core_limit_above_the_guarantee(cores: str, limit: int,
     p = plan(c)
     (lim,) = p.limits()
     assert (lim.cores, lim.ceiling) == (int(cores), ceiling)
-    (share,) = vgpu.FAMILY.records(p.devices, Held())
+    (share,) = vgpu.FAMILY.records(p.devices, NodeRecords())
     assert isinstance(share, GpuShare)
     assert (share.cores, share.ceiling) == (int(cores), ceiling)
     limits = vgpu.FAMILY.status(p.devices[0], None)["limits"]

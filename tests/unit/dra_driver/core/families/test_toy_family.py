@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdi.spec import ContainerEdits
+from dra_driver.vocabulary.container import ContainerEdits
 from dra_driver.core.config_schema import ConfigField, ConfigKind
-from dra_driver.core.families.base import Allocated, GpuOffer, Held, Json, NodeSetting, PlannedDevice
+from dra_driver.core.families.base import Allocated, GpuOffer, NodeRecords, Json, NodeSetting, PlannedDevice
 from dra_driver.core.families.protocol import DeviceFamily
 from dra_driver.core.families.published import consumes, gpu_attributes
 from dra_driver.vocabulary.errors import ConfigError
@@ -77,7 +77,7 @@ class Toy(DeviceFamily[ToyConfig]):
             device["consumesCounters"] = consumes(o.gpu, o.counters)
         return (device,)
 
-    def plan(self, d: Allocated[ToyConfig], held: Held) -> PlannedDevice[ToyConfig, None]:
+    def plan(self, d: Allocated[ToyConfig], recorded: NodeRecords) -> PlannedDevice[ToyConfig, None]:
         return d.planned(NAME, None)
 
     def device_edits(self, d: PlannedDevice[ToyConfig, None], gpu: Gpu, made: None) -> ContainerEdits:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from kubelet_plugin.library.region import MAX_PROCS, RegionGpu
-from kubelet_plugin.library.usage_bounds import MIN_CALL_NS, UsageBounds, node_uptime_ns
+from dra_driver.libtessera.region_layout import MAX_PROCS, RegionGpu
+from kubelet_plugin.library_files.usage_bounds import MIN_CALL_NS, UsageBounds, node_uptime_ns
 
 GiB = 1 << 30
 S = 1_000_000_000

@@ -4,8 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dra_driver.core.families.base import LibraryLimits
-from dra_driver.core.limits_file import GpuLimitLine, LimitsFile, limits_file, parse_limits, render_limits
+from dra_driver.libtessera.limits_file import (
+    GpuLimitLine,
+    LibraryLimits,
+    LimitsFile,
+    limits_file,
+    parse_limits,
+    render_limits,
+)
 from dra_driver.vocabulary.errors import ConfigError
 from dra_driver.vocabulary.names import GpuUUID
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from kubelet_plugin.library.region import MAX_PROCS, RegionGpu
+from dra_driver.libtessera.region_layout import MAX_PROCS, RegionGpu
 
 MIN_CALL_NS = 1_000  # a driver call takes microseconds at least
 

@@ -1,5 +1,6 @@
-"""The limits file: the contract between the node plugin (writer) and the interception library (reader, in
-interceptor/src/config.c) (pure). docs/architecture.md, "The Python ↔ C contract".
+"""The limits file: what the interception library enforces for a claim, written by the node plugin into the
+claim's directory (kubelet_plugin/library_files/limits.py) and read by the library (interceptor/src/config.c)
+(pure). docs/architecture.md, "The Python ↔ C contract".
 
     version 1|2
     policy default|force|disable
@@ -21,17 +22,37 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dra_driver.core.families.base import LibraryLimits
+from dra_driver.libtessera.names import VIEW_FILE_NAME, container_gpu_dir
 from dra_driver.vocabulary.errors import ConfigError
-from dra_driver.vocabulary.names import VIEW_FILE_NAME, GpuUUID, container_gpu_dir
+from dra_driver.vocabulary.names import GpuUUID
 
 LIMITS_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 POLICIES = ("default", "force", "disable")
+MAX_LIMITS_BYTES = 65536  # the most the library reads (config.c LIMITS_MAX): a larger file is refused whole
+
+
+@dataclass(frozen=True, slots=True)
+class LibraryLimits:
+    """What the interception library enforces for one device: a `LibraryLimited` family's answer for a
+    planned device (dra_driver/core/families), one line of the claim's limits file."""
+
+    gpu_index: int
+    gpu_uuid: GpuUUID
+    memory_bytes: int
+    cores: int  # SM limit in percent; 0 = none
+    priority: int = 1  # 0 high, 1 normal
+    ceiling: int = 0  # SM share it may burst to in the GPU's idle time (above cores); 0: none
+    time_sliced: bool = True  # takes a slot in the GPU's time-division schedule
+    policy: str | None = None  # claim-wide SM limit policy (SmLimitPolicy value); None: no opinion
+    log_level: int | None = None  # claim-wide library log level; None: no opinion
 
 
 @dataclass(frozen=True, slots=True)
 class GpuLimitLine:
+    """One GPU's line: what the library enforces there, and the claim's slot in the GPU's view. Read back, it
+    is what the node reports a device holds (`Recording.allotment`)."""
+
     gpu_uuid: GpuUUID
     memory_bytes: int
     cores: int

@@ -1,0 +1,113 @@
+"""What the daemon tells about its node besides the slices: usage in claim status (with an API server) and
+the metrics endpoint (given an address), both read from what the claims' calls leave behind: the checkpoint
+as on disk (prepare changes it under them), the claims' directories and the health poller's latest view."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from prometheus_client import generate_latest
+
+from dra_driver.core.families.capacity import SHARES
+from dra_driver.core.settings import NodeSettings
+from dra_driver.vocabulary.errors import StorageError
+from kubelet_plugin.claims.api import ApiClaimStatusWriter, ClaimStatusWriter
+from kubelet_plugin.claims.node_state import NodeState
+from kubelet_plugin.claims.prepared_claims import PreparedClaim, prepared_claims
+from kubelet_plugin.health.service import HealthBoard, InventoryHealthPoller
+from kubelet_plugin.metrics import REGISTRY
+from kubelet_plugin.observability.metrics_server import MetricsServer
+from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
+from kubelet_plugin.observability.usage_status import ApiUsageWriter, UsageStatusLoop
+from kubelet_plugin.record.checkpoint import Checkpoint
+from kubelet_plugin.record.checkpoint_store import checkpoint_stamp
+from kubelet_plugin.serving.options import DaemonOptions
+
+log = structlog.get_logger(__name__)
+
+
+def scrape(node: NodeMetrics) -> Callable[[], bytes]:
+    """What one node's /metrics serves: its scrape-time families, then the daemon's counters."""
+    return lambda: node.render() + generate_latest(REGISTRY)
+
+
+class NodeObservability:
+    """The usage loop and the metrics endpoint of one plugin instance, each started only where configured."""
+
+    def __init__(
+        self, *, options: DaemonOptions, state: NodeState, poller: InventoryHealthPoller, board: HealthBoard
+    ) -> None:
+        self.options = options
+        self.state = state
+        self.poller = poller
+        self.board = board
+        self.usage: UsageStatusLoop | None = None
+        self.metrics: MetricsServer | None = None
+        self._usage_thread: threading.Thread | None = None
+
+    def start(
+        self,
+        *,
+        status: ClaimStatusWriter,
+        api: Any | None,
+        settings: NodeSettings,
+        healthz: Callable[[], str | None],
+        stop: threading.Event,
+    ) -> None:
+        o = self.options
+        if isinstance(status, ApiClaimStatusWriter) and o.usage_status_interval > 0:
+            from kubernetes import client as k8s  # noqa: PLC0415
+
+            self.usage = UsageStatusLoop(
+                claims=self.prepared,
+                writer=ApiUsageWriter(api=k8s.ResourceV1Api(api)),
+                interval=o.usage_status_interval,
+            )
+            self._usage_thread = threading.Thread(
+                target=self.usage.run, args=(stop,), name="usage-status", daemon=True
+            )
+            self._usage_thread.start()
+        if o.metrics_address:
+            render = scrape(NodeMetrics(self._sources(settings)))
+            self.metrics = MetricsServer(address=o.metrics_address, render=render, healthz=healthz)
+            self.metrics.start()
+
+    def _sources(self, settings: NodeSettings) -> NodeSources:
+        poller, board, usage = self.poller, self.board, self.usage
+        return NodeSources(
+            inventory=lambda: poller.inventory,
+            checkpoint=self.checkpoint,
+            checkpoint_stamp=lambda: checkpoint_stamp(self.state.paths.checkpoint_file),
+            claims_dir=self.state.paths.claims_dir,
+            health=lambda: board.current,
+            conditions=lambda: poller.conditions,
+            vgpu_shares=settings.setting(SHARES),
+            pods=usage.pods if usage is not None else (lambda _uid: ""),
+            pods_version=usage.pods_version if usage is not None else (lambda: 0),
+        )
+
+    def checkpoint(self) -> Checkpoint | None:
+        try:  # from disk: prepare changes it under us
+            return self.state.store.load(boot_id="")
+        except StorageError as e:
+            log.warning("metrics: checkpoint unreadable", error=str(e))
+            return None
+
+    def prepared(self) -> tuple[PreparedClaim, ...]:
+        inventory = self.poller.inventory
+        cp = self.checkpoint()
+        if inventory is None or cp is None:
+            return ()
+        return prepared_claims(cp, inventory, self.state.paths.claims_dir)
+
+    def stop_serving(self) -> None:
+        """The endpoint stops answering (first thing at stop)."""
+        if self.metrics is not None:
+            self.metrics.stop()
+
+    def join(self, timeout: float) -> None:
+        if self._usage_thread is not None:
+            self._usage_thread.join(timeout=timeout)
