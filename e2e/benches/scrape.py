@@ -32,8 +32,6 @@ from pathlib import Path
 
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.node.paths import PluginPaths
-from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
-from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.serving.node_observability import scrape
 from tests.support.claim_files import DirectoryClaimSource
 from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start

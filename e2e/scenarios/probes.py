@@ -25,7 +25,6 @@ from e2e.harness.kube import (
 from e2e.harness.testbed import SimCluster
 from e2e.kubelet_standin.container_edits import ContainerConfig
 from e2e.kubelet_standin.runtime_record import PodRuntime
-from e2e.harness.testbed import SimCluster
 from kubelet_plugin.library_files.gpu_view import GpuView
 
 H100 = "sim-h100x8"

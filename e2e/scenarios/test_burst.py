@@ -11,6 +11,7 @@ from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, Attr, Cap
 from e2e.harness.examples import example, find, renamed
 from e2e.harness.kube import Json
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,

@@ -8,6 +8,7 @@ from dra_driver.libtessera.names import HamiEnv
 from dra_driver.vocabulary.names import Attr
 from e2e.harness.examples import example, find, pinned
 from e2e.harness.kube import get_pod, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, claim_of, container, results, running
 
 pytestmark = pytest.mark.e2e

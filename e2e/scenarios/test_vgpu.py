@@ -19,6 +19,7 @@ from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.names import Attr, Cap, ClaimUID, GpuUUID
 from e2e.harness.examples import example, find, renamed
 from e2e.harness.kube import Json
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,

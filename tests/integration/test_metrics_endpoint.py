@@ -20,8 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from cdi.writer import read_spec
 from dra_driver.libtessera.names import container_claim_dir
 from dra_driver.libtessera.region_layout import GPU, GPUS_OFFSET, MAX_PROCS, PROC, PROCS_OFFSET
-from tests.support.node_metrics import metrics_for
-from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.library_files.region import read_region
 from tests.support import tenant_container
