@@ -16,6 +16,13 @@ GATES ?= sharing
 # SMOKE=1: a benchmark's (or the demo's) smoke form, every part once on a tiny scale, its figures meaningless;
 # `make test` runs each documented command so (tests/README.md, "Smoke forms")
 SMOKE_FLAG = $(if $(SMOKE),--smoke)
+# pytest-xdist workers for `make test` and `make test-e2e` (tests/README.md, "Running in parallel"); 0: one
+# process, as pytest runs by default
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
+# Python may keep its bytecode (a machine may set PYTHONDONTWRITEBYTECODE): without it every run compiles, and
+# pytest rewrites the assertions of, every test module again, about 40 s of each run's collection on 2 cores
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
         bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade bench-webhook proto interceptor cluster realnode helm \
@@ -41,7 +48,7 @@ interceptor:
 lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests interceptor/fake/gen_products.py
+	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests conftest.py interceptor/fake/gen_products.py
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q tests/unit/test_house_rules.py
 
@@ -80,7 +87,7 @@ test-e2e: dev cluster
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
-	$(BIN)/pytest -q -m e2e e2e
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m e2e e2e
 
 test: dev lint
 	$(MAKE) -C interceptor test
@@ -89,7 +96,7 @@ test: dev lint
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
-	$(BIN)/pytest -q tests e2e
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests e2e
 
 # One release of the version matrix (docs/install.md, "Tested releases"): the e2e cluster tests and the
 # simulated-node scenarios of every family on it, e.g. make test-k8s K8S_VERSION=1.35.4 [GATES=default].
@@ -116,32 +123,32 @@ bench-prepare: dev
 
 # a scrape of /metrics with 256 prepared vgpu claims whose regions a fake-driver program filled
 bench-metrics: dev
-	$(BIN)/python -m e2e.bench_metrics $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.scrape $(SMOKE_FLAG)
 
 bench-interceptor: interceptor
 	$(MAKE) -C interceptor bench SMOKE=$(SMOKE)
 
 # 4 nodes, 200 vGPU pods at once: the upstream client QPS/burst defaults next to production values
 bench-e2e: dev cluster
-	$(BIN)/python -m e2e.bench $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.pods $(SMOKE_FLAG)
 
 # the admission webhook at 50 pods/s: AdmissionReview latency p50/p99 (client and in-webhook), pod creates
 # through the API server with and without a HAMi GPU request, and the webhook's memory; templates made by
 # forged reviews; time from a pod's create to its claim (WEBHOOK_ARGS="--webhook-source DIR" for another checkout)
 bench-webhook: dev cluster helm
-	$(BIN)/python -m e2e.bench_webhook $(WEBHOOK_ARGS) $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.admission $(WEBHOOK_ARGS) $(SMOKE_FLAG)
 
 # make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md)
 NODES ?= 10,50,100
 FAMILIES ?= whole,vgpu,mig-1g,mix
 LAYOUTS ?= all,fewer,vgpu-only,mig-1g-only
 bench-scale: dev cluster
-	$(BIN)/python -m e2e.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
+	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster
-	$(BIN)/python -m e2e.scale.fragmentation $(SMOKE_FLAG)
-	$(BIN)/python -m e2e.scale.fragmentation --mix aligned $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.scale.fragmentation $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.scale.fragmentation --mix aligned $(SMOKE_FLAG)
 
 bench-upgrade: dev cluster realnode helm image
 	$(BIN)/python -m e2e.realnode upgrade $(SMOKE_FLAG)

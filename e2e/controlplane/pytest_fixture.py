@@ -72,14 +72,18 @@ def skip_unmixable(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-@pytest.fixture(scope="session")
+# Package scope: one plane for the tests below the conftest.py that imports these fixtures, stopped once the
+# last of them ran, so that it does not run idle beside the rest of the suite (tests/README.md, "Running in
+# parallel").
+@pytest.fixture(scope="package")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    """One control plane for the whole session; its logs stay in the session's tmp dir (`<state>/logs`)."""
+    """One control plane for the tests of a package; its logs stay in the session's tmp dir
+    (`<state>/logs`)."""
     with private_control_plane(tmp_path_factory.mktemp("controlplane")) as plane:
         yield plane
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def k8s_api(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
     """An admin (system:masters) API client."""
     with control_plane.api_client() as api:

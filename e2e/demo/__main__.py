@@ -12,7 +12,7 @@ from pathlib import Path
 from dra_driver.io.logs import configure
 from dra_driver.vocabulary.errors import TesseraError
 from e2e.demo.session import down, up
-from e2e.node import BackendKind
+from e2e.harness.node import BackendKind
 
 DEFAULT_STATE_DIR = Path(__file__).resolve().parent.parent.parent / ".state" / "demo"
 

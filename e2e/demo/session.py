@@ -15,13 +15,13 @@ from e2e.controlplane.launcher import start_control_plane, stop_control_plane
 from e2e.controlplane.processes import stop_record
 from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.demo import state as demo_state
-from e2e.examples import device_rows, example_files, load, table
-from e2e.fake_mps import mps_dir_for, stop_mps_daemons
-from e2e.kube import Kubectl, list_claims, list_pods, pod_claim_name, wait_for, wait_running
+from e2e.harness.examples import device_rows, example_files, load, table
+from e2e.harness.kube import Kubectl, list_claims, list_pods, pod_claim_name, wait_for, wait_running
+from e2e.harness.node import BackendKind, SimNode
+from e2e.harness.plugin_identity import SYSTEM_NS
+from e2e.harness.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 from e2e.kubelet_standin.errors import StandInError
-from e2e.node import BackendKind, SimNode
-from e2e.plugin_identity import SYSTEM_NS
-from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
+from tests.support.doubles.fake_mps import mps_dir_for, stop_mps_daemons
 
 NAMESPACE = "tessera-demo"
 POD_TIMEOUT_S = 120.0

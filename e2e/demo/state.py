@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.controlplane.files import write_atomic
+from e2e.harness.node import NodeRecord
 from e2e.kubelet_standin.errors import StandInError
-from e2e.node import NodeRecord
 
 API_VERSION = "tessera.dev/e2e/v1"
 KIND = "DemoState"

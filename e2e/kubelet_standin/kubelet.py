@@ -40,8 +40,8 @@ Json = Mapping[str, Any]
 WATCH_TIMEOUT_S = 60
 RETRY_MIN_S = 0.1
 RETRY_MAX_S = 5.0
-# A pod whose process something else plays (the node plugin's pod: e2e.node.SimNode starts the daemon itself)
-# is left alone, as a kubelet leaves a static pod's mirror object to the static pod manager.
+# A pod whose process something else plays (the node plugin's pod: e2e.harness.node.SimNode starts the daemon
+# itself) is left alone, as a kubelet leaves a static pod's mirror object to the static pod manager.
 RUN_ELSEWHERE_LABEL = "e2e.tessera.dev/run-elsewhere"
 
 

@@ -20,12 +20,12 @@ from dra_driver.io.logs import configure
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account
-from e2e.node import NODES_DIR
+from e2e.harness.node import NODES_DIR
+from e2e.harness.testbed import make_testbed
 from e2e.realnode.binaries import check_built
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.node import RealNode, short_root
 from e2e.realnode.upgrade import run_upgrade
-from e2e.testbed import make_testbed
 
 NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
 

@@ -26,9 +26,9 @@ from kubernetes import client as k8s
 
 from dra_driver.core.families import mps
 from e2e.controlplane.processes import is_alive
-from e2e.kube import Json, wait_for
-from e2e.node import REPO_ROOT, driver_slices, pool_complete
-from e2e.plugin_identity import SYSTEM_NS
+from e2e.harness.kube import Json, wait_for
+from e2e.harness.node import REPO_ROOT, driver_slices, pool_complete
+from e2e.harness.plugin_identity import SYSTEM_NS
 from e2e.realnode.config import REALNODE_LABEL, REALNODE_TAINT_KEY
 from e2e.realnode.driver import FakeDriverRoot
 from e2e.realnode.errors import RealNodeError

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from dra_driver.vocabulary.names import DRIVER_PROC_ROOT_ENV
-from e2e.fake_nvml import FAKE_LIBRARY_DIR, NODE_ENV, PROC_ENV, STATE_ENV, FakeNvmlNode
+from tests.support.doubles.fake_nvml import FAKE_LIBRARY_DIR, NODE_ENV, PROC_ENV, STATE_ENV, FakeNvmlNode
 from tests.support.driver_root import LIBRARY_DIR, install_driver
 
 CONTAINER_ROOT = Path("/driver-root")  # where the chart mounts the driver root in the plugin's container

@@ -29,8 +29,8 @@ from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import delete_node
 from e2e.controlplane.processes import log_tail
 from e2e.controlplane.settings import FEATURE_GATES
-from e2e.kube import Json, wait_for
-from e2e.node import (
+from e2e.harness.kube import Json, wait_for
+from e2e.harness.node import (
     cdi_specs_in,
     entries_of,
     node_name_of,

@@ -22,7 +22,7 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from e2e.kube import WaitTimeoutError, get_pod, is_running, wait_for
+from e2e.harness.kube import WaitTimeoutError, get_pod, is_running, wait_for
 from e2e.realnode.chart import PluginPod
 from e2e.realnode.metrics import DraCounts
 from e2e.realnode.node import RealNode

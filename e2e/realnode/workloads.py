@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from e2e.kube import Json
+from e2e.harness.kube import Json
 from e2e.realnode.config import PROBE_IMAGE, REALNODE_TAINT_KEY
 
 

@@ -1,5 +1,6 @@
-"""One control plane and two simulated nodes (8 H100s; 2 A100s and 2 L4s) for the whole session; every
-scenario gets a fresh namespace, emptied afterwards, and the nodes are checked for leftovers.
+"""One control plane and two simulated nodes (8 H100s; 2 A100s and 2 L4s) for the scenarios (package scope:
+stopped after the last one); every scenario gets a fresh namespace, emptied afterwards, and the nodes are
+checked for leftovers.
 
 The node plugins run on the simulated backend; the scenarios of `ALSO_ON_NVML` run a second time with the
 plugins on the NVML backend over the fake libnvidia-ml (the nodes are restarted once for them)."""
@@ -17,9 +18,9 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.pytest_fixture import control_plane, k8s_api, skip_unmixable, wait_for_service_account
-from e2e.kube import WaitTimeoutError, delete_namespace_contents, wait_for
-from e2e.node import BackendKind
-from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
+from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.harness.node import BackendKind
+from e2e.harness.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
 
 __all__ = ["bed", "control_plane", "k8s_api", "ns"]
 
@@ -31,10 +32,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "bed" in metafunc.fixturenames:
         module = metafunc.module.__name__.rsplit(".", 1)[-1]
         kinds = list(BackendKind) if module in ALSO_ON_NVML else [BackendKind.SIMULATED]
-        metafunc.parametrize("bed", [k.value for k in kinds], indirect=True, scope="session")
+        metafunc.parametrize("bed", [k.value for k in kinds], indirect=True, scope="package")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def bed(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, request: pytest.FixtureRequest
 ) -> Iterator[SimCluster]:

@@ -11,8 +11,8 @@ from typing import Any
 from dra_driver.libtessera.names import VIEW_FILE_NAME
 from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.names import Cap, qualified
-from e2e.examples import pinned
-from e2e.kube import (
+from e2e.harness.examples import pinned
+from e2e.harness.kube import (
     Json,
     allocated_results,
     get_claim,
@@ -22,9 +22,9 @@ from e2e.kube import (
     wait_for,
     wait_running,
 )
+from e2e.harness.testbed import SimCluster
 from e2e.kubelet_standin.container_edits import ContainerConfig
 from e2e.kubelet_standin.runtime_record import PodRuntime
-from e2e.testbed import SimCluster
 from kubelet_plugin.library_files.gpu_view import GpuView
 
 H100 = "sim-h100x8"

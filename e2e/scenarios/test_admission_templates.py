@@ -22,11 +22,18 @@ from admission.convert import names
 from admission.convert.catalog import known_products
 from admission.convert.claims import Options
 from admission.convert.pod import convert_object
-from e2e.kube import Json, get_pod, pod_claim_name, wait_for
+from e2e.harness.kube import Json, get_pod, pod_claim_name, wait_for
+from e2e.harness.testbed import SimCluster
+from e2e.harness.webhook import (
+    RunningWebhook,
+    admission_review,
+    ca_bundle,
+    helm_binary,
+    post_reviews,
+    start_webhook,
+)
 from e2e.kubelet_standin.errors import StandInError
 from e2e.scenarios.probes import apply, running
-from e2e.testbed import SimCluster
-from e2e.webhook import RunningWebhook, admission_review, ca_bundle, helm_binary, post_reviews, start_webhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -20,11 +20,11 @@ from dra_driver.core.profiles import find_product
 from dra_driver.libtessera.names import HamiEnv
 from dra_driver.vocabulary.names import Attr, Cap
 from dra_driver.vocabulary.quantity import parse_quantity
-from e2e.kube import Json, list_pods, wait_for
+from e2e.harness.kube import Json, list_pods, wait_for
+from e2e.harness.testbed import SimCluster
+from e2e.harness.webhook import CONFIG, RunningWebhook, ca_bundle, helm_binary, start_webhook
 from e2e.kubelet_standin.errors import StandInError
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, container, results, running
-from e2e.testbed import SimCluster
-from e2e.webhook import CONFIG, RunningWebhook, ca_bundle, helm_binary, start_webhook
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -9,8 +9,9 @@ import pytest
 from dra_driver.libtessera.names import LIMITS_FILE_NAME
 from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, Attr, Cap
-from e2e.examples import example, find, renamed
-from e2e.kube import Json
+from e2e.harness.examples import example, find, renamed
+from e2e.harness.kube import Json
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,
@@ -22,7 +23,6 @@ from e2e.scenarios.probes import (
     running,
     view_settles,
 )
-from e2e.testbed import SimCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.examples import example, find, pinned
-from e2e.kube import get_pod, wait_for
+from e2e.harness.examples import example, find, pinned
+from e2e.harness.kube import get_pod, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, apply, running, runtime
-from e2e.testbed import SimCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.examples import example, find, pinned
+from e2e.harness.examples import example, find, pinned
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, apply, claim_of, running
-from e2e.testbed import SimCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -24,14 +24,14 @@ from kubernetes import client as k8s
 
 from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.settings import RELEASE
-from e2e.examples import pinned
-from e2e.interceptor_programs import TCUDA, container_view, env, start
-from e2e.kube import Json, get_pod, wait_for
-from e2e.node import NODES_DIR, REPO_ROOT, SimNode
+from e2e.harness.examples import pinned
+from e2e.harness.kube import Json, get_pod, wait_for
+from e2e.harness.node import NODES_DIR, REPO_ROOT, SimNode
+from e2e.harness.testbed import SimCluster, start_node
 from e2e.scenarios.probes import apply, claim_of, results, running
-from e2e.testbed import SimCluster, start_node
 from kubelet_plugin.health.events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON
 from kubelet_plugin.node.events import EVENT_NAMESPACE
+from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 
 pytestmark = pytest.mark.e2e
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from dra_driver.vocabulary.names import Attr, Cap
-from e2e.examples import example, find, pinned, renamed
-from e2e.kube import Json, get_pod, wait_for
+from e2e.harness.examples import example, find, pinned, renamed
+from e2e.harness.kube import Json, get_pod, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, results, running, stays_pending
-from e2e.testbed import SimCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -15,9 +15,9 @@ from dra_driver.core.families.mps import (
 )
 from dra_driver.libtessera.names import CONTAINER_LIBRARY_PATH, LIMITS_FILE_NAME
 from dra_driver.vocabulary.names import Attr, Cap, ClaimUID, GpuUUID
-from e2e.examples import example, find, pinned, renamed
-from e2e.fake_mps import FAKE_MPS_CONTROL, mps_dir_for
-from e2e.kube import Json, get_pod, wait_for
+from e2e.harness.examples import example, find, pinned, renamed
+from e2e.harness.kube import Json, get_pod, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,
@@ -29,8 +29,8 @@ from e2e.scenarios.probes import (
     running,
     stays_pending,
 )
-from e2e.testbed import SimCluster
 from kubelet_plugin.host_parts.mps.control import MpsControl
+from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL, mps_dir_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

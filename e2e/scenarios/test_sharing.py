@@ -6,10 +6,10 @@ import pytest
 
 from dra_driver.libtessera.names import HamiEnv
 from dra_driver.vocabulary.names import Attr
-from e2e.examples import example, find, pinned
-from e2e.kube import get_pod, wait_for
+from e2e.harness.examples import example, find, pinned
+from e2e.harness.kube import get_pod, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, MIXED, apply, attribute, claim_of, container, results, running
-from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 

@@ -17,8 +17,9 @@ from dra_driver.libtessera.names import (
 )
 from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.names import Attr, Cap, ClaimUID, GpuUUID
-from e2e.examples import example, find, renamed
-from e2e.kube import Json
+from e2e.harness.examples import example, find, renamed
+from e2e.harness.kube import Json
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import (
     H100,
     apply,
@@ -33,7 +34,6 @@ from e2e.scenarios.probes import (
     unschedulable_message,
     view_settles,
 )
-from e2e.testbed import SimCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.vocabulary.names import Attr
-from e2e.examples import example, find
+from e2e.harness.examples import example, find
+from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import MIXED, apply, attribute, container, results, running
-from e2e.testbed import SimCluster
 
 pytestmark = pytest.mark.e2e
 

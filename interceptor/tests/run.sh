@@ -446,8 +446,10 @@ t high_priority_claim_stamps_its_work env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$L
 C=$(claim prio_lo "gpu $GPU0 cores 0 priority 1")
 t normal_priority_claim_does_not_stamp env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" stamped no
 C=$(claim prio_held "gpu $GPU0 cores 0 priority 1 view $WORK/view.hold")
-"$V" "$WORK/view.hold" 50000 600
-bg normal_priority_held_while_view_holds env TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$S" sm 45 1 kernel
+# the hold (600 ms from now) is written by the job itself, right before the program starts: a retry gets a
+# hold of its own (one written once, before the first attempt, has long expired when a busy machine retries)
+bg normal_priority_held_while_view_holds bash -c '"$1" "$2" 50000 600 && exec env TESSERA_CLAIM_DIRS="$3" LD_PRELOAD="$4" "$5" sm 45 1 kernel' \
+    hold "$V" "$WORK/view.hold" "$C" "$LIB" "$S"
 collect
 
 echo "== guarantee and ceiling (burst): the node daemon's arbiter and two claims on one simulated GPU"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.fake_mps import FAKE_MPS_CONTROL
+from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL
 from tests.support.smoke import REPO, covers, lines_with, make_env, make_smoke
 
 INTERCEPTOR_BUILD = REPO / "interceptor" / "build"

@@ -19,14 +19,14 @@ import pytest
 from dra_driver.backends import open_backend
 from dra_driver.core.families import mig, mps, vgpu
 from dra_driver.vocabulary.names import GpuUUID
-from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
-from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1
 from kubelet_plugin.host_parts.mps.control import MpsControl
 from kubelet_plugin.node.host_process import wait_gone
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import Step
 from kubelet_plugin.removal.cleanup_marker import cleanup_done, cleanup_done_file
 from kubelet_plugin.removal.cleanup_node import REMOVAL_MESSAGE
+from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
+from tests.support.doubles.interceptor_programs import FAKE_GPU0, FAKE_GPU1
 from tests.support.faults import Faults
 from tests.support.kubelet_client import DraClient, register
 from tests.support.plugin_process import NODE, REPO, PluginProcess, cleanup, short_root

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from dra_driver.vocabulary.names import SYSFS_ROOT_ENV
-from e2e.fake_nvml import FAKE_NVML_LIBRARY, FakeNvmlNode
 from kubelet_plugin.command import build_parser
+from tests.support.doubles.fake_nvml import FAKE_NVML_LIBRARY, FakeNvmlNode
 from tests.support.noisy_command import EVENT as FORCED
 from tests.support.smoke import covers
 

@@ -17,7 +17,7 @@ import yaml
 
 from dra_driver.backends.sim_node import decode_node
 from dra_driver.vocabulary.errors import ConfigError
-from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake, read_state, reset_gpu
+from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake, read_state, reset_gpu
 
 REPO = Path(__file__).resolve().parents[2]
 HEADER = "apiVersion: sim.tessera.dev/v1\nkind: SimulatedNode\n"

@@ -14,11 +14,11 @@ import pytest
 from dra_driver.core.sm_schedule import SharingClaim, partition, schedule
 from dra_driver.libtessera.names import REGION_FILE_NAME
 from dra_driver.libtessera.region_layout import GPU, GPUS_OFFSET
-from e2e.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 from kubelet_plugin.host_parts.vgpu import arbiter
 from kubelet_plugin.host_parts.vgpu.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
 from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.library_files.region import read_region
+from tests.support.doubles.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
 
 # SM shares are wall-clock measurements that a busy machine only lowers: like the library's own tests, the
 # checks are ceilings (never more than the share + 5) and floors far below (clearly used); a miss is retried.

@@ -34,7 +34,7 @@ from tests.support.kubelet_client import DraClient
 from tests.support.open_watch import SPECIAL_KINDS, OpenWatch, can_make, make_special
 from tests.support.plugin_process import NODE, PluginProcess, cleanup
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
-from tests.support.tenant_container import fill
+from tests.support.tenant_container import fill_entries
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -120,7 +120,7 @@ def test_a_1000_deep_tree_does_not_break_unprepare_or_any_later_start(root: Path
 def test_100k_files_are_removed_outside_the_node_lock(plugin: PluginProcess) -> None:
     ref = prepared(plugin, vgpu_claim("wide", pool=NODE, gpu=2))
     claim_dir = plugin.paths.claim_dir(ref.uid)
-    fill(claim_dir / SHARED_DIR_NAME, 100_000)
+    fill_entries(claim_dir / SHARED_DIR_NAME, 100_000)
     answer: list[str] = []
 
     def unprepare() -> None:
@@ -155,7 +155,7 @@ def test_another_tenants_prepare_and_unprepare_never_pay_for_a_big_cleanup(plugi
     prepare and an unprepare of another claim meanwhile stay fast (before: 250,000 entries per call, the rest
     inside whichever call came next: 4.8 s for another tenant's prepare beside 1M files)."""
     ref = prepared(plugin, vgpu_claim("filler", pool=NODE, gpu=2))
-    fill(plugin.paths.claim_dir(ref.uid) / SHARED_DIR_NAME, 300_000)
+    fill_entries(plugin.paths.claim_dir(ref.uid) / SHARED_DIR_NAME, 300_000)
     with DraClient(plugin.paths.dra_socket) as client:
         assert client.unprepare([ref]).claims[ref.uid].error == ""
         other = vgpu_claim("neighbour", pool=NODE, gpu=3)

@@ -21,7 +21,7 @@ from dra_driver.libtessera.limits_file import (
 )
 from dra_driver.libtessera.names import LIMITS_FILE_NAME
 from dra_driver.vocabulary.names import GpuUUID
-from e2e.interceptor_programs import TLIMITS
+from tests.support.doubles.interceptor_programs import TLIMITS
 from tests.support.prepare_env import Env, backend_env, claim, opaque, vgpu
 
 CHECKS = settings(

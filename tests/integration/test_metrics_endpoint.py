@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from cdi.writer import read_spec
 from dra_driver.libtessera.names import container_claim_dir
 from dra_driver.libtessera.region_layout import GPU, GPUS_OFFSET, MAX_PROCS, PROC, PROCS_OFFSET
-from e2e.bench_metrics import metrics_for
-from e2e.interceptor_programs import TCUDA, container_view, env, start
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.library_files.region import read_region
 from tests.support import tenant_container
+from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 from tests.support.kubelet_client import DraClient
+from tests.support.node_metrics import metrics_for
 from tests.support.plugin_process import REPO, PluginProcess, cleanup, short_root
 from tests.support.sample_claims import claim_ref, vgpu_claim
 from tests.support.tenant_container import inside

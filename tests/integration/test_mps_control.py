@@ -19,9 +19,9 @@ import pytest
 
 from dra_driver.vocabulary.errors import MpsError, MpsToolError
 from dra_driver.vocabulary.names import GpuUUID
-from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from kubelet_plugin.host_parts.mps.control import MpsControl
 from kubelet_plugin.host_parts.mps.record import decode
+from tests.support.doubles.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 
 GPU0, GPU1 = GpuUUID(FAKE_GPU0), GpuUUID(FAKE_GPU1)
 pytestmark = pytest.mark.skipif(not MPS_CONTROL.exists(), reason="run `make dev` to build the fake MPS tool")

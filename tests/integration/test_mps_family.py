@@ -27,13 +27,13 @@ from dra_driver.core.families.mps import (
     container_pipe_dir,
 )
 from dra_driver.vocabulary.names import GpuUUID, cdi_spec_file_name
-from e2e.fake_mps import stop_mps_daemons
-from e2e.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from kubelet_plugin.claims.reconcile import reconcile
 from kubelet_plugin.host_parts.mps import gpus_in_use
 from kubelet_plugin.host_parts.mps.control import MpsControl
 from kubelet_plugin.host_parts.mps.watch import RECOVERED_REASON, MpsWatch
 from tests.support import tenant_container
+from tests.support.doubles.fake_mps import stop_mps_daemons
+from tests.support.doubles.interceptor_programs import FAKE_GPU0, FAKE_GPU1, MPS_CONTROL, TMPS, env
 from tests.support.prepare_env import Env, claim, result
 from tests.support.tenant_container import inside
 

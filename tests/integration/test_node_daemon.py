@@ -17,10 +17,10 @@ import pytest
 from dra_driver.core.families import mig as mig_family
 from dra_driver.core.families import mps
 from dra_driver.vocabulary.names import cdi_device_name, cdi_qualified_name
-from e2e.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
 from kubelet_plugin.host_parts.mps.control import MpsControl
 from kubelet_plugin.proto.gen import health_v1_pb2
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
+from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL, stop_mps_daemons
 from tests.support.kubelet_client import DraClient, register
 from tests.support.plugin_process import NODE, PluginProcess, cleanup, node_backend
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim

@@ -36,7 +36,13 @@ from dra_driver.core.slices import build_slices
 from dra_driver.vocabulary.errors import MigError, PlacementTakenError
 from dra_driver.vocabulary.inventory import Fabric, Gpu, Inventory, MigInstance
 from dra_driver.vocabulary.names import PCI_BUS_ID_ATTRIBUTE, SYSFS_ROOT_ENV, GpuUUID, qualified
-from e2e.fake_nvml import SIMULATED_ONLY_FIELDS, SYS_ENV, FakeNvmlNode, pynvml_on_fake, reset_gpu
+from tests.support.doubles.fake_nvml import (
+    SIMULATED_ONLY_FIELDS,
+    SYS_ENV,
+    FakeNvmlNode,
+    pynvml_on_fake,
+    reset_gpu,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_FILES = sorted((REPO / "e2e" / "nodes").glob("*.yaml"))

@@ -16,8 +16,8 @@ import pytest
 from dra_driver.core.families import gpu as gpu_family
 from dra_driver.core.families import mps as mps_family
 from dra_driver.vocabulary.names import ClaimUID
-from e2e.fake_mps import stop_mps_daemons
 from kubelet_plugin.record.results import ClaimRef
+from tests.support.doubles.fake_mps import stop_mps_daemons
 from tests.support.kubelet_client import DraClient
 from tests.support.plugin_process import NODE, PluginProcess
 from tests.support.prepare_env import BACKENDS, Env, backend_env, claim, result, vgpu

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dra_driver.libtessera.region_layout import SIZE, RegionUnreadableError
-from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 from kubelet_plugin.library_files.region import read_region
+from tests.support.doubles.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 
 MiB = 1 << 20
 

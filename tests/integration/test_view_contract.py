@@ -21,8 +21,8 @@ from dra_driver.core.settings import NodeSettings, family_settings
 from dra_driver.core.slices import build_slices
 from dra_driver.libtessera.view_layout import MAX_SLOTS, SLOT, SLOTS_OFFSET, VIEW_SIZE
 from dra_driver.vocabulary.errors import ConfigError
-from e2e.interceptor_programs import TLAYOUT
 from kubelet_plugin.library_files.gpu_view import GpuView
+from tests.support.doubles.interceptor_programs import TLAYOUT
 from tests.support.inventories import make_gpu, make_inventory
 from tests.support.plugin_process import REPO, PluginProcess, cleanup, short_root
 from tests.support.prepare_env import Env, claim, vgpu

@@ -19,10 +19,10 @@ import yaml
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
-from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from tests.support.claim_files import DirectoryClaimSource
+from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from tests.support.faults import FAULT_CLAIM_ENV, FAULT_ENV
 from tests.support.kubelet_client import is_served, register, wait_for_socket
 

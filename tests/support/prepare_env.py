@@ -21,8 +21,6 @@ from dra_driver.core.families.mig import MigRecord
 from dra_driver.io.files import is_temp
 from dra_driver.vocabulary.inventory import Inventory
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
-from e2e.fake_mps import FAKE_MPS_CONTROL
-from e2e.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from kubelet_plugin.claims.api import NullClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeInputs, NodeState
 from kubelet_plugin.claims.prepare import Preparer
@@ -31,6 +29,8 @@ from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry
 from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.record.steps import NO_OBSERVER
 from tests.support.claim_files import DirectoryClaimSource
+from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL
+from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from tests.support.faults import Faults
 
 BACKENDS = ("simulated", "nvml")

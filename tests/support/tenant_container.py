@@ -38,6 +38,24 @@ def fill(directory: Path, files: int) -> None:
         os.close(fd)
 
 
+def fill_entries(directory: Path, entries: int) -> None:
+    """What a tenant can leave in its claim directory, made fast: `entries` names, hard links to a few empty
+    files (ext4 allows 65,000 links to one). Removing them is an unlink per name, as for `fill`'s files;
+    making them costs a fifth of creating as many inodes (300,000 files took 45 s of CPU on the 2-core
+    workplace)."""
+    per_file = 60_000
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i in range(entries):
+            source = f"f{i - i % per_file}"
+            if i % per_file == 0:
+                os.close(os.open(source, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+            else:
+                os.link(source, f"f{i}", src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 def available() -> bool:
     return os.geteuid() == 0 and all(shutil.which(t) for t in ("unshare", "mount", "setpriv"))
 

@@ -23,9 +23,9 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.binaries import Binaries, ensure_built
 from e2e.controlplane.launcher import ControlPlane
-from e2e.kube import Kubectl, wait_for
-from e2e.testbed import apply_device_classes
-from e2e.webhook import helm_binary
+from e2e.harness.kube import Kubectl, wait_for
+from e2e.harness.testbed import apply_device_classes
+from e2e.harness.webhook import helm_binary
 from kubelet_plugin.node.paths import PluginPaths
 from tests.support.driver_root import install_driver
 from tests.support.kubelet_client import register, wait_for_socket

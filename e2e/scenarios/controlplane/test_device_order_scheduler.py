@@ -11,12 +11,19 @@ import pytest
 from kubernetes import client as k8s
 
 from dra_driver.core.device_order import DeviceOrder
+from e2e.benches.scale.fragmentation import (
+    Outcome,
+    clean,
+    exclusive_memory,
+    node_file_with,
+    ordered_node,
+    play,
+)
+from e2e.benches.scale.workloads import mig, vgpu, whole
 from e2e.controlplane.launcher import ControlPlane
-from e2e.kube import Kubectl
-from e2e.scale.fragmentation import Outcome, clean, exclusive_memory, node_file_with, ordered_node, play
-from e2e.scale.workloads import mig, vgpu, whole
-from e2e.testbed import apply_device_classes
-from e2e.verdicts import explain_verdict
+from e2e.harness.kube import Kubectl
+from e2e.harness.testbed import apply_device_classes
+from e2e.harness.verdicts import explain_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 

@@ -37,9 +37,9 @@ from dra_driver.core import families
 from dra_driver.vocabulary.names import DRIVER_NAME, Attr
 from dra_driver.vocabulary.quantity import parse_quantity
 from e2e.controlplane.launcher import ControlPlane
-from e2e.examples import DEVICECLASSES_DIR, load
-from e2e.kube import Kubectl, allocated_results, get_claim, get_pod, list_claims, wait_for
-from e2e.published_node import NODES_DIR, PublishedNode, attribute, device_type, published_node
+from e2e.harness.examples import DEVICECLASSES_DIR, load
+from e2e.harness.kube import Kubectl, allocated_results, get_claim, get_pod, list_claims, wait_for
+from e2e.harness.published_node import NODES_DIR, PublishedNode, attribute, device_type, published_node
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 

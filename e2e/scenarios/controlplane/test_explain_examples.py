@@ -21,10 +21,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.examples import device_class_files, example_files, load, pinned
-from e2e.kube import Kubectl, list_claims, pod_claim_name
-from e2e.published_node import NODES_DIR, PublishedNode, published_node
-from e2e.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
+from e2e.harness.examples import device_class_files, example_files, load, pinned
+from e2e.harness.kube import Kubectl, list_claims, pod_claim_name
+from e2e.harness.published_node import NODES_DIR, PublishedNode, published_node
+from e2e.harness.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 

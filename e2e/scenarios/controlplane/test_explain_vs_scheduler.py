@@ -20,10 +20,10 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.vocabulary.names import DRIVER_NAME, Attr, qualified
 from e2e.controlplane.launcher import ControlPlane
-from e2e.examples import device_class_files, load
-from e2e.kube import Kubectl, get_claim, wait_for
-from e2e.published_node import published_node
-from e2e.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
+from e2e.harness.examples import device_class_files, load
+from e2e.harness.kube import Kubectl, get_claim, wait_for
+from e2e.harness.published_node import published_node
+from e2e.harness.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 

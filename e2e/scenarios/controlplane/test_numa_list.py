@@ -20,14 +20,14 @@ from dra_driver.core.cluster_features import LIST_TYPE_ATTRIBUTES
 from dra_driver.core.families.published import NumaForm
 from dra_driver.core.settings import NodeSettings
 from dra_driver.vocabulary.names import DRIVER_NAME, NUMA_NODE_ATTRIBUTE
-from e2e.bench import pod as bench_pod
+from e2e.benches.pods import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
-from e2e.examples import device_class_files, load
-from e2e.kube import Kubectl
-from e2e.published_node import NODES_DIR, published_node, slices_for
-from e2e.verdicts import scheduler_verdict
+from e2e.harness.examples import device_class_files, load
+from e2e.harness.kube import Kubectl
+from e2e.harness.published_node import NODES_DIR, published_node, slices_for
+from e2e.harness.verdicts import scheduler_verdict
 from kubelet_plugin.node.events import EVENT_NAMESPACE
 from kubelet_plugin.publish.publisher import NUMA_LIST_DROPPED_REASON, SlicePublisher
 

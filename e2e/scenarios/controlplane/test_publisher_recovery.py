@@ -22,7 +22,7 @@ from dra_driver.vocabulary.names import DRIVER_NAME, GpuUUID
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
-from e2e.kube import wait_for
+from e2e.harness.kube import wait_for
 from kubelet_plugin.health.service import HealthBoard, InventoryHealthPoller
 from kubelet_plugin.publish.publisher import SlicePublisher
 

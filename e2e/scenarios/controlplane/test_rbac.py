@@ -2,11 +2,10 @@
 chart's ServiceAccount (not as admin), publishes its slices, prepares a claim the real scheduler allocated
 and writes its status; the same identity is refused everything else.
 
-The identity is e2e.plugin_identity's, the one every simulated node's plugin runs with: the plugin pod is an
-object only (the stand-in leaves it, SimNode runs the daemon), bound to the node so the TokenRequest API puts
-the node's name into the token (`authentication.kubernetes.io/node-name`), which the slice-writer policy and
-the `associated-node:` verbs read.
-"""
+The identity is e2e.harness.plugin_identity's, the one every simulated node's plugin runs with: the plugin pod
+is an object only (the stand-in leaves it, SimNode runs the daemon), bound to the node so the TokenRequest API
+puts the node's name into the token (`authentication.kubernetes.io/node-name`), which the slice-writer policy
+and the `associated-node:` verbs read."""
 
 from __future__ import annotations
 
@@ -29,7 +28,7 @@ from dra_driver.vocabulary.names import DRIVER_NAME, Cap
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.settings import RELEASE
-from e2e.kube import (
+from e2e.harness.kube import (
     Kubectl,
     WaitTimeoutError,
     delete_namespace_contents,
@@ -38,8 +37,8 @@ from e2e.kube import (
     wait_for,
     wait_running,
 )
-from e2e.node import NODES_DIR, SimNode, node_kubeconfig, node_name_of
-from e2e.plugin_identity import (
+from e2e.harness.node import NODES_DIR, SimNode, node_kubeconfig, node_name_of
+from e2e.harness.plugin_identity import (
     SERVICE_ACCOUNT,
     SLICE_POLICY,
     SYSTEM_NS,

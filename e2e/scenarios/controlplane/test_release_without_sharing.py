@@ -22,10 +22,10 @@ from kubernetes import client as k8s
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.pytest_fixture import private_control_plane, wait_for_service_account
 from e2e.controlplane.releases import legacy_release
-from e2e.kube import get_claim, get_pod, is_running, wait_for, wait_running
-from e2e.node import driver_slices
-from e2e.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
-from e2e.verdicts import explain_verdict
+from e2e.harness.kube import get_claim, get_pod, is_running, wait_for, wait_running
+from e2e.harness.node import driver_slices
+from e2e.harness.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
+from e2e.harness.verdicts import explain_verdict
 from kubelet_plugin.node.events import EVENT_NAMESPACE, SHARING_UNENFORCED_REASON
 from kubelet_plugin.publish.publisher import DEGRADED_REASON, RESTORED_REASON
 

@@ -1,6 +1,6 @@
-"""The scale and device-order benchmarks' parts (e2e/scale, e2e/meters.py), and `make bench-scale` in its
-smoke form on the real control plane, so the benchmark cannot rot unnoticed (tests/README.md, "Smoke
-forms")."""
+"""The scale and device-order benchmarks' parts (e2e/benches/scale, e2e/benches/meters.py), and `make
+bench-scale` in its smoke form on the real control plane, so the benchmark cannot rot unnoticed
+(tests/README.md, "Smoke forms")."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from itertools import islice
 
 import pytest
 
-from e2e.meters import count_slice_writes, process_use
-from e2e.scale.cluster import LAYOUTS, layout_shape, pool_shape
-from e2e.scale.fragmentation import parse_seeds, seeded_events
-from e2e.scale.workloads import PER_NODE, family_wants
+from e2e.benches.meters import count_slice_writes, process_use
+from e2e.benches.scale.cluster import LAYOUTS, layout_shape, pool_shape
+from e2e.benches.scale.fragmentation import parse_seeds, seeded_events
+from e2e.benches.scale.workloads import PER_NODE, family_wants
 from tests.support.smoke import covers, make_smoke
 
 LINE = re.compile(

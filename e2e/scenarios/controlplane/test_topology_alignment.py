@@ -1,6 +1,6 @@
 """GPUs and another driver's NICs that land together, on the real kube-scheduler (docs/topology.md): by the
 8 x H100 node's Tessera pool, a second, tiny driver publishes NICs with `resource.kubernetes.io/pcieRoot` and
-`numaNode` (e2e/nic_driver.py); a claim for 2 GPUs + 2 NICs under `matchAttribute:
+`numaNode` (tests/support/doubles/nic_driver.py); a claim for 2 GPUs + 2 NICs under `matchAttribute:
 resource.kubernetes.io/pcieRoot` lands on the one PCIe switch that has two NICs, and `tessera explain`,
 asked before the pod exists, names the same devices and says why the NICs elsewhere were passed over."""
 
@@ -15,13 +15,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.vocabulary.names import PCIE_ROOT_ATTRIBUTE
-from e2e.bench import pod as bench_pod
+from e2e.benches.pods import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
-from e2e.examples import device_class_files, load
-from e2e.kube import Kubectl
-from e2e.nic_driver import HGX_NICS, aligned_claim, nic_class, nic_slice
-from e2e.published_node import NODES_DIR, published_node
-from e2e.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
+from e2e.harness.examples import device_class_files, load
+from e2e.harness.kube import Kubectl
+from e2e.harness.published_node import NODES_DIR, published_node
+from e2e.harness.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
+from tests.support.doubles.nic_driver import HGX_NICS, aligned_claim, nic_class, nic_slice
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

@@ -1,4 +1,4 @@
-"""The real node (kubelet + containerd + runc + Tessera's plugin, e2e.realnode) for the whole session,
+"""The real node (kubelet + containerd + runc + Tessera's plugin, e2e.realnode) for the real-node scenarios,
 joined to the scenarios' control plane next to the stand-in nodes; every scenario gets a fresh namespace,
 emptied afterwards, and the node is checked for leftovers (CDI specs, claim dirs, MIG instances, either
 checkpoint)."""
@@ -14,17 +14,18 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane.pytest_fixture import wait_for_service_account
-from e2e.kube import WaitTimeoutError, delete_namespace_contents, wait_for
-from e2e.node import NODES_DIR
+from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.harness.node import NODES_DIR
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.binaries import check_built
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.node import RealNode, short_root
-from e2e.testbed import SimCluster
 
 REAL_NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
 
 
-@pytest.fixture(scope="session")
+# package scope: the node (kubelet, containerd, the chart's pods) stops after the last real-node scenario
+@pytest.fixture(scope="package")
 def real_node(bed: SimCluster, request: pytest.FixtureRequest) -> Iterator[RealNode]:
     if os.geteuid() != 0:
         pytest.skip("the real node needs root: namespaces, mounts, cgroups")

@@ -9,10 +9,18 @@ from typing import Any
 from kubernetes import client as k8s
 
 from dra_driver.vocabulary.names import qualified
-from e2e.kube import Json, allocated_results, get_claim, get_pod, pod_claim_name, wait_for, wait_running
-from e2e.node import driver_slices
+from e2e.harness.kube import (
+    Json,
+    allocated_results,
+    get_claim,
+    get_pod,
+    pod_claim_name,
+    wait_for,
+    wait_running,
+)
+from e2e.harness.node import driver_slices
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.node import RealNode
-from e2e.testbed import SimCluster
 
 MIB = 1 << 20
 

@@ -23,15 +23,15 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from admission.convert import names
-from e2e.kube import Json, wait_for
+from e2e.harness.kube import Json, wait_for
+from e2e.harness.plugin_identity import SYSTEM_NS
+from e2e.harness.testbed import SimCluster
+from e2e.harness.webhook import ca_bundle
 from e2e.kubelet_standin.errors import StandInError
-from e2e.plugin_identity import SYSTEM_NS
 from e2e.realnode.chart import ADMISSION, ADMISSION_LABELS, IMAGE_REPOSITORY, PluginPod
 from e2e.realnode.config import PROBE_IMAGE
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, probe_pod
-from e2e.testbed import SimCluster
-from e2e.webhook import ca_bundle
 
 from .helpers import MIB, apply, limited_gpu, report, results, running
 

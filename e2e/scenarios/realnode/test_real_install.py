@@ -8,10 +8,10 @@ import shlex
 
 import pytest
 
-from e2e.plugin_identity import SYSTEM_NS
+from e2e.harness.plugin_identity import SYSTEM_NS
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.chart import IMAGE_REPOSITORY, RELEASE
 from e2e.realnode.node import RealNode
-from e2e.testbed import SimCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 

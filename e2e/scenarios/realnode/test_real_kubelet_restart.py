@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.kube import get_pod, is_running, wait_for
-from e2e.node import driver_slices, pool_complete
+from e2e.harness.kube import get_pod, is_running, wait_for
+from e2e.harness.node import driver_slices, pool_complete
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, probe_pod, vgpu
-from e2e.testbed import SimCluster
 
 from .helpers import apply, limited_gpu, report, running
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, probe_pod
-from e2e.testbed import SimCluster
 
 from .helpers import apply, claim_of, delete_pod, device_nodes, gpu_index, report, results, running
 

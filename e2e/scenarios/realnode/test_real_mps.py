@@ -18,14 +18,14 @@ from dra_driver.core.families.mps import (
     container_pipe_dir,
 )
 from dra_driver.vocabulary.names import GpuUUID
-from e2e.fake_mps import FAKE_MPS_CONTROL
-from e2e.kube import Json, get_pod, is_running, wait_for
+from e2e.harness.kube import Json, get_pod, is_running, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.node import RealNode
 from e2e.realnode.upgrade import roll
 from e2e.realnode.workloads import ProbeContainer, claim_template, mps, probe_pod
-from e2e.testbed import SimCluster
 from kubelet_plugin.host_parts.mps.control import MpsControl
 from kubelet_plugin.node.paths import PluginPaths
+from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL
 
 from .helpers import apply, delete_pod, mounts, report, results, running
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from e2e.kube import get_pod, is_running, wait_for
+from e2e.harness.kube import get_pod, is_running, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, vgpu
-from e2e.testbed import SimCluster
 
 from .helpers import apply, claim_of, events, limited_gpu, report, running
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, probe_pod, resource_claim, vgpu
-from e2e.testbed import SimCluster
 
 from .helpers import MIB, apply, claim_of, delete_pod, limited_gpu, report, running
 

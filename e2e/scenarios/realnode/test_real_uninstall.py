@@ -19,11 +19,11 @@ import structlog
 from kubernetes import client as k8s
 
 from dra_driver.core.families import mps as mps_family
-from e2e.kube import get_pod, is_running, wait_for
+from e2e.harness.kube import get_pod, is_running, wait_for
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.chart import CLEANUP_LABELS, CLEANUP_RELEASE
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, mps, probe_pod
-from e2e.testbed import SimCluster
 from kubelet_plugin.node.paths import PluginPaths
 
 from .helpers import apply, report, running

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.driver import CONTAINER_LIBCUDA
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, vgpu
-from e2e.testbed import SimCluster
 
 from .helpers import (
     MIB,

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from e2e.harness.testbed import SimCluster
 from e2e.realnode.driver import CONTAINER_LIBCUDA, CONTAINER_NVIDIA_SMI
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, probe_pod, whole_gpu
-from e2e.testbed import SimCluster
 
 from .helpers import apply, device_nodes, gpu_index, mounts, report, results, running
 

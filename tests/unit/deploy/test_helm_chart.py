@@ -17,15 +17,15 @@ from dra_driver.core.families import mig, vgpu
 from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.families.published import NumaForm
 from dra_driver.core.settings import NodeSettings
-from e2e.controlplane.releases import default_version
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.removal.cleanup_marker import CLEANUP_DONE_FILE
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"
 NON_DEFAULT = ROOT / "deploy" / "helm" / "ci" / "non-default-values.yaml"
-# the e2e control plane's release; helm template assumes 1.20 otherwise
-KUBE = default_version().removeprefix("v")
+# the e2e control plane's release (the file e2e/controlplane/releases.py reads); helm template assumes 1.20
+# otherwise
+KUBE = (ROOT / "e2e" / "cluster" / "k8s" / "default-version").read_text().strip().removeprefix("v")
 CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
 
 

@@ -24,7 +24,15 @@ ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = ROOT / "kubelet_plugin"
 MANIFESTS = ROOT / "deploy" / "manifests" / "tessera.yaml"
 ROLE = "tessera-node-plugin"
-API_CLASSES = {n: getattr(k8s, n) for n in dir(k8s) if re.fullmatch(r"[A-Z]\w*V\d\w*Api", n)}
+# The client's *Api classes by name; each is imported when first asked for (importing all of them at
+# collection took seconds), and only those the plugin uses are.
+API_NAMES = frozenset(n for n in dir(k8s) if re.fullmatch(r"[A-Z]\w*V\d\w*Api", n))
+
+
+def api_class(name: str) -> Any:
+    return getattr(k8s, name)
+
+
 # Raw request paths the scan below cannot see through.
 OPAQUE = ("call_api", "DynamicClient", "CustomObjectsApi")
 
@@ -48,7 +56,7 @@ class Call:
 def _used_api_classes(tree: ast.AST) -> set[str]:
     names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
-    return names & set(API_CLASSES)
+    return names & API_NAMES
 
 
 def _streamed(tree: ast.AST) -> set[int]:
@@ -71,7 +79,7 @@ def find_calls(sources: dict[str, str]) -> list[Call]:
             if not isinstance(n, ast.Attribute) or n.attr.startswith("_"):
                 continue
             # an endpoint method has a request serializer; helpers such as close() do not
-            owners = sorted(c for c in used if hasattr(API_CLASSES[c], f"_{n.attr}_serialize"))
+            owners = sorted(c for c in used if hasattr(api_class(c), f"_{n.attr}_serialize"))
             if not owners:
                 continue
             assert len(owners) == 1, f"{name}:{n.lineno}: {n.attr} exists in {owners}; which API is it?"
@@ -80,7 +88,7 @@ def find_calls(sources: dict[str, str]) -> list[Call]:
 
 
 def permissions_of(call: Call) -> set[Permission]:
-    serialize = getattr(API_CLASSES[call.api], f"_{call.method}_serialize")
+    serialize = getattr(api_class(call.api), f"_{call.method}_serialize")
     source = inspect.getsource(serialize)
     [method] = re.findall(r"method='(\w+)'", source)
     [path] = re.findall(r"resource_path='([^']+)'", source)

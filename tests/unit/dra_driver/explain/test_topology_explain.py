@@ -13,7 +13,7 @@ import yaml
 from dra_driver.explain.cli import main
 from dra_driver.explain.command import EXIT_DOES_NOT_FIT, EXIT_FITS
 from dra_driver.vocabulary.names import NUMA_NODE_ATTRIBUTE
-from e2e.nic_driver import HGX_NICS, Nic, aligned_claim, nic_class, nic_slice
+from tests.support.doubles.nic_driver import HGX_NICS, Nic, aligned_claim, nic_class, nic_slice
 
 REPO = Path(__file__).resolve().parents[4]
 H100X8 = REPO / "e2e" / "nodes" / "h100x8.yaml"

@@ -14,13 +14,13 @@ from dra_driver.core.sm_schedule import SharingClaim
 from dra_driver.libtessera.names import REGION_FILE_NAME
 from dra_driver.libtessera.region_layout import SIZE, Region, RegionUnreadableError
 from dra_driver.vocabulary.names import ClaimUID, GpuUUID
-from e2e.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 from kubelet_plugin.claims.prepared_claims import ClaimDevice, PreparedClaim
 from kubelet_plugin.host_parts.vgpu.arbiter import Arbiter, ArbitratedGpu
 from kubelet_plugin.host_parts.vgpu.priority_relay import LaunchEvidence, RelayedGpu, relay_once
 from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.library_files.region import read_region
 from kubelet_plugin.observability.usage_status import UsageStatusLoop
+from tests.support.doubles.interceptor_programs import FAKE_GPU0, TCUDA, claim_dir, env, start
 from tests.support.open_watch import SPECIAL_KINDS, OpenWatch, can_make, make_special
 
 MiB = 1 << 20

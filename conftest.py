@@ -1,0 +1,43 @@
+"""How `make test` spreads the suite over pytest-xdist's workers (`-n 2 --dist loadscope`; tests/README.md,
+"Running in parallel"): a scope is what one worker runs from start to end. The tests below
+e2e/scenarios/controlplane/ share a control plane (that folder's conftest.py), and the other scenarios share
+another with the simulated nodes and the real node (e2e/scenarios/conftest.py, realnode/conftest.py): each of
+the two folders is one scope, so no plane, simulated node or real node starts twice and two real nodes never
+run at once; every other module is a scope of its own, so its module fixtures start once. The two plane
+scopes go first, as they take longest. Without xdist the order is the same and scopes mean nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+# the folders whose tests share one of e2e's planes, the inner one first
+PLANE_SCOPES = ("e2e/scenarios/controlplane/", "e2e/scenarios/")
+
+
+def scope_of(nodeid: str) -> str:
+    """A plane's folder, or the test's module."""
+    path = nodeid.split("::", 1)[0]
+    return next((folder for folder in PLANE_SCOPES if path.startswith(folder)), path)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # xdist hands out scopes in the order their first test comes: the longest first
+    items.sort(key=lambda item: scope_of(item.nodeid) not in PLANE_SCOPES)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadscope` with the scopes above (xdist's own: module or class), in collection order."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415 (only where xdist runs)
+
+    class PlaneScopes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return PlaneScopes(config, log)
