@@ -167,6 +167,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.action == "list":
         return _list(cordons, args.node)
     node = args.node
+    cordons.read(node)  # a node that does not exist, or whose annotation is bad, is refused first
     if not args.force and index not in cordons.published(node):
         raise ConfigError(
             f"node {node} publishes no device of gpu-{index} (`tessera gpu list {node}` shows its GPUs); "

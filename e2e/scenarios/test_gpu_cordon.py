@@ -153,6 +153,7 @@ def metric(node: SimNode, gpu: int) -> str:
     return line.rsplit(" ", 1)[1]
 
 
+@pytest.mark.timeout(600)  # three waits for the plugin's 10 s read of its Node, a restart, an eviction
 @covers(
     "tessera gpu cordon NODE gpu-0 --wait 60",
     "tessera gpu drain NODE gpu-1 --wait 60",
