@@ -4,6 +4,7 @@
                       [-o summary|yaml|json]
     tessera sim inject --node-file NODE.yaml --state-file FILE --gpu I (--xid N | --lost | ... | --clear)
     tessera cleanup [--once] [--dry-run] [plugin options]
+    tessera gpu cordon|drain|uncordon NODE GPU [--wait SECONDS]; tessera gpu list [NODE]
 
 prints the ResourceSlices this node would publish. The node daemon's subcommands (`plugin`, `cleanup`) are
 added on top, by `kubelet_plugin.command`, the `tessera` entry point: this layer never imports the daemon.
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from dra_driver.admin.gpu_cordon import add_cli as add_gpu_command
 from dra_driver.backends import open_backend
 from dra_driver.backends.sim_inject import add_cli as add_sim_command
 from dra_driver.backends.simulated import SimulatedBackend
@@ -114,6 +116,7 @@ def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
     for add in extra:
         add(sub)
     add_explain_command(sub)
+    add_gpu_command(sub)
     add_sim_command(sub)
     return parser
 

@@ -12,9 +12,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from dra_driver.core import families
 from dra_driver.core.cluster_features import sharing_advice
 from dra_driver.explain.capacity import consumed_capacity
-from dra_driver.explain.catalog import Allocation, Catalog, CatalogDevice, DeviceKey, qualify
+from dra_driver.explain.catalog import Allocation, Catalog, CatalogDevice, DeviceKey, Taint, qualify
 from dra_driver.explain.cel_env import (
     Outcome,
     Selector,
@@ -25,8 +26,8 @@ from dra_driver.explain.cel_env import (
 )
 from dra_driver.explain.request import ALL, ClaimSpec, DeviceClassSpec, Request, Toleration
 from dra_driver.explain.verdict import ClaimVerdict, DeviceVerdict, Reason, ReasonKind, RequestVerdict
-from dra_driver.vocabulary.errors import TesseraError
-from dra_driver.vocabulary.names import DRIVER_NAME
+from dra_driver.vocabulary.errors import InvalidNameError, TesseraError
+from dra_driver.vocabulary.names import CORDON_TAINT_KEY, DRIVER_NAME
 from dra_driver.vocabulary.quantity import format_quantity
 
 MAX_STEPS = 200_000  # device checks before giving up, like the scheduler's allocation timeout
@@ -263,7 +264,7 @@ class Explainer:
             if t.effect in ("NoSchedule", "NoExecute") and not any(
                 _tolerates(tol, t.key, t.value, t.effect) for tol in req.tolerations
             ):
-                return Reason(ReasonKind.TAINTED, f"taint {t.key}={t.value}:{t.effect} is not tolerated")
+                return Reason(ReasonKind.TAINTED, _taint_text(t, d))
         return None
 
     def _reason(
@@ -451,3 +452,18 @@ def _values(value: object) -> set[object]:
 
 def _show(value: object) -> str:
     return "[" + ", ".join(str(v) for v in value) + "]" if isinstance(value, tuple) else str(value)
+
+
+def _taint_text(t: Taint, d: CatalogDevice) -> str:
+    """Why a taint refuses the device; an administrator's cordon says who set it and how to lift it."""
+    text = f"taint {t.key}={t.value}:{t.effect} is not tolerated"
+    if t.key != CORDON_TAINT_KEY:
+        return text
+    try:
+        gpu = f"gpu-{families.parse_device_name(d.name).index}"
+    except InvalidNameError:
+        gpu = "its GPU"
+    return (
+        f"{text}: an administrator {'drained' if t.effect == 'NoExecute' else 'cordoned'} {gpu} of this node "
+        f"(`tessera gpu uncordon {d.key.pool} {gpu}` lifts it)"
+    )

@@ -234,6 +234,8 @@ def is_dra_socket_name(name: str) -> bool:
 # ---- device health and metrics -------------------------------------------------------------------
 
 UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"  # the device taint of every device on an unhealthy GPU
+CORDON_TAINT_KEY = f"{DRIVER_NAME}/cordoned"  # ... and on a GPU an administrator cordoned or drained
+CORDON_ANNOTATION = f"{DRIVER_NAME}/cordon"  # the Node's record of them (dra_driver.core.cordon)
 METRICS_PREFIX = "tessera_"  # every Prometheus metric the node daemon exports (kubelet_plugin.metric_names)
 USAGE_DATA_KEY = "usage"  # status.devices[].data: the claim's recent usage, next to `limits`
 

@@ -143,9 +143,12 @@ def allocated_results(claim: Json) -> list[Json]:
 
 
 def delete_namespace_contents(api: k8s.ApiClient, namespace: str, *, timeout_s: float = 60.0) -> None:
-    """Deletes every pod (gracefully, so the node finalizes it) and claim of the namespace, and waits until
-    they are gone: the devices are then unprepared and deallocated."""
-    core, resource = k8s.CoreV1Api(api), k8s.ResourceV1Api(api)
+    """Deletes every Deployment and ReplicaSet (so no pod comes back), pod (gracefully, so the node finalizes
+    it) and claim of the namespace, and waits until they are gone: the devices are then unprepared and
+    deallocated."""
+    core, resource, apps = k8s.CoreV1Api(api), k8s.ResourceV1Api(api), k8s.AppsV1Api(api)
+    apps.delete_collection_namespaced_deployment(namespace)
+    apps.delete_collection_namespaced_replica_set(namespace)
     core.delete_collection_namespaced_pod(namespace)
     wait_for(f"pods of {namespace} to go", lambda: not list_pods(api, namespace), timeout_s=timeout_s)
     resource.delete_collection_namespaced_resource_claim(namespace)

@@ -1,11 +1,9 @@
 """Watching the Node for another GPU device plugin (dra_driver/core/foreign_plugins.py): while one advertises
 GPUs here, the publisher publishes no device, and a Warning Event on the Node says why; when it is gone, a
-Normal Event says so and the devices come back."""
+Normal Event says so and the devices come back. The Node is read by kubelet_plugin/node/node_reader.py."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -16,7 +14,6 @@ from dra_driver.core.foreign_plugins import REFUSED_REASON, foreign_gpu_resource
 from kubelet_plugin.node.events import NodeEvents
 
 log = structlog.get_logger(__name__)
-CHECK_INTERVAL_S = 30.0
 
 
 class ForeignPluginGuard:
@@ -29,10 +26,9 @@ class ForeignPluginGuard:
         node_name: str,
         split: bool,
         events: NodeEvents | None,
-        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self._core, self._node, self._split = core_api, node_name, split
-        self._events, self._on_change = events, on_change
+        self._events = events
         self.found: tuple[str, ...] = ()
 
     @property
@@ -41,10 +37,11 @@ class ForeignPluginGuard:
 
     def check(self) -> bool:
         """Read the Node's capacity; True when what it says changed (an unreadable Node changes nothing)."""
-        try:
-            node = self._core.read_node(self._node)
-        except (ApiException, TransportError) as e:
-            log.warning("plugin.node_unreadable", node=self._node, error=str(e))
+        return self.observe(read_node(self._core, self._node))
+
+    def observe(self, node: Any | None) -> bool:
+        """Take the Node as read (None: unreadable); True when whether publishing is blocked changed."""
+        if node is None:
             return False
         capacity = (node.status.capacity if node.status else None) or {}
         found = foreign_gpu_resources(capacity)
@@ -66,7 +63,11 @@ class ForeignPluginGuard:
             )
         return was_blocked != self.blocked
 
-    def run(self, stop: threading.Event, interval: float = CHECK_INTERVAL_S) -> None:
-        while not stop.wait(interval):
-            if self.check():
-                self._on_change()
+
+def read_node(core_api: Any, node_name: str) -> Any | None:
+    """The Node object, or None (and a warning line) when the API server does not answer."""
+    try:
+        return core_api.read_node(node_name)
+    except (ApiException, TransportError) as e:
+        log.warning("plugin.node_unreadable", node=node_name, error=str(e))
+        return None

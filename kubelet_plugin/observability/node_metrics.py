@@ -22,6 +22,7 @@ from pathlib import Path
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dra_driver.core import families
+from dra_driver.core.cordon import GpuCordon
 from dra_driver.core.families import vgpu
 from dra_driver.core.gpu_health import GpuCondition
 from dra_driver.libtessera.region_layout import Region, RegionGpu, RegionUnreadableError
@@ -62,6 +63,13 @@ FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         "gauge",
         "Why a GPU is unhealthy (1): the taint's value and effect",
         (*GPU_LABELS, "reason", "effect"),
+    ),
+    (f"{P}gpu_cordoned", "gauge", "1 when an administrator cordoned or drained the GPU", GPU_LABELS),
+    (
+        f"{P}gpu_cordon_info",
+        "gauge",
+        "A cordoned GPU (1): NoSchedule (cordon) or NoExecute (drain)",
+        (*GPU_LABELS, "effect"),
     ),
     (
         f"{P}device_health",
@@ -120,6 +128,7 @@ class NodeSources:
     health: Callable[[], HealthReport | None]
     conditions: Callable[[], Mapping[GpuUUID, GpuCondition]]
     vgpu_shares: int
+    cordons: Callable[[], Mapping[int, GpuCordon]] = dict  # GPU index → an administrator's cordon
     pods: Callable[[ClaimUID], str] = lambda _uid: ""  # the claim's pods where known ("a,b")
     pods_version: Callable[[], int] = lambda: 0  # moves when `pods` learnt something
     proc: Path = claim_processes.PROC  # where the node's processes are listed (hostPID: all of them)
@@ -208,7 +217,7 @@ class NodeMetrics:
             for d in claim.devices:
                 on[d.gpu_uuid].append(d)
         tessera_mig = {d.mig_uuid for devices in on.values() for d in devices if d.mig_uuid}
-        conditions = self._s.conditions()
+        conditions, cordons = self._s.conditions(), self._s.cordons()
         for gpu in inventory.gpus:
             g = label_text(GPU_LABELS, (str(gpu.index), gpu.uuid))
             used = on.get(gpu.uuid, [])
@@ -236,6 +245,10 @@ class NodeMetrics:
             if condition is not None and condition.effect is not None:
                 why = label_text(("reason", "effect"), (condition.reason, condition.effect.value))
                 put("gpu_fault_info", 1, "," + why)
+            cordon = cordons.get(gpu.index)
+            put("gpu_cordoned", 0 if cordon is None else 1)
+            if cordon is not None:
+                put("gpu_cordon_info", 1, "," + label_text(("effect",), (cordon.effect.value,)))
 
     def _claim(self, out: dict[str, list[str]], claim: PreparedClaim, cache: _Claims) -> None:
         for d in claim.devices:

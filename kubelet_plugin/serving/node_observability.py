@@ -5,12 +5,13 @@ as on disk (prepare changes it under them), the claims' directories and the heal
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import structlog
 from prometheus_client import generate_latest
 
+from dra_driver.core.cordon import GpuCordon
 from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.settings import NodeSettings
 from dra_driver.vocabulary.errors import StorageError
@@ -38,9 +39,16 @@ class NodeObservability:
     """The usage loop and the metrics endpoint of one plugin instance, each started only where configured."""
 
     def __init__(
-        self, *, options: DaemonOptions, state: NodeState, poller: InventoryHealthPoller, board: HealthBoard
+        self,
+        *,
+        options: DaemonOptions,
+        state: NodeState,
+        poller: InventoryHealthPoller,
+        board: HealthBoard,
+        cordons: Callable[[], Mapping[int, GpuCordon]] = dict,
     ) -> None:
         self.options = options
+        self.cordons = cordons
         self.state = state
         self.poller = poller
         self.board = board
@@ -84,6 +92,7 @@ class NodeObservability:
             claims_dir=self.state.paths.claims_dir,
             health=lambda: board.current,
             conditions=lambda: poller.conditions,
+            cordons=self.cordons,
             vgpu_shares=settings.setting(SHARES),
             pods=usage.pods if usage is not None else (lambda _uid: ""),
             pods_version=usage.pods_version if usage is not None else (lambda: 0),

@@ -44,7 +44,7 @@ from kubelet_plugin.serving.node_setup import ClaimsFrom, NodeSetup, claim_acces
 from kubelet_plugin.serving.options import DaemonOptions
 from kubelet_plugin.serving.readiness import Readiness
 from kubelet_plugin.serving.server import PluginServer, plugin_services
-from kubelet_plugin.serving.slice_publishing import start_publishing
+from kubelet_plugin.serving.slice_publishing import Publishing, start_publishing
 
 if TYPE_CHECKING:
     from kubelet_plugin.publish.publisher import SlicePublisher
@@ -107,6 +107,7 @@ class Node:
             state.forget()
         self._start_loops(state, events, lock)
         self.poller = poller = self._start_health(events)
+        publishing: Publishing | None = None
         if access.api is not None and o.publish:
             publishing = start_publishing(
                 api=access.api,
@@ -121,7 +122,13 @@ class Node:
             self.publisher, self._publisher_thread = publishing.publisher, publishing.thread
         poller.start()
         assert self.board is not None
-        self.observability = NodeObservability(options=o, state=state, poller=poller, board=self.board)
+        self.observability = NodeObservability(
+            options=o,
+            state=state,
+            poller=poller,
+            board=self.board,
+            cordons=publishing.cordons.current if publishing is not None else dict,
+        )
         self.observability.start(
             status=access.status,
             api=access.api,

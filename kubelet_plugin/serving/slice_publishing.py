@@ -1,7 +1,7 @@
 """The ResourceSlice publisher as the daemon runs it: what it publishes (the node's slices from its
-inventory, settings gated by the cluster's version, the MIG placements Tessera holds and the GPUs' taints;
-nothing while another GPU device plugin serves the node), in its own thread, with the guard that watches for
-that other plugin in another."""
+inventory, settings gated by the cluster's version, the MIG placements Tessera holds and the GPUs' taints —
+health and an administrator's cordons; nothing while another GPU device plugin serves the node), in its own
+thread, with the reader of the Node (that other plugin, the cordons) in another."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dra_driver.core.cordon import cordon_taints, merged_taints
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.core.taints import gpu_taints
@@ -17,6 +18,8 @@ from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.node.events import NodeEvents
 from kubelet_plugin.node.foreign_plugin import ForeignPluginGuard
+from kubelet_plugin.node.gpu_cordons import GpuCordons
+from kubelet_plugin.node.node_reader import NodeReader
 from kubelet_plugin.serving.options import DaemonOptions
 from kubelet_plugin.serving.readiness import Readiness
 from kubelet_plugin.serving.version_gate import gated_settings
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 class Publishing:
     publisher: SlicePublisher
     thread: threading.Thread  # ends within a watch's timeout once `stop` is set
+    cordons: GpuCordons  # the GPUs an administrator cordoned, as the Node last said
 
 
 def start_publishing(
@@ -49,25 +53,34 @@ def start_publishing(
     from kubelet_plugin.publish.publisher import SlicePublisher  # noqa: PLC0415 - needs the API client
 
     settings = gated_settings(api, settings, events)
-    # another GPU device plugin on this node: publish nothing (checked before the first publish)
+    # another GPU device plugin on this node: publish nothing; the GPUs an administrator cordoned: taint
+    # them (both read from the Node before the first publish)
+    core = k8s.CoreV1Api(api)
     guard = ForeignPluginGuard(
-        core_api=k8s.CoreV1Api(api),
+        core_api=core,
         node_name=options.node_name,
         split=options.gpus_split_with_device_plugin,
         events=events,
-        on_change=lambda: publisher.request_resync("other-device-plugin"),
     )
-    guard.check()
+    cordons = GpuCordons(node_name=options.node_name, events=events)
+    reader = NodeReader(
+        core_api=core,
+        node_name=options.node_name,
+        observers=(guard.observe, cordons.observe),
+        on_change=lambda: publisher.request_resync("node"),
+    )
+    reader.check()
 
     def desired(degraded: bool) -> Sequence[dict[str, object]]:
         if guard.blocked:
             return ()
+        inventory = state.backend.inventory()
         return build_slices(
-            state.backend.inventory(),
+            inventory,
             settings,
             owned_placements=state.placements(),
             degraded=degraded,
-            taints=gpu_taints(conditions()),
+            taints=merged_taints(gpu_taints(conditions()), cordon_taints(inventory, cordons.current())),
             taints_supported=publisher.taints_supported,
         )
 
@@ -81,5 +94,5 @@ def start_publishing(
         daemon=True,
     )
     thread.start()
-    threading.Thread(target=guard.run, args=(stop,), name="other-device-plugin", daemon=True).start()
-    return Publishing(publisher, thread)
+    threading.Thread(target=reader.run, args=(stop,), name="node-reader", daemon=True).start()
+    return Publishing(publisher, thread, cordons)

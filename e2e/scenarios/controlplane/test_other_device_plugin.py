@@ -37,13 +37,11 @@ def _events(api: k8s.ApiClient) -> list[tuple[str, str, str]]:
 def test_guard_follows_the_nodes_capacity(k8s_api: k8s.ApiClient, node_factory: Any) -> None:
     node_factory(NODE)
     core = k8s.CoreV1Api(k8s_api)
-    resyncs: list[int] = []
     guard = ForeignPluginGuard(
         core_api=core,
         node_name=NODE,
         split=False,
         events=NodeEvents(core_api=core, node_name=NODE),
-        on_change=lambda: resyncs.append(1),
     )
     assert not guard.check() and not guard.blocked
     _set_capacity(k8s_api, "nvidia.com/gpu", "8")

@@ -277,3 +277,20 @@ def test_a_pool_without_counter_sets_names_the_gates_the_cluster_lacks() -> None
     assert verdict(degraded, exactly("gpu", "gpu.tessera.dev")).satisfiable
     (req,) = run(claim(vgpu(memory="200Gi"))).requests
     assert "shared counters" not in req.problem
+
+
+def test_a_cordoned_gpu_is_named_with_the_command_that_lifts_it() -> None:
+    slices = node_slices(1)
+    cordon = {"key": "gpu.tessera.dev/cordoned", "value": "drain", "effect": "NoExecute"}
+    slices[1]["spec"]["devices"][0]["taints"] = [cordon]
+    v = explain_claim(
+        claim=parse_claim(claim(exactly("g", "gpu.tessera.dev"))),
+        classes=CLASSES,
+        catalog=build_catalog(slices, node=NODE),
+        allocations=(),
+        node=NODE,
+    )
+    kind, message = reason(v.requests[0], "gpu-0")
+    assert kind is ReasonKind.TAINTED
+    assert "an administrator drained gpu-0 of this node" in message
+    assert f"`tessera gpu uncordon {NODE} gpu-0` lifts it" in message
