@@ -207,7 +207,10 @@ def convert_object(obj: Mapping[str, Any], options: Options) -> ObjectConversion
     """A Pod or workload, or a ResourceClaim(Template) written for NVIDIA's DRA driver (`nvidia_claims`); any
     other kind is returned as it is (a file may hold Services too)."""
     if str(obj.get("kind")) in CLAIM_KINDS:
-        claim = convert_claim(obj)
+        try:
+            claim = convert_claim(obj)
+        except ConversionError as e:
+            raise type(e)(f"{_name(obj)}: {e}") from e
         return ObjectConversion(claim.obj, PodConversion({}, {}, (), claim.notes), claim)
     out: dict[str, Any] = copy.deepcopy(dict(obj))
     path = TEMPLATE_PATHS.get(str(obj.get("kind")))
