@@ -29,7 +29,7 @@ from urllib3.exceptions import HTTPError as TransportError
 from dra_driver.vocabulary.errors import TesseraError
 from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.api import ClaimSource
-from kubelet_plugin.claims.prepared_claims import PreparedClaim
+from kubelet_plugin.record.results import ClaimRef
 
 log = structlog.get_logger(__name__)
 
@@ -108,7 +108,7 @@ class ClaimPods:
         if isinstance(uid, str) and uid and pods is not None:
             self.note(ClaimUID(uid), pods)
 
-    def due(self, claims: Sequence[PreparedClaim]) -> list[PreparedClaim]:
+    def due(self, claims: Sequence[ClaimRef]) -> list[ClaimRef]:
         """The claims to read this round, never read ones first; forgets claims no longer prepared."""
         now = self._clock()
         live = {c.uid for c in claims}
@@ -125,7 +125,7 @@ class ClaimPods:
         )
         return (never + stale)[:READS_PER_ROUND]
 
-    def refresh(self, claims: Sequence[PreparedClaim], source: ClaimSource) -> int:
+    def refresh(self, claims: Sequence[ClaimRef], source: ClaimSource) -> int:
         """One round: read the due claims through `source`; returns how many were read."""
         read = 0
         for c in self.due(claims):
@@ -144,7 +144,7 @@ class ClaimPods:
 
     def run(
         self,
-        claims: Callable[[], Sequence[PreparedClaim]],
+        claims: Callable[[], Sequence[ClaimRef]],
         source: ClaimSource,
         stop: threading.Event,
         *,

@@ -24,8 +24,9 @@ from kubelet_plugin.observability.claim_pods import ClaimPods
 from kubelet_plugin.observability.metrics_server import MetricsServer
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.observability.usage_status import ApiUsageWriter, UsageStatusLoop
-from kubelet_plugin.record.checkpoint import Checkpoint
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimState
 from kubelet_plugin.record.checkpoint_store import checkpoint_stamp
+from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.serving.options import DaemonOptions
 
 log = structlog.get_logger(__name__)
@@ -49,6 +50,7 @@ class NodeObservability:
         self.usage: UsageStatusLoop | None = None
         self.metrics: MetricsServer | None = None
         self.pods: ClaimPods | None = None
+        self._refs: tuple[object, tuple[ClaimRef, ...]] | None = None  # checkpoint stamp, its claims
         self._threads: list[threading.Thread] = []
 
     def start(
@@ -66,7 +68,7 @@ class NodeObservability:
         o = self.options
         if pods is not None:
             self.pods, source = pods
-            self._spawn("claim-pods", self.pods.run, self.prepared, source, stop)
+            self._spawn("claim-pods", self.pods.run, self.claim_refs, source, stop)
         if isinstance(status, ApiClaimStatusWriter) and o.usage_status_interval > 0:
             from kubernetes import client as k8s  # noqa: PLC0415
 
@@ -107,6 +109,23 @@ class NodeObservability:
         except StorageError as e:
             log.warning("metrics: checkpoint unreadable", error=str(e))
             return None
+
+    def claim_refs(self) -> tuple[ClaimRef, ...]:
+        """The prepared claims' names, read again only when the checkpoint changed (the pods loop asks every
+        round)."""
+        stamp = checkpoint_stamp(self.state.paths.checkpoint_file)
+        if self._refs is not None and self._refs[0] == stamp:
+            return self._refs[1]
+        cp = self.checkpoint()
+        if cp is None:
+            return self._refs[1] if self._refs is not None else ()
+        refs = tuple(
+            ClaimRef(e.namespace, e.name, e.uid)
+            for e in cp.claims.values()
+            if e.state is ClaimState.PREPARE_COMPLETED
+        )
+        self._refs = (stamp, refs)
+        return refs
 
     def prepared(self) -> tuple[PreparedClaim, ...]:
         inventory = self.poller.inventory

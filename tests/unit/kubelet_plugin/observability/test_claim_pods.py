@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from dra_driver.vocabulary.errors import ClaimError, ClaimNotFoundError
 from dra_driver.vocabulary.names import ClaimUID
 from kubelet_plugin.claims.api import claim_from_dict
-from kubelet_plugin.claims.prepared_claims import PreparedClaim
 from kubelet_plugin.observability.claim_pods import (
     MAX_NAME,
     MAX_PODS,
@@ -22,6 +21,7 @@ from kubelet_plugin.observability.claim_pods import (
     label_value,
     pod_names,
 )
+from kubelet_plugin.record.results import ClaimRef
 
 
 def pod(name: str, *, resource: str = "pods", group: str = "") -> dict[str, str]:
@@ -38,8 +38,8 @@ def claim_object(name: str, uid: str, consumers: list[dict[str, str]]) -> Any:
     )
 
 
-def prepared(name: str) -> PreparedClaim:
-    return PreparedClaim(ClaimUID(f"uid-{name}"), "ns", name, (), None)
+def prepared(name: str) -> ClaimRef:
+    return ClaimRef("ns", name, ClaimUID(f"uid-{name}"))
 
 
 class Claims:
