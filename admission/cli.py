@@ -1,6 +1,8 @@
 """The admission component's commands: `tessera convert` and `tessera webhook` (only its parser here).
 
-`tessera convert FILE…`: HAMi/Volcano workloads → the same workloads on Tessera, with their templates.
+`tessera convert FILE…`: HAMi/Volcano workloads → the same workloads on Tessera, with their templates;
+ResourceClaims and ResourceClaimTemplates written for NVIDIA's DRA driver (gpu.nvidia.com, mig.nvidia.com)
+→ the same claims on Tessera's DeviceClasses (docs/migration-from-nvidia-dra.md).
 
     tessera convert deploy/*.yaml [--slices SLICES.yaml] [--high-priority-class CLASS] [-o yaml|json]
     tessera convert --summary FILE…
@@ -81,7 +83,11 @@ def _summary(path: str, results: Sequence[ObjectConversion]) -> str:
     for r in results:
         meta = r.obj.get("metadata") or {}
         lines.append(f"{path}: {r.obj.get('kind')}/{meta.get('name', '?')}")
-        if not r.pod.changed:
+        if r.claim is not None:
+            lines.extend(f"  {s}" for s in r.claim.summary)
+            if not r.claim.changed:
+                lines.append("  no request of NVIDIA's DRA driver")
+        elif not r.pod.changed:
             lines.append("  no HAMi or Volcano GPU request")
         for t in r.pod.templates:
             lines.append(f"  container {t.container}: {t.summary}, from template {t.name}")
@@ -131,11 +137,13 @@ def add_convert_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     """`tessera convert`; kubelet_plugin.command adds it to `tessera`."""
     p = subparsers.add_parser(
         "convert",
-        help="print HAMi/Volcano workloads as they run on Tessera (templates first)",
+        help="print HAMi/Volcano workloads and NVIDIA DRA claims as they run on Tessera (templates first)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="YAML files of Pods or workloads; - for stdin")
+    p.add_argument(
+        "files", nargs="+", metavar="FILE", help="YAML files of Pods, workloads or claims; - for stdin"
+    )
     p.add_argument(
         "--slices",
         action="append",

@@ -6,7 +6,9 @@ only what the API server really admits may change the cluster. A Pod being creat
 (admission/templates.py) makes its templates once the API server has admitted it. A template of a name the
 conversion gives that exists with other content (`stored`, a watch's read-only view) refuses the Pod, naming
 the template and the fix. A refused conversion is a denial whose message names the field and the fix; the
-conversion's notes become warnings (`kubectl` prints them).
+conversion's notes become warnings (`kubectl` prints them). A ResourceClaim or ResourceClaimTemplate written
+for NVIDIA's DRA driver is converted in place (admission/convert/nvidia_claims.py: its spec replaced); one
+with no Tessera counterpart is denied, named.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from admission.convert import names
 from admission.convert.claims import Options
+from admission.convert.nvidia_claims import CLAIM_KINDS, convert_claim
 from admission.convert.pod import PodConversion, convert_pod_parts
 from admission.convert.stored import difference, refusal
 from dra_driver.vocabulary.errors import ConversionError
@@ -107,8 +110,13 @@ def admit(
         return deny("", "not an AdmissionReview request: no .request")
     uid = request.get("uid", "")
     kind = request.get("kind")
-    is_pod = isinstance(kind, Mapping) and kind.get("kind") == "Pod" and not request.get("subResource")
-    if request.get("operation") != "CREATE" or not is_pod:
+    kind = kind if isinstance(kind, Mapping) else {}
+    kind_name = kind.get("kind")
+    if request.get("operation") != "CREATE" or request.get("subResource"):
+        return _response(uid, allowed=True)
+    if kind_name in CLAIM_KINDS and kind.get("group") == "resource.k8s.io":
+        return _admit_claim(uid, request.get("object"))
+    if kind_name != "Pod":
         return _response(uid, allowed=True)
     parts = _parts(request)
     if isinstance(parts, str):
@@ -130,6 +138,49 @@ def admit(
     if result.notes:
         answer["response"]["warnings"] = [clip(n, 500) for n in result.notes]
     return answer
+
+
+def _admit_claim(uid: object, obj: object) -> dict[str, Any]:
+    """A claim (or template) written for NVIDIA's DRA driver: its spec replaced by the conversion's."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("spec"), Mapping):
+        return deny(uid, f"request.object: not a claim with a spec map: {excerpt(obj)}")
+    try:
+        result = convert_claim(obj)
+    except ConversionError as e:
+        return deny(uid, str(e))
+    if not result.changed:
+        return _response(uid, allowed=True)
+    patch = json.dumps([{"op": "replace", "path": "/spec", "value": result.obj["spec"]}]).encode()
+    answer = _response(
+        uid, allowed=True, patchType="JSONPatch", patch=base64.b64encode(patch).decode("ascii")
+    )
+    answer["response"]["warnings"] = [clip(line, 500) for line in (*result.summary, *result.notes)]
+    return answer
+
+
+def claim_match_expression(kind: str) -> str:
+    """The matchConditions CEL that lets only claims (or templates: `kind`) naming one of NVIDIA's
+    DeviceClasses or opaque-config drivers through (templates/admission-webhook.yaml; a test keeps them
+    equal). Every field is tested with has() first: a failing condition would refuse the claim."""
+    spec = "object.spec.spec" if kind == "ResourceClaimTemplate" else "object.spec"
+    guard = (
+        f"has(object.spec.spec) && has({spec}.devices)"
+        if kind == "ResourceClaimTemplate"
+        else (f"has({spec}.devices)")
+    )
+    d = f"{spec}.devices"
+    nvidia = "endsWith('.nvidia.com')"
+    requests = (
+        f"(has({d}.requests) && {d}.requests.exists(r, "
+        f"(has(r.exactly) && has(r.exactly.deviceClassName) && r.exactly.deviceClassName.{nvidia}) || "
+        f"(has(r.firstAvailable) && r.firstAvailable.exists(s, "
+        f"has(s.deviceClassName) && s.deviceClassName.{nvidia}))))"
+    )
+    configs = (
+        f"(has({d}.config) && {d}.config.exists(c, "
+        f"has(c.opaque) && has(c.opaque.driver) && c.opaque.driver.{nvidia}))"
+    )
+    return f"{guard} && ({requests} || {configs})"
 
 
 def match_expression(resource_names: Sequence[str]) -> str:

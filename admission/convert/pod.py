@@ -21,6 +21,7 @@ from typing import Any
 
 from admission.convert import names
 from admission.convert.claims import Options, convert_ask
+from admission.convert.nvidia_claims import CLAIM_KINDS, ClaimConversion, convert_claim
 from admission.convert.parse import GpuAsk, parse_container, parse_env_config, parse_selection
 from dra_driver.vocabulary.errors import ConversionError
 
@@ -187,6 +188,7 @@ class ObjectConversion:
 
     obj: dict[str, Any]
     pod: PodConversion
+    claim: ClaimConversion | None = None  # a ResourceClaim(Template) written for NVIDIA's DRA driver
 
     def manifests(self) -> list[dict[str, Any]]:
         """The templates first (they must exist when the Pod is made), then the object."""
@@ -202,7 +204,14 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 
 def convert_object(obj: Mapping[str, Any], options: Options) -> ObjectConversion:
-    """A Pod or workload; any other kind is returned as it is (a file may hold Services too)."""
+    """A Pod or workload, or a ResourceClaim(Template) written for NVIDIA's DRA driver (`nvidia_claims`); any
+    other kind is returned as it is (a file may hold Services too)."""
+    if str(obj.get("kind")) in CLAIM_KINDS:
+        try:
+            claim = convert_claim(obj)
+        except ConversionError as e:
+            raise type(e)(f"{_name(obj)}: {e}") from e
+        return ObjectConversion(claim.obj, PodConversion({}, {}, (), claim.notes), claim)
     out: dict[str, Any] = copy.deepcopy(dict(obj))
     path = TEMPLATE_PATHS.get(str(obj.get("kind")))
     if path is None:

@@ -47,7 +47,8 @@ def chart_configuration(namespace: str, port: int) -> Json:
     (config,) = [
         d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "MutatingWebhookConfiguration"
     ]
-    config["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+    for hook in config["webhooks"]:  # pods, and claims written for NVIDIA's DRA driver
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
     return dict(config)
 
 

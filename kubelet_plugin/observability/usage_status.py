@@ -29,6 +29,7 @@ from kubelet_plugin.claims.api import to_api_dict
 from kubelet_plugin.claims.prepared_claims import PreparedClaim
 from kubelet_plugin.library_files.region import read_region
 from kubelet_plugin.library_files.usage_bounds import UsageBounds, node_uptime_ns
+from kubelet_plugin.observability.claim_pods import ClaimPods
 
 log = structlog.get_logger(__name__)
 
@@ -103,10 +104,9 @@ def moved(old: Usage | None, new: Usage, points: float = CHANGE_POINTS) -> bool:
 
 
 class UsageWriter(Protocol):
-    def write(
-        self, *, namespace: str, name: str, uid: str, usage: Mapping[str, Mapping[str, object]]
-    ) -> tuple[str, ...]:
-        """Set data.usage of the claim's status.devices entries (device → usage); returns its pods."""
+    def write(self, *, namespace: str, name: str, uid: str, usage: Mapping[str, Mapping[str, object]]) -> Any:
+        """Set data.usage of the claim's status.devices entries (device → usage); returns the claim as
+        read (None when it is not the claim of that UID)."""
         ...
 
 
@@ -117,14 +117,11 @@ class ApiUsageWriter:
         self._api = api
         self._driver = driver
 
-    def write(
-        self, *, namespace: str, name: str, uid: str, usage: Mapping[str, Mapping[str, object]]
-    ) -> tuple[str, ...]:
+    def write(self, *, namespace: str, name: str, uid: str, usage: Mapping[str, Mapping[str, object]]) -> Any:
         for attempt in range(_CONFLICT_RETRIES):
             claim = self._api.read_namespaced_resource_claim(name=name, namespace=namespace)
             if claim.metadata.uid != uid or claim.status is None:
-                return ()
-            pods = tuple(r.name for r in claim.status.reserved_for or () if r.resource == "pods")
+                return None
             devices = to_api_dict(claim.status.devices or [])
             touched = False
             for entry in devices:
@@ -135,7 +132,7 @@ class ApiUsageWriter:
                     }
                     touched = True
             if not touched:
-                return pods  # prepare has not described the devices yet: nothing to add usage to
+                return claim  # prepare has not described the devices yet: nothing to add usage to
             body = {
                 "metadata": {"resourceVersion": claim.metadata.resource_version},
                 "status": {"devices": devices},
@@ -144,12 +141,12 @@ class ApiUsageWriter:
                 self._api.patch_namespaced_resource_claim_status(
                     name=name, namespace=namespace, body=body, _content_type="application/merge-patch+json"
                 )
-                return pods
+                return claim
             except ApiException as e:
                 if e.status == 409 and attempt + 1 < _CONFLICT_RETRIES:
                     continue
                 raise
-        return ()
+        return None
 
 
 class UsageStatusLoop:
@@ -163,6 +160,7 @@ class UsageStatusLoop:
         interval: float = USAGE_INTERVAL_S,
         read: Callable[[Path], Region] = read_region,
         clock: Callable[[], int] = time.monotonic_ns,
+        pods: ClaimPods | None = None,
     ) -> None:
         self._claims = claims
         self._writer = writer
@@ -171,19 +169,8 @@ class UsageStatusLoop:
         self._clock = clock
         self._samples: dict[tuple[ClaimUID, str], Sample] = {}
         self._written: dict[ClaimUID, dict[str, Usage]] = {}
-        self._pods: dict[ClaimUID, tuple[str, ...]] = {}
-        self._pods_version = 0
+        self._pods = pods  # where the claims read for a write note their pods (metric labels)
         self._lock = threading.Lock()
-
-    def pods(self, uid: ClaimUID) -> str:
-        """The claim's pods as last read from its status (for metric labels); "" when not known."""
-        with self._lock:
-            return ",".join(self._pods.get(uid, ()))
-
-    def pods_version(self) -> int:
-        """Moves whenever some claim's pods changed."""
-        with self._lock:
-            return self._pods_version
 
     def tick(self) -> int:
         """One round; returns how many claims' statuses were written."""
@@ -199,7 +186,6 @@ class UsageStatusLoop:
         with self._lock:  # forget claims that are gone
             self._samples = {k: v for k, v in self._samples.items() if k[0] in live}
             self._written = {k: v for k, v in self._written.items() if k in live}
-            self._pods = {k: v for k, v in self._pods.items() if k in live}
         return writes
 
     def _due(self, claim: PreparedClaim) -> dict[str, Usage]:
@@ -230,7 +216,7 @@ class UsageStatusLoop:
 
     def _write(self, claim: PreparedClaim, usage: dict[str, Usage]) -> bool:
         try:
-            pods = self._writer.write(
+            read = self._writer.write(
                 namespace=claim.namespace,
                 name=claim.name,
                 uid=claim.uid,
@@ -243,9 +229,8 @@ class UsageStatusLoop:
         metrics.STATUS_WRITES.labels("usage", "ok").inc()
         with self._lock:
             self._written[claim.uid] = {**self._written.get(claim.uid, {}), **usage}
-            if self._pods.get(claim.uid) != pods:
-                self._pods[claim.uid] = pods
-                self._pods_version += 1
+        if read is not None and self._pods is not None:
+            self._pods.note_claim(read)
         return True
 
     def run(self, stop: threading.Event) -> None:

@@ -1,6 +1,7 @@
 """What the daemon tells about its node besides the slices: usage in claim status (with an API server) and
 the metrics endpoint (given an address), both read from what the claims' calls leave behind: the checkpoint
-as on disk (prepare changes it under them), the claims' directories and the health poller's latest view."""
+as on disk (prepare changes it under them), the claims' directories and the health poller's latest view;
+with the endpoint, the loop that keeps the claims' pods for its labels (`claim_pods`)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,18 @@ from dra_driver.core.cordon import GpuCordon
 from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.settings import NodeSettings
 from dra_driver.vocabulary.errors import StorageError
-from kubelet_plugin.claims.api import ApiClaimStatusWriter, ClaimStatusWriter
+from kubelet_plugin.claims.api import ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepared_claims import PreparedClaim, prepared_claims
 from kubelet_plugin.health.service import HealthBoard, InventoryHealthPoller
 from kubelet_plugin.metrics import REGISTRY
+from kubelet_plugin.observability.claim_pods import ClaimPods
 from kubelet_plugin.observability.metrics_server import MetricsServer
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.observability.usage_status import ApiUsageWriter, UsageStatusLoop
-from kubelet_plugin.record.checkpoint import Checkpoint
+from kubelet_plugin.record.checkpoint import Checkpoint, ClaimState
 from kubelet_plugin.record.checkpoint_store import checkpoint_stamp
+from kubelet_plugin.record.results import ClaimRef
 from kubelet_plugin.serving.options import DaemonOptions
 
 log = structlog.get_logger(__name__)
@@ -54,7 +57,9 @@ class NodeObservability:
         self.board = board
         self.usage: UsageStatusLoop | None = None
         self.metrics: MetricsServer | None = None
-        self._usage_thread: threading.Thread | None = None
+        self.pods: ClaimPods | None = None
+        self._refs: tuple[object, tuple[ClaimRef, ...]] | None = None  # checkpoint stamp, its claims
+        self._threads: list[threading.Thread] = []
 
     def start(
         self,
@@ -64,8 +69,14 @@ class NodeObservability:
         settings: NodeSettings,
         healthz: Callable[[], str | None],
         stop: threading.Event,
+        pods: tuple[ClaimPods, ClaimSource] | None = None,
     ) -> None:
+        """`pods`: the table the daemon's claim source notes pods into, and the source to read claims
+        whose pods it has not seen (without noting twice)."""
         o = self.options
+        if pods is not None:
+            self.pods, source = pods
+            self._spawn("claim-pods", self.pods.run, self.claim_refs, source, stop)
         if isinstance(status, ApiClaimStatusWriter) and o.usage_status_interval > 0:
             from kubernetes import client as k8s  # noqa: PLC0415
 
@@ -73,18 +84,21 @@ class NodeObservability:
                 claims=self.prepared,
                 writer=ApiUsageWriter(api=k8s.ResourceV1Api(api)),
                 interval=o.usage_status_interval,
+                pods=self.pods,
             )
-            self._usage_thread = threading.Thread(
-                target=self.usage.run, args=(stop,), name="usage-status", daemon=True
-            )
-            self._usage_thread.start()
+            self._spawn("usage-status", self.usage.run, stop)
         if o.metrics_address:
             render = scrape(NodeMetrics(self._sources(settings)))
             self.metrics = MetricsServer(address=o.metrics_address, render=render, healthz=healthz)
             self.metrics.start()
 
+    def _spawn(self, name: str, target: Callable[..., None], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
     def _sources(self, settings: NodeSettings) -> NodeSources:
-        poller, board, usage = self.poller, self.board, self.usage
+        poller, board, pods = self.poller, self.board, self.pods
         return NodeSources(
             inventory=lambda: poller.inventory,
             checkpoint=self.checkpoint,
@@ -94,8 +108,8 @@ class NodeObservability:
             conditions=lambda: poller.conditions,
             cordons=self.cordons,
             vgpu_shares=settings.setting(SHARES),
-            pods=usage.pods if usage is not None else (lambda _uid: ""),
-            pods_version=usage.pods_version if usage is not None else (lambda: 0),
+            pods=pods.pods if pods is not None else (lambda _uid: ""),
+            pods_version=pods.version if pods is not None else (lambda: 0),
         )
 
     def checkpoint(self) -> Checkpoint | None:
@@ -104,6 +118,23 @@ class NodeObservability:
         except StorageError as e:
             log.warning("metrics: checkpoint unreadable", error=str(e))
             return None
+
+    def claim_refs(self) -> tuple[ClaimRef, ...]:
+        """The prepared claims' names, read again only when the checkpoint changed (the pods loop asks every
+        round)."""
+        stamp = checkpoint_stamp(self.state.paths.checkpoint_file)
+        if self._refs is not None and self._refs[0] == stamp:
+            return self._refs[1]
+        cp = self.checkpoint()
+        if cp is None:
+            return self._refs[1] if self._refs is not None else ()
+        refs = tuple(
+            ClaimRef(e.namespace, e.name, e.uid)
+            for e in cp.claims.values()
+            if e.state is ClaimState.PREPARE_COMPLETED
+        )
+        self._refs = (stamp, refs)
+        return refs
 
     def prepared(self) -> tuple[PreparedClaim, ...]:
         inventory = self.poller.inventory
@@ -118,5 +149,5 @@ class NodeObservability:
             self.metrics.stop()
 
     def join(self, timeout: float) -> None:
-        if self._usage_thread is not None:
-            self._usage_thread.join(timeout=timeout)
+        for thread in self._threads:
+            thread.join(timeout=timeout)

@@ -13,6 +13,7 @@ then the backend. A rebuilt checkpoint, or one of a newer version
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from kubelet_plugin.node.file_modes import (
 )
 from kubelet_plugin.node.leader_lock import LeaderLock
 from kubelet_plugin.node.sockets import PluginLock
+from kubelet_plugin.observability.claim_pods import ClaimPods, PodNotingSource
 from kubelet_plugin.record.checkpoint import OfferKey
 from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
 from kubelet_plugin.serving.dra_service import ClaimCalls
@@ -94,6 +96,10 @@ class Node:
         self._make_dirs()
         lock = PluginLock(paths.lock_file)
         access = self.claims(o)
+        pods = ClaimPods() if o.metrics_address else None  # the claims' pods, only for the metrics' labels
+        reading = access.source
+        if pods is not None:
+            access = dataclasses.replace(access, source=PodNotingSource(access.source, pods))
         events = self._events(access.api)
         self.setup = setup = set_up_node(
             o, access=access, state_type=NodeState, steps=self.steps, serving=True
@@ -132,6 +138,7 @@ class Node:
         self.observability.start(
             status=access.status,
             api=access.api,
+            pods=(pods, reading) if pods is not None else None,
             settings=settings,
             healthz=self._healthz,
             stop=self.stop_event,

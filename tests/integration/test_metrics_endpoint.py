@@ -13,6 +13,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -363,3 +364,49 @@ def test_without_a_view_of_the_holders_the_container_is_empty(
         found, "tessera_claim_process_memory_used_bytes", pid=str(program.pid), container="", **claim_labels
     )
     assert got == 100 * MiB
+
+
+def _reserved(claim: dict[str, Any], *pods: str) -> dict[str, Any]:
+    """The claim as the scheduler leaves it for its pods (before the kubelet prepares it)."""
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": p, "uid": f"uid-{p}"} for p in pods]
+    return claim
+
+
+def _pods_label(text: str, claim: str) -> set[str]:
+    return {
+        dict(ls)["pod"]
+        for (name, ls) in samples(text)
+        if name == "tessera_claim_memory_limit_bytes" and ("claim", claim) in ls
+    }
+
+
+def test_claim_series_name_their_pods_from_the_first_scrape_and_after_a_restart(
+    plugin: tuple[PluginProcess, int],
+) -> None:
+    """Issue #36: every per-claim series had pod="" although each claim's status.reservedFor named its pod.
+    The daemon notes the pods of the claim prepare reads, so the first scrape after prepare names them; a
+    restarted daemon learns them again from the claims start-up reconciliation reads. A consumer that is not
+    a core pod, or whose name could not be a pod's, is not shown."""
+    p, port = plugin
+    web = _reserved(vgpu_claim("web", pool=POOL, gpu=0, memory="1Gi", namespace="team-a"), "web-7d9f-x2x")
+    shared = _reserved(vgpu_claim("shared", pool=POOL, gpu=1, memory="1Gi", namespace="team-a"), "b-1", "a-0")
+    shared["status"]["reservedFor"] += [
+        {"apiGroup": "batch", "resource": "jobs", "name": "job", "uid": "j"},
+        {"resource": "pods", "name": 'evil",pod="x', "uid": "e"},
+    ]
+    for c in (web, shared):
+        p.claims.put(c)
+    with DraClient(p.paths.dra_socket) as client:
+        answer = client.prepare([claim_ref(web), claim_ref(shared)])
+    assert all(not a.error for a in answer.claims.values()), answer
+    status, text = scrape(port)
+    assert status == 200
+    assert _pods_label(text, "web") == {"web-7d9f-x2x"}
+    assert _pods_label(text, "shared") == {"a-0,b-1"}
+
+    assert p.terminate() == 0
+    p.start()
+    status, text = scrape(port)
+    assert status == 200
+    assert _pods_label(text, "web") == {"web-7d9f-x2x"}
+    assert _pods_label(text, "shared") == {"a-0,b-1"}

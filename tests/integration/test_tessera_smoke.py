@@ -136,8 +136,17 @@ def test_cleanup_once_removes_what_a_node_holds_of_tesseras(tmp_path: Path) -> N
 
 @covers("tessera convert FILE…")
 def test_convert_every_shipped_example() -> None:
-    """README.md: `tessera convert FILE…` on admission/examples/ (the webhook's own examples), at once."""
-    examples = sorted(HAMI.glob("*.yaml"))
+    """README.md: `tessera convert FILE…` on admission/examples/ (the webhook's own examples, and NVIDIA DRA
+    claims in nvidia/: docs/migration-from-nvidia-dra.md), at once."""
+    examples = sorted(HAMI.rglob("*.yaml"))
     docs = [d for d in yaml.safe_load_all(tessera("convert", *map(str, examples))) if d]
     names = {d["metadata"]["name"] for d in docs if d["kind"] != "ResourceClaimTemplate"}
     assert len(names) >= len(examples) and all("kind" in d for d in docs)
+    classes = {
+        r["exactly"]["deviceClassName"]
+        for d in docs
+        if d["kind"] in ("ResourceClaim", "ResourceClaimTemplate")
+        for r in (d["spec"].get("spec") or d["spec"])["devices"]["requests"]
+        if "exactly" in r
+    }
+    assert classes and all(c.endswith(".tessera.dev") for c in classes), classes

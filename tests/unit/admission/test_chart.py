@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from admission.convert.names import all_resource_names
-from admission.review import match_expression
+from admission.review import claim_match_expression, match_expression
 
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"
@@ -194,3 +194,27 @@ def test_pod_network_by_default() -> None:
     assert "hostNetwork" not in pod and "nodeSelector" not in pod and "tolerations" not in pod
     container = pod["containers"][0]
     assert "--port=8443" in container["args"] and "env" not in container
+
+
+def test_claims_written_for_nvidias_driver_reach_the_webhook_too() -> None:
+    """Issue #36: ResourceClaims and templates naming NVIDIA's DeviceClasses are converted at admission; each
+    kind has its own webhook so its condition reads its own spec (a failing condition refuses the claim)."""
+    objs = render("--set", "admissionWebhook.enabled=true")
+    hooks = {h["name"]: h for h in objs[("MutatingWebhookConfiguration", "tessera-admission")]["webhooks"]}
+    for resource, kind in (
+        ("resourceclaims", "ResourceClaim"),
+        ("resourceclaimtemplates", "ResourceClaimTemplate"),
+    ):
+        hook = hooks[f"{resource}.admission.tessera.dev"]
+        assert hook["rules"] == [
+            {
+                "apiGroups": ["resource.k8s.io"],
+                "apiVersions": ["v1"],
+                "resources": [resource],
+                "operations": ["CREATE"],
+                "scope": "Namespaced",
+            }
+        ]
+        assert hook["matchConditions"][0]["expression"] == claim_match_expression(kind)
+        assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+        assert hook["clientConfig"] == hooks["pods.admission.tessera.dev"]["clientConfig"]

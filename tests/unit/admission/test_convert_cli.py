@@ -176,3 +176,64 @@ def test_hostile_yaml_exits_2_in_one_line_within_a_second(
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"tessera {command[0]}: {evil}: ") and limit in err and err.count(str(evil)) == 1
     assert took < start_up(command) + 1.0
+
+
+def test_nvidia_dra_claims_print_as_tessera_claims(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #36: claims written for NVIDIA's DRA driver (whole GPU, MIG, time-slicing, MPS) come out on
+    Tessera's DeviceClasses, Pods that name them unchanged, nothing of NVIDIA's left in a claim."""
+    files = sorted(str(p) for p in (EXAMPLES / "nvidia").glob("*.yaml"))
+    assert len(files) == 4
+    code, out, err = run(capsys, *files)
+    assert code == 0, err
+    docs: list[Any] = list(yaml.safe_load_all(out))
+    claims = {
+        d["metadata"]["name"]: d for d in docs if d["kind"] in ("ResourceClaim", "ResourceClaimTemplate")
+    }
+    classes = {
+        name: [
+            r["exactly"]["deviceClassName"]
+            for r in (c["spec"].get("spec") or c["spec"])["devices"]["requests"]
+        ]
+        for name, c in claims.items()
+    }
+    assert classes == {
+        "big-gpu": ["gpu.tessera.dev"],
+        "two-migs": ["mig.tessera.dev", "mig.tessera.dev"],
+        "shared-gpu": ["gpu.tessera.dev"],
+        "mps-share": ["mps.tessera.dev"],
+    }
+    assert "nvidia.com'" not in yaml.safe_dump_all(list(claims.values()))  # no NVIDIA attribute is read
+    pods = [d for d in docs if d["kind"] == "Pod"]
+    originals = [d for f in files for d in yaml.safe_load_all(Path(f).read_text()) if d["kind"] == "Pod"]
+    assert pods == originals
+
+    code, out, _ = run(capsys, "--summary", *files)
+    assert "request mps: MPS share (memory 8Gi, cores 30; mps.tessera.dev)" in out
+    assert "request small: MIG device on Tessera (mig.tessera.dev)" in out
+
+
+def test_an_nvidia_compute_domain_claim_exits_2_naming_why(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "imex"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "ch",
+                            "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"},
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    path = tmp_path / "imex.yaml"
+    path.write_text(yaml.safe_dump(claim))
+    code, out, err = run(capsys, str(path))
+    assert code == 2 and not out
+    assert "ResourceClaimTemplate/imex" in err and "ComputeDomain IMEX channels have no counterpart" in err

@@ -13,7 +13,7 @@ from admission.convert import names
 from admission.convert.catalog import known_products
 from admission.convert.claims import Options
 from admission.convert.pod import MAX_GPU_CONTAINERS, Template, convert_pod_parts
-from admission.review import admit, match_expression
+from admission.review import admit, claim_match_expression, match_expression
 
 REPO = Path(__file__).resolve().parents[3]
 OPTIONS = Options(known_products(), replace_schedulers=("volcano",))
@@ -188,3 +188,73 @@ def test_other_requests_and_plain_pods_pass_unchanged() -> None:
 def test_the_charts_match_condition_is_the_generated_one() -> None:
     chart = (REPO / "deploy" / "helm" / "tessera" / "templates" / "admission-webhook.yaml").read_text()
     assert match_expression(names.all_resource_names()) in chart
+
+
+NVIDIA = REPO / "admission" / "examples" / "nvidia"
+
+
+def claim_review(obj: dict[str, Any], *, operation: str = "CREATE") -> dict[str, Any]:
+    r = review(obj, operation=operation)
+    r["request"]["kind"] = {"group": "resource.k8s.io", "version": "v1", "kind": obj["kind"]}
+    return r
+
+
+def nvidia_claim(name: str, kind: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(
+        d for d in yaml.safe_load_all((NVIDIA / name).read_text()) if d["kind"] == kind
+    )
+    return found
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "classes"),
+    [
+        ("mps.yaml", "ResourceClaimTemplate", ["mps.tessera.dev"]),
+        ("time-slicing.yaml", "ResourceClaim", ["gpu.tessera.dev"]),
+        ("mig.yaml", "ResourceClaimTemplate", ["mig.tessera.dev", "mig.tessera.dev"]),
+    ],
+)
+def test_an_nvidia_claim_is_converted_in_place_with_warnings(
+    name: str, kind: str, classes: list[str]
+) -> None:
+    """Issue #36: the webhook takes claims written for NVIDIA's DRA driver too; its patch replaces the spec
+    with the conversion's, and says what each request became."""
+    obj = nvidia_claim(name, kind)
+    answer = admit(claim_review(obj), OPTIONS)["response"]
+    assert answer["allowed"] and answer["patchType"] == "JSONPatch"
+    patched = apply_patch(obj, json.loads(base64.b64decode(answer["patch"])))
+    spec = patched["spec"]["spec"] if kind == "ResourceClaimTemplate" else patched["spec"]
+    assert [r["exactly"]["deviceClassName"] for r in spec["devices"]["requests"]] == classes
+    assert patched["metadata"] == obj["metadata"]
+    assert any("tessera.dev" in w for w in answer["warnings"])
+
+
+def test_an_nvidia_claim_without_counterpart_is_denied_naming_the_field() -> None:
+    obj = nvidia_claim("mps.yaml", "ResourceClaimTemplate")
+    obj["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = (
+        "compute-domain-daemon.nvidia.com"
+    )
+    answer = admit(claim_review(obj), OPTIONS)["response"]
+    assert not answer["allowed"]
+    assert (
+        "requests[0].exactly.deviceClassName: compute-domain-daemon.nvidia.com: ComputeDomains"
+        in (answer["status"]["message"])
+    )
+
+
+def test_other_claims_and_updates_pass_unchanged() -> None:
+    mine = nvidia_claim("mps.yaml", "ResourceClaimTemplate")
+    mine["spec"]["spec"]["devices"] = {
+        "requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.tessera.dev"}}]
+    }
+    for r in (
+        claim_review(mine),
+        claim_review(nvidia_claim("mig.yaml", "ResourceClaimTemplate"), operation="UPDATE"),
+    ):
+        assert admit(r, OPTIONS)["response"] == {"uid": "u-1", "allowed": True}
+
+
+def test_the_charts_claim_match_conditions_are_the_generated_ones() -> None:
+    chart = (REPO / "deploy" / "helm" / "tessera" / "templates" / "admission-webhook.yaml").read_text()
+    for kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        assert claim_match_expression(kind) in chart
