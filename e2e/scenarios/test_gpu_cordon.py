@@ -66,6 +66,8 @@ def tessera(bed: SimCluster, *args: str, code: int = 0) -> str:
         check=False,
     )
     assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    if code == 0 and args[0] == "gpu":  # data on stdout, nothing else; log lines (if any) on stderr
+        assert done.stdout.startswith(("node ", "gpu-", NODE)) or not done.stdout, done.stdout
     return done.stdout + done.stderr
 
 

@@ -46,6 +46,10 @@ NO_DATA = {
     ("plugin",): "the node daemon: serves until SIGTERM, logs only",
     ("plugin", "probe"): "the liveness check: its exit status, the reason on stderr",
     ("webhook",): "the admission webhook: serves until SIGTERM, logs only",
+    (
+        "gpu",
+    ): "needs an API server: e2e/scenarios/test_gpu_cordon.py checks its stdout (one line per change, the "
+    "list's table) apart from its stderr",
 }
 
 
