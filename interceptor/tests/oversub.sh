@@ -26,6 +26,9 @@ tlog oversub_each_allocation_path "cuMemAllocAsync: out of memory: the device me
     env $(ovenv ov_paths) TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$O" paths $OV_LIMIT $OV_HELD
 C=$(oclaim ov_san_paths $OV_LIMIT $OV_HELD)
 t san_oversub_each_allocation_path env $(ovenv ov_san_paths) TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$SAN" "$O" paths $OV_LIMIT $OV_HELD
+C=$(oclaim ov_ctx $OV_LIMIT $OV_HELD)
+t oversub_context_memory_is_held_on_the_device env $(ovenv ov_ctx) FAKE_CTX_BYTES=$((64 * 1048576)) FAKE_NVML_FAIL=1 \
+    TESSERA_CONTEXT_BYTES=$((64 * 1048576)) TESSERA_CLAIM_DIRS="$C" LD_PRELOAD="$LIB" "$O" ctx $OV_HELD $((64 * 1048576))
 
 # Two opted-in claims of 1.5 times the GPU on it at once, each reading all of its memory four times, and a
 # claim that did not opt in arriving while they hold all of it and have filled the device with managed

@@ -10,7 +10,8 @@
  *       a claim that did not opt in: once every READY file exists (the others hold their memory and have
  *       filled the device with managed pages) allocates BYTES, all device memory, reads it without paging,
  *       and creates DONE
- *   paths LIMIT RESIDENT               what each allocation path does once the claim's device memory is used */
+ *   paths LIMIT RESIDENT               what each allocation path does once the claim's device memory is used
+ *   ctx RESIDENT CTX_BYTES             a context's memory is part of what the device holds for the claim */
 #include <dlfcn.h>
 
 #include "testutil.h"
@@ -207,9 +208,37 @@ static int paths(int argc, char **argv)
     return 0;
 }
 
+static int ctx(int argc, char **argv)
+{
+    CHECK(argc == 2, "ctx RESIDENT CTX_BYTES");
+    uint64_t resident = arg(argv, 0), ctx_bytes = arg(argv, 1);
+    CUcontext c;
+    CUdeviceptr held, more;
+    int managed;
+    uint64_t on_device;
+    unsigned advice;
+    CHECK(cuInit(0) == CUDA_SUCCESS && cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS, "ctx");
+    CHECK(cuMemAlloc_v2(&held, resident - ctx_bytes) == CUDA_SUCCESS, "what the context leaves");
+    fakeMemInfo(held, &managed, &on_device, &advice);
+    CHECK(!managed, "device memory");
+    CHECK(cuMemAlloc_v2(&more, MiB) == CUDA_SUCCESS, "one MiB more");
+    fakeMemInfo(more, &managed, &on_device, &advice);
+    CHECK(managed, "past what the device holds, with the context counted: managed");
+    CHECK(cuMemFree_v2(more) == CUDA_SUCCESS && cuMemFree_v2(held) == CUDA_SUCCESS, "free");
+    /* the context's bytes leave what the device holds when it goes */
+    CHECK(cuCtxDestroy_v2(c) == CUDA_SUCCESS && cuCtxCreate_v2(&c, 0, 0) == CUDA_SUCCESS, "again");
+    CHECK(cuMemAlloc_v2(&held, resident - ctx_bytes) == CUDA_SUCCESS, "again");
+    fakeMemInfo(held, &managed, &on_device, &advice);
+    CHECK(!managed, "device memory again");
+    printf("ctx done\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct test_cmd cmds[] = { { "work", work }, { "neighbour", neighbour }, { "paths", paths } };
+    static const struct test_cmd cmds[] = {
+        { "work", work }, { "neighbour", neighbour }, { "paths", paths }, { "ctx", ctx }
+    };
     setvbuf(stdout, NULL, _IOLBF, 0);
     return run_test("toversub", cmds, sizeof cmds / sizeof cmds[0], argc, argv);
 }
