@@ -56,7 +56,7 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
         if (lim.spill && d->rh) {
             /* the claim's device-held bytes get an entry of their own in its region (its layout unchanged) */
             char held[TR_UUID_LEN];
-            fmt_s(held, sizeof held, "%s+resident", uuid);
+            fmt_s(held, sizeof held, "%s" TR_HELD_SUFFIX, uuid);
             d->res_g = region_gpu_slot(d->rh, held, lim.resident, 0, 1);
             d->spill = d->res_g >= 0;
             d->resident = lim.resident;
