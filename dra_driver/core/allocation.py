@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from dra_driver.core import config as cfg
 from dra_driver.core import families
-from dra_driver.core.families.base import Allocated, AnyPlanned, NodeRecords
+from dra_driver.core.families.base import NO_SETTINGS, Allocated, AnyPlanned, FamilySettings, NodeRecords
 from dra_driver.libtessera.limits_file import LibraryLimits
 from dra_driver.vocabulary.errors import ClaimError, ConfigError, InvalidNameError, NotAllocatedError
 from dra_driver.vocabulary.excerpt import excerpt
@@ -196,7 +196,10 @@ def _library_settings(devices: Sequence[AnyPlanned]) -> LibrarySettings | None:
 
 
 def _allocated(
-    r: ResultModel, inventory: Inventory, decoded: Sequence[tuple[cfg.OpaqueConfig, cfg.DecodedConfig]]
+    r: ResultModel,
+    inventory: Inventory,
+    decoded: Sequence[tuple[cfg.OpaqueConfig, cfg.DecodedConfig]],
+    settings: FamilySettings,
 ) -> Allocated[Any, Any]:
     name, request = r.device or "", r.request or ""
     try:
@@ -214,6 +217,7 @@ def _allocated(
         share_id=r.share_id or None,
         consumed=dict(r.consumed_capacity or {}),
         config=cfg.resolve(decoded, request=request, family=parsed.family.name),
+        settings=settings,
     )
 
 
@@ -224,6 +228,7 @@ def plan_claim(
     pool: str,
     inventory: Inventory,
     recorded: RecordsByFamily = RecordsByFamily(),
+    settings: FamilySettings = NO_SETTINGS,
 ) -> ClaimPlan:
     """Everything this node must do for the claim, or the first problem found, named."""
     meta = claim.metadata
@@ -233,7 +238,7 @@ def plan_claim(
     decoded = cfg.decode_all(_opaque_configs(devices, driver=driver))
     planned: list[AnyPlanned] = []
     for r in ours:
-        d = _allocated(r, inventory, decoded)
+        d = _allocated(r, inventory, decoded, settings)
         f = families.parse_device_name(d.device).family
         p = f.plan(d, recorded.of(f.name))
         # the library's limits are asked of the family here, once: the limits file, the CDI spec's

@@ -17,9 +17,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dra_driver.core import families
+from dra_driver.core.families.base import ClassVariant
 from dra_driver.core.families.protocol import AnyFamily
 from dra_driver.vocabulary.names import (
     ATTRIBUTE_DOMAIN,
+    CONFIG_API_VERSION,
     DRIVER_NAME,
     Attr,
     class_label,
@@ -77,6 +79,33 @@ def family_class(family: AnyFamily) -> str:
     )
 
 
+def variant_class(family: AnyFamily, variant: ClassVariant) -> str:
+    """deviceclasses/<family>-<variant>.yaml: some of the family's devices, with a config the class sets."""
+    parameters = {"apiVersion": CONFIG_API_VERSION, "kind": family.config.kind, **variant.config}
+    expression = " &&\n        ".join([*_selects(family), variant.selects])
+    return (
+        GENERATED + _comment(f"Tessera DeviceClass: {variant.meaning}") + "apiVersion: resource.k8s.io/v1\n"
+        "kind: DeviceClass\n"
+        "metadata:\n"
+        f"  name: {variant_class_name(family, variant)}\n"
+        "  labels:\n"
+        "    app.kubernetes.io/part-of: tessera\n"
+        "spec:\n"
+        "  selectors:\n"
+        "  - cel:\n"
+        "      expression: >-\n"
+        f"        {expression}\n"
+        "  config:\n"
+        "  - opaque:\n"
+        f"      driver: {DRIVER_NAME}\n"
+        "      parameters:\n" + "".join(f"        {k}: {json.dumps(v)}\n" for k, v in parameters.items())
+    )
+
+
+def variant_class_name(family: AnyFamily, variant: ClassVariant) -> str:
+    return f"{family.name}-{variant.name}.tessera.dev"
+
+
 def profile_classes(family: AnyFamily) -> str:
     """deviceclasses/<family>-profiles.yaml: a class per profile, selecting the family's devices of it."""
     example = class_label(family.class_profiles()[0])
@@ -108,6 +137,8 @@ def manifests(registry: Sequence[AnyFamily] | None = None) -> dict[str, str]:
         out[f"{f.name}.yaml"] = family_class(f)
         if f.class_profiles():
             out[f"{f.name}-profiles.yaml"] = profile_classes(f)
+        for v in f.class_variants:
+            out[f"{f.name}-{v.name}.yaml"] = variant_class(f, v)
     return out
 
 
@@ -119,7 +150,9 @@ def chart_families(registry: Sequence[AnyFamily] | None = None) -> str:
         "# listed under that key of deviceClasses in values.yaml; templates/daemonset.yaml checks",
         "# nodeGroups[].families against the names, and copies a group's `settings` keys (the family's node",
         "# settings) into its NodeSettings; `formerly` maps a renamed setting's former key to its key (both",
-        "# are read; a group giving both must give one value).",
+        "# are read; a group giving both must give one value). templates/deviceclasses.yaml also makes a",
+        "# class `<family>-<name>.tessera.dev` of each of a family's `variants`: its devices that meet",
+        "# `selects`, with `config` set in the family's config `kind`.",
         "families:",
     ]
     for f in registry if registry is not None else families.FAMILIES:
@@ -131,6 +164,13 @@ def chart_families(registry: Sequence[AnyFamily] | None = None) -> str:
         former = [f"{old}: {s.key}" for s in f.settings for old in s.former_keys]
         if former:
             lines.append(f"  formerly: {{{', '.join(former)}}}")
+        if f.class_variants:
+            lines.append(f"  kind: {f.config.kind}")
+            lines.append("  variants:")
+        for v in f.class_variants:
+            lines.append(f"  - name: {v.name}")
+            lines.append(f"    selects: {json.dumps(v.selects)}")
+            lines.append(f"    config: {json.dumps(dict(v.config))}")
     return "\n".join(lines) + "\n"
 
 

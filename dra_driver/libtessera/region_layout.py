@@ -28,6 +28,9 @@ PROC = struct.Struct("<iIQ16Q")
 SIZE = PROCS_OFFSET + PROC.size * MAX_PROCS
 SLOT_LOCK_BASE = 1 << 30  # byte SLOT_LOCK_BASE + i is slot i's liveness lock (held while its process lives)
 _LIVE = 1  # a process slot's state while its process is attached
+# The entry "<uuid>+resident" counts what the device holds for a claim that opted into memory oversubscription
+# (region.h TR_HELD_SUFFIX); its "<uuid>" entry counts all of its memory, managed memory included.
+HELD_SUFFIX = "+resident"
 
 
 class RegionUnreadableError(Exception):
@@ -65,6 +68,10 @@ class Region:
 
     def gpu(self, uuid: str) -> RegionGpu | None:
         return next((g for g in self.gpus if g.uuid.lower() == uuid.lower()), None)
+
+    def held(self, uuid: str) -> RegionGpu | None:
+        """An oversubscribed claim's device-held entry for the GPU; None for a claim that did not opt in."""
+        return self.gpu(uuid + HELD_SUFFIX)
 
 
 def process_slots(head: bytes) -> int:

@@ -119,6 +119,7 @@ class Cap:
     MULTIPROCESSORS = "multiprocessors"
     CORES = "cores"
     SHARES = "shares"
+    VIRTUAL_MEMORY = "virtualMemory"  # a vgpu device's host-backed memory (memoryOversubscription > 1)
 
 
 def qualified(name: str) -> str:

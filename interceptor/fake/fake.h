@@ -27,6 +27,22 @@ INTERNAL void fake_sleep_until(uint64_t t);
 /* The physical GPU (index into the shared GPU state, NVML's index) behind a CUDA ordinal of this process. */
 INTERNAL int fake_phys(int ordinal);
 
+/* A GPU's memory in bytes (FAKE_GPU_MEM_MB). */
+INTERNAL uint64_t fake_gpu_mem(void);
+
+/* ---- uvm.c: device memory shared by processes, managed memory and paging (only with FAKE_GPU_MEM) ---- */
+
+/* Whether FAKE_GPU_MEM names the shared memory file (mapped on first use). */
+INTERNAL int uvm_on(void);
+/* Plain device memory on physical GPU dev: taken (evicting managed pages if needed) or given back. */
+INTERNAL CUresult uvm_take(int dev, uint64_t size, uint64_t cap);
+INTERNAL void uvm_give(int dev, uint64_t size);
+INTERNAL uint64_t uvm_used(int dev);
+/* A managed allocation of this process (none of it on the device yet), its end, and advice given for it. */
+INTERNAL int uvm_managed_add(uint64_t p, uint64_t size, int dev);
+INTERNAL void uvm_managed_free(uint64_t p);
+INTERNAL CUresult uvm_advise(uint64_t p, int advice);
+
 /* ---- mps_client.c: this process as an MPS client ---- */
 
 struct fake_mps {

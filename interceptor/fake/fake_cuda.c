@@ -7,7 +7,8 @@
  * (314572800: device memory a context takes; cuCtxCreate* takes it per
  * context, the primary context on its first retain, given back on destroy /
  * last release / reset), FAKE_GPU_STATE, FAKE_TIMESLICE_US, FAKE_SWITCH_US
- * (gpu.c); CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+ * (gpu.c); FAKE_GPU_MEM, FAKE_PAGE_MBPS (uvm.c: one memory pool per GPU for
+ * every process, managed memory and paging); CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
  * CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (mps_client.c: the process as an MPS
  * client of the fake nvidia-cuda-mps-control). */
 #define _GNU_SOURCE
@@ -145,8 +146,18 @@ static CUresult ft_put(uint64_t key, uint64_t size, int dev, int kind, int hkind
 
 static void device_free(int dev, uint64_t size)
 {
-    if (dev >= 0)
+    if (dev >= 0 && uvm_on())
+        uvm_give(phys(dev), size);
+    else if (dev >= 0)
         __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
+}
+
+uint64_t fake_gpu_mem(void) { return g_mem; }
+
+/* bytes in use on dev: this process's own, or with FAKE_GPU_MEM every process's */
+static uint64_t used_on(int dev)
+{
+    return uvm_on() ? uvm_used(phys(dev)) : __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
 }
 
 /* the most device memory this process may hold on dev: the GPU's, or an MPS client's pinned limit */
@@ -158,6 +169,8 @@ static uint64_t mem_cap(int dev)
 
 static CUresult device_take(int dev, uint64_t size)
 {
+    if (uvm_on())
+        return uvm_take(phys(dev), size, mem_cap(dev));
     if (__atomic_add_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST) > mem_cap(dev)) {
         __atomic_sub_fetch(&g_used[dev], size, __ATOMIC_SEQ_CST);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -195,6 +208,8 @@ static CUresult phys_free(uint64_t key, int kind)
     pthread_mutex_unlock(&g_ft_mu);
     if (!e)
         return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 && kind == K_PTR && uvm_on())
+        uvm_managed_free(key);
     device_free(dev, size);
     return CUDA_SUCCESS;
 }
@@ -336,7 +351,7 @@ API CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
     int dev = cur_dev();
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    uint64_t u = __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
+    uint64_t u = used_on(dev);
     *f = (size_t)(mem_cap(dev) > u ? mem_cap(dev) - u : 0); /* MPS: free is what the pinned limit leaves */
     *t = (size_t)g_mem;
     return CUDA_SUCCESS;
@@ -395,7 +410,7 @@ API CUresult cuMemGetInfo(unsigned int *f, unsigned int *t)
     int dev = cur_dev();
     if (dev < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    uint64_t u = __atomic_load_n(&g_used[dev], __ATOMIC_SEQ_CST);
+    uint64_t u = used_on(dev);
     *f = clamp32(mem_cap(dev) > u ? mem_cap(dev) - u : 0);
     *t = clamp32(g_mem);
     return CUDA_SUCCESS;
@@ -407,7 +422,33 @@ API CUresult cuDeviceTotalMem(unsigned int *b, CUdevice d)
     *b = clamp32(g_mem);
     return CUDA_SUCCESS;
 }
-API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags) { (void)flags; return cuMemAlloc_v2(p, size); }
+/* With FAKE_GPU_MEM, managed memory takes device memory only where touched (uvm.c); else it is device memory. */
+API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags)
+{
+    (void)flags;
+    int dev = cur_dev();
+    if (!uvm_on() || dev < 0 || !size)
+        return cuMemAlloc_v2(p, size);
+    CUresult rc = capture_check_unsafe();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    uint64_t key = __atomic_fetch_add(&g_next_ptr[dev], ((size + 511) & ~511ull) + 512, __ATOMIC_SEQ_CST);
+    if (!uvm_managed_add(key, size, phys(dev)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (ft_put(key, size, -1, K_PTR, H_HOST) != CUDA_SUCCESS) {
+        uvm_managed_free(key);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *p = key;
+    return CUDA_SUCCESS;
+}
+API CUresult cuMemAdvise(CUdeviceptr p, size_t bytes, int advice, CUdevice d)
+{
+    (void)bytes;
+    if (d < 0 || d >= count())
+        return CUDA_ERROR_INVALID_DEVICE;
+    return uvm_on() ? uvm_advise(p, advice) : CUDA_SUCCESS;
+}
 API CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned elem)
 {
     (void)elem;

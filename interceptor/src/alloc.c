@@ -8,6 +8,9 @@
 /* Driver allocation and free calls of this process in flight, and how many have finished: a context's cost
  * is measured as a drop in free memory, which only means something when none of these moved meanwhile. */
 static uint64_t g_drv_inflight, g_drv_done;
+/* The allocation this thread is making (between alloc_reserve and alloc_finish; hooks do not nest): whether
+ * it also holds device memory of an oversubscribed claim, and why the last reservation failed. */
+static __thread int t_held, t_held_full;
 
 static void drv_enter(void)
 {
@@ -30,33 +33,71 @@ uint64_t drv_done(void)
     return __atomic_load_n(&g_drv_done, __ATOMIC_SEQ_CST);
 }
 
+unsigned alloc_rec(struct dev_rec *d)
+{
+    return rec_index(d) | (t_held ? REC_HELD : 0);
+}
+
 void alloc_track(struct tab *t, uint64_t key, uint64_t size, struct dev_rec *d)
 {
-    if (!tab_put(t, key, size, rec_index(d))) {
+    unsigned rec = alloc_rec(d);
+    if (!tab_put(t, key, size, rec)) {
         static int warned;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             tlog(LOG_WARN, "allocation table full; some allocations are not counted");
-        acct_release(d, size);
+        rec_release(rec, size);
     }
 }
 
-int alloc_reserve(struct dev_rec *d, uint64_t size)
+int alloc_held_full(void)
+{
+    return t_held_full;
+}
+
+static int reserve(struct dev_rec *d, uint64_t size, int held)
 {
     t_in_hook++;
+    t_held = t_held_full = 0;
     if (!acct_reserve(d, size)) {
         t_in_hook--;
         return 0;
     }
+    if (held && d->spill) {
+        if (!acct_reserve_held(d, size)) {
+            acct_release(d, size);
+            t_held_full = 1;
+            t_in_hook--;
+            return 0;
+        }
+        t_held = 1;
+    }
     drv_enter();
     return 1;
+}
+
+int alloc_reserve(struct dev_rec *d, uint64_t size)
+{
+    return reserve(d, size, 1);
+}
+
+int alloc_reserve_managed(struct dev_rec *d, uint64_t size)
+{
+    return reserve(d, size, 0);
 }
 
 int alloc_resize(struct dev_rec *d, uint64_t *size, uint64_t actual)
 {
     if (actual > *size && !acct_reserve(d, actual - *size))
         return 0;
-    if (actual < *size)
+    if (actual > *size && t_held && !acct_reserve_held(d, actual - *size)) {
+        acct_release(d, actual - *size);
+        return 0;
+    }
+    if (actual < *size) {
         acct_release(d, *size - actual);
+        if (t_held)
+            acct_release_held(d, *size - actual);
+    }
     *size = actual;
     return 1;
 }
@@ -72,7 +113,8 @@ CUresult alloc_finish(struct dev_rec *d, uint64_t size, CUresult rc)
 {
     drv_leave();
     if (rc != CUDA_SUCCESS)
-        acct_release(d, size);
+        rec_release(alloc_rec(d), size);
+    t_held = 0;
     t_in_hook--;
     return rc;
 }
@@ -97,11 +139,8 @@ int free_begin(struct freeing *f, struct tab *t, uint64_t key)
 CUresult free_end(struct freeing *f, CUresult rc)
 {
     drv_leave();
-    if (f->had && (rc == CUDA_SUCCESS || !tab_put(f->t, f->key, f->size, f->rec))) {
-        struct dev_rec *d = rec_at(f->rec);
-        if (d)
-            acct_release(d, f->size);
-    }
+    if (f->had && (rc == CUDA_SUCCESS || !tab_put(f->t, f->key, f->size, f->rec)))
+        rec_release(f->rec, f->size);
     t_in_hook--;
     return rc;
 }

@@ -20,8 +20,16 @@
 
 #pragma GCC visibility push(hidden)
 
-/* Reserves size bytes; 0 (guard not entered) when that would pass the limit. */
+/* Reserves size bytes of device memory, for an oversubscribed claim also of what the device holds for it;
+ * 0 (guard not entered) when that would pass either (alloc_held_full() tells which). */
 int alloc_reserve(struct dev_rec *d, uint64_t size);
+/* Reserves size bytes of managed memory: the limit only, never what the device holds. */
+int alloc_reserve_managed(struct dev_rec *d, uint64_t size);
+/* After alloc_reserve failed in this thread: 1 when the limit had room but the device memory held for an
+ * oversubscribed claim did not (the allocation may be served from managed memory instead). */
+int alloc_held_full(void);
+/* The record index an allocation reserved in this thread is tracked under (REC_HELD when it is held). */
+unsigned alloc_rec(struct dev_rec *d);
 /* Moves the reservation to `actual` bytes (a pitch known only afterwards);
  * 0 (reservation unchanged) when growing it would pass the limit. */
 int alloc_resize(struct dev_rec *d, uint64_t *size, uint64_t actual);

@@ -34,6 +34,8 @@ struct limit_entry {
     char view[PATH_CAP]; /* the node's read-only view of this GPU; "" none */
     uint32_t slot;       /* this claim's slot in the view's schedule; 0 none */
     uint32_t ceiling;    /* the SM share it may burst to in idle time (version 2); 0 none */
+    int has_resident;    /* opted into oversubscription (version 3) */
+    uint64_t resident;   /* then: the bytes of memory the device holds for the claim */
 };
 
 static struct {
@@ -108,7 +110,7 @@ static int uuid_valid(const char *u)
 static int parse_limits(const char *path, char *text, int claim, struct limit_entry *out, int cap,
                         int *policy, int *loglevel)
 {
-    int n = 0, lineno = 0, seen_version = 0; /* 1 or 2 once read: version 2 adds `ceiling` */
+    int n = 0, lineno = 0, seen_version = 0; /* 1..3 once read: 2 adds `ceiling`, 3 `resident` */
     char *save = text;
     while (save) {
         char *line = save;
@@ -123,17 +125,17 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
         char *hash = strchr(line, '#');
         if (hash)
             *hash = '\0';
-        char *w[16];
-        int nw = split_words(line, w, 15);
+        char *w[20]; /* gpu, uuid and up to 8 key-value pairs, with room to spare */
+        int nw = split_words(line, w, 19);
         if (nw == 0)
             continue;
-        if (nw > 15) {
+        if (nw > 19) {
             tlog(LOG_ERROR, "%s:%d: too many words; ignoring this limits file", path, lineno);
             return -1;
         }
         if (!seen_version) {
-            if (nw != 2 || strcmp(w[0], "version") || (strcmp(w[1], "1") && strcmp(w[1], "2"))) {
-                tlog(LOG_ERROR, "%s:%d: expected 'version 1' or 'version 2' as the first line; ignoring this limits file", path, lineno);
+            if (nw != 2 || strcmp(w[0], "version") || w[1][0] < '1' || w[1][0] > '3' || w[1][1]) {
+                tlog(LOG_ERROR, "%s:%d: expected 'version 1', 'version 2' or 'version 3' as the first line; ignoring this limits file", path, lineno);
                 return -1;
             }
             seen_version = w[1][0] - '0';
@@ -214,10 +216,20 @@ static int parse_limits(const char *path, char *text, int claim, struct limit_en
                         return -1;
                     }
                     e.ceiling = (uint32_t)v;
+                } else if (!strcmp(w[i], "resident") && seen_version >= 3) {
+                    if (parse_size(w[i + 1], &e.resident)) {
+                        tlog(LOG_ERROR, "%s:%d: resident '%s' is not a byte count; ignoring this limits file", path, lineno, w[i + 1]);
+                        return -1;
+                    }
+                    e.has_resident = 1;
                 } else {
-                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context, view, slot, ceiling from version 2); ignoring this limits file", path, lineno, w[i]);
+                    tlog(LOG_ERROR, "%s:%d: unknown key '%s' (memory, cores, priority, context, view, slot, ceiling from version 2, resident from version 3); ignoring this limits file", path, lineno, w[i]);
                     return -1;
                 }
+            }
+            if (e.has_resident && (!e.memory || e.resident > e.memory)) {
+                tlog(LOG_ERROR, "%s:%d: resident must be at most memory (the claim's whole limit); ignoring this limits file", path, lineno);
+                return -1;
             }
             out[n++] = e;
         } else {
@@ -442,6 +454,8 @@ int cfg_lookup(const char *uuid, int ordinal, struct gpu_limits *out)
             out->view = e->view;
             out->slot = e->slot;
             out->ceiling = e->ceiling > e->cores ? e->ceiling : 0;
+            out->spill = e->has_resident;
+            out->resident = e->resident;
             return e->claim;
         }
     }

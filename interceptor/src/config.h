@@ -21,6 +21,8 @@ struct gpu_limits {
     const char *view; /* path of the node's view of this GPU, "" none */
     uint32_t slot;    /* the claim's slot in the view's schedule, 0 none */
     uint32_t ceiling; /* percent it may burst to above cores in idle time (limits file version 2); 0 none */
+    int spill;        /* opted into oversubscription (limits file version 3): past `resident`, managed memory */
+    uint64_t resident; /* with spill: the bytes of `memory` the device holds for the claim */
 };
 
 /* The limits for one GPU: a claim's limits file by UUID first, then the

@@ -52,6 +52,21 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
                 d->rh = h;
         }
         d->limit = lim.memory;
+        d->res_g = -1;
+        if (lim.spill && d->rh) {
+            /* the claim's device-held bytes get an entry of their own in its region (its layout unchanged) */
+            char held[TR_UUID_LEN];
+            fmt_s(held, sizeof held, "%s" TR_HELD_SUFFIX, uuid);
+            d->res_g = region_gpu_slot(d->rh, held, lim.resident, 0, 1);
+            d->spill = d->res_g >= 0;
+            d->resident = lim.resident;
+            if (!d->spill) {
+                /* no place to count them: keep the claim within what the device holds for it */
+                d->limit = lim.resident;
+                tlog(LOG_WARN, "%s: the claim's region has no room to count its device memory; limiting it to "
+                     "%llu bytes, without oversubscription", uuid, (unsigned long long)lim.resident);
+            }
+        }
         d->cores = lim.cores >= 100 ? 0 : lim.cores;
         d->priority = lim.priority;
         d->ctx_default = lim.context;
@@ -67,6 +82,9 @@ static struct dev_rec *rec_create_locked(const char *uuid, int ordinal)
              cfg_policy_name(), d->sm_limited ? "on" : "off",
              d->stamps ? "high (stamps its work)" : d->view ? "normal (held behind high)" : "not arbitrated",
              d->rh ? "accounted" : "NOT accounted");
+        if (d->spill)
+            tlog(LOG_INFO, "%s: memory oversubscription: %llu of the limit held on the device, the rest served "
+                 "from managed memory (cuMemAlloc)", uuid, (unsigned long long)d->resident);
     }
     __atomic_store_n(&g_nrecs, g_nrecs + 1, __ATOMIC_RELEASE);
     return d;
@@ -136,6 +154,11 @@ void acct_view(struct dev_rec *d, uint64_t real_total, uint64_t real_free, uint6
     uint64_t f = u < t ? t - u : 0;
     if (f > real_free)
         f = real_free;
+    if (d->spill) {
+        /* oversubscribed: the whole limit, host-backed past what the device holds, is the claim's GPU */
+        t = d->limit;
+        f = u < t ? t - u : 0;
+    }
     if (d->limit && region_closed(d->rh))
         f = 0; /* failed closed: nothing more can be had, whatever this process gave back */
     *total = t;
@@ -171,7 +194,18 @@ unsigned rec_index(const struct dev_rec *d)
 
 struct dev_rec *rec_at(unsigned i)
 {
+    i &= ~REC_HELD;
     return i < (unsigned)MAX_RECS && g_recs[i].rh ? &g_recs[i] : NULL;
+}
+
+void rec_release(unsigned rec, uint64_t size)
+{
+    struct dev_rec *d = rec_at(rec);
+    if (!d)
+        return;
+    acct_release(d, size);
+    if ((rec & REC_HELD) && d->spill)
+        acct_release_held(d, size);
 }
 
 /* A forked child starts with no records: they point at the parent's region

@@ -35,7 +35,16 @@ struct dev_rec {
     int64_t cap_ns;  /* token bucket capacity */
     struct region_handle *rh; /* NULL: not accounted */
     int g;           /* GPU entry in the region */
+    /* opted into memory oversubscription (limits file `resident`): `limit` is the claim's whole limit, of
+     * which the device holds `resident` bytes, counted in the region's entry res_g ("<uuid>+resident") */
+    int spill;
+    uint64_t resident;
+    int res_g;
 };
+
+/* In an allocation table's record index: the entry's bytes are also held on the device for an
+ * oversubscribed claim (counted in res_g too). */
+#define REC_HELD 0x80u
 
 /* Decides once, from the configuration, whether anything is accounted; returns it. */
 int devices_init(void);
@@ -64,6 +73,20 @@ static inline void acct_release(struct dev_rec *d, uint64_t size)
 {
     region_release(d->rh, d->g, size);
 }
+
+/* An oversubscribed claim's device-held bytes (all its processes): 1 granted, 0 past `resident`. */
+static inline int acct_reserve_held(struct dev_rec *d, uint64_t size)
+{
+    return region_reserve(d->rh, d->res_g, size, d->resident);
+}
+
+static inline void acct_release_held(struct dev_rec *d, uint64_t size)
+{
+    region_release(d->rh, d->res_g, size);
+}
+
+/* Gives back an allocation table entry's bytes: its record's, and its held bytes when marked REC_HELD. */
+void rec_release(unsigned rec, uint64_t size);
 
 /* Bytes the claim holds on this device, and the limit it sees as total. */
 void acct_view(struct dev_rec *d, uint64_t real_total, uint64_t real_free, uint64_t *total, uint64_t *free_b,

@@ -100,6 +100,8 @@ HOOK nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t *
 HOOK nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_v1_t *infos);
 HOOK nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *infos);
 HOOK nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev, unsigned *count, nvmlProcessInfo_t *infos);
+/* the v1 ABI, whose symbol every driver keeps: advice for a managed range (oversubscription, spill.c) */
+CUresult cuMemAdvise(CUdeviceptr ptr, size_t count, int advice, CUdevice dev);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char *uuid, unsigned len);
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *dev);
@@ -122,7 +124,7 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t dev, unsigned *index);
 #define CUDA_USED(X)                                                                                        \
     X(cuCtxGetDevice) X(cuCtxGetCurrent) X(cuDeviceGetUuid) X(cuEventCreate) X(cuEventDestroy_v2)           \
     X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize) X(cuEventElapsedTime)     \
-    X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz)
+    X(cuStreamIsCapturing) X(cuStreamIsCapturing_ptsz) X(cuMemAdvise)
 #define NVML_HOOKS(X)                                                                                       \
     X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2) X(nvmlDeviceGetComputeRunningProcesses)        \
     X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses_v3)

@@ -141,11 +141,19 @@ static uint64_t ctx_charge_end(struct ctx_charge *cc, struct dev_rec *d, CUresul
         if (rc == CUDA_SUCCESS) {
             bytes = meter_cost(&cc->m, d, cc->measured_before);
             region_charge_locked(d->rh, d->g, bytes);
+            if (d->spill) /* a context is device memory: part of what the device holds for the claim */
+                region_charge_locked(d->rh, d->res_g, bytes);
         }
         region_unlock(d->rh);
     }
     t_in_hook--;
     return bytes;
+}
+
+/* A context's table record: its bytes are held on the device for an oversubscribed claim too. */
+static unsigned ctx_rec(struct dev_rec *d)
+{
+    return rec_index(d) | (d->spill ? REC_HELD : 0);
 }
 
 static struct dev_rec *ctx_dev(CUdevice dev)
@@ -159,7 +167,13 @@ static void ctx_track(struct dev_rec *d, CUcontext c, uint64_t bytes)
 {
     tlog(LOG_DEBUG, "%s: context %llx costs %llu bytes", d->uuid, (unsigned long long)(uintptr_t)c,
          (unsigned long long)bytes);
-    alloc_track(&g_tab_ctx, (uint64_t)(uintptr_t)c, bytes, d);
+    unsigned rec = ctx_rec(d);
+    if (!tab_put(&g_tab_ctx, (uint64_t)(uintptr_t)c, bytes, rec)) {
+        static int warned;
+        if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+            tlog(LOG_WARN, "context table full; some contexts are not counted");
+        rec_release(rec, bytes);
+    }
 }
 
 /* Defines one cuCtxCreate variant (they differ only in their parameters). */
@@ -229,7 +243,7 @@ static void prim_drop(CUdevice dev, int all)
         g_prim[dev].refs = all ? 0 : g_prim[dev].refs - 1;
         if (g_prim[dev].refs == 0 && g_prim[dev].rec) {
             if (g_prim[dev].bytes)
-                acct_release(g_prim[dev].rec, g_prim[dev].bytes);
+                rec_release(ctx_rec(g_prim[dev].rec), g_prim[dev].bytes);
             g_prim[dev].bytes = 0;
             g_prim[dev].rec = NULL;
         }

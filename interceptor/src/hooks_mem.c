@@ -2,7 +2,8 @@
  * before the driver is asked, and given back after the driver freed it, so the
  * claim's total never passes its limit. Imported memory (IPC handles,
  * cuMemImportFromShareableHandle) is not in our tables and is never counted:
- * the exporting process already holds it. */
+ * the exporting process already holds it. An oversubscribed claim's cuMemAlloc
+ * past what the device holds for it is served from managed memory (spill.c). */
 
 #include <stdint.h>
 
@@ -10,6 +11,7 @@
 #include "devices.h"
 #include "hooks.h"
 #include "hooks_mem.h"
+#include "spill.h"
 #include "table.h"
 #include "util.h"
 
@@ -35,9 +37,14 @@ HOOK CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
     struct dev_rec *d = acct_current();
     if (!d)
         return r_cuMemAlloc_v2(dptr, size);
+    /* oversubscribed: past the device memory held for the claim, or where the device is full, managed */
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return alloc_held_full() ? spill_alloc(d, &g_tab_ptr, dptr, size) : CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = r_cuMemAlloc_v2(dptr, size);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && d->spill) {
+        alloc_finish(d, size, rc);
+        return spill_alloc(d, &g_tab_ptr, dptr, size);
+    }
     return alloc_settle(d, &g_tab_ptr, size, rc, rc == CUDA_SUCCESS ? *dptr : 0);
 }
 
@@ -48,7 +55,7 @@ HOOK CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned flags)
     struct dev_rec *d = acct_current();
     if (!d)
         return r_cuMemAllocManaged(dptr, size, flags);
-    if (!alloc_reserve(d, size))
+    if (!alloc_reserve_managed(d, size)) /* the driver places it: counted toward the limit only */
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = r_cuMemAllocManaged(dptr, size, flags);
     return alloc_settle(d, &g_tab_ptr, size, rc, rc == CUDA_SUCCESS ? *dptr : 0);
@@ -69,7 +76,7 @@ HOOK CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
         return r_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
     uint64_t size = pitch_estimate(width, height);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuMemAllocPitch_v2");
     CUresult rc = r_cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
     if (rc == CUDA_SUCCESS && !alloc_resize(d, &size, (uint64_t)*pitch * height)) {
         r_cuMemFree_v2(*dptr);
@@ -87,7 +94,7 @@ HOOK CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int size)
     if (!d)
         return r_cuMemAlloc(dptr, size);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuMemAlloc");
     CUresult rc = r_cuMemAlloc(dptr, size);
     return alloc_settle(d, &g_tab_ptr, size, rc, rc == CUDA_SUCCESS ? *dptr : 0);
 }
@@ -102,7 +109,7 @@ HOOK CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pitch, unsigne
         return r_cuMemAllocPitch(dptr, pitch, width, height, elem);
     uint64_t size = pitch_estimate(width, height);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuMemAllocPitch");
     CUresult rc = r_cuMemAllocPitch(dptr, pitch, width, height, elem);
     if (rc == CUDA_SUCCESS && !alloc_resize(d, &size, (uint64_t)*pitch * height)) {
         r_cuMemFree(*dptr);
@@ -141,7 +148,7 @@ HOOK CUresult cuMemFree_v2(CUdeviceptr dptr)
         if (!d)                                                                     \
             return r_##name(dptr, size, s);                                         \
         if (!alloc_reserve(d, size))                                                \
-            return CUDA_ERROR_OUT_OF_MEMORY;                                        \
+            return spill_refused(d, #name);                                         \
         CUresult rc = r_##name(dptr, size, s);                                      \
         return alloc_settle(d, &g_tab_ptr, size, rc, rc == CUDA_SUCCESS ? *dptr : 0); \
     }
@@ -157,7 +164,7 @@ ALLOC_ASYNC(cuMemAllocAsync_ptsz)
         if (!d)                                                                       \
             return r_##name(dptr, size, pool, s);                                     \
         if (!alloc_reserve(d, size))                                                  \
-            return CUDA_ERROR_OUT_OF_MEMORY;                                          \
+            return spill_refused(d, #name);                                           \
         CUresult rc = r_##name(dptr, size, pool, s);                                  \
         return alloc_settle(d, &g_tab_ptr, size, rc, rc == CUDA_SUCCESS ? *dptr : 0);   \
     }
@@ -221,7 +228,7 @@ HOOK CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *desc)
         return r_cuArrayCreate_v2(a, desc);
     uint64_t size = array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuArrayCreate_v2");
     CUresult rc = r_cuArrayCreate_v2(a, desc);
     return alloc_settle(d, &g_tab_array, size, rc, rc == CUDA_SUCCESS ? (uintptr_t)*a : 0);
 }
@@ -235,7 +242,7 @@ HOOK CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *desc
         return r_cuArray3DCreate_v2(a, desc);
     uint64_t size = array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuArray3DCreate_v2");
     CUresult rc = r_cuArray3DCreate_v2(a, desc);
     return alloc_settle(d, &g_tab_array, size, rc, rc == CUDA_SUCCESS ? (uintptr_t)*a : 0);
 }
@@ -249,7 +256,7 @@ HOOK CUresult cuArrayCreate(CUarray *a, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
         return r_cuArrayCreate(a, desc);
     uint64_t size = array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuArrayCreate");
     CUresult rc = r_cuArrayCreate(a, desc);
     return alloc_settle(d, &g_tab_array, size, rc, rc == CUDA_SUCCESS ? (uintptr_t)*a : 0);
 }
@@ -263,7 +270,7 @@ HOOK CUresult cuArray3DCreate(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc
         return r_cuArray3DCreate(a, desc);
     uint64_t size = array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuArray3DCreate");
     CUresult rc = r_cuArray3DCreate(a, desc);
     return alloc_settle(d, &g_tab_array, size, rc, rc == CUDA_SUCCESS ? (uintptr_t)*a : 0);
 }
@@ -277,7 +284,7 @@ HOOK CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DES
         return r_cuMipmappedArrayCreate(a, desc, levels);
     uint64_t size = array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, levels);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuMipmappedArrayCreate");
     CUresult rc = r_cuMipmappedArrayCreate(a, desc, levels);
     return alloc_settle(d, &g_tab_array, size, rc, rc == CUDA_SUCCESS ? (uintptr_t)*a : 0);
 }
@@ -329,7 +336,7 @@ HOOK CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     struct dev_rec *d;
     if (rc != CUDA_SUCCESS || !bytes || !(d = acct_cuda(dev)))
         return rc;
-    if (d->limit && d->limit < *bytes)
+    if (d->limit && (d->limit < *bytes || d->spill)) /* oversubscribed: the whole limit */
         *bytes = (size_t)d->limit;
     return rc;
 }
@@ -365,7 +372,7 @@ HOOK CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
     struct dev_rec *d;
     if (rc != CUDA_SUCCESS || !bytes || !(d = acct_cuda(dev)))
         return rc;
-    if (d->limit && d->limit < *bytes)
+    if (d->limit && (d->limit < *bytes || d->spill))
         *bytes = clamp_u32(d->limit);
     return rc;
 }

@@ -21,6 +21,9 @@
 #define TR_UUID_LEN 64
 #define TR_LOCK_BASE (1ll << 30)        /* byte TR_LOCK_BASE + i: slot i's liveness lock */
 #define TR_LOCK_BYTE (TR_LOCK_BASE - 1) /* the region's lock */
+/* The GPU entry "<uuid>" TR_HELD_SUFFIX counts what the device holds for a claim that opted into memory
+ * oversubscription (its `resident`); its "<uuid>" entry counts all of its memory. */
+#define TR_HELD_SUFFIX "+resident"
 
 struct tr_gpu {                 /* 192 bytes */
     char uuid[TR_UUID_LEN];     /* "GPU-…", NUL-terminated; empty = free slot */

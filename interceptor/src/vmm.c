@@ -13,6 +13,7 @@
 #include "alloc.h"
 #include "devices.h"
 #include "hooks.h"
+#include "spill.h"
 #include "util.h"
 #include "vmm.h"
 
@@ -55,9 +56,8 @@ static uint64_t settle_locked(struct handle *e, unsigned *rec)
 
 static void give_back(uint64_t size, unsigned rec)
 {
-    struct dev_rec *d = size ? rec_at(rec) : NULL;
-    if (d)
-        acct_release(d, size);
+    if (size)
+        rec_release(rec, size);
 }
 
 static int track(uint64_t h, uint64_t size, struct dev_rec *d)
@@ -68,7 +68,7 @@ static int track(uint64_t h, uint64_t size, struct dev_rec *d)
         if (!g_handles[i].h)
             e = &g_handles[i];
     if (e)
-        *e = (struct handle){ h, size, rec_index(d), 1, 0 };
+        *e = (struct handle){ h, size, alloc_rec(d), 1, 0 };
     pthread_mutex_unlock(&g_mu);
     return e != NULL;
 }
@@ -84,13 +84,13 @@ HOOK CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CU
     if (!d)
         return r_cuMemCreate(h, size, prop, flags);
     if (!alloc_reserve(d, size))
-        return CUDA_ERROR_OUT_OF_MEMORY;
+        return spill_refused(d, "cuMemCreate");
     CUresult rc = r_cuMemCreate(h, size, prop, flags);
     if (rc == CUDA_SUCCESS && !track(*h, size, d)) {
         static int warned;
         if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
             tlog(LOG_WARN, "cuMemCreate handle table full; some allocations are not counted");
-        acct_release(d, size);
+        rec_release(alloc_rec(d), size);
     }
     return alloc_finish(d, size, rc);
 }

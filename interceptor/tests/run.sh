@@ -383,6 +383,8 @@ CA=$(claim ipc_a "gpu $GPU0 memory 1g")
 CB=$(claim ipc_b "gpu $GPU0 memory 1g")
 t ipc_handles_across_claims env TESSERA_CLAIM_DIRS="$CA" LD_PRELOAD="$LIB" "$B/tests/tvmm" ipc $GiB "$CB"
 
+source tests/oversub.sh
+
 echo "== SM limiter, one claim per GPU (token bucket, simulated kernel time, 20 ms window)"
 # Each job below has a simulated GPU of its own (bg gives each one its own FAKE_GPU_STATE). Runs that keep
 # the GPU busy most of the time also keep a CPU busy launching; on 2 cores at most two share a group.

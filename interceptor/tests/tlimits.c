@@ -4,7 +4,7 @@
  * Loads the claim directories of TESSERA_CLAIM_DIRS exactly as the library does (config.c, linked in),
  * then prints "policy <name>", "loglevel <n>", "limits <n>" and, for each UUID given, one line
  * "gpu <uuid> claim <i> memory <bytes> cores <c> priority <p> slot <s> view <path|->
- * ceiling <c>". */
+ * ceiling <c> resident <bytes|->" (resident: "-" when the claim did not opt into oversubscription). */
 #include <stdio.h>
 
 #include "config.h"
@@ -21,9 +21,12 @@ int main(int argc, char **argv)
             printf("gpu %s none\n", argv[i]);
             continue;
         }
-        printf("gpu %s claim %d memory %llu cores %u priority %d slot %u view %s ceiling %u\n", argv[i], claim,
-               (unsigned long long)l.memory, l.cores, l.priority, l.slot, l.view && l.view[0] ? l.view : "-",
-               l.ceiling);
+        char resident[24] = "-";
+        if (l.spill)
+            fmt_s(resident, sizeof resident, "%llu", (unsigned long long)l.resident);
+        printf("gpu %s claim %d memory %llu cores %u priority %d slot %u view %s ceiling %u resident %s\n", argv[i],
+               claim, (unsigned long long)l.memory, l.cores, l.priority, l.slot, l.view && l.view[0] ? l.view : "-",
+               l.ceiling, resident);
     }
     return 0;
 }

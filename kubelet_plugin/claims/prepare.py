@@ -21,6 +21,7 @@ from cdi.writer import write_spec
 from dra_driver.core import families
 from dra_driver.core.allocation import ClaimPlan, plan_claim
 from dra_driver.core.exclusivity import HeldDevice, check_exclusive
+from dra_driver.core.families.base import NO_SETTINGS, FamilySettings
 from dra_driver.vocabulary.errors import CheckpointError, ClaimReplacedError, TesseraError
 from dra_driver.vocabulary.inventory import NO_DRIVER_FILES, DriverFiles, Inventory
 from dra_driver.vocabulary.names import DRIVER_NAME, ClaimUID, DeviceName, Family
@@ -75,8 +76,10 @@ class Preparer:
         driver_name: str = DRIVER_NAME,
         driver_library_dirs: Sequence[str] = (),
         driver_files: DriverFiles = NO_DRIVER_FILES,
+        settings: FamilySettings = NO_SETTINGS,
     ) -> None:
         self.state = state
+        self.settings = settings  # the node's family settings, which its slices were published with
         self.claim_source = claims
         self.status = status
         self.pool_name = pool_name
@@ -132,6 +135,7 @@ class Preparer:
                     pool=self.pool_name,
                     inventory=snapshot,
                     recorded=recorded,
+                    settings=self.settings,
                 )
                 check_exclusive(
                     plan.devices,

@@ -36,7 +36,9 @@ class ClaimDevice:
     mig_profile: str | None = None
     mig_uuid: str | None = None
     metered: bool = False  # the interception library keeps its usage in the claim's region
-    gpu_memory_bytes: int = 0  # the GPU's (what usage read from a region is clipped to)
+    # what usage read from a region is clipped to: the GPU's memory, or the claim's limit where it is larger
+    # (a claim that opted into memory oversubscription)
+    gpu_memory_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,7 @@ def _device(entry: ClaimEntry, name: str, gpu: Gpu, limits: Mapping[GpuUUID, Gpu
         mig_profile=a.mig_profile,
         mig_uuid=a.mig_uuid,
         metered=limited is not None,
-        gpu_memory_bytes=gpu.memory_bytes,
+        gpu_memory_bytes=max(gpu.memory_bytes, a.memory_bytes),
     )
 
 

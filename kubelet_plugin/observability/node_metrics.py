@@ -87,6 +87,18 @@ FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ),
     (f"{P}claim_memory_used_bytes", "gauge", "Device memory the claim's live processes hold", CLAIM_LABELS),
     (
+        f"{P}claim_memory_held_bytes",
+        "gauge",
+        "Of an oversubscribed claim's memory, what its live processes hold as device memory",
+        CLAIM_LABELS,
+    ),
+    (
+        f"{P}claim_memory_managed_bytes",
+        "gauge",
+        "Of an oversubscribed claim's memory, the managed memory the driver pages to and from the host",
+        CLAIM_LABELS,
+    ),
+    (
         f"{P}claim_process_memory_used_bytes",
         "gauge",
         "Device memory one live process of the claim holds (pid in its container, container ID)",
@@ -276,7 +288,11 @@ class NodeMetrics:
             if gpu is not None:
                 bounds = UsageBounds(gpu_memory_bytes=d.gpu_memory_bytes, uptime_ns=uptime)
                 labels = cache.labels[(claim.uid, d.device)]
-                _usage(out, region, bounds.gpu(gpu), labels, bounds, holders=slots)
+                clipped = bounds.gpu(gpu)
+                _usage(out, region, clipped, labels, bounds, holders=slots)
+                held = region.held(d.gpu_uuid)
+                if held is not None:
+                    _oversubscribed(out, clipped.used_bytes, bounds.bytes(held.used_bytes), labels)
 
     def _health(self, out: dict[str, list[str]]) -> None:
         report = self._s.health()
@@ -286,6 +302,14 @@ class NodeMetrics:
         for d in report.devices:
             labels = label_text(("device", "state"), (d.device, d.health.name.lower()))
             out[name].append(f"{name}{{{labels}}} 1\n")
+
+
+def _oversubscribed(out: dict[str, list[str]], used: int, held: int, labels: str) -> None:
+    """A claim that opted into oversubscription: its used bytes split into device-held and managed (what the
+    held entry does not count; where its pages are at the moment is the driver's business)."""
+    held = min(held, used)
+    for name, value in (("claim_memory_held_bytes", held), ("claim_memory_managed_bytes", used - held)):
+        out[f"{P}{name}"].append(f"{P}{name}{{{labels}}} {_number(value)}\n")
 
 
 def _usage(

@@ -14,6 +14,7 @@ import structlog
 
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
+from dra_driver.core.families.base import NO_SETTINGS, FamilySettings
 from dra_driver.io.api_client import api_client
 from dra_driver.vocabulary.errors import TesseraError
 from kubelet_plugin.claims.api import ApiClaimSource, ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
@@ -84,6 +85,7 @@ def set_up_node(
     state_type: type[StateT],
     steps: StepObserver = NO_OBSERVER,
     serving: bool = False,
+    settings: FamilySettings = NO_SETTINGS,
 ) -> NodeSetup[StateT]:
     """The node as `options` describe it. `serving`: the daemon's own (GPU health events watched, MIG
     operations timed for /metrics); `tessera cleanup` needs neither. The backend is closed again when the
@@ -116,6 +118,7 @@ def set_up_node(
         pool_name=options.node_name,
         driver_library_dirs=tuple(str(d) for d in options.driver_library_dirs),
         driver_files=driver.files,
+        settings=settings,
     )
     return NodeSetup(backend, state, preparer)
 

@@ -102,7 +102,7 @@ class Node:
             access = dataclasses.replace(access, source=PodNotingSource(access.source, pods))
         events = self._events(access.api)
         self.setup = setup = set_up_node(
-            o, access=access, state_type=NodeState, steps=self.steps, serving=True
+            o, access=access, state_type=NodeState, steps=self.steps, serving=True, settings=settings.family
         )
         self.state = state = setup.state
         self.readiness = readiness = Readiness(

@@ -12,6 +12,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dra_driver.core.settings import family_settings
 from dra_driver.libtessera.limits_file import (
     LibraryLimits,
     LimitsFile,
@@ -61,6 +62,7 @@ def assert_same(f: LimitsFile, seen: dict[str, dict[str, str]]) -> None:
         assert int(got["slot"]) == (g.slot or 0) and got["view"] == (g.view or "-")
         # the library ignores a ceiling that is not above the guarantee (nothing to burst to)
         assert int(got["ceiling"]) == (g.ceiling if g.ceiling > g.cores else 0)
+        assert got["resident"] == (str(g.resident) if g.resident is not None else "-")
 
 
 uuids = st.uuids().map(lambda u: GpuUUID(f"GPU-{u}"))
@@ -72,7 +74,12 @@ uuids = st.uuids().map(lambda u: GpuUUID(f"GPU-{u}"))
     log_level=st.integers(0, 4),
     gpus=st.lists(
         st.tuples(
-            uuids, st.integers(1 << 20, 1 << 40), st.integers(0, 100), st.booleans(), st.integers(0, 100)
+            uuids,
+            st.integers(1 << 20, 1 << 40),
+            st.integers(0, 100),
+            st.booleans(),
+            st.integers(0, 100),
+            st.none() | st.floats(0, 1),  # opted into oversubscription: the share of memory on the device
         ),
         max_size=8,
         unique_by=lambda g: g[0],
@@ -83,20 +90,27 @@ def test_what_python_renders_the_library_reads(
     tmp_path: Path,
     policy: str,
     log_level: int,
-    gpus: list[tuple[GpuUUID, int, int, bool, int]],
+    gpus: list[tuple[GpuUUID, int, int, bool, int, float | None]],
     priority: int,
 ) -> None:
     limits = [
         LibraryLimits(
-            gpu_index=i, gpu_uuid=u, memory_bytes=m, cores=c, priority=priority, ceiling=ceil, time_sliced=t
+            gpu_index=i,
+            gpu_uuid=u,
+            memory_bytes=m,
+            cores=c,
+            priority=priority,
+            ceiling=ceil,
+            time_sliced=t,
+            resident_bytes=None if held is None else int(m * held),
         )
-        for i, (u, m, c, t, ceil) in enumerate(gpus)
+        for i, (u, m, c, t, ceil, held) in enumerate(gpus)
     ]
-    slots = {u: i + 1 for i, (u, _, _, _, _) in enumerate(gpus)}
+    slots = {g[0]: i + 1 for i, g in enumerate(gpus)}
     f = limits_file(policy=policy, log_level=log_level, limits=limits, slots=slots)
     claim_dir = Path(tempfile.mkdtemp(dir=tmp_path))  # hypothesis reuses tmp_path for every example
     (claim_dir / LIMITS_FILE_NAME).write_text(render_limits(f))
-    assert_same(f, read_by_the_library(claim_dir, [str(u) for u, _, _, _, _ in gpus]))
+    assert_same(f, read_by_the_library(claim_dir, [str(g[0]) for g in gpus]))
 
 
 def test_a_prepared_claims_file_reads_the_same_in_c_and_python(tmp_path: Path) -> None:
@@ -125,11 +139,34 @@ def assert_prepared(env: Env) -> None:
     assert_same(f, read_by_the_library(claim_dir, [g.gpu_uuid for g in f.gpus]))
 
 
+def test_an_oversubscribed_claims_file_reads_the_same_in_c_and_python(tmp_path: Path) -> None:
+    """A claim that opted in, prepared on a node with memoryOversubscription 2: the file is version 3 and the
+    library reads its whole limit and what the device holds for it."""
+    with backend_env(tmp_path, "simulated") as env:
+        c = claim(
+            "spilling",
+            vgpu(0, memory="3Gi", cores="0", virtual="5Gi"),
+            configs=[opaque("VgpuConfig", memoryOversubscription="enabled")],
+        )
+        (ref,) = env.put(c)
+        preparer = env.preparer(settings=family_settings(memoryOversubscription=2))
+        assert preparer.prepare([ref])[ref.uid].error is None
+        claim_dir = env.paths.claims_dir / ref.uid
+        text = (claim_dir / LIMITS_FILE_NAME).read_text()
+        assert text.startswith("version 3\n")
+        f = parse_limits(text)
+        assert [(g.memory_bytes, g.resident) for g in f.gpus] == [(8 << 30, 3 << 30)]
+        seen = read_by_the_library(claim_dir, [g.gpu_uuid for g in f.gpus])
+        assert_same(f, seen)
+        assert seen[f.gpus[0].gpu_uuid]["resident"] == str(3 << 30)
+
+
 # the pieces a hostile or broken limits file is made of: good lines, near misses and plain garbage
 _WORDS = st.sampled_from(
     [
-        "version", "1", "2", "policy", "force", "default", "disable", "loglevel", "9", "gpu", "GPU-0000aaaa",
-        "MIG-1", "memory", "cores", "priority", "slot", "view", "/v", "context", "1g", "512m", "-1", "101",
+        "version", "1", "2", "3", "resident", "policy", "force", "default", "disable", "loglevel", "9", "gpu",
+        "GPU-0000aaaa", "MIG-1", "memory", "cores", "priority", "slot", "view", "/v", "context", "1g", "512m",
+        "-1", "101",
         "18446744073709551616", "#", "\x00", "\xff", "é", " ", "\t",
     ]
 )  # fmt: skip

@@ -17,6 +17,7 @@ from typing import Any
 from dra_driver.backends import open_backend
 from dra_driver.backends.base import GpuBackend
 from dra_driver.core.families import mig
+from dra_driver.core.families.base import NO_SETTINGS, FamilySettings
 from dra_driver.core.families.mig import MigRecord
 from dra_driver.io.files import is_temp
 from dra_driver.vocabulary.inventory import Inventory
@@ -54,12 +55,17 @@ def result(
     return {"request": request, "driver": driver, "pool": pool, "device": device, **extra}
 
 
-def vgpu(gpu: int, *, memory: str = "10Gi", cores: str = "50", request: str = "gpu") -> dict[str, Any]:
+def vgpu(
+    gpu: int, *, memory: str = "10Gi", cores: str = "50", request: str = "gpu", virtual: str | None = None
+) -> dict[str, Any]:
+    consumed = {"memory": memory, "cores": cores}
+    if virtual is not None:  # host-backed memory, on a node with memoryOversubscription
+        consumed["virtualMemory"] = virtual
     return result(
         f"gpu-{gpu}-vgpu",
         request=request,
         shareID=uuidlib.uuid4().hex[:8],
-        consumedCapacity={"memory": memory, "cores": cores},
+        consumedCapacity=consumed,
     )
 
 
@@ -128,8 +134,11 @@ class Env:
         """Another backend on the same GPUs, as a restarted daemon opens."""
         return _nvml() if self.nvml else open_backend(simulate=self.node_file, state_file=self.state_file)
 
-    def preparer(self, *, faults: Faults | None = None, boot_id: str = BOOT) -> Preparer:
-        """`faults`: the observer of its steps (none: a production preparer)."""
+    def preparer(
+        self, *, faults: Faults | None = None, boot_id: str = BOOT, settings: FamilySettings = NO_SETTINGS
+    ) -> Preparer:
+        """`faults`: the observer of its steps (none: a production preparer); `settings`: the node's family
+        settings (memoryOversubscription, ...)."""
         steps = faults if faults is not None else NO_OBSERVER
         state = NodeState(
             NodeInputs(
@@ -146,6 +155,7 @@ class Env:
             status=NullClaimStatusWriter(),
             pool_name=POOL,
             driver_library_dirs=("/usr/lib/nvidia",),
+            settings=settings,
         )
 
     def put(self, *claims: Mapping[str, Any]) -> list[ClaimRef]:

@@ -27,7 +27,8 @@ from dra_driver.vocabulary.errors import InvalidNameError
 from dra_driver.vocabulary.excerpt import excerpt
 from dra_driver.vocabulary.names import Family, split_device_name
 
-_SUPPORT = {"base", "protocol", "published", "capacity"}  # modules of this package that are not families
+# modules of this package that are not families
+_SUPPORT = {"base", "protocol", "published", "capacity", "oversubscription"}
 
 
 def _discover() -> tuple[AnyFamily, ...]:

@@ -99,6 +99,21 @@ def decoded_settings(declared: Mapping[str, NodeSetting[Any]], raw: Mapping[str,
     return FamilySettings({k: v for k, (_, v) in given.items() if v != declared[k].default})
 
 
+NO_SETTINGS = FamilySettings()  # a node that gives none: every setting at its default
+
+
+@dataclass(frozen=True, slots=True)
+class ClassVariant:
+    """A DeviceClass a family ships besides its own (`<family>-<name>.tessera.dev`): the family's devices
+    that also meet `selects` (a CEL condition), with `config` (fields of the family's config kind) set for
+    every claim of the class, as an administrator's class would."""
+
+    name: str
+    meaning: str
+    selects: str
+    config: Mapping[str, object]
+
+
 # ---- offering ----------------------------------------------------------------------------------------
 
 
@@ -139,6 +154,8 @@ class Allocated(Generic[ConfigT, DetailT]):
     share_id: str | None
     consumed: Mapping[str, str]  # consumedCapacity ({} when the device has none)
     config: ConfigT  # the family's config, merged for this device's request
+    # the node's family settings, as its slices were published with them (vgpu: memoryOversubscription)
+    settings: FamilySettings = field(default_factory=FamilySettings)
 
     def planned(self, family: Family, spec: SpecT) -> PlannedDevice[ConfigT, SpecT]:
         """This device as `family` plans it, with the family's own plan in `spec`."""

@@ -56,18 +56,28 @@ SHARES = NodeSetting(
 class SharedLimits:
     """What one claim's share of a GPU may use: its memory and its SM share (0 = no limit, no reservation)."""
 
-    memory_bytes: int
+    memory_bytes: int  # promised on the device
     cores: int
+    virtual_bytes: int = 0  # host-backed beyond it (vgpu with memoryOversubscription); its limit is the sum
+
+    @property
+    def limit_bytes(self) -> int:
+        """All the memory the claim may allocate: what the device holds for it and what host memory backs."""
+        return self.memory_bytes + self.virtual_bytes
 
 
 def limits_status(limits: SharedLimits) -> Json:
-    """What a claim's status says of a shared device's limits."""
-    return {"limits": {"memory": f"{limits.memory_bytes >> 20}Mi", "cores": limits.cores}}
+    """What a claim's status says of a shared device's limits (`virtualMemory`: host-backed, if any)."""
+    shown: Json = {"memory": f"{limits.memory_bytes >> 20}Mi", "cores": limits.cores}
+    if limits.virtual_bytes:
+        shown[Cap.VIRTUAL_MEMORY] = f"{limits.virtual_bytes >> 20}Mi"
+    return {"limits": shown}
 
 
-def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Json:
+def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int, extra: Json | None = None) -> Json:
     """The one multi-allocatable device a sharing family publishes for a GPU (`gpu-<i>-<part>`), which
-    consumes the whole GPU's counters at its first allocation; needs `o.counters`."""
+    consumes the whole GPU's counters at its first allocation; needs `o.counters`. `extra`: capacities the
+    family adds (vgpu's `virtualMemory`)."""
     assert o.counters is not None
     gpu = o.gpu
     return {
@@ -78,7 +88,7 @@ def shared_device(o: GpuOffer, *, family: Family, part: str, shares: int) -> Jso
             qualified(Attr.UUID): string(gpu.uuid),
             qualified(Attr.PARENT_UUID): string(gpu.uuid),
         },
-        "capacity": shared_capacity(gpu, shares=shares),
+        "capacity": {**shared_capacity(gpu, shares=shares), **(extra or {})},
         "consumesCounters": consumes(gpu, o.counters),
     }
 
@@ -111,8 +121,9 @@ def _consumed(consumed: Mapping[str, str], name: str) -> str | None:
     return consumed.get(name, consumed.get(qualified(name)))
 
 
-def shared_limits(d: Allocated[Any, Any], *, family: str) -> SharedLimits:
-    """The allocated share's limits, or a ClaimError naming what is wrong and what to do."""
+def shared_limits(d: Allocated[Any, Any], *, family: str, virtual_max: int = 0) -> SharedLimits:
+    """The allocated share's limits, or a ClaimError naming what is wrong and what to do. `virtual_max`: the
+    `virtualMemory` the device was published with (0: none, so none may be consumed)."""
     where = f"{family} device {d.device}"
     if not d.consumed:
         raise ClaimError(
@@ -120,8 +131,10 @@ def shared_limits(d: Allocated[Any, Any], *, family: str) -> SharedLimits:
             "the DRAConsumableCapacity feature, and the claim must be re-allocated"
         )
     values: dict[str, int] = {}
-    for name in (Cap.MEMORY, Cap.CORES):
+    for name in (Cap.MEMORY, Cap.CORES, Cap.VIRTUAL_MEMORY):
         raw = _consumed(d.consumed, name)
+        if raw is None and name == Cap.VIRTUAL_MEMORY:
+            raw = "0"  # only an oversubscribed node publishes it
         if raw is None:
             raise ClaimError(f"{where}: consumedCapacity has no {name!r} (got {excerpt(sorted(d.consumed))})")
         try:
@@ -139,4 +152,10 @@ def shared_limits(d: Allocated[Any, Any], *, family: str) -> SharedLimits:
         )
     if not 0 <= cores <= MAX_CORES:
         raise ClaimError(f"{where}: consumed cores {cores} is outside the device's policy (0…{MAX_CORES})")
-    return SharedLimits(memory_bytes=memory, cores=cores)
+    virtual = values[Cap.VIRTUAL_MEMORY]
+    if not 0 <= virtual <= virtual_max or virtual % MIB:
+        raise ClaimError(
+            f"{where}: consumed virtualMemory {virtual} bytes is outside the device's policy "
+            f"(0…{virtual_max} in steps of {MIB}; the node's memoryOversubscription sets it)"
+        )
+    return SharedLimits(memory_bytes=memory, cores=cores, virtual_bytes=virtual)

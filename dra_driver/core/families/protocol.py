@@ -21,6 +21,7 @@ from dra_driver.core.config_schema import ConfigKind
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
+    ClassVariant,
     ConfigT,
     DetailT,
     GpuOffer,
@@ -57,6 +58,9 @@ class DeviceFamily(ABC, Generic[ConfigT, DetailT, SpecT, RecordT, MadeT]):
     class_meaning: ClassVar[str]
     # The NodeSettings fields the family reads (dra_driver.core.settings decodes them with these).
     settings: ClassVar[tuple[NodeSetting[Any], ...]] = ()
+    # DeviceClasses besides its own that select some of its devices and set a config (vgpu's
+    # `vgpu-oversubscribed`; dra_driver.core.device_classes)
+    class_variants: ClassVar[tuple[ClassVariant, ...]] = ()
     # The driver's tools a container of the family's claims gets besides every claim's (MPS's server and
     # control, found below the driver root: dra_driver.io.driver_root).
     driver_tools: ClassVar[tuple[str, ...]] = ()

@@ -17,6 +17,7 @@ from dra_driver.core.config_schema import ClassOnly, ConfigField, ConfigKind, Sm
 from dra_driver.core.families.base import (
     Allocated,
     Allotment,
+    ClassVariant,
     GpuOffer,
     Json,
     NodeRecords,
@@ -33,13 +34,20 @@ from dra_driver.core.families.capacity import (
     shared_limits,
     shared_occupancy,
 )
+from dra_driver.core.families.oversubscription import (
+    OVERSUBSCRIPTION,
+    Oversubscription,
+    check_opt_in,
+    virtual_bytes,
+    virtual_capacity,
+)
 from dra_driver.core.families.protocol import DeviceFamily, LibraryLimited, TimeSliced
 from dra_driver.core.sm_schedule import free_slot
 from dra_driver.libtessera.limits_file import GpuLimitLine, LibraryLimits
 from dra_driver.libtessera.view_layout import MAX_SLOTS
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.inventory import Gpu
-from dra_driver.vocabulary.names import DeviceName, Family, GpuUUID, gpu_device_name
+from dra_driver.vocabulary.names import ATTRIBUTE_DOMAIN, Cap, DeviceName, Family, GpuUUID, gpu_device_name
 
 NAME = Family("vgpu")
 _PART = "vgpu"
@@ -53,6 +61,8 @@ class VgpuConfig:
     cores_limit: int = (
         0  # the SM share it may burst to in time its GPU's other claims leave idle; 0: its cores
     )
+    # whether host memory may back what it was given beyond its `memory` (its `virtualMemory`)
+    memory_oversubscription: Oversubscription = Oversubscription.DISABLED
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +122,14 @@ _CONFIG = ConfigKind(
             maximum=100,
         ),
         ConfigField(
+            name="memoryOversubscription",
+            attr="memory_oversubscription",
+            meaning="enabled: the claim may consume virtualMemory, host-backed memory beyond its memory, on "
+            "nodes whose memoryOversubscription is above 1",
+            default=Oversubscription.DISABLED.value,
+            choices=Oversubscription,
+        ),
+        ConfigField(
             name="logLevel",
             attr="log_level",
             meaning="the interception library's log level: 0 errors only … 4 trace",
@@ -132,6 +150,16 @@ def _int(data: Mapping[str, Any], key: str, low: int, high: int) -> int:
 
 Planned = PlannedDevice[VgpuConfig, SharedLimits]
 
+# The administrator's ready-made opt-in: a class that places its claims only where host memory backs
+# virtualMemory, and lets them consume it.
+OVERSUBSCRIBED_CLASS = ClassVariant(
+    name="oversubscribed",
+    meaning="a software slice that may be given host-backed memory beyond the GPU's own: capacity.requests "
+    "virtualMemory beside memory, on nodes whose memoryOversubscription is above 1",
+    selects=f'"{Cap.VIRTUAL_MEMORY}" in device.capacity["{ATTRIBUTE_DOMAIN}"]',
+    config={"memoryOversubscription": Oversubscription.ENABLED.value},
+)
+
 
 class Vgpu(
     DeviceFamily[VgpuConfig, Unnamed, SharedLimits, GpuShare],
@@ -144,7 +172,8 @@ class Vgpu(
     config = _CONFIG
     record_key = "sharing"
     class_meaning = "a software slice of a GPU (memory and SM share from capacity.requests)."
-    settings = (SHARES,)
+    settings = (SHARES, OVERSUBSCRIPTION)
+    class_variants = (OVERSUBSCRIBED_CLASS,)
 
     def parse_name(self, part: str) -> Unnamed | None:
         return () if part == _PART else None
@@ -155,14 +184,24 @@ class Vgpu(
     def offer(self, o: GpuOffer) -> tuple[Json, ...]:
         if not o.shareable or o.counters is None:
             return ()
-        return (shared_device(o, family=NAME, part=_PART, shares=o.setting(SHARES)),)
+        extra = virtual_capacity(o.gpu, o.setting(OVERSUBSCRIPTION))
+        return (shared_device(o, family=NAME, part=_PART, shares=o.setting(SHARES), extra=extra),)
 
     def occupancy(self, detail: Unnamed, gpu: Gpu) -> SliceOccupancy:
         return shared_occupancy(gpu, family=NAME, what="a vGPU share")
 
     def plan(self, d: Allocated[VgpuConfig], recorded: NodeRecords[GpuShare]) -> Planned:
         not_in_mig_mode(d, "a vGPU")
-        return d.planned(NAME, shared_limits(d, family=NAME))
+        ratio = d.settings.get(OVERSUBSCRIPTION)
+        limits = shared_limits(d, family=NAME, virtual_max=virtual_bytes(d.gpu, ratio))
+        check_opt_in(
+            where=f"device {d.device} (request {d.request})",
+            virtual=limits.virtual_bytes,
+            opted_in=d.config.memory_oversubscription is Oversubscription.ENABLED,
+            gpu=d.gpu,
+            ratio=ratio,
+        )
+        return d.planned(NAME, limits)
 
     def check_claim(self, devices: Sequence[Planned]) -> None:
         seen: set[int] = set()
@@ -179,7 +218,7 @@ class Vgpu(
                 raise ConfigError(
                     f"VgpuConfig for request {d.request} differs from request {first.request}: one claim's "
                     "vgpu devices share one container, so give them the same smLimitPolicy, priority, "
-                    "coresLimit and logLevel"
+                    "coresLimit, memoryOversubscription and logLevel"
                 )
 
     def records(self, devices: Sequence[Planned], recorded: NodeRecords[GpuShare]) -> tuple[GpuShare, ...]:
@@ -259,10 +298,13 @@ class Vgpu(
 
     def library(self, d: Planned) -> LibraryLimits:
         config, limits = d.config, d.spec
+        opted_in = config.memory_oversubscription is Oversubscription.ENABLED
         return LibraryLimits(
             gpu_index=d.gpu_index,
             gpu_uuid=d.gpu_uuid,
-            memory_bytes=limits.memory_bytes,
+            memory_bytes=limits.limit_bytes,
+            # an opted-in claim holds its `memory` on the device, and the rest where the driver pages it
+            resident_bytes=limits.memory_bytes if opted_in else None,
             cores=limits.cores,
             priority=config.priority,
             ceiling=ceiling(limits.cores, config),

@@ -34,7 +34,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.core import families
-from dra_driver.vocabulary.names import DRIVER_NAME, Attr
+from dra_driver.vocabulary.names import DRIVER_NAME, Attr, Cap
 from dra_driver.vocabulary.quantity import parse_quantity
 from e2e.controlplane.launcher import ControlPlane
 from e2e.harness.examples import DEVICECLASSES_DIR, load
@@ -57,28 +57,39 @@ FAMILIES = families.names()  # every family has its class (deviceclasses/<family
 
 @dataclass(frozen=True, slots=True)
 class Intent:
-    """What a class is meant to select: devices of `type`, and of `profile` when given."""
+    """What a class is meant to select: devices of `type`, and of `profile` when given, and with the
+    capacity `capacity` when given."""
 
     type: str
     profile: str | None = None
+    capacity: str | None = None
 
     def wants(self, device: Json) -> bool:
-        return device_type(device) == self.type and (
-            self.profile is None or attribute(device, Attr.PROFILE) == self.profile
+        return (
+            device_type(device) == self.type
+            and (self.profile is None or attribute(device, Attr.PROFILE) == self.profile)
+            and (self.capacity is None or self.capacity in (device.get("capacity") or {}))
         )
 
     def complement(self) -> str:
         """CEL true for every device this intent does not want (`||` short-circuits past missing profiles)."""
         cel = f'{ATTRS}.type != "{self.type}"'
-        return cel if self.profile is None else f'{cel} || {ATTRS}.profile != "{self.profile}"'
+        if self.profile is not None:
+            cel += f' || {ATTRS}.profile != "{self.profile}"'
+        if self.capacity is not None:
+            cel += f' || !("{self.capacity}" in device.capacity["{DRIVER_NAME}"])'
+        return cel
 
 
 def intent_of(class_name: str) -> Intent:
     """From the naming rules in deviceclasses/README.md: family classes by type; one class per MIG profile,
-    `+me` spelled `-me`."""
+    `+me` spelled `-me`; vgpu-oversubscribed: the vgpu devices that publish virtualMemory (a node with
+    memoryOversubscription above 1)."""
     family = {f"{t}.tessera.dev": Intent(t) for t in FAMILIES}
     if class_name in family:
         return family[class_name]
+    if class_name == "vgpu-oversubscribed.tessera.dev":
+        return Intent("vgpu", capacity=Cap.VIRTUAL_MEMORY)
     m = re.fullmatch(rf"mig-(\d+g\.\d+gb)(-me)?\.{re.escape(DRIVER_NAME)}", class_name)
     assert m, f"DeviceClass {class_name}: no rule in this test says what it should select; add one"
     return Intent("mig", m.group(1) + ("+me" if m.group(2) else ""))

@@ -15,6 +15,7 @@ from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families import gpu as whole
 from dra_driver.core.families import mig, vgpu
 from dra_driver.core.families.capacity import SHARES
+from dra_driver.core.families.oversubscription import OVERSUBSCRIPTION
 from dra_driver.core.families.published import NumaForm
 from dra_driver.core.settings import NodeSettings
 from kubelet_plugin.node.paths import PluginPaths
@@ -212,9 +213,11 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
     assert h100.families == {vgpu.NAME, mig.NAME} and h100.device_order is DeviceOrder.BY_GPU
     assert h100.setting(mig.PROFILES) == frozenset({"1g.10gb", "3g.40gb", "7g.80gb"})
     assert h100.numa_node_form is NumaForm.LIST and l4.numa_node_form is NumaForm.SCALAR
+    assert h100.setting(OVERSUBSCRIPTION) == 1.5 and l4.setting(OVERSUBSCRIPTION) == 1
     assert set(by_kind(objs, "DeviceClass")) == {
         "gpu.tessera.dev",
         "vgpu.tessera.dev",
+        "vgpu-oversubscribed.tessera.dev",
         "mps.tessera.dev",
         "mig.tessera.dev",
         "mig-1g.10gb.gpu.tessera.dev",

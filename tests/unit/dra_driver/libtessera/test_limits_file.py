@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,6 +53,8 @@ lines = st.builds(
     cores=st.integers(0, 100),
     priority=st.integers(0, 1),
     ceiling=st.sampled_from([0, 1, 50, 100]),
+).flatmap(  # an oversubscribed line holds at most its whole limit on the device
+    lambda g: st.builds(replace, st.just(g), resident=st.none() | st.integers(0, g.memory_bytes))
 )
 
 
@@ -72,6 +76,7 @@ def test_parse_reads_exactly_what_render_writes(
             s,
             f"/var/run/tessera/gpus/{g.gpu_uuid}/view",
             ceiling=g.ceiling,
+            resident=g.resident,
         )
         if s is not None
         else g
@@ -85,7 +90,10 @@ def test_parse_reads_exactly_what_render_writes(
     ("text", "needle"),
     [
         ("", "first line must be 'version 1'"),
-        ("version 3\n", "first line must be 'version 1' or 'version 2'"),
+        ("version 4\n", "first line must be 'version 1', 'version 2' or 'version 3'"),
+        ("version 2\ngpu G memory 4 cores 30 resident 2\n", "unknown key 'resident'"),
+        ("version 3\ngpu G memory 4 cores 30 resident 5\n", "resident is more than memory"),
+        ("version 3\ngpu G memory 4 cores 30 resident -1\n", "resident '-1' is not an integer"),
         ("version 1\ngpu G memory 1 cores 30 ceiling 60\n", "unknown key 'ceiling'"),
         ("version 2\ngpu G memory 1 cores 30 ceiling 0\n", "ceiling '0' is not an integer 1-100"),
         ("version 1\npolicy sometimes\n", "unknown line"),
@@ -118,3 +126,23 @@ def test_files_written_before_ceilings_existed_are_still_read() -> None:
     old = "version 1\npolicy force\nloglevel 1\ngpu GPU-1 memory 1024 cores 40 priority 1 slot 3 view /v\n"
     line = parse_limits(old).gpus[0]
     assert (line.cores, line.ceiling, line.slot) == (40, 0, 3)
+
+
+def test_an_opt_in_makes_the_file_version_3_naming_what_the_device_holds() -> None:
+    spilling = LibraryLimits(
+        gpu_index=0, gpu_uuid=GpuUUID("GPU-0"), memory_bytes=3 << 30, cores=0, resident_bytes=1 << 30
+    )
+    plain = lim(1, 1 << 30, 0)
+    f = limits_file(policy="default", log_level=1, limits=(spilling, plain), slots={})
+    assert render_limits(f).splitlines() == [
+        "version 3",
+        "policy default",
+        "loglevel 1",
+        "gpu GPU-0 memory 3221225472 cores 0 priority 1 resident 1073741824",
+        "gpu GPU-1 memory 1073741824 cores 0 priority 0",
+    ]
+    assert parse_limits(render_limits(f)) == f
+    # a claim that did not opt in keeps the version it had
+    assert render_limits(limits_file(policy="default", log_level=1, limits=(plain,), slots={})).startswith(
+        "version 1\n"
+    )
