@@ -59,21 +59,21 @@ def _create_claims(api: k8s.ApiClient, wants: Sequence[Want], names: Sequence[st
         list(pool.map(create, zip(wants, names, strict=True)))
 
 
-def clean(api: k8s.ApiClient, *, timeout_s: float = 600.0, namespace: str = NAMESPACE) -> None:
+def clean(api: k8s.ApiClient, *, timeout_s: float = 600.0) -> None:
     """Pods go at once (grace 0: most nodes have no kubelet to finish a graceful deletion; the sample nodes'
     stand-ins unprepare what vanished), then the claims once their pods are gone."""
     core, resource = k8s.CoreV1Api(api), k8s.ResourceV1Api(api)
-    core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
     wait_for(
         "pods to go",
-        lambda: not core.list_namespaced_pod(namespace, limit=1).items,
+        lambda: not core.list_namespaced_pod(NAMESPACE, limit=1).items,
         timeout_s=timeout_s,
         interval_s=1.0,
     )
-    resource.delete_collection_namespaced_resource_claim(namespace)
+    resource.delete_collection_namespaced_resource_claim(NAMESPACE)
     wait_for(
         "claims to go",
-        lambda: not resource.list_namespaced_resource_claim(namespace, limit=1).items,
+        lambda: not resource.list_namespaced_resource_claim(NAMESPACE, limit=1).items,
         timeout_s=timeout_s,
         interval_s=1.0,
     )

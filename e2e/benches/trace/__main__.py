@@ -123,19 +123,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("# gpus " + " ".join(f"{m}={n}" for m, n in sorted(gpus.items())), flush=True)
     runs: list[list[Point]] = []
-    with (
-        tempfile.TemporaryDirectory(prefix="ttr-") as tmp,
-        trace_cluster(root=Path(tmp), binaries=binaries, nodes=nodes, nodes_file=args.nodes) as cluster,
-    ):
-        print(f"cluster nodes={len(nodes)} publish_s={cluster.publish_s:.0f}", flush=True)
-        for seed in args.seeds:
+    for seed in args.seeds:
+        # a fresh control plane per seed: emptying a loaded one of thousands of pods and claims times out
+        with (
+            tempfile.TemporaryDirectory(prefix="ttr-") as tmp,
+            trace_cluster(root=Path(tmp), binaries=binaries, nodes=nodes, nodes_file=args.nodes) as cluster,
+        ):
+            print(f"cluster nodes={len(nodes)} publish_s={cluster.publish_s:.0f}", flush=True)
             arrivals = arrival_order(pods, seed=seed, cluster_milli=cluster_milli)
             print(f"seed={seed} pods={len(arrivals)} padded={len(arrivals) - len(pods)}", flush=True)
             run = replay_seed(cluster, arrivals, seed=seed, models=models)
-            points = curve(run.outcomes, cluster_milli=cluster_milli)
-            runs.append(points)
-            for line in seed_lines(run, points):
-                print(line, flush=True)
+        points = curve(run.outcomes, cluster_milli=cluster_milli)
+        runs.append(points)
+        for line in seed_lines(run, points):
+            print(line, flush=True)
     medians = {mark: median_at(runs, mark) for mark in MARKS}
     print(
         f"trace median seeds={len(runs)} at100={_pct(medians[100])} at130={_pct(medians[130])}",

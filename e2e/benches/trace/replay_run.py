@@ -20,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from dra_driver.core.profiles import GpuProduct
-from e2e.benches.scale.family_run import clean
 from e2e.benches.trace.cluster import LABEL, TraceCluster
 from e2e.benches.trace.kube_objects import claim_object, pod_object
 from e2e.benches.trace.records import Ask
@@ -168,7 +167,7 @@ def replay_seed(
     seed: int,
     models: Sequence[GpuProduct],
     verdict_timeout_s: float = 120.0,
-    progress_every: int = 1000,
+    progress_every: int = 250,
 ) -> SeedRun:
     namespace = f"trace-{seed}"
     api = cluster.api
@@ -210,7 +209,6 @@ def replay_seed(
     scheduler_cpu_s = cluster.cpu_s("kube-scheduler") - cpu_before
     dropper.close()
     verdicts.stop()
-    clean(api, namespace=namespace)
     return SeedRun(
         seed=seed,
         outcomes=outcomes,

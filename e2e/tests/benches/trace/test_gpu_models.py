@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from e2e.benches.trace.gpu_models import MODELS, model, share_of
@@ -11,6 +11,8 @@ from e2e.benches.trace.records import TraceError
 
 
 @given(st.sampled_from(list(MODELS.values())), st.lists(st.integers(1, 999), min_size=1, max_size=10))
+@example(MODELS["T4"], [333, 333, 334])  # exactly one GPU: rounding up would not fit
+@example(MODELS["G3"], [500, 501])  # a thousandth too much: rounding down must not squeeze it in
 def test_shares_fit_one_gpu_exactly_when_their_thousandths_do(product: object, millis: list[int]) -> None:
     assert product in MODELS.values()
     gpu = MODELS[product.key]  # type: ignore[attr-defined]
