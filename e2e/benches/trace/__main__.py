@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=float, default=1.0, help="fraction of nodes and pods (0 < F <= 1)")
     parser.add_argument("--sample-seed", type=int, default=0, help="the seed the sample is drawn with")
     parser.add_argument(
+        "--settings", type=Path, help="a NodeSettings file every node publishes with (default: the defaults)"
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="the slice beside this file, seed 45 (make test)"
     )
     args = parser.parse_args(argv)
@@ -118,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     print(
         f"# bench-trace: trace={args.trace.name} pods={len(pods)} nodes={len(nodes)} "
-        f"gpus={sum(gpus.values())} sample={args.sample:g} seeds={args.seeds} load={_load()}",
+        f"gpus={sum(gpus.values())} sample={args.sample:g} seeds={args.seeds} "
+        f"settings={args.settings or 'default'} load={_load()}",
         flush=True,
     )
     print("# gpus " + " ".join(f"{m}={n}" for m, n in sorted(gpus.items())), flush=True)
@@ -127,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         # a fresh control plane per seed: emptying a loaded one of thousands of pods and claims times out
         with (
             tempfile.TemporaryDirectory(prefix="ttr-") as tmp,
-            trace_cluster(root=Path(tmp), binaries=binaries, nodes=nodes, nodes_file=args.nodes) as cluster,
+            trace_cluster(
+                root=Path(tmp), binaries=binaries, nodes=nodes, nodes_file=args.nodes, settings=args.settings
+            ) as cluster,
         ):
             print(f"cluster nodes={len(nodes)} publish_s={cluster.publish_s:.0f}", flush=True)
             arrivals = arrival_order(pods, seed=seed, cluster_milli=cluster_milli)

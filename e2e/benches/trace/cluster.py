@@ -61,12 +61,12 @@ class TraceCluster:
         self.plane.stop()
 
 
-def _shapes(nodes: Sequence[TraceNode]) -> dict[str, tuple[int, int]]:
+def _shapes(nodes: Sequence[TraceNode], settings: Path | None) -> dict[str, tuple[int, int]]:
     """Node name → (slices, devices) its complete pool has, computed once per (model, GPUs)."""
     by_kind: dict[tuple[str, int], tuple[int, int]] = {}
     for n in nodes:
         if (n.model, n.gpus) not in by_kind:
-            slices = build_slices(inventory_of(n), load_settings(None, n.name))
+            slices = build_slices(inventory_of(n), load_settings(settings, n.name))
             by_kind[(n.model, n.gpus)] = (
                 len(slices),
                 sum(len(s["spec"].get("devices") or []) for s in slices),
@@ -74,8 +74,10 @@ def _shapes(nodes: Sequence[TraceNode]) -> dict[str, tuple[int, int]]:
     return {n.name: by_kind[(n.model, n.gpus)] for n in nodes}
 
 
-def _wait_published(cluster: TraceCluster, nodes: Sequence[TraceNode], *, timeout_s: float) -> None:
-    shapes = _shapes(nodes)
+def _wait_published(
+    cluster: TraceCluster, nodes: Sequence[TraceNode], *, settings: Path | None, timeout_s: float
+) -> None:
+    shapes = _shapes(nodes, settings)
     deadline = time.monotonic() + timeout_s
     while True:
         for record in cluster.publishers:
@@ -112,10 +114,16 @@ def _create_nodes(api: k8s.ApiClient, nodes: Sequence[TraceNode]) -> None:
 
 @contextlib.contextmanager
 def trace_cluster(
-    *, root: Path, binaries: Binaries, nodes: Sequence[TraceNode], nodes_file: Path
+    *,
+    root: Path,
+    binaries: Binaries,
+    nodes: Sequence[TraceNode],
+    nodes_file: Path,
+    settings: Path | None = None,
 ) -> Iterator[TraceCluster]:
     """A fresh control plane (production client rates, the default scheduler configuration) with `nodes`,
-    every pool published; `nodes_file` is the CSV the publisher processes read them from."""
+    every pool published; `nodes_file` is the CSV the publisher processes read them from, `settings` the
+    NodeSettings file every node publishes with (None: the defaults)."""
     plane = start_control_plane(state_dir=root / "controlplane", binaries=binaries, client_rates=PRODUCTION)
     cluster: TraceCluster | None = None
     try:
@@ -138,12 +146,13 @@ def trace_cluster(
                         f"--kubeconfig={plane.kubeconfig}",
                         f"--nodes={nodes_file.resolve()}",
                         f"--names={','.join(n.name for n in chunk)}",
+                        *([f"--settings={settings.resolve()}"] if settings else []),
                     ],
                     log_path=root / "logs" / f"publishers-{k // NODES_PER_PROCESS}.log",
                     die_with_parent=True,
                 )
             )
-            _wait_published(cluster, chunk, timeout_s=900)
+            _wait_published(cluster, chunk, settings=settings, timeout_s=900)
         cluster.publish_s = time.monotonic() - started
         yield cluster
     finally:
