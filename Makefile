@@ -25,7 +25,7 @@ PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist lo
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-upgrade bench-webhook proto interceptor cluster realnode helm \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-upgrade bench-webhook proto interceptor cluster realnode helm \
         manifests clean image test-k8s
 
 dev: $(STAMP) proto interceptor
@@ -144,6 +144,14 @@ FAMILIES ?= whole,vgpu,mig-1g,mix
 LAYOUTS ?= all,fewer,vgpu-only,mig-1g-only
 bench-scale: dev cluster
 	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
+
+# a production trace replayed on the real scheduler (docs/performance.md, "A production trace"): make bench-trace
+# [TRACE=pods.csv] [NODES=nodes.csv] [SEEDS=42-44] [SAMPLE=0.1] [SETTINGS=node-settings.yaml]; without them Alibaba's openb trace in
+# ../shared/traces. NODES is bench-scale's node counts unless given, so only a NODES given is passed on.
+TRACE_ARGS = $(if $(TRACE),--trace $(TRACE)) $(if $(filter-out file,$(origin NODES)),--nodes $(NODES)) \
+	$(if $(SEEDS),--seeds $(SEEDS)) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SETTINGS),--settings $(SETTINGS))
+bench-trace: dev cluster
+	$(BIN)/python -m e2e.benches.trace $(if $(SMOKE),--smoke,$(TRACE_ARGS))
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster

@@ -94,6 +94,19 @@ def pool_shape(slices: list[tuple[int, int, int]]) -> tuple[int, int] | None:
     return len(slices), sum(d for _, _, d in slices)
 
 
+def list_pools(api: k8s.ApiClient) -> dict[str, list[tuple[int, int, int]]]:
+    """Pool name → (generation, resourceSliceCount, devices) of each of its slices (Tessera's driver)."""
+    pools: dict[str, list[tuple[int, int, int]]] = {}
+    for s in slice_pages(api):
+        spec = s["spec"]
+        if spec["driver"] == DRIVER_NAME:
+            pool = spec["pool"]
+            pools.setdefault(pool["name"], []).append(
+                (pool["generation"], pool["resourceSliceCount"], len(spec.get("devices") or []))
+            )
+    return pools
+
+
 def node_name(k: int) -> str:
     return f"scale-{k:03d}"
 
@@ -158,16 +171,7 @@ class ScaleCluster:
         return self.publish_s
 
     def pools(self) -> dict[str, list[tuple[int, int, int]]]:
-        """Pool name → (generation, resourceSliceCount, devices) of each of its slices (Tessera's driver)."""
-        pools: dict[str, list[tuple[int, int, int]]] = {}
-        for s in slice_pages(self.api):
-            spec = s["spec"]
-            if spec["driver"] == DRIVER_NAME:
-                pool = spec["pool"]
-                pools.setdefault(pool["name"], []).append(
-                    (pool["generation"], pool["resourceSliceCount"], len(spec.get("devices") or []))
-                )
-        return pools
+        return list_pools(self.api)
 
     def wait_published(self, layout: Layout, *, timeout_s: float) -> None:
         """Until every node's pool is complete and built with `layout`: as many slices and devices as the

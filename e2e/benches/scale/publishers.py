@@ -54,18 +54,13 @@ def _client(kubeconfig: Path, connections: int) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
-def publish_nodes(
-    *,
-    kubeconfig: Path,
-    node_file: Path,
-    settings_file: Path | None,
-    names: Sequence[str],
-    stop: threading.Event,
+def publish_inventories(
+    *, kubeconfig: Path, nodes: Sequence[tuple[str, Any, NodeSettings]], stop: threading.Event
 ) -> list[threading.Thread]:
-    api = _client(kubeconfig, 2 * len(names) + 4)
+    """Runs the publisher of each (node name, inventory, settings) in a thread of its own until `stop`."""
+    api = _client(kubeconfig, 2 * len(nodes) + 4)
     threads = []
-    for name in names:
-        inventory, settings = node_inventory(node_file, settings_file, name)
+    for name, inventory, settings in nodes:
         publisher = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=name)
 
         def desired(degraded: bool, inventory: Any = inventory, settings: NodeSettings = settings) -> Any:
@@ -80,6 +75,28 @@ def publish_nodes(
         thread.start()
         threads.append(thread)
     return threads
+
+
+def publish_nodes(
+    *,
+    kubeconfig: Path,
+    node_file: Path,
+    settings_file: Path | None,
+    names: Sequence[str],
+    stop: threading.Event,
+) -> list[threading.Thread]:
+    nodes = [(name, *node_inventory(node_file, settings_file, name)) for name in names]
+    return publish_inventories(kubeconfig=kubeconfig, nodes=nodes, stop=stop)
+
+
+def run_until_stopped(threads: list[threading.Thread], stop: threading.Event, *, nodes: int) -> int:
+    """Waits for SIGTERM (`stop`), then for the publishers' threads to end."""
+    log.warning("publishers.started", nodes=nodes)
+    while not stop.wait(1.0):
+        pass
+    for thread in threads:
+        thread.join(timeout=15)  # an open watch ends within its 10 s
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         names=names,
         stop=stop,
     )
-    log.warning("publishers.started", nodes=len(names))
-    while not stop.wait(1.0):
-        pass
-    for thread in threads:
-        thread.join(timeout=15)  # an open watch ends within its 10 s
-    return 0
+    return run_until_stopped(threads, stop, nodes=len(names))
 
 
 if __name__ == "__main__":
