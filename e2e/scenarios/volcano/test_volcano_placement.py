@@ -9,6 +9,7 @@ import time
 import pytest
 from kubernetes import client as k8s
 
+from dra_driver.core.families.mps import THREAD_PERCENTAGE_ENV
 from dra_driver.libtessera.names import HamiEnv
 from dra_driver.vocabulary.names import DRIVER_NAME, Attr, Cap
 from e2e.harness.kube import Json
@@ -92,3 +93,39 @@ def test_volcano_and_kube_scheduler_share_a_gpu(vbed: SimCluster, vns: str) -> N
     (second,) = results(vbed, vns, placed_by_volcano(vbed, vns, "by-volcano"), "gpu")
     assert first["device"] == second["device"] == "gpu-3-vgpu"
     assert first["shareID"] != second["shareID"]
+
+
+def test_mig_claim_placed_by_volcano_gets_its_instance(vbed: SimCluster, vns: str) -> None:
+    apply(
+        vbed,
+        vns,
+        [
+            claim_template("mig", "mig-1g.10gb.gpu.tessera.dev"),
+            volcano_pod(pod_with_template("mig", "mig"), name="mig"),
+        ],
+    )
+    pod = placed_by_volcano(vbed, vns, "mig")
+    (r,) = results(vbed, vns, pod, "gpu")
+    assert attribute(vbed, H100, r["device"], Attr.TYPE) == "mig"
+    assert attribute(vbed, H100, r["device"], Attr.PROFILE) == "1g.10gb"
+    # Prepared: the instance exists on the simulated GPU and the container holds its capability nodes.
+    assert len(vbed.node(H100).mig_instances()) == 1
+    caps = {p for p in container(vbed, vns, pod, "main").device_paths() if p.startswith("/dev/nvidia-caps/")}
+    assert caps, "no MIG capability device nodes in the container"
+
+
+def test_mps_claim_placed_by_volcano_gets_its_share_of_the_sms(vbed: SimCluster, vns: str) -> None:
+    capacity = {Cap.MEMORY: "20Gi", Cap.CORES: "30"}
+    apply(
+        vbed,
+        vns,
+        [
+            claim_template("mps", "mps.tessera.dev", capacity=capacity),
+            volcano_pod(pod_with_template("mps", "mps"), name="mps"),
+        ],
+    )
+    pod = placed_by_volcano(vbed, vns, "mps")
+    (r,) = results(vbed, vns, pod, "gpu")
+    assert attribute(vbed, H100, r["device"], Attr.TYPE) == "mps"
+    assert consumed(r, Cap.MEMORY) == "20Gi" and consumed(r, Cap.CORES) == "30"
+    assert container(vbed, vns, pod, "main").env_map()[THREAD_PERCENTAGE_ENV] == "30"
