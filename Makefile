@@ -25,7 +25,7 @@ PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist lo
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-upgrade bench-webhook proto interceptor cluster realnode helm \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-upgrade bench-webhook proto interceptor cluster realnode volcano helm \
         manifests clean image test-k8s
 
 dev: $(STAMP) proto interceptor
@@ -64,6 +64,11 @@ test-interceptor: dev
 cluster:
 	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
 
+# vc-scheduler and vc-controller-manager from the snapshot in ../shared/volcano, and its CRDs (e2e/volcano);
+# a cold build takes about 30 min on 2 cores, a no-op run well under a second
+volcano:
+	bash e2e/volcano/build.sh
+
 # kubelet, containerd, runc, CNI plugins and the test images for the real e2e node (e2e/realnode)
 realnode: interceptor
 	K8S_VERSION=$(KV) bash e2e/realnode/build.sh
@@ -82,14 +87,14 @@ image: dev
 manifests: helm
 	bash deploy/render-manifests.sh
 
-test-e2e: dev cluster
+test-e2e: dev cluster volcano
 	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m e2e e2e
 
-test: dev lint
+test: dev lint volcano
 	$(MAKE) -C interceptor test
 	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
 	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh

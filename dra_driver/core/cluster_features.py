@@ -71,24 +71,27 @@ def sharing_advice() -> str:
 # Families whose device is multi-allocatable: the counters it consumes are taken once, by its first claim, and
 # stay taken while any claim holds a share.
 SHARED_FAMILIES: Final = ("vgpu", "mps")
-# kube-scheduler counts the counters held by shared allocations from this release on
-# (kubernetes/kubernetes#139040); every 1.34 and 1.35 release ignores them, so it would hand out a whole GPU,
-# a MIG instance or the other shared family on a GPU a slice is on.
-SHARED_COUNTERS_COUNTED_FROM: Final = (1, 36)
-_VERSION_RE: Final = re.compile(r"v?(\d+)\.(\d+)(?:\.\d+)?")
+# The allocator counts the counters held by shared allocations from this release on
+# (kubernetes/kubernetes#139040, in k8s.io/dynamic-resource-allocation v0.36.2): every 1.34 and 1.35
+# release, 1.36.0 and 1.36.1 ignore them, and so does every scheduler that vendors one of those allocators
+# (Volcano main at ed72c7c: v0.36.1), so it would hand out a whole GPU, a MIG instance or the other shared
+# family on a GPU a slice is on.
+SHARED_COUNTERS_COUNTED_FROM: Final = (1, 36, 2)
+_VERSION_RE: Final = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-def server_minor(git_version: str) -> tuple[int, int] | None:
-    """`v1.35.4` (or `v1.35.4-gke.1`) → (1, 35); None for anything else."""
+def release_version(git_version: str) -> tuple[int, int, int] | None:
+    """`v1.35.4` (or `v1.35.4-gke.1`) → (1, 35, 4); `1.36` → (1, 36, 0); None for anything else."""
     m = _VERSION_RE.match(git_version.strip())
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
 
 
-def enforceable_families(families: frozenset[str], server: tuple[int, int]) -> frozenset[str]:
-    """The families a node may publish where kube-scheduler `server` can keep them apart. On a scheduler
-    that ignores counters held by shared devices, a shared family is published only as the node's one
-    family: beside whole GPUs or MIG the shared families go; of two shared families alone, vgpu stays."""
-    if server >= SHARED_COUNTERS_COUNTED_FROM:
+def enforceable_families(families: frozenset[str], scheduler: tuple[int, int, int]) -> frozenset[str]:
+    """The families a node may publish where a scheduler with the allocator of release `scheduler` can keep
+    them apart. On one that ignores counters held by shared devices, a shared family is published only as the
+    node's one family: beside whole GPUs or MIG the shared families go; of two shared families alone, vgpu
+    stays."""
+    if scheduler >= SHARED_COUNTERS_COUNTED_FROM:
         return families
     shared = sorted(families & set(SHARED_FAMILIES), key=SHARED_FAMILIES.index)
     if len(families) == 1 or not shared:
@@ -97,11 +100,14 @@ def enforceable_families(families: frozenset[str], server: tuple[int, int]) -> f
     return frozenset(exclusive) if exclusive else frozenset(shared[:1])
 
 
-def unenforced_message(server: str, withheld: frozenset[str]) -> str:
+def unenforced_message(scheduler: str, withheld: frozenset[str]) -> str:
+    """`scheduler` names the one that cannot keep them apart: `kube-scheduler v1.35.4`, or the release a
+    NodeSettings `schedulerVersion` gives."""
     names = ", ".join(sorted(withheld))
     return (
-        f"not publishing {names}: kube-scheduler {server} ignores the counters that shared devices hold "
-        "(kubernetes/kubernetes#139040, fixed in 1.36), so it would hand out a whole GPU, a MIG instance "
-        "or another shared family on a GPU a slice is on; upgrade to Kubernetes 1.36 or newer, or give the "
-        "shared family a node group of its own (nodeGroups[].families: [vgpu] or [mps]): see docs/install.md"
+        f"not publishing {names}: {scheduler} ignores the counters that shared devices hold "
+        "(kubernetes/kubernetes#139040, fixed in 1.36.2), so it would hand out a whole GPU, a MIG instance "
+        "or another shared family on a GPU a slice is on; upgrade to Kubernetes 1.36.2 or newer (a scheduler "
+        "built with k8s.io/dynamic-resource-allocation v0.36.2 or newer), or give the shared family a node "
+        "group of its own (nodeGroups[].families: [vgpu] or [mps]): see docs/install.md"
     )

@@ -12,6 +12,8 @@ A settings file is versioned like every Tessera file:
     deviceOrder: fragmentation-aware                # optional; or by-gpu (the order before issue #12)
     numaNodeForm: scalar                            # optional; or list (needs DRAListTypeAttributes)
     nodeName: node-a                                # optional; usually from the NODE_NAME env
+    schedulerVersion: v1.36.1                       # optional; the Kubernetes release whose allocator a
+                                                    #   scheduler other than kube-scheduler vendors
 
 `migProfiles` only thins what is published (fewer devices per node, see docs/performance.md): a profile a
 GPU does not have is ignored, so one list can serve a mixed fleet (`1g.5gb` on an A100-40GB, `1g.10gb` on an
@@ -27,6 +29,7 @@ from enum import StrEnum
 from typing import TypeVar
 
 from dra_driver.core import families as registry
+from dra_driver.core.cluster_features import release_version
 from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families.base import FamilySettings, NodeSetting, decoded_settings
 from dra_driver.core.families.published import NumaForm
@@ -35,7 +38,7 @@ from dra_driver.vocabulary.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, 
 
 T = TypeVar("T")
 C = TypeVar("C", bound=StrEnum)
-_OWN_FIELDS = ("families", "deviceOrder", "numaNodeForm", "nodeName")
+_OWN_FIELDS = ("families", "deviceOrder", "numaNodeForm", "nodeName", "schedulerVersion")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
@@ -56,6 +59,9 @@ class NodeSettings:
     numa_node_form: NumaForm = NumaForm.SCALAR
     # the families' own fields, decoded by the NodeSetting that declares each (`family_settings` builds it)
     family: FamilySettings = field(default_factory=FamilySettings)
+    # The release whose DRA allocator places this node's claims when a scheduler other than the cluster's
+    # kube-scheduler does (Volcano vendors one, docs/volcano.md); None: the API server's stands for it.
+    scheduler_version: str | None = None
 
     def __post_init__(self) -> None:
         check_node_name(self.node_name)
@@ -66,6 +72,13 @@ class NodeSettings:
             raise ConfigError(f"deviceOrder: {self.device_order!r} is not one of {_one_of(DeviceOrder)}")
         if not isinstance(self.numa_node_form, NumaForm):
             raise ConfigError(f"numaNodeForm: {self.numa_node_form!r} is not one of {_one_of(NumaForm)}")
+        if self.scheduler_version is not None and (
+            not isinstance(self.scheduler_version, str) or release_version(self.scheduler_version) is None
+        ):
+            raise ConfigError(
+                f"schedulerVersion: {self.scheduler_version!r} is not a Kubernetes release like v1.36.1 (the "
+                "k8s.io/kubernetes version the scheduler vendors; leave it out for kube-scheduler)"
+            )
 
     def offers(self, family: Family) -> bool:
         return family in self.families
@@ -111,7 +124,17 @@ class NodeSettings:
             ),
             numa_node_form=_choice("numaNodeForm", NumaForm, data.get("numaNodeForm", NumaForm.SCALAR)),
             family=decoded_settings(declared, {k: v for k, v in data.items() if k in declared}),
+            scheduler_version=_optional_text(data.get("schedulerVersion")),
         )
+
+
+def _optional_text(raw: object) -> str | None:
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str):
+        # YAML reads an unquoted 1.30 as the float 1.3: only a string says which release was meant
+        raise ConfigError(f"schedulerVersion: {raw!r} is not a Kubernetes release like v1.36.1 (quote it)")
+    return raw
 
 
 def _one_of(kind: type[C]) -> str:

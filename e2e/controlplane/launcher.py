@@ -118,9 +118,12 @@ class ControlPlane:
         return component
 
     @contextmanager
-    def stopped(self, name: str, *, grace_s: float = 10.0, args: list[str] | None = None) -> Iterator[None]:
+    def stopped(
+        self, name: str, *, grace_s: float = 10.0, args: list[str] | None = None, binary: Path | None = None
+    ) -> Iterator[None]:
         """Component `name` is down for the body of the with-block, then runs again with the same command
-        line (or `args`; same port, same data) and is ready: for tests of clients that must survive a restart.
+        line (or `args`; same port, same data; from `binary` if given) and is ready: for tests of clients that
+        must survive a restart.
         It gets `grace_s` after SIGTERM before SIGKILL; 0 plays a crash (a kube-apiserver with clients
         connected takes longer than 10 s to end on SIGTERM)."""
         if self._stopped:
@@ -137,7 +140,7 @@ class ControlPlane:
         finally:
             new = spawn(
                 name=old.name,
-                binary=old.binary,
+                binary=old.binary if binary is None else binary,
                 args=list(old.args) if args is None else args,
                 log_path=old.log,
                 die_with_parent=self.die_with_parent,

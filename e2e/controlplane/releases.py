@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from dra_driver.core.cluster_features import GATES, SHARED_COUNTERS_COUNTED_FROM, SHARING_GATES
+from dra_driver.core.cluster_features import (
+    GATES,
+    SHARED_COUNTERS_COUNTED_FROM,
+    SHARING_GATES,
+    release_version,
+)
 from e2e.controlplane.errors import ControlPlaneError
 
 MODULES_DIR: Final = Path(__file__).resolve().parent.parent / "cluster" / "k8s"
@@ -39,7 +44,7 @@ class Release:
     def mixes_families(self) -> bool:
         """Whether its kube-scheduler keeps a shared family apart from the others on one node
         (`dra_driver.core.cluster_features`): Tessera publishes shared families beside others only there."""
-        return (1, self.minor) >= SHARED_COUNTERS_COUNTED_FROM
+        return (release_version(self.version) or (0, 0, 0)) >= SHARED_COUNTERS_COUNTED_FROM
 
     def accepts_counter_slices(self) -> bool:
         """Whether its API takes counter sets in slices of their own (Tessera's layout): from 1.35 on; 1.34's

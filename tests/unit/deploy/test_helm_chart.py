@@ -232,6 +232,19 @@ def test_non_default_values_render_per_group_daemonsets_and_policy_user() -> Non
 
 
 @needs_helm
+def test_scheduler_version_reaches_every_groups_node_settings() -> None:
+    objs = render("-f", str(NON_DEFAULT), "--set", "schedulerVersion=v1.36.1")
+    for config_map in by_kind(objs, "ConfigMap").values():
+        if "settings.yaml" in config_map.get("data", {}):
+            settings = yaml.safe_load(config_map["data"]["settings.yaml"])
+            assert NodeSettings.from_mapping(settings, node_name="n").scheduler_version == "v1.36.1"
+    unset = by_kind(render("-f", str(NON_DEFAULT)), "ConfigMap")
+    assert not any("schedulerVersion" in m.get("data", {}).get("settings.yaml", "") for m in unset.values())
+    done = helm("template", "tessera", str(CHART), "--kube-version", KUBE, "--set", "schedulerVersion=vc")
+    assert done.returncode != 0 and "/schedulerVersion" in done.stderr, done.stderr
+
+
+@needs_helm
 @pytest.mark.parametrize(
     ("values", "message"),
     [

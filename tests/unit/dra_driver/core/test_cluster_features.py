@@ -19,7 +19,7 @@ from dra_driver.core.cluster_features import (
     SHARING_GATES,
     enforceable_families,
     numa_list_advice,
-    server_minor,
+    release_version,
     sharing_advice,
     unenforced_message,
 )
@@ -47,11 +47,18 @@ def test_the_advice_names_both_gates_and_every_component() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "minor"),
-    [("v1.35.4", (1, 35)), ("v1.37.2-gke.1200", (1, 37)), ("1.36", (1, 36)), ("master", None), ("", None)],
+    ("text", "version"),
+    [
+        ("v1.35.4", (1, 35, 4)),
+        ("v1.37.2-gke.1200", (1, 37, 2)),
+        ("1.36", (1, 36, 0)),
+        ("v1.36.1", (1, 36, 1)),
+        ("master", None),
+        ("", None),
+    ],
 )
-def test_server_versions_parse_to_major_minor(text: str, minor: tuple[int, int] | None) -> None:
-    assert server_minor(text) == minor
+def test_release_versions_parse_with_their_patch(text: str, version: tuple[int, int, int] | None) -> None:
+    assert release_version(text) == version
 
 
 ALL = frozenset(families.names())
@@ -68,25 +75,31 @@ ALL = frozenset(families.names())
         ({"gpu", "mig"}, {"gpu", "mig"}),
     ],
 )
-def test_before_1_36_a_shared_family_is_published_only_alone(offered: set[str], on_1_35: set[str]) -> None:
-    assert enforceable_families(frozenset(offered), (1, 35)) == on_1_35
-    assert enforceable_families(frozenset(offered), (1, 34)) == on_1_35
-    assert enforceable_families(frozenset(offered), (1, 36)) == offered
-    assert enforceable_families(frozenset(offered), (2, 0)) == offered
+def test_before_1_36_2_a_shared_family_is_published_only_alone(offered: set[str], on_1_35: set[str]) -> None:
+    assert enforceable_families(frozenset(offered), (1, 35, 4)) == on_1_35
+    assert enforceable_families(frozenset(offered), (1, 34, 12)) == on_1_35
+    # 1.36.0 and 1.36.1's allocator (k8s.io/dynamic-resource-allocation v0.36.1, which Volcano vendors)
+    # lacks kubernetes/kubernetes#139040 too
+    assert enforceable_families(frozenset(offered), (1, 36, 0)) == on_1_35
+    assert enforceable_families(frozenset(offered), (1, 36, 1)) == on_1_35
+    assert enforceable_families(frozenset(offered), (1, 36, 2)) == offered
+    assert enforceable_families(frozenset(offered), (2, 0, 0)) == offered
 
 
-@given(st.sets(st.sampled_from(sorted(ALL)), min_size=1), st.integers(0, 40))
-def test_the_guard_never_leaves_a_shared_family_beside_another(offered: set[str], minor: int) -> None:
-    kept = enforceable_families(frozenset(offered), (1, minor))
+@given(st.sets(st.sampled_from(sorted(ALL)), min_size=1), st.integers(0, 40), st.integers(0, 9))
+def test_the_guard_never_leaves_a_shared_family_beside_another(
+    offered: set[str], minor: int, patch: int
+) -> None:
+    kept = enforceable_families(frozenset(offered), (1, minor, patch))
     assert kept and kept <= offered
-    if minor < 36 and kept & set(SHARED_FAMILIES):
+    if (minor, patch) < (36, 2) and kept & set(SHARED_FAMILIES):
         assert len(kept) == 1
 
 
 def test_the_message_names_the_bug_the_fix_and_the_families() -> None:
-    text = unenforced_message("v1.35.4", frozenset({"vgpu", "mps"}))
-    assert text.startswith("not publishing mps, vgpu: kube-scheduler v1.35.4")
-    assert "#139040" in text and "1.36" in text and "nodeGroups[].families" in text
+    text = unenforced_message("kube-scheduler v1.35.4", frozenset({"vgpu", "mps"}))
+    assert text.startswith("not publishing mps, vgpu: kube-scheduler v1.35.4 ignores")
+    assert "#139040" in text and "1.36.2" in text and "nodeGroups[].families" in text
 
 
 def test_the_numa_list_advice_names_the_setting_the_gate_and_where_it_goes() -> None:

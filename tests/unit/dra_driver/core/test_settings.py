@@ -98,3 +98,13 @@ def test_shares_per_gpu_is_read_under_its_former_name_too() -> None:
         NodeSettings.from_mapping({**HEADER, "sharesPerGpu": 4, "vgpuShares": 10}, node_name="n")
     with pytest.raises(ConfigError, match=r"vgpuShares, sharesPerGpu: .*give sharesPerGpu only"):
         family_settings(vgpuShares=10, sharesPerGpu=4)
+
+
+def test_scheduler_version_names_the_release_of_another_schedulers_allocator() -> None:
+    assert NodeSettings.from_mapping(HEADER, node_name="n").scheduler_version is None
+    s = NodeSettings.from_mapping({**HEADER, "schedulerVersion": "v1.36.1"}, node_name="n")
+    assert s.scheduler_version == "v1.36.1"
+    wrong = r"^schedulerVersion: .* is not a Kubernetes release like v1\.36\.1"
+    for bad in ("volcano", "1", 1.36, ["v1.36.1"]):
+        with pytest.raises(ConfigError, match=wrong):
+            NodeSettings.from_mapping({**HEADER, "schedulerVersion": bad}, node_name="n")

@@ -1,0 +1,50 @@
+"""How the e2e cluster configures Volcano: the scheduler configuration of Volcano's DRA guide and the feature
+gates a Volcano user passes, one place for the launcher, the docs' example and the tests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from e2e.controlplane.releases import RELEASES, Release
+
+SCHEDULER_NAME: Final = "volcano"
+ACTIONS: Final = ("enqueue", "allocate", "backfill")
+# The predicates plugin wraps the upstream dynamicresources plugin only with this argument set.
+DRA_ARGUMENT: Final = "predicate.DynamicResourceAllocationEnable"
+# The Kubernetes release whose scheduler packages the snapshot vendors (k8s.io/kubernetes v1.36.1): its gate
+# names are the ones vc-scheduler knows; an unknown gate is a start-up error.
+VENDORED_RELEASE: Final[Release] = RELEASES["v1.36.3"]
+
+
+def scheduler_conf() -> dict[str, Any]:
+    """The configuration of docs/user-guide/how_to_enable_dra.md upstream: gang and priority first, then fair
+    share, the filters (with DRA), queue proportions and scoring."""
+    return {
+        "actions": ", ".join(ACTIONS),
+        "tiers": [
+            {"plugins": [{"name": "priority"}, {"name": "gang"}]},
+            {
+                "plugins": [
+                    {"name": "drf"},
+                    {"name": "predicates", "arguments": {DRA_ARGUMENT: True}},
+                    {"name": "proportion"},
+                    {"name": "nodeorder"},
+                    {"name": "binpack"},
+                ]
+            },
+        ],
+    }
+
+
+def scheduler_gates(plane_gates: Mapping[str, bool], *, plane_release: Release) -> dict[str, bool]:
+    """The gates vc-scheduler gets: every DRA gate that is on in the control plane (its release's defaults
+    with the plane's own over them) and that the vendored release knows, as a user of that cluster turns on
+    in Volcano what the cluster serves."""
+    effective = plane_release.effective(plane_gates)
+    on = {g: True for g, value in effective.items() if value and VENDORED_RELEASE.knows(g)}
+    return {"DynamicResourceAllocation": True, **on}
+
+
+def gates_flag(gates: Mapping[str, bool]) -> str:
+    return "--feature-gates=" + ",".join(f"{g}={str(v).lower()}" for g, v in sorted(gates.items()))

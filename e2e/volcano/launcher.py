@@ -1,0 +1,133 @@
+"""Running Volcano beside a control plane: its CRDs applied, vc-controller-manager and vc-scheduler started as
+components of the plane (stopped before it, logs in `<state>/logs`), the default kube-scheduler left running.
+Pods with `schedulerName: volcano` are Volcano's, every other pod stays kube-scheduler's."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import structlog
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.files import write_atomic
+from e2e.controlplane.launcher import ControlPlane, ReadyCheck
+from e2e.controlplane.processes import Component, spawn
+from e2e.controlplane.readiness import wait_for_http_ok, wait_until
+from e2e.harness.kube import Kubectl
+from e2e.volcano.binaries import VolcanoBinaries
+from e2e.volcano.config import SCHEDULER_NAME, gates_flag, scheduler_conf, scheduler_gates
+
+log = structlog.get_logger(__name__)
+
+SCHEDULER = "vc-scheduler"
+CONTROLLER_MANAGER = "vc-controller-manager"
+DEFAULT_QUEUE = "default"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _queue_exists(api: k8s.ApiClient, name: str) -> bool:
+    try:
+        k8s.CustomObjectsApi(api).get_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues", name
+        )
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise ControlPlaneError(f"reading Volcano queue {name!r} failed: {e.status} {e.reason}") from e
+    return True
+
+
+class Volcano:
+    """Volcano's two components on `plane`; `use_scheduler` swaps the scheduler's binary (same flags)."""
+
+    def __init__(self, *, plane: ControlPlane, binaries: VolcanoBinaries, timeout_s: float = 120.0) -> None:
+        self.plane = plane
+        self.binaries = binaries
+        self.timeout_s = timeout_s
+        self.state_dir = plane.state_dir / "volcano"
+        self.conf_path = self.state_dir / "scheduler.conf"
+        self.kubeconfig = plane.client_kubeconfig(name="volcano", user="volcano", groups=("system:masters",))
+        self.scheduler_binary = binaries.scheduler
+        self._ready: dict[str, ReadyCheck] = {}
+
+    def start(self) -> Volcano:
+        started = time.monotonic()
+        self.apply_crds()
+        write_atomic(self.conf_path, yaml.safe_dump(scheduler_conf(), sort_keys=False).encode("utf-8"))
+        controller_manager = self._spawn(CONTROLLER_MANAGER, self.binaries.controller_manager, [])
+        scheduler = self._spawn(
+            SCHEDULER,
+            self.scheduler_binary,
+            [
+                f"--scheduler-conf={self.conf_path}",
+                f"--scheduler-name={SCHEDULER_NAME}",
+                gates_flag(scheduler_gates(self.plane.feature_gates, plane_release=self.plane.release)),
+                "--cache-dumper=false",
+            ],
+        )
+        self._ready[CONTROLLER_MANAGER](controller_manager)
+        self._ready[SCHEDULER](scheduler)
+        with self.plane.api_client() as api:
+            # The controller manager makes the queues PodGroups fall into; until then nothing is admitted.
+            wait_until(
+                controller_manager,
+                lambda: _queue_exists(api, DEFAULT_QUEUE),
+                what=f"queue {DEFAULT_QUEUE}",
+                timeout_s=self.timeout_s,
+            )
+        log.info(
+            "volcano.ready",
+            scheduler=str(self.scheduler_binary),
+            seconds=round(time.monotonic() - started, 1),
+        )
+        return self
+
+    def apply_crds(self) -> None:
+        kubectl = Kubectl(binary=self.plane.binaries.kubectl, kubeconfig=self.plane.kubeconfig)
+        for path in self.binaries.crd_files():
+            # Server-side: the CRDs' schemas are too large for the last-applied annotation of a client apply.
+            kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
+        kubectl.run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+    def use_scheduler(self, binary: Path) -> None:
+        """Restarts vc-scheduler from `binary` with the same command line: a new process with a fresh cache,
+        as after a rollout of another image."""
+        with self.plane.stopped(SCHEDULER, grace_s=5.0, binary=binary):
+            self.scheduler_binary = binary
+        log.info("volcano.scheduler_switched", binary=str(binary))
+
+    def _spawn(self, name: str, binary: Path, extra: list[str]) -> Component:
+        url = f"http://127.0.0.1:{_free_port()}/healthz"
+        args = [
+            f"--kubeconfig={self.kubeconfig}",
+            "--leader-elect=false",
+            "--enable-healthz=true",
+            f"--healthz-address={url.removeprefix('http://').removesuffix('/healthz')}",
+            f"--listen-address=127.0.0.1:{_free_port()}",
+            "--v=3",
+            *extra,
+        ]
+        component = spawn(
+            name=name,
+            binary=binary,
+            args=args,
+            log_path=self.plane.state_dir / "logs" / f"{name}.log",
+            die_with_parent=self.plane.die_with_parent,
+        )
+
+        def ready(c: Component) -> None:
+            wait_for_http_ok(c, url, context=None, timeout_s=self.timeout_s)
+
+        self._ready[name] = ready
+        return self.plane.add(component, ready=ready)

@@ -1,0 +1,21 @@
+"""The `volcano` fixture: Volcano's scheduler and controller manager on the package's control plane (import it
+into a conftest.py beside `control_plane`). It fails, naming `make volcano`, when the binaries are missing."""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.launcher import ControlPlane
+from e2e.volcano.binaries import ensure_built
+from e2e.volcano.launcher import Volcano
+
+
+@pytest.fixture(scope="package")
+def volcano(control_plane: ControlPlane) -> Volcano:
+    """Volcano beside the default kube-scheduler; it runs until the plane stops (its components are the
+    plane's)."""
+    try:
+        return Volcano(plane=control_plane, binaries=ensure_built()).start()
+    except ControlPlaneError as e:
+        pytest.fail(str(e), pytrace=False)
