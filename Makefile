@@ -25,7 +25,7 @@ PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist lo
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-upgrade bench-webhook proto interceptor cluster realnode volcano helm \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-upgrade bench-webhook proto interceptor cluster realnode volcano helm promtool \
         manifests clean image test-k8s
 
 dev: $(STAMP) proto interceptor
@@ -52,7 +52,7 @@ lint: dev
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q tests/unit/test_house_rules.py
 
-test-unit: dev helm
+test-unit: dev helm promtool
 	$(BIN)/pytest -q tests/unit
 
 test-integration: dev
@@ -80,6 +80,10 @@ its scenarios will be skipped" >&2
 helm:
 	bash deploy/helm/build-helm.sh
 
+# promtool from the upstream Go module, for `promtool test rules` over the chart's alerts (e2e/prometheus)
+promtool:
+	bash e2e/prometheus/build.sh
+
 # the node plugin image as an OCI archive for `ctr images import`, built without a container engine (deploy/image)
 image: dev
 	bash deploy/image/build.sh
@@ -94,7 +98,7 @@ test-e2e: dev cluster volcano
 	bash deploy/image/build.sh
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m e2e e2e
 
-test: dev lint volcano
+test: dev lint volcano promtool
 	$(MAKE) -C interceptor test
 	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
 	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh

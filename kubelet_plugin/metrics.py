@@ -80,6 +80,12 @@ HEALTH_CHECKS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+MPS_RESTARTS = Counter(
+    f"{P}mps_daemon_restarts_total",
+    "MPS control daemons the watch found dead, mute or replaced, by result (replaced, failed)",
+    ["result"],
+    registry=REGISTRY,
+)
 STATUS_WRITES = Counter(
     f"{P}claim_status_writes_total",
     "Writes of status.devices on ResourceClaims, by kind (usage) and result (ok, error)",

@@ -22,6 +22,7 @@ import structlog
 
 from dra_driver.vocabulary.errors import TesseraError
 from dra_driver.vocabulary.names import GpuUUID
+from kubelet_plugin import metrics
 from kubelet_plugin.host_parts.mps.control import MpsControl
 
 log = structlog.get_logger(__name__)
@@ -63,10 +64,12 @@ class MpsWatch:
                 try:
                     daemon = self._control.restart(gpu_uuid=gpu)
                 except TesseraError as e:
+                    metrics.MPS_RESTARTS.labels("failed").inc()
                     log.error("MPS control daemon not replaced", gpu=gpu, why=problem, error=str(e))
                     self._report(FAILED_REASON, f"GPU {gpu}: {problem}; replacing it failed: {e}")
                     continue
             self.restarts += 1
+            metrics.MPS_RESTARTS.labels("replaced").inc()
             replaced.append(gpu)
             log.warning("MPS control daemon replaced", gpu=gpu, why=problem, pid=daemon.pid)
             self._report(
