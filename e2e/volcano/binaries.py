@@ -39,6 +39,13 @@ class VolcanoBinaries:
         )
 
 
+NO_SNAPSHOT: Final = 4  # build.sh: a build is needed and ../shared/volcano holds no snapshot
+
+
+class VolcanoSnapshotMissingError(ControlPlaneError):
+    """No Volcano to build here: the source snapshot is not beside the checkout."""
+
+
 def binaries_in(directory: Path) -> VolcanoBinaries:
     return VolcanoBinaries(
         scheduler=directory / "bin" / "vc-scheduler",
@@ -56,6 +63,8 @@ def is_up_to_date() -> bool:
         )
     except OSError as e:
         raise ControlPlaneError(f"cannot run {BUILD_SCRIPT}: {e}") from e
+    if result.returncode == NO_SNAPSHOT:
+        raise VolcanoSnapshotMissingError(result.stderr.strip())
     if result.returncode not in (0, _NEEDS_BUILD):
         raise ControlPlaneError(
             f"{BUILD_SCRIPT} --check failed ({result.returncode}): {result.stderr.strip()}"
