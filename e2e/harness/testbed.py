@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,8 +14,9 @@ import structlog
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
+from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.harness.examples import device_class_files, load
-from e2e.harness.kube import Kubectl
+from e2e.harness.kube import Kubectl, WaitTimeoutError, delete_namespace_contents, wait_for
 from e2e.harness.node import NODES_DIR, BackendKind, SimNode, node_kubeconfig, node_name_of
 from e2e.harness.plugin_identity import install_identity
 from e2e.kubelet_standin.errors import StandInError
@@ -122,3 +124,36 @@ def running_nodes(
             for node in started:
                 node.stop()
                 bed.nodes.pop(node.name, None)
+
+
+def leftovers(testbed: SimCluster) -> list[str]:
+    """What the testbed's nodes still hold of finished scenarios: CDI specs, claim dirs, MPS control daemons,
+    MIG instances, pod records."""
+    found: list[str] = []
+    for node in testbed.nodes.values():
+        found += [f"{node.name}: CDI spec {p.name}" for p in node.cdi_specs()]
+        found += [f"{node.name}: claim dir {p.name}" for p in node.claim_dirs()]
+        found += [f"{node.name}: MPS control daemon of {p.name}" for p in node.mps_dirs()]
+        found += [f"{node.name}: MIG instance {mig} on {gpu}" for gpu, mig in node.mig_instances()]
+        found += [f"{node.name}: pod record {p.name}" for p in node.runtime_dir.glob("*.json")]
+    return found
+
+
+@contextlib.contextmanager
+def scenario_namespace(testbed: SimCluster, *, prefix: str, timeout_s: float = 60.0) -> Iterator[str]:
+    """A fresh namespace for one scenario; afterwards it is emptied (waiting `timeout_s` for its pods and
+    claims) and deleted, and the nodes must hold nothing of it within 15 s (unprepare runs before the node
+    finalizes a pod, so nothing may remain once the pods are gone): AssertionError naming what is left."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    core = k8s.CoreV1Api(testbed.api)
+    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
+    wait_for_service_account(testbed.api, name)
+    try:
+        yield name
+    finally:
+        delete_namespace_contents(testbed.api, name, timeout_s=timeout_s)
+        core.delete_namespace(name)
+        try:
+            wait_for("the nodes to be clean", lambda: not leftovers(testbed), timeout_s=15)
+        except WaitTimeoutError:
+            raise AssertionError(f"scenario left behind: {leftovers(testbed)}") from None

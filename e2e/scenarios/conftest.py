@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,10 +16,16 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.controlplane.pytest_fixture import control_plane, k8s_api, skip_unmixable, wait_for_service_account
-from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.controlplane.pytest_fixture import control_plane, k8s_api, skip_unmixable
 from e2e.harness.node import BackendKind
-from e2e.harness.testbed import H100_NODE, MIXED_NODE, SimCluster, make_testbed, start_node
+from e2e.harness.testbed import (
+    H100_NODE,
+    MIXED_NODE,
+    SimCluster,
+    make_testbed,
+    scenario_namespace,
+    start_node,
+)
 
 __all__ = ["bed", "control_plane", "k8s_api", "ns"]
 
@@ -55,33 +60,10 @@ def bed(
             shutil.rmtree(root, ignore_errors=True)
 
 
-def leftovers(testbed: SimCluster) -> list[str]:
-    found: list[str] = []
-    for node in testbed.nodes.values():
-        found += [f"{node.name}: CDI spec {p.name}" for p in node.cdi_specs()]
-        found += [f"{node.name}: claim dir {p.name}" for p in node.claim_dirs()]
-        found += [f"{node.name}: MPS control daemon of {p.name}" for p in node.mps_dirs()]
-        found += [f"{node.name}: MIG instance {mig} on {gpu}" for gpu, mig in node.mig_instances()]
-        found += [f"{node.name}: pod record {p.name}" for p in node.runtime_dir.glob("*.json")]
-    return found
-
-
 @pytest.fixture
 def ns(bed: SimCluster) -> Iterator[str]:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    core = k8s.CoreV1Api(bed.api)
-    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
-    wait_for_service_account(bed.api, name)
-    try:
+    with scenario_namespace(bed, prefix="e2e") as name:
         yield name
-    finally:
-        delete_namespace_contents(bed.api, name)
-        core.delete_namespace(name)
-        # Unprepare runs before the node finalizes a pod, so nothing may remain once the pods are gone.
-        try:
-            wait_for("the nodes to be clean", lambda: not leftovers(bed), timeout_s=15)
-        except WaitTimeoutError:
-            pytest.fail(f"scenario left behind: {leftovers(bed)}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,9 +13,8 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.controlplane.pytest_fixture import control_plane, k8s_api, skip_unmixable, wait_for_service_account
-from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
-from e2e.harness.testbed import H100_NODE, SimCluster, make_testbed, start_node
+from e2e.controlplane.pytest_fixture import control_plane, k8s_api, skip_unmixable
+from e2e.harness.testbed import H100_NODE, SimCluster, make_testbed, scenario_namespace, start_node
 from e2e.volcano.launcher import Volcano
 from e2e.volcano.pytest_fixture import volcano
 
@@ -40,31 +38,10 @@ def vbed(
             shutil.rmtree(root, ignore_errors=True)
 
 
-def leftovers(testbed: SimCluster) -> list[str]:
-    found: list[str] = []
-    for node in testbed.nodes.values():
-        found += [f"{node.name}: CDI spec {p.name}" for p in node.cdi_specs()]
-        found += [f"{node.name}: claim dir {p.name}" for p in node.claim_dirs()]
-        found += [f"{node.name}: MIG instance {mig} on {gpu}" for gpu, mig in node.mig_instances()]
-        found += [f"{node.name}: pod record {p.name}" for p in node.runtime_dir.glob("*.json")]
-    return found
-
-
 @pytest.fixture
 def vns(vbed: SimCluster) -> Iterator[str]:
-    name = f"vc-{uuid.uuid4().hex[:8]}"
-    core = k8s.CoreV1Api(vbed.api)
-    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
-    wait_for_service_account(vbed.api, name)
-    try:
+    with scenario_namespace(vbed, prefix="vc", timeout_s=90) as name:
         yield name
-    finally:
-        delete_namespace_contents(vbed.api, name, timeout_s=90)
-        core.delete_namespace(name)
-        try:
-            wait_for("the nodes to be clean", lambda: not leftovers(vbed), timeout_s=15)
-        except WaitTimeoutError:
-            pytest.fail(f"scenario left behind: {leftovers(vbed)}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
