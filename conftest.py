@@ -1,10 +1,11 @@
 """How `make test` spreads the suite over pytest-xdist's workers (`-n 2 --dist loadscope`; tests/README.md,
 "Running in parallel"): a scope is what one worker runs from start to end. The tests below
 e2e/scenarios/controlplane/ share a control plane (that folder's conftest.py), those below
-e2e/scenarios/volcano/ another with Volcano beside it, and the other scenarios a third with the simulated
-nodes and the real node (e2e/scenarios/conftest.py, realnode/conftest.py): each of the three folders is one
-scope, so no plane, Volcano, simulated node or real node starts twice and two real nodes never run at once;
-every other module is a scope of its own, so its module fixtures start once. The plane scopes go first, as
+e2e/scenarios/realnode/ another with the real node, those below e2e/scenarios/volcano/ a third with Volcano
+beside it, and the other scenarios a fourth with the simulated nodes (e2e/scenarios/conftest.py): each of the
+four folders is one scope, so no plane, Volcano, simulated node or real node starts twice and two real nodes
+never run at once (the real node's scope holds every test that starts one); every other module is a scope of
+its own, so its module fixtures start once. The plane scopes go first, as
 they take longest. Without xdist the order is the same and scopes mean nothing."""
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ from typing import Any
 import pytest
 
 # the folders whose tests share one of e2e's planes, the inner one first
-PLANE_SCOPES = ("e2e/scenarios/controlplane/", "e2e/scenarios/volcano/", "e2e/scenarios/")
+PLANE_SCOPES = (
+    "e2e/scenarios/controlplane/",
+    "e2e/scenarios/realnode/",
+    "e2e/scenarios/volcano/",
+    "e2e/scenarios/",
+)
 
 
 def scope_of(nodeid: str) -> str:

@@ -1,5 +1,6 @@
 """The real node (kubelet + containerd + runc + Tessera's plugin, e2e.realnode) for the real-node scenarios,
-joined to the scenarios' control plane next to the stand-in nodes; every scenario gets a fresh namespace,
+on a control plane of their own (package scope: `make test` runs this folder on one pytest-xdist worker while
+another runs the simulated-node scenarios; the root conftest.py); every scenario gets a fresh namespace,
 emptied afterwards, and the node is checked for leftovers (CDI specs, claim dirs, MIG instances, either
 checkpoint)."""
 
@@ -13,15 +14,25 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client as k8s
 
-from e2e.controlplane.pytest_fixture import wait_for_service_account
+from e2e.controlplane.launcher import ControlPlane
+from e2e.controlplane.pytest_fixture import control_plane, k8s_api, wait_for_service_account
 from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
 from e2e.harness.node import NODES_DIR
-from e2e.harness.testbed import SimCluster
+from e2e.harness.testbed import SimCluster, make_testbed
 from e2e.realnode.binaries import check_built
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.node import RealNode, short_root
 
+__all__ = ["bed", "control_plane", "k8s_api", "real_node", "real_ns"]
+
 REAL_NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
+
+
+# The plane's DeviceClasses and the plugin's identity, without simulated nodes: the real node is the only one.
+# (e2e/scenarios/conftest.py parametrizes `bed` with a backend, which means nothing here.)
+@pytest.fixture(scope="package")
+def bed(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> SimCluster:
+    return make_testbed(control_plane, k8s_api)
 
 
 # package scope: the node (kubelet, containerd, the chart's pods) stops after the last real-node scenario
