@@ -122,10 +122,6 @@ def with_for(groups: list[Json], durations: dict[str, str]) -> list[Json]:
     return out
 
 
-def alert_expressions(groups: list[Json]) -> dict[str, str]:
-    return {r["alert"]: str(r["expr"]) for g in groups for r in g["rules"] if "alert" in r}
-
-
 @dataclass(frozen=True, slots=True)
 class DashboardQuery:
     panel: str

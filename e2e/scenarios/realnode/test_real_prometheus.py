@@ -14,7 +14,6 @@ reaches `firing`. The table query → series count is written to `<tmp>/promethe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,12 @@ import structlog
 
 from e2e.harness.kube import wait_for
 from e2e.harness.monitoring import (
-    alert_expressions,
-    apiserver_job,
-    chart_monitoring,
     dashboard_queries,
     selectors,
-    service_monitor_job,
     table,
     variable_queries,
-    with_for,
 )
-from e2e.harness.plugin_identity import SYSTEM_NS
-from e2e.harness.prometheus import PrometheusNotBuiltError, PrometheusServer, running_prometheus
+from e2e.harness.prometheus import PrometheusServer
 from e2e.harness.testbed import SimCluster
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, probe_pod, resource_claim, vgpu
@@ -43,11 +36,7 @@ from .helpers import apply, claim_of, gpu_index, published_attribute, report, re
 pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
 log = structlog.get_logger(__name__)
 
-INTERVAL_S = 1.0  # scrape and rule evaluation
-RATE_WINDOW = "10s"  # Grafana's $__rate_interval: at least 4 scrape intervals
-# The test's copy of the rules only: a lost GPU pages after 1m in the chart; 3s here still shows the alert
-# going pending → firing within the scenario.
-FOR = {"TesseraGpuLost": "3s"}
+RATE_WINDOW = "10s"  # Grafana's $__rate_interval: at least 4 scrape intervals (the fixture scrapes every 1 s)
 
 # Dashboard panels that return nothing in this scenario, and why; they must return nothing (a query that
 # returns series where it should not is as wrong as one that never does).
@@ -70,6 +59,7 @@ QUIET_ALERTS = {
     "TesseraHealthChecksFailing": "NVML answers (a lost GPU is a reading, not a failed check)",
     "TesseraMpsDaemonRestartLoop": "no MPS claim here",
     "TesseraWebhookUnreachable": "the webhook is not installed in this scenario",
+    # test_real_admission.py fires it on the webhook's refusals
     "TesseraWebhookRefusingPods": "the webhook is not installed in this scenario",
 }
 # Metric selectors of the alerts and the dashboard (this node and namespace written as $node and $namespace)
@@ -82,33 +72,12 @@ ABSENT_SELECTORS = {
     'tessera_claim_status_writes_total{node=~"$node"}': "no usage write yet (see EMPTY_PANELS)",
     "tessera_mps_daemon_restarts_total": "no MPS daemon",
     'tessera_health_checks_total{result="failed"}': "no failed health check",
-    'apiserver_admission_webhook_rejection_count{name="pods.admission.tessera.dev", '
-    'error_type="calling_webhook_error"}': "the webhook is not installed here",
-    'apiserver_admission_webhook_rejection_count{name="pods.admission.tessera.dev", '
-    'error_type="no_error"}': "the webhook is not installed here",
+    # (the alerts' selectors as Prometheus prints the loaded rule: matchers sorted)
+    'apiserver_admission_webhook_rejection_count{error_type="calling_webhook_error",'
+    'name="pods.admission.tessera.dev"}': "the webhook is not installed here",
+    'apiserver_admission_webhook_rejection_count{error_type="no_error",'
+    'name="pods.admission.tessera.dev"}': "the webhook is not installed here",
 }
-
-
-@pytest.fixture
-def prometheus(real_node: RealNode, tmp_path: Path) -> Iterator[PrometheusServer]:
-    try:
-        monitor, groups = chart_monitoring(SYSTEM_NS)
-        plane = real_node.plane
-        jobs = [
-            *service_monitor_job(monitor, kubeconfig=plane.kubeconfig),
-            apiserver_job(
-                server=plane.server, ca=plane.pki.ca.cert, cert=plane.pki.admin.cert, key=plane.pki.admin.key
-            ),
-        ]
-        with running_prometheus(
-            tmp_path / "prometheus",
-            scrape_configs=jobs,
-            rule_groups=with_for(groups, FOR),
-            interval_s=INTERVAL_S,
-        ) as server:
-            yield server
-    except PrometheusNotBuiltError as e:
-        pytest.skip(str(e))
 
 
 def _count(server: PrometheusServer, expr: str) -> int:
@@ -127,11 +96,6 @@ def test_every_dashboard_query_and_alert_meets_live_data_and_a_lost_gpu_fires(
 ) -> None:
     started = time.monotonic()
     node = real_node.name
-    wait_for(
-        "Prometheus to scrape the plugin and the API server",
-        lambda: prometheus.healthy_targets("tessera-node-plugin") and prometheus.healthy_targets("apiserver"),
-        timeout_s=30,
-    )
     apply(
         bed,
         real_ns,
@@ -218,8 +182,8 @@ def _evaluate(server: PrometheusServer, *, node: str, namespace: str) -> list[tu
         rows.append((q.key, q.expr, n))
         if (n == 0) != (q.key in EMPTY_PANELS):
             wrong.append(f"panel {q.key}: {n} series ({q.expr})")
-    _, groups = chart_monitoring(SYSTEM_NS)
-    expressions = alert_expressions(groups)
+    # the alert expressions as Prometheus loaded them from the chart's PrometheusRule
+    expressions = {r["name"]: str(r["query"]) for r in server.rules() if r["type"] == "alerting"}
     for alert, expr in expressions.items():
         n = _count(server, expr)
         rows.append((f"alert {alert}", " ".join(expr.split()), n))
