@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds promtool from the upstream Go module github.com/prometheus/prometheus (the version module/go.mod
-# pins) into ${TESSERA_CACHE:-$HOME/.cache/tessera}/prometheus-<version>/bin, for `promtool test rules` over
-# the chart's alerts (tests/unit/deploy/test_alert_rules.py). A stamp (hash of go.mod, go.sum, this script
-# and the Go version) makes a second run a no-op. Prints the bin directory as its last line on stdout.
+# Builds promtool and the Prometheus server from the upstream Go module github.com/prometheus/prometheus (the
+# version module/go.mod pins) into ${TESSERA_CACHE:-$HOME/.cache/tessera}/prometheus-<version>/bin: promtool
+# for `promtool test rules` over the chart's alerts (tests/unit/deploy/test_alert_rules.py), the server for
+# the real-node scenario that evaluates the dashboard and the alerts against live data
+# (e2e/scenarios/realnode/test_real_prometheus.py). The server is built without the `builtinassets` tag: no
+# web UI, the HTTP API is all the tests use. A stamp (hash of go.mod, go.sum, this script and the Go version)
+# makes a second run a no-op. Prints the bin directory as its last line on stdout.
 # Usage: build.sh [--check]   (--check: exit 0 when up to date, 3 when a build is needed)
 set -euo pipefail
 
@@ -19,7 +22,7 @@ version="$(sed -n 's/^\(require\)\{0,1\}[[:space:]]*github.com\/prometheus\/prom
 cache_root="${TESSERA_CACHE:-$HOME/.cache/tessera}"
 bin_dir="${cache_root}/prometheus-${version}/bin"
 stamp="${bin_dir}/.build-stamp"
-binaries=(promtool)
+binaries=(promtool prometheus)
 
 log() { printf '[prometheus/build.sh %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 

@@ -192,6 +192,7 @@ API const char *nvmlErrorString(nvmlReturn_t rc)
     case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
     case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_RESET_REQUIRED: return "GPU requires reset";
     case NVML_ERROR_IN_USE: return "In use by another client";
     case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";

@@ -157,6 +157,21 @@ def test_mig_mode_on_and_off(nvml_on: Any) -> None:
         backend.set_mig_mode(gpu=l4, enabled=True)
 
 
+def test_a_gpu_that_falls_off_the_bus_is_read_as_lost_until_it_is_back(tmp_path: Path, nvml_on: Any) -> None:
+    backend = nvml_on("gpus:\n- product: H100-80GB-SXM\n  count: 2\n")
+    first, second = backend.inventory().gpus
+    marker = fake_node(tmp_path).lost_marker(second.uuid)
+    marker.touch()
+    gone = backend.inventory().gpus
+    assert gone[0].faults == ()
+    assert [f.kind.value for f in gone[1].faults] == ["lost"] and gone[1].uuid == second.uuid
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetHandleByUUID(second.uuid.encode())
+    marker.unlink()
+    assert [g.faults for g in backend.inventory().gpus] == [(), ()]
+    assert first.faults == ()
+
+
 def overlaps(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
 

@@ -3,5 +3,6 @@
 package tools
 
 import (
+	_ "github.com/prometheus/prometheus/cmd/prometheus"
 	_ "github.com/prometheus/prometheus/cmd/promtool"
 )

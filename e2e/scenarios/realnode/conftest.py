@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import structlog
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.pytest_fixture import control_plane, k8s_api, wait_for_service_account
 from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.harness.monitoring import apiserver_job, chart_monitoring, service_monitor_job, with_for
 from e2e.harness.node import NODES_DIR
+from e2e.harness.plugin_identity import SYSTEM_NS
+from e2e.harness.prometheus import PrometheusNotBuiltError, PrometheusServer, running_prometheus
 from e2e.harness.testbed import SimCluster, make_testbed
 from e2e.realnode.binaries import check_built
 from e2e.realnode.errors import RealNodeError
@@ -25,7 +31,13 @@ from e2e.realnode.node import RealNode, short_root
 
 __all__ = ["bed", "control_plane", "k8s_api", "real_node", "real_ns"]
 
+log = structlog.get_logger(__name__)
+
 REAL_NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
+PROMETHEUS_INTERVAL_S = 1.0  # scrape and rule evaluation
+# The fixture's copy of the chart's rules only: a lost GPU pages after 1m in the chart; 3s here still shows
+# the alert going pending → firing within a scenario.
+PROMETHEUS_FOR = {"TesseraGpuLost": "3s"}
 
 
 # The plane's DeviceClasses and the plugin's identity, without simulated nodes: the real node is the only one.
@@ -76,3 +88,34 @@ def real_ns(real_node: RealNode) -> Iterator[str]:
             wait_for("the real node to be clean", lambda: not real_node.leftovers(), timeout_s=30)
         except WaitTimeoutError:
             pytest.fail(f"scenario left behind on {real_node.name}: {real_node.leftovers()}")
+
+
+@pytest.fixture
+def prometheus(real_node: RealNode, tmp_path: Path) -> Iterator[PrometheusServer]:
+    """A real Prometheus (e2e/prometheus/build.sh) scraping the helm-installed plugin through the job
+    prometheus-operator makes of the chart's ServiceMonitor, and the API server, every second, with the
+    chart's PrometheusRule loaded (PROMETHEUS_FOR shortened); skipped where the server is not built."""
+    started = time.monotonic()
+    try:
+        monitor, groups = chart_monitoring(SYSTEM_NS)
+        plane = real_node.plane
+        pki = plane.pki
+        jobs = [
+            *service_monitor_job(monitor, kubeconfig=plane.kubeconfig),
+            apiserver_job(server=plane.server, ca=pki.ca.cert, cert=pki.admin.cert, key=pki.admin.key),
+        ]
+        with running_prometheus(
+            tmp_path / "prometheus",
+            scrape_configs=jobs,
+            rule_groups=with_for(groups, PROMETHEUS_FOR),
+            interval_s=PROMETHEUS_INTERVAL_S,
+        ) as server:
+            wait_for(
+                "Prometheus to scrape the plugin and the API server",
+                lambda: server.healthy_targets("tessera-node-plugin") and server.healthy_targets("apiserver"),
+                timeout_s=30,
+            )
+            log.info("prometheus.scraping", seconds=round(time.monotonic() - started, 1), url=server.url)
+            yield server
+    except PrometheusNotBuiltError as e:
+        pytest.skip(str(e))

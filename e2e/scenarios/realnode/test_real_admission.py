@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from admission.convert import names
 from e2e.harness.kube import Json, wait_for
 from e2e.harness.plugin_identity import SYSTEM_NS
+from e2e.harness.prometheus import PrometheusServer
 from e2e.harness.testbed import SimCluster
 from e2e.harness.webhook import ca_bundle
 from e2e.kubelet_standin.errors import StandInError
@@ -176,6 +177,33 @@ def test_an_invalid_hami_pod_is_refused_naming_the_field(
     assert "spec.containers[0].resources.limits[nvidia.com/gpucores]: 150 is over 100" in text
     assert logged(webhook, "pod refused", "too-many-cores")
     assert k8s.CoreV1Api(real_node.api).list_namespaced_pod(real_ns).items == []
+
+
+def test_the_webhook_refusals_reach_prometheus_and_fire_their_alert(
+    real_node: RealNode, real_ns: str, webhook: PluginPod, prometheus: PrometheusServer
+) -> None:
+    """TesseraWebhookRefusingPods, the chart's rule as Prometheus loaded it, on the API server's live counts
+    of this webhook's refusals (`apiserver_admission_webhook_rejection_count`): its webhook name and
+    error_type match what the API server counts, and more than 5 refusals in 10 minutes fire it."""
+    core = k8s.CoreV1Api(real_node.api)
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(LIMIT_MIB), "nvidia.com/gpucores": "150"}
+
+    def refuse(name: str) -> None:
+        with pytest.raises(ApiException) as refused:
+            core.create_namespaced_pod(real_ns, k8s.V1Pod.model_validate(hami_pod(name, real_node, limits)))
+        assert "gpucores" in str(refused.value.body)
+
+    counted = "apiserver_admission_webhook_rejection_count"
+    counted += '{name="pods.admission.tessera.dev",error_type="no_error"}'
+    refuse("refused-0")  # the counter exists (or moves) and is scraped before the ones the alert counts
+    wait_for("the refusal scraped", lambda: prometheus.query(counted), timeout_s=30)
+    for i in range(1, 7):
+        refuse(f"refused-{i}")
+    (expr,) = [r["query"] for r in prometheus.rules() if r["name"] == "TesseraWebhookRefusingPods"]
+    firing = 'ALERTS{alertname="TesseraWebhookRefusingPods",alertstate="firing"}'
+    wait_for("TesseraWebhookRefusingPods firing", lambda: prometheus.query(firing), timeout_s=30)
+    (series,) = prometheus.query(expr)
+    assert series.labels == {"name": "pods.admission.tessera.dev"} and float(series.value) > 5, series
 
 
 def test_a_replaced_webhook_pod_keeps_the_certificate_and_admits(

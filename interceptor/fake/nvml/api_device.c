@@ -26,12 +26,27 @@ API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *n)
 }
 API nvmlReturn_t nvmlDeviceGetCount(unsigned *n) { return nvmlDeviceGetCount_v2(n); }
 
+/* Test hook: GPU `i` has fallen off the bus while a file `lost-<its UUID>` lies next to the state file (a
+ * test creates and removes it from outside, as the kernel would lose and regain the GPU); its handle lookups
+ * then fail with GPU_IS_LOST, as the real NVML's do. */
+static int is_lost(unsigned i)
+{
+    char marker[PATH_MAX];
+    const char *slash = strrchr(g_sf.path, '/');
+    if (!slash || strf(marker, sizeof marker, "%.*s/lost-%s", (int)(slash - g_sf.path), g_sf.path,
+                       g_node.gpu[i].uuid))
+        return 0;
+    return access(marker, F_OK) == 0;
+}
+
 API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *d)
 {
     LOCKED;
     nvmlReturn_t rc = ready(0);
     if (rc || i >= g_node.ngpu || !d)
         return rc ? rc : NVML_ERROR_INVALID_ARGUMENT;
+    if (is_lost(i))
+        return NVML_ERROR_GPU_IS_LOST;
     *d = &g_dev[i];
     return NVML_SUCCESS;
 }
@@ -46,6 +61,8 @@ API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d)
         return rc ? rc : NVML_ERROR_INVALID_ARGUMENT;
     for (unsigned i = 0; i < g_node.ngpu; i++) {
         if (!strcmp(uuid, g_node.gpu[i].uuid)) {
+            if (is_lost(i))
+                return NVML_ERROR_GPU_IS_LOST;
             *d = &g_dev[i];
             return NVML_SUCCESS;
         }

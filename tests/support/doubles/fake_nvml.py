@@ -143,6 +143,10 @@ class FakeNvmlNode:
         """The fake's sysfs tree (the GPUs' PCI entries: root complex, NUMA node), written at nvmlInit."""
         return self.state_dir / "sys"
 
+    def lost_marker(self, uuid: str) -> Path:
+        """While this file exists, the fake answers GPU_IS_LOST for GPU `uuid` (it fell off the bus)."""
+        return self.state_dir / f"lost-{uuid}"
+
     def variables(self) -> dict[str, str]:
         """The fake's variables and the backend's /proc and sysfs roots (no library path)."""
         return {

@@ -164,9 +164,12 @@ def test_metrics_endpoint_service_and_monitors() -> None:
     (monitor,) = by_kind(objs, "ServiceMonitor").values()
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    # the claim series' own namespace and pod win over the operator's target labels (test_real_prometheus.py)
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True
     assert monitor["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     (pod_monitor,) = by_kind(objs, "PodMonitor").values()
     assert pod_monitor["spec"]["podMetricsEndpoints"][0]["interval"] == "30s"
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["honorLabels"] is True
     args = by_kind(objs, "DaemonSet")["tessera-node-plugin-h100"]["spec"]["template"]["spec"]["containers"][0]
     wanted = {"--metrics-address=:9500", "--recover-fatal-xids", "--usage-status-interval=0"}
     assert wanted <= set(args["args"])
