@@ -7,10 +7,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from dra_driver.core.settings import family_settings
 from kubelet_plugin.library_files.region import read_region
 from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 from tests.support.node_metrics import NODE_FILE, metrics_for
+from tests.support.plugin_process import PluginProcess, cleanup, short_root
 from tests.support.prepare_env import Env, claim, opaque, vgpu
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -83,3 +86,42 @@ def test_a_claim_that_did_not_opt_in_has_no_held_entry_nor_its_series(tmp_path: 
     assert (
         "tessera_claim_memory_held_bytes{" not in text and "tessera_claim_memory_managed_bytes{" not in text
     )
+
+
+@pytest.mark.parametrize("nvml", [False, True], ids=["simulated", "nvml"])
+def test_the_daemon_refuses_a_ratio_its_host_memory_cannot_back_and_starts_with_one_it_can(
+    nvml: bool,
+) -> None:
+    """Two H100s at memoryOversubscription 2 publish 159.3Gi of virtualMemory: three quarters of a 200 GiB
+    host (150Gi) cannot back it, of a 256 GiB host (192Gi) can. The host's memory is the node file's, read by
+    the simulated backend, or by the NVML backend from the fake driver's /proc/meminfo."""
+    root = short_root()
+    settings = root / "settings.yaml"
+    settings.write_text(
+        "apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nmemoryOversubscription: 2\n"
+    )
+    processes: list[PluginProcess] = []
+    try:
+        for gib, starts in ((200, False), (256, True)):
+            node_file = root / f"node-{gib}.yaml"
+            node_file.write_text(
+                "apiVersion: sim.tessera.dev/v1\nkind: SimulatedNode\n"
+                f"hostMemoryGiB: {gib}\ngpus: [{{product: H100-80GB-SXM, count: 2}}]\n"
+            )
+            (root / str(gib)).mkdir()
+            p = PluginProcess(
+                root=root / str(gib), nvml=nvml, node_file=node_file, extra_args=("--settings", str(settings))
+            )
+            processes.append(p)
+            if starts:
+                p.start()
+                assert p.terminate() == 0
+                continue
+            p.start(wait=False)
+            assert p.wait_exit(timeout=30) != 0
+            said = " ".join(p.log().split())  # as one line, whatever the log wrapped
+            assert "memoryOversubscription: 2 publishes 159.3Gi of host-backed virtualMemory" in said, said
+            assert "MemTotal 200Gi, of which at most 3/4 (150Gi) may back GPU memory" in said, said
+            assert "set memoryOversubscription to at most 1.94 in this node group's settings" in said, said
+    finally:
+        cleanup(processes, root)
