@@ -16,10 +16,11 @@ message names the file, the object and the field).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,13 @@ import yaml
 
 from admission.convert.catalog import Catalog, from_slices, known_products
 from admission.convert.claims import Options
+from admission.convert.node_config import hami_node_notes
 from admission.convert.pod import TEMPLATE_PATHS, ObjectConversion, convert_object
 from dra_driver.io.yaml_files import read_yaml
 from dra_driver.vocabulary.errors import TesseraError
 
 DEFAULT_REPLACED_SCHEDULERS = ("volcano",)
+MAX_CONFIG_ENTRY_CHARS = 1 << 20  # a ConfigMap holds at most 1 MiB
 
 
 def _documents(path: str) -> list[Any]:
@@ -87,12 +90,30 @@ def _summary(path: str, results: Sequence[ObjectConversion]) -> str:
             lines.extend(f"  {s}" for s in r.claim.summary)
             if not r.claim.changed:
                 lines.append("  no request of NVIDIA's DRA driver")
-        elif not r.pod.changed:
+        elif not r.pod.changed and not (r.obj.get("kind") == "ConfigMap" and r.pod.notes):
             lines.append("  no HAMi or Volcano GPU request")
         for t in r.pod.templates:
             lines.append(f"  container {t.container}: {t.summary}, from template {t.name}")
         lines.extend(f"  note: {n}" for n in r.pod.notes)
     return "\n".join(lines) + "\n"
+
+
+def _with_node_notes(doc: Mapping[str, Any], result: ObjectConversion) -> ObjectConversion:
+    """A ConfigMap holding HAMi's node configuration passes through unchanged, with notes saying what a node
+    group sets instead (admission/convert/node_config.py); its YAML or JSON entries are parsed here."""
+    data = doc.get("data")
+    if doc.get("kind") != "ConfigMap" or not isinstance(data, Mapping):
+        return result
+    parsed: dict[str, object] = {}
+    for key, text in data.items():
+        named = isinstance(key, str) and key.endswith((".yaml", ".yml", ".json"))
+        if named and isinstance(text, str) and len(text) <= MAX_CONFIG_ENTRY_CHARS:
+            try:
+                parsed[key] = yaml.safe_load(text)  # JSON is YAML too
+            except yaml.YAMLError:
+                continue  # not HAMi's: nothing to say about it
+    notes = hami_node_notes(parsed)
+    return dataclasses.replace(result, pod=dataclasses.replace(result.pod, notes=result.pod.notes + notes))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,10 +122,19 @@ def run(args: argparse.Namespace) -> int:
     for path in args.files:
         documents = _documents(path)  # its errors name the file already
         try:
-            results = [convert_object(d, options) for d in documents if isinstance(d, dict)]
+            results = [
+                _with_node_notes(d, convert_object(d, options)) for d in documents if isinstance(d, dict)
+            ]
         except TesseraError as e:
             sys.stderr.write(f"tessera convert: {path}: {e}\n")
             return 2
+        if not args.summary:  # the output has no place for a ConfigMap's notes: say them beside it
+            for r in results:
+                if r.obj.get("kind") == "ConfigMap":
+                    name = (r.obj.get("metadata") or {}).get("name", "?")
+                    sys.stderr.writelines(
+                        f"tessera convert: {path}: ConfigMap/{name}: {n}\n" for n in r.pod.notes
+                    )
         if args.summary:
             sys.stdout.write(_summary(path, results))
         else:

@@ -84,7 +84,9 @@ def _inventory(args: argparse.Namespace) -> int:
         if not node_name and isinstance(backend, SimulatedBackend):
             node_name = backend.node.node_name
         settings = load_settings(args.settings, node_name or socket.gethostname())
-        slices = build_slices(backend.inventory(), settings, degraded=args.degraded)
+        inventory = backend.inventory()
+        settings.check_fits(inventory)  # refused as the node daemon refuses it
+        slices = build_slices(inventory, settings, degraded=args.degraded)
     finally:
         backend.close()
     sys.stdout.write(render(slices, args.output) + "\n")

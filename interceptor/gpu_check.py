@@ -45,6 +45,41 @@ def hold(nbytes: int, seconds: float) -> None:
     time.sleep(seconds)
 
 
+def chunk_sizes(nbytes: int, chunk: int = CHUNK) -> list[int]:
+    """nbytes as the touch workload's tensors: chunks of `chunk` bytes, then the rest in whole float32s."""
+    rest = nbytes % chunk // 4 * 4
+    return [chunk] * (nbytes // chunk) + ([rest] if rest else [])
+
+
+def touch(nbytes: int, passes: int) -> None:
+    """Memory oversubscription's workload: nbytes of float32 tensors (chunk i filled with i), every element
+    incremented `passes` times, then every chunk checked to hold i + passes. Prints what was allocated (or
+    refused=1), how long the passes took, the GB/s they read and wrote, and correct=1|0."""
+    import torch
+
+    held = []
+    try:
+        for i, size in enumerate(chunk_sizes(nbytes)):
+            held.append(torch.full((size // 4,), float(i), dtype=torch.float32, device="cuda"))
+    except torch.cuda.OutOfMemoryError:
+        _say(allocated=sum(t.numel() * 4 for t in held), refused=1, correct=0)
+        return
+    torch.cuda.synchronize()
+    t0 = time.monotonic()
+    for _ in range(passes):
+        for t in held:
+            t.add_(1.0)
+    torch.cuda.synchronize()
+    seconds = time.monotonic() - t0
+    correct = all(bool((t == float(i + passes)).all()) for i, t in enumerate(held))
+    _say(
+        allocated=sum(t.numel() * 4 for t in held),
+        seconds=f"{seconds:.3f}",
+        gbps=f"{2 * nbytes * passes / max(seconds, 1e-9) / 1e9:.2f}",
+        correct=int(correct),
+    )
+
+
 def cupy_pool(limit: int) -> None:
     import cupy
 
@@ -266,9 +301,9 @@ def first(tries: int) -> None:
     _say(first_ms=f"{sorted(waits)[len(waits) // 2] * 1000:.3f}")
 
 
-def main() -> None:
-    what, args = sys.argv[1], sys.argv[2:]
-    table: dict[str, Callable[[], None]] = {
+def workloads(args: Sequence[str]) -> dict[str, Callable[[], None]]:
+    """Every workload gpu-check may name, each with its arguments bound (read when it runs)."""
+    return {
         "mem": lambda: mem(int(args[0])),
         "hold": lambda: hold(int(args[0]), float(args[1])),
         "cupy": lambda: cupy_pool(int(args[0])),
@@ -283,8 +318,12 @@ def main() -> None:
         "timed_matmul": lambda: timed_matmul(float(args[0])),
         "wake": lambda: wake(float(args[0]), float(args[1]), float(args[2])),
         "first": lambda: first(int(args[0])),
+        "touch": lambda: touch(int(args[0]), int(args[1])),
     }
-    table[what]()
+
+
+def main() -> None:
+    workloads(sys.argv[2:])[sys.argv[1]]()
 
 
 if __name__ == "__main__":

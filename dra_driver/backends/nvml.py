@@ -20,6 +20,7 @@ import pynvml
 import structlog
 
 from dra_driver.backends.device_nodes import char_major, mig_cap_nodes
+from dra_driver.backends.meminfo import host_memory
 from dra_driver.backends.nvml_calls import has_code, text
 from dra_driver.backends.nvml_health import NvmlHealthWatcher
 from dra_driver.backends.nvml_topology import fabric, nvlink_ends
@@ -130,7 +131,8 @@ def load_library(path: Path) -> None:
 class NvmlBackend:
     """`GpuBackend` over NVML. NVML is initialised once per backend and shut down by `close()`.
 
-    `proc_root` is where the driver's /proc files are: the device majors and the MIG capability minors;
+    `proc_root` is where the driver's /proc files are: the device majors and the MIG capability minors, and
+    `meminfo` (the host's memory, which backs memoryOversubscription);
     `sysfs_root` where the PCI topology is (pcieRoot, numaNode: dra_driver/backends/sysfs.py).
     """
 
@@ -146,6 +148,7 @@ class NvmlBackend:
         self._watcher = watcher
         self._last: dict[GpuUUID, Gpu] = {}  # each GPU as last read: what a GPU that fails now was
         self._caps_root = proc_root / _CAPS_UNDER_PROC
+        self._meminfo = proc_root / "meminfo"
         self._caps_major = char_major("nvidia-caps", proc_root / "devices") or 0
         self._uvm_major = char_major("nvidia-uvm", proc_root / "devices") or 0
 
@@ -196,6 +199,7 @@ class NvmlBackend:
                 DeviceNode("/dev/nvidia-uvm", self._uvm_major, 0),
                 DeviceNode("/dev/nvidia-uvm-tools", self._uvm_major, 1),
             ),
+            host_memory_bytes=host_memory(self._meminfo),
         )
 
     def _gpus(self, count: int) -> tuple[Gpu, ...]:

@@ -6,6 +6,8 @@ nodeName: node-a            # optional; seeds the GPU UUIDs so two nodes differ
 seed: node-a                # optional; overrides the UUID seed
 driverVersion: "550.54.15"  # optional
 cudaDriverVersion: "12.4"   # optional
+hostMemoryGiB: 2048         # optional, default 2048 (a DGX H100's); the host's memory (its MemTotal),
+                            #   what backs memoryOversubscription (the fake NVML's /proc/meminfo says it too)
 gpus:
 - product: H100-80GB-SXM    # node-file key or NVML product name (dra_driver.core.profiles)
   count: 8                  # optional, default 1
@@ -47,7 +49,9 @@ DEFAULT_DRIVER_VERSION = "550.54.15"
 DEFAULT_CUDA_DRIVER_VERSION = "12.4"
 # The fields of each level (the fake libnvidia-ml reads the same files; a test compares the two readers).
 NODE_REQUIRED = frozenset({"apiVersion", "kind", "gpus"})
-NODE_OPTIONAL = frozenset({"nodeName", "seed", "driverVersion", "cudaDriverVersion"})
+NODE_OPTIONAL = frozenset({"nodeName", "seed", "driverVersion", "cudaDriverVersion", "hostMemoryGiB"})
+DEFAULT_HOST_MEMORY_GIB = 2048
+MAX_HOST_MEMORY_GIB = 1 << 20  # 1 PiB: beyond any host; the fake NVML's reader has the same bound
 GPU_REQUIRED = frozenset({"product"})
 GPU_OPTIONAL = frozenset(
     {"count", "migEnabled", "uuid", "healthy", "instances", "numaNode", "pcieRoot", "nvlink", "fabric"}
@@ -87,6 +91,7 @@ class SimulatedNode:
     driver_version: str
     cuda_driver_version: str
     gpus: tuple[SimGpu, ...]
+    host_memory_gib: int = DEFAULT_HOST_MEMORY_GIB
 
     def gpu(self, uuid: str) -> SimGpu | None:
         return next((g for g in self.gpus if g.uuid == uuid), None)
@@ -205,6 +210,9 @@ def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
     seed = get_typed(data, "seed", str, "", node_name)
     driver_version = get_typed(data, "driverVersion", str, "", DEFAULT_DRIVER_VERSION)
     cuda_version = get_typed(data, "cudaDriverVersion", str, "", DEFAULT_CUDA_DRIVER_VERSION)
+    host_memory = get_typed(data, "hostMemoryGiB", int, "", DEFAULT_HOST_MEMORY_GIB)
+    if not 1 <= host_memory <= MAX_HOST_MEMORY_GIB:
+        raise ConfigError(f"hostMemoryGiB: expected 1..{MAX_HOST_MEMORY_GIB} (GiB), got {host_memory}")
     gpus: list[SimGpu] = []
     seen_uuids: set[str] = set()
     for n, raw_entry in enumerate(expect_list(data["gpus"], "gpus")):
@@ -265,6 +273,7 @@ def decode_node(raw: object, *, default_name: str) -> SimulatedNode:
         driver_version=driver_version,
         cuda_driver_version=cuda_version,
         gpus=tuple(gpus),
+        host_memory_gib=host_memory,
     )
 
 

@@ -240,6 +240,7 @@ class SimulatedBackend:
             cuda_driver_version=self._node.cuda_driver_version,
             gpus=tuple(self._gpu_value(g, state.of(g.uuid)) for g in self._node.gpus),
             control_nodes=control_nodes(),
+            host_memory_bytes=self._node.host_memory_gib << 30,
         )
 
     def _gpu_value(self, g: SimGpu, state: SimGpuState) -> Gpu:

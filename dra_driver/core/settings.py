@@ -34,6 +34,7 @@ from dra_driver.core.device_order import DeviceOrder
 from dra_driver.core.families.base import FamilySettings, NodeSetting, decoded_settings
 from dra_driver.core.families.published import NumaForm
 from dra_driver.vocabulary.errors import ConfigError
+from dra_driver.vocabulary.inventory import Inventory
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, NODE_SETTINGS_KIND, Family
 
 T = TypeVar("T")
@@ -85,6 +86,16 @@ class NodeSettings:
 
     def setting(self, setting: NodeSetting[T]) -> T:
         return self.family.get(setting)
+
+    def check_fits(self, inventory: Inventory) -> None:
+        """Refuse settings the node cannot honour (`NodeSetting.fits`: memoryOversubscription beyond what its
+        host memory backs), for the families it offers; ConfigError naming the field and the fix."""
+        for family in registry.FAMILIES:
+            if not self.offers(family.name):
+                continue
+            for s in family.settings:
+                if s.fits is not None:
+                    s.fits(inventory, self.setting(s))
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object], *, node_name: str | None = None) -> NodeSettings:

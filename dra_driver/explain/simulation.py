@@ -26,4 +26,5 @@ def slices_for_simulated_node(
         inventory = backend.inventory()
     finally:
         backend.close()
+    node_settings.check_fits(inventory)  # refused as the node daemon refuses it
     return tuple(build_slices(inventory, node_settings))

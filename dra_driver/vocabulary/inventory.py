@@ -167,6 +167,8 @@ class Inventory:
     cuda_driver_version: str  # "12.4"
     gpus: tuple[Gpu, ...]
     control_nodes: tuple[DeviceNode, ...] = field(default=())  # nvidiactl, nvidia-uvm, nvidia-uvm-tools
+    # The host's memory (MemTotal), what backs memoryOversubscription's host-backed memory; None: not known.
+    host_memory_bytes: int | None = None
 
     def gpu_by_index(self, index: int) -> Gpu | None:
         return next((g for g in self.gpus if g.index == index), None)

@@ -212,6 +212,14 @@ class ChartPlugin:
             args += ["--set", pair]
         self.helm(*args, timeout_s=timeout_s)
 
+    def set_node_group(self, *, metrics_port: int, **settings: object) -> None:
+        """`helm upgrade --reuse-values` with the node group's settings changed (a values file with the whole
+        group: `--set nodeGroups[0].x` would replace the list with a group of `x` alone); does not wait. No
+        settings: the group as installed."""
+        (group,) = self.values(metrics_port=metrics_port)["nodeGroups"]
+        path = self._values_file(f"{RELEASE}-group", {"nodeGroups": [{**group, **settings}]})
+        self.helm("upgrade", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--reuse-values", "-f", str(path))
+
     def uninstall(self, release: str = RELEASE) -> None:
         self.helm("uninstall", release, "--namespace", SYSTEM_NS, "--wait", "--timeout", "120s")
 

@@ -1,7 +1,8 @@
 """A vgpu claim's recent usage in its status, next to its limits, so `kubectl describe resourceclaim` answers
 "is my slice too small": `status.devices[].data.usage` = memory in use (and % of the limit), SM time used,
 time throttled by the SM limiter and, for a claim with a ceiling, GPU time above its guarantee (burst) (% of
-wall time over the last window).
+wall time over the last window); for a claim that opted into memory oversubscription, how much of its memory
+the device holds for it and how much is managed memory the driver pages to and from the host.
 
 Read from the claim's region (never from the container). A claim's status is written at most once per
 `interval` (default 60 s) and only when one of the three percentages moved by more than `CHANGE_POINTS`
@@ -56,6 +57,13 @@ class Usage:
     window_s: float
     burst_percent: float = 0.0  # GPU time above the guaranteed cores, of the window's wall time
     burst_seconds: float = 0.0  # the same since the claim's first launch (the counter)
+    # an oversubscribed claim's bytes the device holds for it (its region's "+resident" entry); the rest of
+    # memory_used_bytes is managed memory. None: the claim did not opt in
+    held_bytes: int | None = None
+
+    @property
+    def managed_bytes(self) -> int:
+        return 0 if self.held_bytes is None else self.memory_used_bytes - self.held_bytes
 
     def data(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -68,6 +76,9 @@ class Usage:
         if self.burst_seconds:  # only a claim with a ceiling ever bursts
             data["burstPercent"] = round(self.burst_percent)
             data["burstSeconds"] = round(self.burst_seconds, 1)
+        if self.held_bytes is not None:
+            data["memoryHeld"] = f"{self.held_bytes // MIB}Mi"
+            data["memoryManaged"] = f"{self.managed_bytes // MIB}Mi"
         return data
 
 
@@ -75,7 +86,10 @@ def _percent(part: float, whole: float) -> float:
     return 0.0 if whole <= 0 else max(0.0, min(100.0, 100.0 * part / whole))
 
 
-def usage_between(before: Sample, after: Sample, *, used_bytes: int, limit_bytes: int) -> Usage:
+def usage_between(
+    before: Sample, after: Sample, *, used_bytes: int, limit_bytes: int, held_bytes: int | None = None
+) -> Usage:
+    """`held_bytes`: an oversubscribed claim's device-held bytes (None: the claim did not opt in)."""
     wall = after.at_ns - before.at_ns
     return Usage(
         memory_used_bytes=used_bytes,
@@ -85,13 +99,19 @@ def usage_between(before: Sample, after: Sample, *, used_bytes: int, limit_bytes
         window_s=wall / 1e9,
         burst_percent=_percent(after.burst_ns - before.burst_ns, wall),
         burst_seconds=after.burst_ns / 1e9,
+        held_bytes=None if held_bytes is None else min(held_bytes, used_bytes),
     )
 
 
 def moved(old: Usage | None, new: Usage, points: float = CHANGE_POINTS) -> bool:
-    """Whether a status write is due: the first, or one percentage moved by more than `points`."""
+    """Whether a status write is due: the first, or one percentage moved by more than `points` (the managed
+    share of the memory used counts as one)."""
     if old is None:
         return True
+    managed = (
+        _percent(old.managed_bytes, old.memory_used_bytes),
+        _percent(new.managed_bytes, new.memory_used_bytes),
+    )
     return any(
         abs(a - b) > points
         for a, b in (
@@ -99,6 +119,7 @@ def moved(old: Usage | None, new: Usage, points: float = CHANGE_POINTS) -> bool:
             (old.sm_percent, new.sm_percent),
             (old.throttled_percent, new.throttled_percent),
             (old.burst_percent, new.burst_percent),
+            managed,
         )
     )
 
@@ -201,13 +222,19 @@ class UsageStatusLoop:
             found = region.gpu(d.gpu_uuid)
             if found is None:
                 continue
-            gpu = UsageBounds(gpu_memory_bytes=d.gpu_memory_bytes, uptime_ns=uptime).gpu(found)
+            gpu_bounds = UsageBounds(gpu_memory_bytes=d.gpu_memory_bytes, uptime_ns=uptime)
+            gpu = gpu_bounds.gpu(found)
             sample = Sample(gpu.gpu_ns, gpu.throttled_ns, now, gpu.burst_ns)
             before = self._samples.get((claim.uid, d.device))
             self._samples[(claim.uid, d.device)] = sample
+            held = region.held(d.gpu_uuid)
             if before is not None and sample.at_ns > before.at_ns:
                 new[d.device] = usage_between(
-                    before, sample, used_bytes=gpu.used_bytes, limit_bytes=d.memory_limit_bytes
+                    before,
+                    sample,
+                    used_bytes=gpu.used_bytes,
+                    limit_bytes=d.memory_limit_bytes,
+                    held_bytes=None if held is None else gpu_bounds.bytes(held.used_bytes),
                 )
         last = self._written.get(claim.uid, {})
         if not any(moved(last.get(device), u) for device, u in new.items()):

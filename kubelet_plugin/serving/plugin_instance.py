@@ -105,6 +105,7 @@ class Node:
             o, access=access, state_type=NodeState, steps=self.steps, serving=True, settings=settings.family
         )
         self.state = state = setup.state
+        settings.check_fits(setup.backend.inventory())  # e.g. host-backed memory the host cannot hold
         self.readiness = readiness = Readiness(
             paths.ready_file, needs_publish=access.api is not None and o.publish
         )

@@ -239,6 +239,7 @@ EVERY_FIELD = HEADER + textwrap.dedent(
     seed: some-seed
     driverVersion: "535.104.05"
     cudaDriverVersion: "12.2"
+    hostMemoryGiB: 640
     gpus:
     - product: NVIDIA H100 PCIe
       count: 2
@@ -283,6 +284,8 @@ def test_a_node_file_means_the_same_to_both_backends(tmp_path: Path) -> None:
         backend.close()
     assert nvml.gpus[2].uuid == simulated.gpus[2].uuid == "GPU-00000000-1111-2222-3333-444444444444"
     assert [len(g.mig_instances) for g in nvml.gpus] == [0, 0, 2, 0]
+    # the host's memory: the node file's, and the fake's /proc/meminfo that the NVML path reads
+    assert nvml.host_memory_bytes == simulated.host_memory_bytes == 640 << 30
     # topology: the fake's sysfs tree and NVLink/fabric answers say what the node file says
     assert [(g.pcie_root, g.numa_node) for g in nvml.gpus] == [("pci0000:c1", 1)] * 2 + [(None, None)] * 2
     assert [g.nvlinks.peers for g in nvml.gpus] == [(1,), (0,), (), ()]

@@ -150,3 +150,34 @@ def test_convert_every_shipped_example() -> None:
         if "exactly" in r
     }
     assert classes and all(c.endswith(".tessera.dev") for c in classes), classes
+
+
+@covers("tessera inventory --settings")
+def test_inventory_refuses_an_oversubscription_the_simulated_host_cannot_back(tmp_path: Path) -> None:
+    """docs/gpu-sharing.md, "Oversubscription": the node's settings are refused as the node daemon refuses
+    them, naming the field and the highest ratio the host backs."""
+    node = tmp_path / "node.yaml"
+    node.write_text(
+        "apiVersion: sim.tessera.dev/v1\nkind: SimulatedNode\nhostMemoryGiB: 64\n"
+        "gpus: [{product: H100-80GB-SXM, count: 2}]\n"
+    )
+    settings = tmp_path / "settings.yaml"
+    settings.write_text(
+        "apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nmemoryOversubscription: 2\n"
+    )
+    done = subprocess.run(
+        [str(TESSERA), "inventory", "--simulate", str(node), "--settings", str(settings)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2 and not done.stdout
+    assert "memoryOversubscription: 2 publishes 159.3Gi" in done.stderr
+    assert "set memoryOversubscription to at most 1.3 in this node group's settings" in done.stderr
+    settings.write_text(
+        "apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nmemoryOversubscription: 1.3\n"
+    )
+    assert "virtualMemory" in tessera(
+        "inventory", "--simulate", str(node), "--settings", str(settings), "-o", "json"
+    )

@@ -84,7 +84,7 @@ class PluginProcess:
 
     @property
     def fake_nvml(self) -> FakeNvmlNode:
-        return FakeNvmlNode(node_file=NODE_FILE, state_dir=self.root / "fake-nvml")
+        return FakeNvmlNode(node_file=self.node_file, state_dir=self.root / "fake-nvml")
 
     @property
     def log_file(self) -> Path:
@@ -152,7 +152,7 @@ class PluginProcess:
 def node_backend(p: PluginProcess) -> Iterator[GpuBackend]:
     """The GPUs the daemon sees, read from this process (the simulated state file, or the fake NVML's)."""
     if not p.nvml:
-        backend = open_backend(simulate=NODE_FILE, state_file=p.sim_state)
+        backend = open_backend(simulate=p.node_file, state_file=p.sim_state)
         try:
             yield backend
         finally:

@@ -49,6 +49,9 @@ class NodeSetting(Generic[T]):
     schema: Mapping[str, Any] = field(default_factory=dict)
     # keys the setting had before it was renamed: still read, as the same setting (`vgpuShares`)
     former_keys: tuple[str, ...] = ()
+    # what the value asks of the node itself, checked by the node daemon at start against its GPUs and host
+    # (`NodeSettings.check_fits`): raises ConfigError naming the key and the fix; None: any value fits
+    fits: Callable[[Inventory, T], None] | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:

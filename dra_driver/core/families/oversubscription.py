@@ -9,6 +9,10 @@ device. Only a claim whose VgpuConfig says `memoryOversubscription: enabled` may
 its `memory` plus its `virtualMemory`, and only its `memory` is held on the device for it. A claim that did
 not opt in consumes `memory` alone, which the scheduler keeps within the GPU's memory, so whatever opted-in
 claims do, every byte a claim was promised fits on the device.
+
+The host must back what the node publishes: the sum over the GPUs that may offer vgpu of their
+`virtualMemory` may take at most HOST_SHARE of the host's memory (MemTotal), the rest being the system's,
+the kubelet's and the containers' own; the node daemon refuses to start otherwise (`check_host_backing`).
 """
 
 from __future__ import annotations
@@ -21,10 +25,14 @@ from dra_driver.core.families.base import NodeSetting
 from dra_driver.core.families.published import MIB, mib_quantity
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
 from dra_driver.vocabulary.excerpt import excerpt
-from dra_driver.vocabulary.inventory import Gpu
+from dra_driver.vocabulary.inventory import Gpu, Inventory
 from dra_driver.vocabulary.names import Cap
 
 MAX_RATIO = 8  # more host memory than this per GPU byte pages far more than it computes
+# Of the host's memory, what host-backed GPU memory may take: the managed pages a claim's driver evicts live
+# in host memory, beside the system, the kubelet and the containers' own memory (a quarter left to them).
+HOST_SHARE = Fraction(3, 4)
+GIB = 1 << 30
 
 
 class Oversubscription(StrEnum):
@@ -43,20 +51,6 @@ def _ratio(raw: object) -> float:
             "given is device memory; 2: claims may be given twice the GPU's memory, half of it host-backed)"
         )
     return float(raw)
-
-
-# Declared by vgpu (its node setting). MPS does not read it: an MPS client's memory is limited by the MPS
-# server's pinned-memory limit, which managed memory does not get past (docs/gpu-sharing.md).
-OVERSUBSCRIPTION = NodeSetting(
-    key="memoryOversubscription",
-    default=1.0,
-    meaning=(
-        f"the vgpu memory a GPU offers, as a ratio of its own (1..{MAX_RATIO}; default 1): past 1 the rest "
-        "is published as virtualMemory, host-backed, for claims that opt in"
-    ),
-    decode=_ratio,
-    schema={"type": "number", "minimum": 1, "maximum": MAX_RATIO},
-)
 
 
 def virtual_bytes(gpu: Gpu, ratio: float) -> int:
@@ -95,3 +89,53 @@ def check_opt_in(*, where: str, virtual: int, opted_in: bool, gpu: Gpu, ratio: f
             "memoryOversubscription: enabled (or use the DeviceClass vgpu-oversubscribed.tessera.dev), or "
             "ask for memory only"
         )
+
+
+def _gib(n: int | Fraction) -> str:
+    return f"{float(n) / GIB:.1f}".removesuffix(".0") + "Gi"
+
+
+def check_host_backing(inventory: Inventory, ratio: float) -> None:
+    """Refuse a ratio whose host-backed memory the host cannot hold: the `virtualMemory` of every GPU that may
+    offer vgpu (a GPU in MIG mode that cannot leave it offers none) must fit in HOST_SHARE of the host's
+    memory. A host whose memory is not known backs nothing."""
+    gpus = [g for g in inventory.gpus if not g.mig_enabled or g.architecture.can_toggle_mig_without_reset]
+    virtual = sum(virtual_bytes(g, ratio) for g in gpus)
+    if not virtual:
+        return
+    host = inventory.host_memory_bytes
+    where = "in this node group's settings (nodeGroups[].memoryOversubscription in the chart)"
+    if host is None:
+        raise ConfigError(
+            f"memoryOversubscription: {ratio:g} needs host memory to back {_gib(virtual)} of virtualMemory, "
+            "but this node's host memory (MemTotal in /proc/meminfo) could not be read; set "
+            f"memoryOversubscription to 1 {where}"
+        )
+    backable = host * HOST_SHARE
+    if virtual <= backable:
+        return
+    device = sum(g.memory_bytes // MIB * MIB for g in gpus)
+    highest = math.floor((1 + backable / device) * 100) / 100
+    raise ConfigError(
+        f"memoryOversubscription: {ratio:g} publishes {_gib(virtual)} of host-backed virtualMemory on this "
+        f"node ({len(gpus)} GPU(s), {_gib(device)} of GPU memory, times {ratio - 1:g}), more than its host "
+        f"memory backs: MemTotal {_gib(host)}, of which at most {HOST_SHARE.numerator}/"
+        f"{HOST_SHARE.denominator} ({_gib(backable)}) may back GPU memory; set memoryOversubscription to at "
+        f"most {highest:g} {where}, or 1 to turn it off"
+    )
+
+
+# Declared by vgpu (its node setting). MPS does not read it: an MPS client's memory is limited by the MPS
+# server's pinned-memory limit, which managed memory does not get past (docs/gpu-sharing.md).
+OVERSUBSCRIPTION = NodeSetting(
+    key="memoryOversubscription",
+    default=1.0,
+    meaning=(
+        f"the vgpu memory a GPU offers, as a ratio of its own (1..{MAX_RATIO}; default 1): past 1 the rest "
+        "is published as virtualMemory, host-backed, for claims that opt in; the node refuses a ratio whose "
+        "virtualMemory, over its GPUs, passes three quarters of its host memory (MemTotal)"
+    ),
+    decode=_ratio,
+    schema={"type": "number", "minimum": 1, "maximum": MAX_RATIO},
+    fits=check_host_backing,
+)

@@ -35,13 +35,17 @@ struct node_desc {
     struct gpu_desc gpu[FAKE_MAXDEV];
     char driver_version[80];
     int cuda_version; /* 12040 for "12.4" */
+    long host_memory_gib; /* what the fake's /proc/meminfo says: MemTotal */
 };
 
 #define DEFAULT_DRIVER_VERSION "550.54.15"
 #define DEFAULT_CUDA_DRIVER_VERSION "12.4"
+#define DEFAULT_HOST_MEMORY_GIB 2048L /* dra_driver/backends/sim_node.py DEFAULT_HOST_MEMORY_GIB */
+#define MAX_HOST_MEMORY_GIB (1L << 20)
 
 static const char *const NODE_REQUIRED[] = { "apiVersion", "kind", "gpus", NULL };
-static const char *const NODE_OPTIONAL[] = { "nodeName", "seed", "driverVersion", "cudaDriverVersion", NULL };
+static const char *const NODE_OPTIONAL[] = { "nodeName",          "seed",          "driverVersion",
+                                             "cudaDriverVersion", "hostMemoryGiB", NULL };
 static const char *const GPU_REQUIRED[] = { "product", NULL };
 static const char *const GPU_OPTIONAL[] = { "count",    "migEnabled", "uuid",   "healthy", "instances",
                                             "numaNode", "pcieRoot",   "nvlink", "fabric",  NULL };
@@ -373,6 +377,10 @@ static int decode_node(yaml_document_t *d, const char *path, struct node_desc *n
     snprintf(node->driver_version, sizeof node->driver_version, "%s", driver);
     if (parse_cuda_version(cuda, &node->cuda_version))
         return -1;
+    if (y_long(d, root, "hostMemoryGiB", "", DEFAULT_HOST_MEMORY_GIB, &node->host_memory_gib))
+        return -1;
+    if (node->host_memory_gib < 1 || node->host_memory_gib > MAX_HOST_MEMORY_GIB)
+        return fail("hostMemoryGiB: expected 1..%ld (GiB), got %ld", MAX_HOST_MEMORY_GIB, node->host_memory_gib);
     yaml_node_t *gpus = y_get(d, root, "gpus");
     if (y_expect(gpus, Y_SEQ, "gpus"))
         return -1;
@@ -410,6 +418,7 @@ static uint64_t env_u64(const char *name, uint64_t def)
 static void plain_node(struct node_desc *node)
 {
     memset(node, 0, sizeof *node);
+    node->host_memory_gib = DEFAULT_HOST_MEMORY_GIB;
     node->ngpu = (unsigned)env_u64("FAKE_GPU_COUNT", 2);
     if (node->ngpu > FAKE_MAXDEV)
         node->ngpu = FAKE_MAXDEV;

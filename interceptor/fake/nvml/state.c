@@ -2,8 +2,9 @@
  * file (FAKE_NVML_STATE; without it the state lives in the process), replaced atomically (temp, fsync,
  * rename, fsync of the directory) under an flock on `<file>.lock`, and re-read by any call that finds it
  * changed. FAKE_NVML_PROC names a directory where the fake keeps what the kernel driver shows in /proc:
- * `devices` (the nvidia-caps and nvidia-uvm majors) and `driver/nvidia/capabilities/gpu<minor>/mig/gi<id>/
- * [ci<id>/]access` (DeviceFileMinor of each instance's /dev/nvidia-caps node). */
+ * `devices` (the nvidia-caps and nvidia-uvm majors), `meminfo` (MemTotal: the node file's hostMemoryGiB),
+ * and `driver/nvidia/capabilities/gpu<minor>/mig/gi<id>/[ci<id>/]access` (DeviceFileMinor of each instance's
+ * /dev/nvidia-caps node). */
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/file.h>
@@ -306,6 +307,12 @@ static void sync_proc(void)
              "Block devices:\n  7 loop\n",
              CAPS_MAJOR, UVM_MAJOR);
     write_if_changed(dir, devices);
+    /* the host's memory, which backs memoryOversubscription (dra_driver/backends/meminfo.py reads it) */
+    snprintf(dir, sizeof dir, "%s/meminfo", g_sf.proc);
+    char meminfo[128];
+    snprintf(meminfo, sizeof meminfo, "MemTotal:       %ld kB\nMemFree:        %ld kB\n", g_node.host_memory_gib << 20,
+             g_node.host_memory_gib << 20);
+    write_if_changed(dir, meminfo);
     snprintf(dir, sizeof dir, "%s/driver/nvidia/capabilities/mig", g_sf.proc);
     char config[PATH_MAX + 160];
     snprintf(config, sizeof config, "%s/config", dir);

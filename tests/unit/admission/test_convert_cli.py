@@ -237,3 +237,48 @@ def test_an_nvidia_compute_domain_claim_exits_2_naming_why(
     code, out, err = run(capsys, str(path))
     assert code == 2 and not out
     assert "ResourceClaimTemplate/imex" in err and "ComputeDomain IMEX channels have no counterpart" in err
+
+
+HAMI_CONFIG_MAPS = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: hami-scheduler-device, namespace: kube-system}
+data:
+  device-config.yaml: |
+    nvidia:
+      deviceMemoryScaling: 2
+      deviceSplitCount: 10
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: hami-device-plugin, namespace: kube-system}
+data:
+  config.json: |
+    {"nodeconfig": [{"name": "gpu-node-1", "devicememoryscaling": 1.5}]}
+  broken.yaml: "nvidia: [unclosed"
+"""
+
+
+def test_hamis_memory_scaling_in_its_config_maps_is_named_as_the_node_group_setting(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docs/migration-from-hami.md: the ConfigMaps pass through unchanged; what to set instead is said beside
+    the output (stderr), or in the summary's notes."""
+    path = tmp_path / "hami.yaml"
+    path.write_text(HAMI_CONFIG_MAPS)
+    code, out, err = run(capsys, str(path))
+    assert code == 0 and list(yaml.safe_load_all(out)) == list(yaml.safe_load_all(HAMI_CONFIG_MAPS))
+    lines = err.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(
+        f"tessera convert: {path}: ConfigMap/hami-scheduler-device: device-config.yaml: "
+        "nvidia.deviceMemoryScaling 2 is nodeGroups[].memoryOversubscription: 2 for every group;"
+    )
+    assert lines[1].startswith(
+        f"tessera convert: {path}: ConfigMap/hami-device-plugin: config.json: "
+        "nodeconfig[0].devicememoryscaling 1.5 is nodeGroups[].memoryOversubscription: 1.5 for the group of "
+        "node gpu-node-1;"
+    )
+    code, out, err = run(capsys, "--summary", str(path))
+    assert code == 0 and not err
+    assert out.count("  note: ") == 2 and "no HAMi or Volcano GPU request" not in out

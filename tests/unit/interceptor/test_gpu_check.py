@@ -1,8 +1,12 @@
-"""gpu-check's wake figure (interceptor/gpu_check.py), checked against what a real H100 did."""
+"""gpu-check's wake figure (interceptor/gpu_check.py), checked against what a real H100 did, and the script's
+CPU side (it parses, it stops cleanly without a GPU, what it runs exists)."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 
@@ -59,3 +63,51 @@ def test_a_claim_held_back_for_four_frames_wakes_at_the_fifth() -> None:
 
 def test_a_claim_that_never_finishes_a_kernel_never_wakes() -> None:
     assert GPU_CHECK.wake_ms([], 0.0) == (0.0, -1.0)
+
+
+# ---- the script's CPU side: what runs without a GPU, and what it names -------------------------------------
+
+SCRIPT = Path(__file__).parents[3] / "interceptor" / "gpu-check"
+
+
+def test_the_script_parses() -> None:
+    done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_a_gpu_it_says_so_and_exits_2_before_building_anything(tmp_path: Path) -> None:
+    (tmp_path / "dirname").symlink_to(shutil.which("dirname") or "/usr/bin/dirname")  # no nvidia-smi here
+    done = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", str(SCRIPT)],
+        env={"PATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "gpu-check: nvidia-smi not found: no GPU here" in done.stderr
+
+
+def test_every_workload_the_script_runs_is_one_gpu_check_py_serves() -> None:
+    named = set(re.findall(r'"\$W" (\w+)', SCRIPT.read_text()))
+    assert {"touch", "matmul", "mem", "hold"} <= named
+    assert named <= set(GPU_CHECK.workloads([]))
+
+
+def test_every_module_the_script_runs_from_the_repository_exists() -> None:
+    """The priority relay and the burst arbiter rows run the daemon's own modules (`python -m`); a module
+    moved without the script skips those rows on a GPU node."""
+    modules = set(re.findall(r"(?:-m|why_not) (kubelet_plugin[\w.]+)", SCRIPT.read_text()))
+    assert modules
+    assert all(importlib.util.find_spec(m) is not None for m in modules), modules
+
+
+def test_the_touch_workloads_chunks_cover_the_bytes_in_whole_float32s() -> None:
+    chunk = GPU_CHECK.CHUNK
+    assert GPU_CHECK.chunk_sizes(3 * chunk) == [chunk] * 3
+    assert GPU_CHECK.chunk_sizes(2 * chunk + 4097) == [chunk, chunk, 4096]
+    assert GPU_CHECK.chunk_sizes(3) == []
+    big = (141 << 30) * 3 // 2
+    sizes = GPU_CHECK.chunk_sizes(big)
+    assert sum(sizes) == big // 4 * 4 and all(s % 4 == 0 and 0 < s <= chunk for s in sizes)

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dra_driver.backends.sim_node import decode_node, load_node
+from dra_driver.backends.sim_node import SimulatedNode, decode_node, load_node
+from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.vocabulary.errors import ConfigError
 
 
@@ -27,6 +28,8 @@ def decode(text: str) -> object:
         ("gpus: []", "at least one GPU"),
         ("gpus: [{count: 1}]", r"gpus\[0\]: missing required field 'product'"),
         ("gpuz: []", "unknown field 'gpuz'"),
+        ("hostMemoryGiB: 0\ngpus: [{product: L4}]", r"hostMemoryGiB: expected 1..1048576 \(GiB\), got 0"),
+        ("hostMemoryGiB: 1.5\ngpus: [{product: L4}]", "hostMemoryGiB: expected int"),
         (
             "gpus: [{product: H100-80GB-SXM, instances: [{profile: 1g.10gb, start: 0}]}]",
             "need migEnabled: true",
@@ -109,3 +112,14 @@ def test_topology_of_each_entry_and_its_bridged_pairs() -> None:
 def test_bad_topology_is_refused(body: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         decode(body)
+
+
+def test_the_host_memory_is_the_node_files_or_a_dgx_h100s_and_the_inventory_says_it() -> None:
+    for text, gib in (("gpus: [{product: L4}]", 2048), ("hostMemoryGiB: 64\ngpus: [{product: L4}]", 64)):
+        node = decode(text)
+        assert isinstance(node, SimulatedNode)
+        backend = SimulatedBackend(node=node, state_file=None)
+        try:
+            assert backend.inventory().host_memory_bytes == gib << 30
+        finally:
+            backend.close()

@@ -150,3 +150,44 @@ def test_a_claim_that_bursts_shows_the_time_above_its_guarantee() -> None:
     gpu.gpu_ns += 30 * S  # back to its share: the burst fell by 40 points, so the status moves
     assert loop.tick() == 1
     assert writer.writes[-1][1]["gpu-1-vgpu"]["burstPercent"] == 0
+
+
+class OversubscribedGpu(Gpu):
+    """A region of a claim that opted into memory oversubscription: its "+resident" entry counts what the
+    device holds for it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = 0
+
+    def read(self, path: Path) -> Region:
+        (g,) = super().read(path).gpus
+        held = RegionGpu(f"{GPU}+resident", self.held, GiB // 4, 0, 1, 0, 0, 0, 0, 0, 0, entry=1)
+        return Region(gpus=(g, held), processes=())
+
+
+def test_an_oversubscribed_claim_shows_its_held_and_managed_memory_and_a_shift_between_them_is_written() -> (
+    None
+):
+    gpu, writer, now = OversubscribedGpu(), Writer(), [0]
+    loop = UsageStatusLoop(claims=lambda: [claim("o")], writer=writer, read=gpu.read, clock=lambda: now[0])
+    loop.tick()
+    now[0] += 60 * S
+    gpu.used, gpu.held = 3 * GiB // 4, GiB // 4  # of its 1 GiB limit: 256Mi on the device, 512Mi managed
+    assert loop.tick() == 1
+    usage = writer.writes[-1][1]["gpu-1-vgpu"]
+    assert (usage["memoryUsed"], usage["memoryHeld"], usage["memoryManaged"]) == ("768Mi", "256Mi", "512Mi")
+    now[0] += 60 * S
+    gpu.held = GiB // 8  # the same bytes, more of them managed: the memory used did not move, the split did
+    assert loop.tick() == 1
+    usage = writer.writes[-1][1]["gpu-1-vgpu"]
+    assert (usage["memoryUsedPercent"], usage["memoryHeld"], usage["memoryManaged"]) == (75, "128Mi", "640Mi")
+    now[0] += 60 * S
+    gpu.held = 1 << 62  # forged: never more than the claim's memory used
+    assert loop.tick() == 1
+    assert writer.writes[-1][1]["gpu-1-vgpu"]["memoryManaged"] == "0Mi"
+
+
+def test_a_claim_that_did_not_opt_in_shows_no_held_or_managed_memory() -> None:
+    u = usage_between(Sample(0, 0, 0), Sample(0, 0, 60 * S), used_bytes=GiB, limit_bytes=GiB)
+    assert "memoryHeld" not in u.data() and "memoryManaged" not in u.data() and u.managed_bytes == 0

@@ -3,6 +3,7 @@ to consume it (dra_driver/core/families/oversubscription.py, through the slices 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,7 +16,8 @@ from dra_driver.core.families.oversubscription import OVERSUBSCRIPTION, virtual_
 from dra_driver.core.settings import NodeSettings, family_settings
 from dra_driver.core.slices import build_slices
 from dra_driver.vocabulary.errors import ClaimError, ConfigError
-from dra_driver.vocabulary.names import DRIVER_NAME
+from dra_driver.vocabulary.inventory import Gpu, Inventory
+from dra_driver.vocabulary.names import DRIVER_NAME, Family
 from tests.support.claim_models import POOL, claim, config, result
 from tests.support.family_plans import H100
 from tests.support.inventories import make_gpu, make_inventory
@@ -147,3 +149,58 @@ def test_virtual_memory_outside_what_the_node_published_is_refused(
 ) -> None:
     with pytest.raises(ClaimError, match=r"virtualMemory .* is outside the device's policy"):
         planned(claim(shared("1Gi", virtual), configs=[OPT_IN]), settings)
+
+
+# ---- what the host can back (check_host_backing, through NodeSettings.check_fits) ----------------------
+
+
+def hosted(*gpus: Gpu, host_gib: int | None) -> Inventory:
+    return replace(make_inventory(*gpus), host_memory_bytes=None if host_gib is None else host_gib * GiB)
+
+
+def h100s(n: int) -> tuple[Gpu, ...]:
+    return tuple(make_gpu(i, "H100-80GB-SXM") for i in range(n))
+
+
+def test_a_ratio_the_host_memory_backs_is_accepted_up_to_three_quarters_of_it() -> None:
+    two = 2 * H100_MIB * MiB  # what ratio 2 publishes on two H100s
+    needed_gib = -(-two * 4 // 3) // GiB + 1  # the least whole GiB whose three quarters hold it
+    NodeSettings(node_name=NODE, family=node(2)).check_fits(hosted(*h100s(2), host_gib=needed_gib))
+    with pytest.raises(ConfigError, match="memoryOversubscription: 2 publishes"):
+        NodeSettings(node_name=NODE, family=node(2)).check_fits(hosted(*h100s(2), host_gib=needed_gib - 1))
+
+
+def test_a_ratio_beyond_the_host_memory_is_refused_naming_the_field_and_the_highest_ratio_it_backs() -> None:
+    settings = NodeSettings(node_name=NODE, family=node(2))
+    with pytest.raises(ConfigError) as e:
+        settings.check_fits(hosted(*h100s(8), host_gib=512))
+    said = str(e.value)
+    assert said.startswith("memoryOversubscription: 2 publishes 637.2Gi of host-backed virtualMemory")
+    assert "MemTotal 512Gi, of which at most 3/4 (384Gi)" in said
+    # 1 + 384Gi / (8 x 81559Mi) = 1.6027...: the highest ratio it backs, to two places, rounded down
+    assert "set memoryOversubscription to at most 1.6 in this node group's settings" in said
+    assert "nodeGroups[].memoryOversubscription" in said
+    NodeSettings(node_name=NODE, family=node(1.6)).check_fits(hosted(*h100s(8), host_gib=512))
+    with pytest.raises(ConfigError):
+        NodeSettings(node_name=NODE, family=node(1.61)).check_fits(hosted(*h100s(8), host_gib=512))
+
+
+def test_unknown_host_memory_backs_nothing_but_ratio_one_needs_none() -> None:
+    with pytest.raises(ConfigError, match=r"MemTotal in /proc/meminfo\) could not be read; set memoryOver"):
+        NodeSettings(node_name=NODE, family=node(1.5)).check_fits(hosted(*h100s(1), host_gib=None))
+    NodeSettings(node_name=NODE, family=node(1)).check_fits(hosted(*h100s(1), host_gib=None))
+    NodeSettings(node_name=NODE).check_fits(hosted(*h100s(1), host_gib=None))
+
+
+def test_only_gpus_that_may_offer_vgpu_need_backing_and_only_where_the_node_offers_vgpu() -> None:
+    # an A100 in MIG mode (it cannot leave it without a reset) publishes no vgpu device, so no virtualMemory
+    mig_a100 = make_gpu(1, "A100-SXM4-40GB", mig_enabled=True)
+    host = -(-H100_MIB * MiB * 4 // 3) // GiB + 1  # backs one H100 at ratio 2, not two
+    settings = NodeSettings(node_name=NODE, family=node(2))
+    settings.check_fits(hosted(make_gpu(0, "H100-80GB-SXM"), mig_a100, host_gib=host))
+    with pytest.raises(ConfigError):
+        settings.check_fits(hosted(*h100s(2), host_gib=host))
+    no_vgpu = NodeSettings(
+        node_name=NODE, family=node(2), families=frozenset({Family("gpu"), Family("mig"), Family("mps")})
+    )
+    no_vgpu.check_fits(hosted(*h100s(2), host_gib=1))
