@@ -33,8 +33,12 @@ from admission.convert.pod import TEMPLATE_PATHS, ObjectConversion, convert_obje
 from dra_driver.io.yaml_files import read_yaml
 from dra_driver.vocabulary.errors import TesseraError
 
-DEFAULT_REPLACED_SCHEDULERS = ("volcano",)
 MAX_CONFIG_ENTRY_CHARS = 1 << 20  # a ConfigMap holds at most 1 MiB
+VOLCANO = "volcano"
+# What becomes of a converted pod's `schedulerName: volcano` (docs/volcano.md, "Volcano's vGPU YAML"): kept,
+# so vc-scheduler places it (Volcano 1.12+ serves DRA claims), removed, so kube-scheduler does, or (the
+# webhook's default) kept where the cluster serves Volcano's API and removed where it does not.
+VOLCANO_MODES = ("auto", "keep", "remove")
 
 
 def _documents(path: str) -> list[Any]:
@@ -53,18 +57,29 @@ def _catalog(paths: Sequence[str]) -> Catalog:
     return from_slices(slices)
 
 
-def options_from_args(args: argparse.Namespace) -> Options:
+def replaced_schedulers(args: argparse.Namespace, *, volcano_served: bool) -> tuple[str, ...]:
+    """The schedulerNames a converted pod loses: none with --keep-scheduler; else every --replace-scheduler
+    (an explicit `volcano` there wins over --volcano), and `volcano` when --volcano says remove, or says auto
+    and the cluster does not serve Volcano's API (`volcano_served`)."""
+    if args.keep_scheduler:
+        return ()
+    listed = tuple(dict.fromkeys(args.replace_scheduler or ()))
+    mode = getattr(args, "volcano", "keep")
+    if VOLCANO in listed or mode == "keep" or (mode == "auto" and volcano_served):
+        return listed
+    return (*listed, VOLCANO)
+
+
+def options_from_args(args: argparse.Namespace, *, volcano_served: bool = False) -> Options:
     return Options(
         catalog=_catalog(getattr(args, "slices", None) or ()),
         high_priority_class=args.high_priority_class,
-        replace_schedulers=()
-        if args.keep_scheduler
-        else tuple(args.replace_scheduler or DEFAULT_REPLACED_SCHEDULERS),
+        replace_schedulers=replaced_schedulers(args, volcano_served=volcano_served),
     )
 
 
-def add_options(p: argparse.ArgumentParser) -> None:
-    """The conversion's options, shared by `convert` and `webhook`."""
+def add_options(p: argparse.ArgumentParser, *, volcano: str) -> None:
+    """The conversion's options, shared by `convert` and `webhook` (`volcano`: --volcano's default)."""
     p.add_argument(
         "--high-priority-class",
         metavar="CLASS",
@@ -76,7 +91,16 @@ def add_options(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAME",
         help="schedulerName a converted pod loses, so the default scheduler allocates its claims "
-        f"(repeatable; default: {', '.join(DEFAULT_REPLACED_SCHEDULERS)})",
+        "(repeatable; volcano: see --volcano)",
+    )
+    p.add_argument(
+        "--volcano",
+        choices=VOLCANO_MODES if volcano == "auto" else VOLCANO_MODES[1:],
+        default=volcano,
+        help="schedulerName volcano: keep it (Volcano 1.12+ with DRA places the claims), remove it "
+        "(kube-scheduler does)"
+        + (", or auto: keep it while the cluster serves Volcano's API" if volcano == "auto" else "")
+        + f" (default: {volcano})",
     )
     p.add_argument("--keep-scheduler", action="store_true", help="never change a pod's schedulerName")
 
@@ -152,7 +176,7 @@ def workload_claims(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """For `tessera explain FILE`: the templates the Pods and workloads in FILE would get (none when it
     holds none), converted for every product Tessera knows."""
     docs = [d for d in _documents(str(path)) if isinstance(d, dict) and d.get("kind") in TEMPLATE_PATHS]
-    options = Options(known_products(), replace_schedulers=DEFAULT_REPLACED_SCHEDULERS)
+    options = Options(known_products())
     out: list[tuple[str, dict[str, Any]]] = []
     for d in docs:
         result = convert_object(d, options)
@@ -181,7 +205,8 @@ def add_convert_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="ResourceSlices (kubectl get resourceslices -o yaml) to take the offered GPU products from "
         "(default: every product Tessera knows)",
     )
-    add_options(p)
+    # Offline: a pod that names Volcano was written for a cluster that runs it, so it keeps its scheduler.
+    add_options(p, volcano="keep")
     p.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     p.add_argument("--summary", action="store_true", help="say what each container gets instead")
     p.set_defaults(handler=run)
@@ -247,5 +272,5 @@ def add_webhook_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.add_argument("--log-format", default="json", choices=("json", "console"))
-    add_options(p)
+    add_options(p, volcano="auto")
     p.set_defaults(handler=_run)

@@ -27,6 +27,9 @@ log = structlog.get_logger()
 COMPONENT = "tessera-admission"
 CONVERTED_SELECTOR = f"{names.CONVERTED_LABEL[0]}={names.CONVERTED_LABEL[1]}"
 
+# Volcano's scheduling API (PodGroups, Queues): served once Volcano's CRDs are installed
+VOLCANO_API_GROUP = "scheduling.volcano.sh"
+
 MAX_SKIPS_LOGGED = 20  # per refresh: a node publishing thousands of bad devices gets one summary line more
 
 
@@ -61,6 +64,7 @@ class Kube:
         self._resource = k8s.ResourceV1Api(api)
         self._core = k8s.CoreV1Api(api)
         self._admission = k8s.AdmissionregistrationV1Api(api)
+        self._apis = k8s.ApisApi(api)
         self._exception: type[Exception] = k8s.ApiException
         self._models = k8s
         self._skipped: frozenset[Skipped] = frozenset()  # what the last catalog skipped (logged once)
@@ -76,6 +80,16 @@ class Kube:
     def list_templates(self, **query: Any) -> Any:
         """Every ResourceClaimTemplate: one not labelled as ours may squat on a name the conversion gives."""
         return self._resource.list_resource_claim_template_for_all_namespaces(_preload_content=False, **query)
+
+    # ---- discovery -------------------------------------------------------------------------------
+
+    def serves_api_group(self, group: str) -> bool:
+        """Whether the API server serves `group` (discovery, /apis: every authenticated user may read it)."""
+        try:
+            groups = self._apis.get_api_versions().groups or []
+        except (self._exception, ValueError) as e:
+            raise ApiError(f"discover API groups: {_reason(e)}", _status(e)) from e
+        return any(g.name == group for g in groups)
 
     # ---- templates -------------------------------------------------------------------------------
 

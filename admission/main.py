@@ -4,6 +4,7 @@ wired together (`tessera webhook`, admission/cli.py)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import signal
 import threading
@@ -13,10 +14,10 @@ from typing import Any
 
 import structlog
 
-from admission.cli import options_from_args
+from admission.cli import options_from_args, replaced_schedulers
 from admission.convert.catalog import Catalog, known_products
 from admission.convert.claims import Options
-from admission.kube import Kube
+from admission.kube import VOLCANO_API_GROUP, Kube
 from admission.review import StoredTemplate, admit
 from admission.rotation import CertDir, Rotation, SecretPlace, service_names, sync_once, utc_now
 from admission.server import Tls, WebhookServer
@@ -48,9 +49,21 @@ class Webhook:
         with self._lock:
             if catalog != self._options.catalog:
                 log.info("catalog of offered GPUs", products=catalog.describe())
-            self._options = Options(
-                catalog, self._options.high_priority_class, self._options.replace_schedulers
-            )
+            self._options = dataclasses.replace(self._options, catalog=catalog)
+
+    def set_replace_schedulers(self, replaced: tuple[str, ...]) -> None:
+        with self._lock:
+            if replaced != self._options.replace_schedulers:
+                log.info("schedulerNames a converted pod loses", replaced=list(replaced))
+            self._options = dataclasses.replace(self._options, replace_schedulers=replaced)
+
+    def check_volcano(self, args: argparse.Namespace) -> None:
+        """--volcano auto: `schedulerName: volcano` is kept while the API server serves Volcano's API (with
+        any other setting the options already say what becomes of it)."""
+        if self._kube is None or args.volcano != "auto" or args.keep_scheduler:
+            return
+        served = self._kube.serves_api_group(VOLCANO_API_GROUP)
+        self.set_replace_schedulers(replaced_schedulers(args, volcano_served=served))
 
     def refresh_catalog(self) -> None:
         if self._kube is None:
@@ -118,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
         webhook.refresh_catalog()
     except TesseraError as e:
         log.warning("cannot read the ResourceSlices yet; converting for every known product", error=str(e))
+    try:
+        webhook.check_volcano(args)
+    except TesseraError as e:
+        log.warning("cannot tell yet whether Volcano is served; schedulerName volcano is removed until then",
+                    error=str(e))  # fmt: skip
     gc.collect()
     gc.freeze()  # what start-up made lives for the process: the collector need not walk it per request
     stop = threading.Event()
@@ -125,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         Rotation(step, args.certificate_check),
         Rotation(webhook.refresh_catalog, args.catalog_refresh, name="catalog-refresh"),
         Rotation(reconciler.resync, args.template_resync, name="template-resync"),
+        Rotation(lambda: webhook.check_volcano(args), args.catalog_refresh, name="volcano-check"),
     )
     server = WebhookServer(args.address, args.port, tls, webhook.answer, ready=lambda: templates.synced)
     starter = threading.Thread(

@@ -37,6 +37,37 @@ def scheduler_conf() -> dict[str, Any]:
     }
 
 
+# The capacity plugin's DRA queue quota (Volcano 1.15+): a queue's `capability` may name
+# `deviceclass/<class>` (devices) and `<capacity>.deviceclass/<class>` (consumed capacity, e.g. memory).
+CAPACITY_DRA_ARGUMENTS: Final = {
+    "capacity.DynamicResourceAllocationEnable": True,
+    "capacity.DRAConsumableCapacityEnable": True,
+}
+
+
+def capacity_conf() -> dict[str, Any]:
+    """`scheduler_conf` with Volcano's `capacity` plugin in place of `proportion` (the two are alternatives):
+    the queue quota that counts DRA devices and their consumed capacity."""
+    conf = scheduler_conf()
+    conf["tiers"][1]["plugins"] = [
+        {"name": "capacity", "arguments": dict(CAPACITY_DRA_ARGUMENTS)} if p["name"] == "proportion" else p
+        for p in conf["tiers"][1]["plugins"]
+    ]
+    return conf
+
+
+def preempt_conf() -> dict[str, Any]:
+    """`scheduler_conf` with the `preempt` action: a pod of a higher PriorityClass evicts lower ones of its
+    queue. The gang plugin's veto is off: it keeps a job from dropping below minMember, which for the usual
+    PodGroup of one pod (minMember 1) protects every pod."""
+    conf = scheduler_conf()
+    conf["actions"] = "enqueue, allocate, preempt, backfill"
+    conf["tiers"][0]["plugins"] = [
+        {**p, "enablePreemptable": False} if p["name"] == "gang" else p for p in conf["tiers"][0]["plugins"]
+    ]
+    return conf
+
+
 def scheduler_gates(plane_gates: Mapping[str, bool], *, plane_release: Release) -> dict[str, bool]:
     """The gates vc-scheduler gets: every DRA gate that is on in the control plane (its release's defaults
     with the plane's own over them) and that the vendored release knows, as a user of that cluster turns on

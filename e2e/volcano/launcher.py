@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import structlog
 import yaml
@@ -99,6 +100,12 @@ class Volcano:
             # Server-side: the CRDs' schemas are too large for the last-applied annotation of a client apply.
             kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
         kubectl.run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+
+    def use_conf(self, conf: dict[str, Any]) -> None:
+        """Restarts vc-scheduler with the scheduler configuration `conf` (same binary and flags)."""
+        with self.plane.stopped(SCHEDULER, grace_s=5.0, binary=self.scheduler_binary):
+            write_atomic(self.conf_path, yaml.safe_dump(conf, sort_keys=False).encode("utf-8"))
+        log.info("volcano.conf_switched", tiers=[[p["name"] for p in t["plugins"]] for t in conf["tiers"]])
 
     def use_scheduler(self, binary: Path) -> None:
         """Restarts vc-scheduler from `binary` with the same command line: a new process with a fresh cache,

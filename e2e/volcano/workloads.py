@@ -9,6 +9,7 @@ from e2e.volcano.config import SCHEDULER_NAME
 
 Json = dict[str, Any]
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 
 
 def podgroup(name: str, *, min_member: int, queue: str = "default") -> Json:
@@ -20,13 +21,30 @@ def podgroup(name: str, *, min_member: int, queue: str = "default") -> Json:
     }
 
 
-def volcano_pod(pod: Json, *, name: str, group: str | None = None) -> Json:
+def queue(name: str, *, weight: int = 1, capability: Json | None = None) -> Json:
+    """A Volcano queue (cluster-scoped); `capability` caps what its pods hold."""
+    spec: Json = {"weight": weight, "reclaimable": True}
+    if capability:
+        spec["capability"] = capability
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def volcano_pod(pod: Json, *, name: str, group: str | None = None, queue: str | None = None) -> Json:
     """A copy of `pod` named `name`, placed by Volcano, in PodGroup `group` when given (else the controller
-    manager makes a group of one for it)."""
+    manager makes a group of one for it, in `queue` when given)."""
     out = copy.deepcopy(pod)
     out["metadata"] = {"name": name}
-    if group is not None:
-        out["metadata"]["annotations"] = {GROUP_ANNOTATION: group}
+    annotations = {
+        **({GROUP_ANNOTATION: group} if group is not None else {}),
+        **({QUEUE_ANNOTATION: queue} if queue is not None else {}),
+    }
+    if annotations:
+        out["metadata"]["annotations"] = annotations
     out["spec"]["schedulerName"] = SCHEDULER_NAME
     return out
 

@@ -45,7 +45,8 @@ def test_webhook_deployment_pdb_and_configuration() -> None:
     assert container["command"] == ["tessera", "webhook"]
     assert (
         "--secret=tessera-admission-tls" in container["args"]
-        and "--replace-scheduler=volcano" in container["args"]
+        and "--volcano=auto" in container["args"]
+        and not any(a.startswith("--replace-scheduler") for a in container["args"])
     )
     assert objs[("PodDisruptionBudget", "tessera-admission")]["spec"]["minAvailable"] == 1
     hook = objs[("MutatingWebhookConfiguration", "tessera-admission")]["webhooks"][0]
@@ -55,6 +56,25 @@ def test_webhook_deployment_pdb_and_configuration() -> None:
     service = {"name": "tessera-admission", "namespace": "gpu", "path": "/mutate", "port": 443}
     assert hook["clientConfig"]["service"] == service
     assert ("Role", "tessera-admission") in objs and ("Certificate", "tessera-admission") not in objs
+
+
+def webhook_args(*extra: str) -> list[str]:
+    objs = render("--set", "admissionWebhook.enabled=true", *extra)
+    args: list[str] = objs[("Deployment", "tessera-admission")]["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    return args
+
+
+def test_volcano_and_the_replaced_schedulers_reach_the_webhook() -> None:
+    args = webhook_args(
+        "--set", "admissionWebhook.volcano=remove", "--set", "admissionWebhook.replaceSchedulers={a,b}"
+    )
+    assert [a for a in args if a.startswith(("--volcano", "--replace"))] == [
+        "--volcano=remove",
+        "--replace-scheduler=a",
+        "--replace-scheduler=b",
+    ]
 
 
 def test_cert_manager_is_used_when_served() -> None:

@@ -38,6 +38,30 @@ def test_prints_templates_first_with_the_capacities_asked(
     assert docs[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]["requests"] == capacity
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ((), "volcano"),  # offline: the pod names Volcano, so the cluster runs it; vc-scheduler places it
+        (("--volcano=remove",), None),
+        (("--replace-scheduler=volcano",), None),
+        (("--keep-scheduler", "--replace-scheduler=volcano"), "volcano"),
+    ],
+)
+def test_schedulername_volcano_is_kept_unless_asked(
+    capsys: pytest.CaptureFixture[str], flags: tuple[str, ...], expected: str | None
+) -> None:
+    code, out, _ = run(capsys, str(EXAMPLES / "volcano-vgpu.yaml"), *flags)
+    (pod,) = [d for d in yaml.safe_load_all(out) if d["kind"] == "Pod"]
+    assert code == 0 and pod["spec"].get("schedulerName") == expected
+    assert pod["spec"]["containers"][0]["resources"]["claims"], "converted either way"
+
+
+def test_convert_refuses_auto_it_has_no_cluster_to_ask(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["convert", str(EXAMPLES / "volcano-vgpu.yaml"), "--volcano=auto"])
+    assert e.value.code == 2 and "invalid choice: 'auto'" in capsys.readouterr().err
+
+
 def test_every_example_converts(capsys: pytest.CaptureFixture[str]) -> None:
     files = sorted(str(p) for p in EXAMPLES.glob("*.yaml"))
     code, out, _ = run(capsys, "--summary", *files)
