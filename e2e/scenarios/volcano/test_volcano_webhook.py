@@ -19,6 +19,7 @@ from e2e.harness.webhook import RunningWebhook, helm_binary, start_webhook
 from e2e.scenarios.probes import H100, apply, attribute, consumed, container, results
 from e2e.scenarios.volcano.test_volcano_placement import placed_by_volcano
 from e2e.volcano.config import SCHEDULER_NAME
+from tests.support.smoke import covers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families, pytest.mark.timeout(240)]
 
@@ -36,13 +37,17 @@ def webhook(vbed: SimCluster, tmp_path_factory: pytest.TempPathFactory) -> Itera
     if helm_binary() is None:
         pytest.skip("no helm: run deploy/helm/build-helm.sh")
     log = tmp_path_factory.mktemp("webhook") / "webhook.log"
-    running = start_webhook(vbed.api, vbed.kubectl, vbed.plane.kubeconfig, "tessera-admission-vc", log)
+    # the chart's default, spelled out as docs/volcano.md names it
+    running = start_webhook(
+        vbed.api, vbed.kubectl, vbed.plane.kubeconfig, "tessera-admission-vc", log, args=("--volcano", "auto")
+    )
     try:
         yield running
     finally:
         running.stop()
 
 
+@covers("tessera webhook --volcano")
 def test_volcanos_vgpu_pod_keeps_its_scheduler_and_gets_its_memory(
     vbed: SimCluster, vns: str, webhook: RunningWebhook
 ) -> None:
