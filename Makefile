@@ -162,10 +162,12 @@ bench-scale: dev cluster
 	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
 
 # a production trace replayed on the real scheduler (docs/performance.md, "A production trace"): make bench-trace
-# [TRACE=pods.csv] [NODES=nodes.csv] [SEEDS=42-44] [SAMPLE=0.1] [SETTINGS=node-settings.yaml]; without them Alibaba's openb trace in
+# [TRACE=pods.csv] [NODES=nodes.csv] [SEEDS=42-44] [SAMPLE=0.1] [SETTINGS=node-settings.yaml]
+# [SCHEDULER_CONFIG=deploy/scheduler/kube-scheduler-config.yaml]; without them Alibaba's openb trace in
 # ../shared/traces. NODES is bench-scale's node counts unless given, so only a NODES given is passed on.
 TRACE_ARGS = $(if $(TRACE),--trace $(TRACE)) $(if $(filter-out file,$(origin NODES)),--nodes $(NODES)) \
-	$(if $(SEEDS),--seeds $(SEEDS)) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SETTINGS),--settings $(SETTINGS))
+	$(if $(SEEDS),--seeds $(SEEDS)) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SETTINGS),--settings $(SETTINGS)) \
+	$(if $(SCHEDULER_CONFIG),--scheduler-config $(SCHEDULER_CONFIG))
 bench-trace: dev cluster
 	$(BIN)/python -m e2e.benches.trace $(if $(SMOKE),--smoke,$(TRACE_ARGS))
 

@@ -35,6 +35,8 @@ from e2e.benches.trace.records import parse_nodes, parse_pods
 from e2e.benches.trace.replay import MARKS, Point, arrival_order, at, curve, median_at, sample_cluster
 from e2e.benches.trace.replay_run import SeedRun, replay_seed
 from e2e.controlplane.binaries import ensure_built
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.flags import load_scheduler_configuration
 
 REPO = Path(__file__).resolve().parents[3]
 # ../shared/traces/openb beside the checkout (or beside a folder above it, for a git worktree)
@@ -101,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         "--settings", type=Path, help="a NodeSettings file every node publishes with (default: the defaults)"
     )
     parser.add_argument(
+        "--scheduler-config",
+        type=Path,
+        help="a KubeSchedulerConfiguration kube-scheduler runs with (default: the release's defaults), "
+        "e.g. deploy/scheduler/kube-scheduler-config.yaml",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="the slice beside this file, seed 45 (make test)"
     )
     args = parser.parse_args(argv)
@@ -110,6 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.nodes, args.trace):
         if not path.is_file():
             parser.error(f"no trace file {path}: give TRACE=<pod list> and NODES=<node list> (CSV)")
+    scheduler_configuration = None
+    if args.scheduler_config is not None:
+        try:
+            scheduler_configuration = load_scheduler_configuration(args.scheduler_config)
+        except ControlPlaneError as e:
+            parser.error(f"{e} (SCHEDULER_CONFIG=<file>)")
     nodes = parse_nodes(args.nodes.read_text(encoding="utf-8"), what=str(args.nodes))
     pods = parse_pods(args.trace.read_text(encoding="utf-8"), what=str(args.trace))
     if args.sample < 1:
@@ -122,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# bench-trace: trace={args.trace.name} pods={len(pods)} nodes={len(nodes)} "
         f"gpus={sum(gpus.values())} sample={args.sample:g} seeds={args.seeds} "
-        f"settings={args.settings or 'default'} load={_load()}",
+        f"settings={args.settings or 'default'} scheduler_config={args.scheduler_config or 'default'} "
+        f"load={_load()}",
         flush=True,
     )
     print("# gpus " + " ".join(f"{m}={n}" for m, n in sorted(gpus.items())), flush=True)
@@ -132,7 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         with (
             tempfile.TemporaryDirectory(prefix="ttr-") as tmp,
             trace_cluster(
-                root=Path(tmp), binaries=binaries, nodes=nodes, nodes_file=args.nodes, settings=args.settings
+                root=Path(tmp),
+                binaries=binaries,
+                nodes=nodes,
+                nodes_file=args.nodes,
+                settings=args.settings,
+                scheduler_configuration=scheduler_configuration,
             ) as cluster,
         ):
             print(f"cluster nodes={len(nodes)} publish_s={cluster.publish_s:.0f}", flush=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,11 +120,18 @@ def trace_cluster(
     nodes: Sequence[TraceNode],
     nodes_file: Path,
     settings: Path | None = None,
+    scheduler_configuration: Mapping[str, object] | None = None,
 ) -> Iterator[TraceCluster]:
-    """A fresh control plane (production client rates, the default scheduler configuration) with `nodes`,
-    every pool published; `nodes_file` is the CSV the publisher processes read them from, `settings` the
-    NodeSettings file every node publishes with (None: the defaults)."""
-    plane = start_control_plane(state_dir=root / "controlplane", binaries=binaries, client_rates=PRODUCTION)
+    """A fresh control plane (production client rates) with `nodes`, every pool published; `nodes_file` is
+    the CSV the publisher processes read them from, `settings` the NodeSettings file every node publishes
+    with (None: the defaults), `scheduler_configuration` the KubeSchedulerConfiguration kube-scheduler runs
+    with (None: the release's default)."""
+    plane = start_control_plane(
+        state_dir=root / "controlplane",
+        binaries=binaries,
+        client_rates=PRODUCTION,
+        scheduler_configuration=scheduler_configuration,
+    )
     cluster: TraceCluster | None = None
     try:
         api = plane.api_client()
