@@ -30,6 +30,7 @@ from pathlib import Path
 from dra_driver.io.logs import configure
 from e2e.benches.scale.fragmentation import parse_seeds
 from e2e.benches.trace.cluster import trace_cluster
+from e2e.benches.trace.extender import extender_stats
 from e2e.benches.trace.gpu_models import model
 from e2e.benches.trace.records import parse_nodes, parse_pods
 from e2e.benches.trace.replay import MARKS, Point, arrival_order, at, curve, median_at, sample_cluster
@@ -109,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
         "e.g. deploy/scheduler/kube-scheduler-config.yaml",
     )
     parser.add_argument(
+        "--extender",
+        action="store_true",
+        help="run Tessera's scheduler extender beside kube-scheduler, configured as "
+        "deploy/scheduler/kube-scheduler-extender-config.yaml says (on top of --scheduler-config)",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="the slice beside this file, seed 45 (make test)"
     )
     args = parser.parse_args(argv)
@@ -137,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# bench-trace: trace={args.trace.name} pods={len(pods)} nodes={len(nodes)} "
         f"gpus={sum(gpus.values())} sample={args.sample:g} seeds={args.seeds} "
         f"settings={args.settings or 'default'} scheduler_config={args.scheduler_config or 'default'} "
+        f"extender={'yes' if args.extender else 'no'} "
         f"load={_load()}",
         flush=True,
     )
@@ -153,12 +161,16 @@ def main(argv: list[str] | None = None) -> int:
                 nodes_file=args.nodes,
                 settings=args.settings,
                 scheduler_configuration=scheduler_configuration,
+                extender=args.extender,
             ) as cluster,
         ):
             print(f"cluster nodes={len(nodes)} publish_s={cluster.publish_s:.0f}", flush=True)
             arrivals = arrival_order(pods, seed=seed, cluster_milli=cluster_milli)
             print(f"seed={seed} pods={len(arrivals)} padded={len(arrivals) - len(pods)}", flush=True)
             run = replay_seed(cluster, arrivals, seed=seed, models=models)
+            if cluster.extender_port is not None:
+                stats = extender_stats(cluster.extender_port)
+                print("extender " + " ".join(f"{k}={v}" for k, v in sorted(stats.items())), flush=True)
         points = curve(run.outcomes, cluster_milli=cluster_milli)
         runs.append(points)
         for line in seed_lines(run, points):
