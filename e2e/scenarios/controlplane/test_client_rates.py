@@ -82,7 +82,7 @@ def test_a_scheduler_configuration_of_ours_keeps_its_fields_but_not_its_client(s
     config = scheduler_config(
         STATE, rate=settings.PRODUCTION.scheduler, base={**base, "clientConnection": {}}
     )
-    assert base["percentageOfNodesToScore"] == 100
+    assert base["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert {k: v for k, v in config.items() if k in base} == base
     # the plane's client and leader election replace whatever the file says
     assert config["clientConnection"] == {
@@ -91,7 +91,9 @@ def test_a_scheduler_configuration_of_ours_keeps_its_fields_but_not_its_client(s
         "burst": 400,
     }
     assert config["leaderElection"] == {"leaderElect": False}
-    assert "percentageOfNodesToScore" not in scheduler_config(STATE)
+    assert "profiles" not in scheduler_config(STATE) and "extenders" not in scheduler_config(STATE)
+    if "extenders" in base:  # a down extender must never hold a pod
+        assert all(e["ignorable"] is True and e["prioritizeVerb"] == "prioritize" for e in base["extenders"])
 
 
 def test_a_scheduler_configuration_that_is_not_one_is_refused(tmp_path: Path) -> None:
