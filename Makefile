@@ -48,7 +48,7 @@ interceptor:
 lint: dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy dra_driver kubelet_plugin cdi admission e2e tests conftest.py interceptor/fake/gen_products.py
+	$(BIN)/mypy dra_driver kubelet_plugin cdi admission scheduler_extender e2e tests conftest.py interceptor/fake/gen_products.py
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q tests/unit/test_house_rules.py
 
@@ -164,12 +164,14 @@ bench-scale: dev cluster
 	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
 
 # a production trace replayed on the real scheduler (docs/performance.md, "A production trace"): make bench-trace
-# [TRACE=pods.csv] [NODES=nodes.csv] [SEEDS=42-44] [SAMPLE=0.1] [SETTINGS=node-settings.yaml]; without them Alibaba's openb trace in
+# [TRACE=pods.csv] [NODES=nodes.csv] [SEEDS=42-44] [SAMPLE=0.1] [SETTINGS=node-settings.yaml]
+# [SCHEDULER_CONFIG=deploy/scheduler/kube-scheduler-config.yaml] [EXTENDER=1]; without them Alibaba's openb trace in
 # ../shared/traces. NODES is bench-scale's node counts unless given, so only a NODES given is passed on.
 TRACE_ARGS = $(if $(TRACE),--trace $(TRACE)) $(if $(filter-out file,$(origin NODES)),--nodes $(NODES)) \
 	$(if $(SEEDS),--seeds $(SEEDS)) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(SETTINGS),--settings $(SETTINGS))
+SCHEDULER_ARGS = $(if $(SCHEDULER_CONFIG),--scheduler-config $(SCHEDULER_CONFIG)) $(if $(EXTENDER),--extender)
 bench-trace: dev cluster
-	$(BIN)/python -m e2e.benches.trace $(if $(SMOKE),--smoke,$(TRACE_ARGS))
+	$(BIN)/python -m e2e.benches.trace $(if $(SMOKE),--smoke $(SCHEDULER_ARGS),$(TRACE_ARGS) $(SCHEDULER_ARGS))
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster

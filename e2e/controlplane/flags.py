@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+import yaml
+
 from e2e.controlplane import settings
 from e2e.controlplane.certs import Pki
+from e2e.controlplane.errors import ControlPlaneError
 
 
 def etcd_args(state_dir: Path, client_port: int, peer_port: int) -> list[str]:
@@ -87,13 +90,57 @@ def scheduler_config_path(state_dir: Path) -> Path:
     return state_dir / "scheduler-config.yaml"
 
 
+SCHEDULER_API = "kubescheduler.config.k8s.io/v1"
+
+
+MAX_SCHEDULER_CONFIG_BYTES = 1 << 20
+
+
+def load_scheduler_configuration(path: Path) -> dict[str, object]:
+    """A KubeSchedulerConfiguration from a YAML file, as `scheduler_config` takes it for `base`."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_SCHEDULER_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ControlPlaneError(f"cannot read the scheduler configuration {path}: {e.strerror}") from e
+    if len(raw) > MAX_SCHEDULER_CONFIG_BYTES:
+        raise ControlPlaneError(
+            f"the scheduler configuration {path} is over {MAX_SCHEDULER_CONFIG_BYTES} bytes"
+        )
+    try:
+        loaded = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ControlPlaneError(f"the scheduler configuration {path} is not YAML: {e}") from e
+    if not isinstance(loaded, dict):
+        raise ControlPlaneError(
+            f"the scheduler configuration {path} must be a mapping (a KubeSchedulerConfiguration)"
+        )
+    scheduler_config(path.parent, base=loaded)  # its apiVersion and kind, checked now
+    return loaded
+
+
 def scheduler_config(
-    state_dir: Path, *, rate: settings.ClientRate = settings.UPSTREAM_DEFAULTS.scheduler
+    state_dir: Path,
+    *,
+    rate: settings.ClientRate = settings.UPSTREAM_DEFAULTS.scheduler,
+    base: Mapping[str, object] | None = None,
 ) -> dict[str, object]:
     """The KubeSchedulerConfiguration file: the client's rate lives there (the `--kube-api-qps` flags are
-    deprecated and ignored once a config file is given), and leader election is off."""
+    deprecated and ignored once a config file is given), and leader election is off.
+
+    `base` is a KubeSchedulerConfiguration of the caller's (profiles, `percentageOfNodesToScore`, extenders):
+    its fields are kept, but the plane's own client connection and leader election replace its."""
+    if base is not None and (base.get("apiVersion"), base.get("kind")) != (
+        SCHEDULER_API,
+        "KubeSchedulerConfiguration",
+    ):
+        raise ControlPlaneError(
+            f"a scheduler configuration needs apiVersion {SCHEDULER_API} and kind "
+            f"KubeSchedulerConfiguration, not {base.get('apiVersion')!r} / {base.get('kind')!r}"
+        )
     return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        **(base or {}),
+        "apiVersion": SCHEDULER_API,
         "kind": "KubeSchedulerConfiguration",
         "clientConnection": {
             "kubeconfig": str(state_dir / "scheduler.kubeconfig"),

@@ -83,8 +83,10 @@ class ControlPlane:
         client_rates: settings.ClientRates = settings.UPSTREAM_DEFAULTS,
         die_with_parent: bool = True,
         release: Release = settings.RELEASE,
+        scheduler_configuration: Mapping[str, object] | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.scheduler_configuration = scheduler_configuration
         self.binaries = binaries
         self.pki = pki
         self.server = server
@@ -292,7 +294,7 @@ def _start(plane: ControlPlane, ports: list[int], *, die_with_parent: bool, time
         user="system:kube-scheduler",
     )
     rates = plane.client_rates
-    config = scheduler_config(state_dir, rate=rates.scheduler)
+    config = scheduler_config(state_dir, rate=rates.scheduler, base=plane.scheduler_configuration)
     write_atomic(scheduler_config_path(state_dir), yaml.safe_dump(config, sort_keys=False).encode("utf-8"))
 
     kcm_ready = http_ok(f"https://127.0.0.1:{kcm_port}/healthz", insecure_context())
@@ -348,6 +350,7 @@ def start_control_plane(
     client_rates: settings.ClientRates = settings.UPSTREAM_DEFAULTS,
     release: Release = settings.RELEASE,
     gate_profile: str = settings.GATE_PROFILE,
+    scheduler_configuration: Mapping[str, object] | None = None,
 ) -> ControlPlane:
     """Starts a fresh control plane in `state_dir` (stopping and wiping one left there before).
 
@@ -356,6 +359,9 @@ def start_control_plane(
     `{"DRAConsumableCapacity": True}` on a release where it is off); every component gets the same gates.
     `client_rates`:
     the controller manager's and the scheduler's client QPS/burst (upstream defaults unless told).
+    `scheduler_configuration`: a KubeSchedulerConfiguration kube-scheduler runs with (its profiles,
+    `percentageOfNodesToScore`, extenders; the plane sets the client and leader election); None: the
+    release's defaults.
 
     With `die_with_parent` the components are killed when this process exits, however it exits; the CLI's `up`
     passes False to leave them running. The kernel ties that to the calling thread: call it from a thread
@@ -385,6 +391,7 @@ def start_control_plane(
         client_rates=client_rates,
         die_with_parent=die_with_parent,
         release=release,
+        scheduler_configuration=scheduler_configuration,
     )
     if die_with_parent:
         atexit.register(plane.stop)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("dra_driver", "kubelet_plugin", "cdi", "admission")
+PRODUCT = ("dra_driver", "kubelet_plugin", "cdi", "admission", "scheduler_extender")
 GENERATED = ("kubelet_plugin/proto/gen",)  # written by grpc_tools, not by us
 MAX_FUNCTION_LINES = 80
 

@@ -30,11 +30,14 @@ from pathlib import Path
 from dra_driver.io.logs import configure
 from e2e.benches.scale.fragmentation import parse_seeds
 from e2e.benches.trace.cluster import trace_cluster
+from e2e.benches.trace.extender import extender_stats
 from e2e.benches.trace.gpu_models import model
 from e2e.benches.trace.records import parse_nodes, parse_pods
 from e2e.benches.trace.replay import MARKS, Point, arrival_order, at, curve, median_at, sample_cluster
 from e2e.benches.trace.replay_run import SeedRun, replay_seed
 from e2e.controlplane.binaries import ensure_built
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.controlplane.flags import load_scheduler_configuration
 
 REPO = Path(__file__).resolve().parents[3]
 # ../shared/traces/openb beside the checkout (or beside a folder above it, for a git worktree)
@@ -101,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
         "--settings", type=Path, help="a NodeSettings file every node publishes with (default: the defaults)"
     )
     parser.add_argument(
+        "--scheduler-config",
+        type=Path,
+        help="a KubeSchedulerConfiguration kube-scheduler runs with (default: the release's defaults), "
+        "e.g. deploy/scheduler/kube-scheduler-config.yaml",
+    )
+    parser.add_argument(
+        "--extender",
+        action="store_true",
+        help="run Tessera's scheduler extender beside kube-scheduler, configured as "
+        "deploy/scheduler/kube-scheduler-extender-config.yaml says (on top of --scheduler-config)",
+    )
+    parser.add_argument(
         "--smoke", action="store_true", help="the slice beside this file, seed 45 (make test)"
     )
     args = parser.parse_args(argv)
@@ -110,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.nodes, args.trace):
         if not path.is_file():
             parser.error(f"no trace file {path}: give TRACE=<pod list> and NODES=<node list> (CSV)")
+    scheduler_configuration = None
+    if args.scheduler_config is not None:
+        try:
+            scheduler_configuration = load_scheduler_configuration(args.scheduler_config)
+        except ControlPlaneError as e:
+            parser.error(f"{e} (SCHEDULER_CONFIG=<file>)")
     nodes = parse_nodes(args.nodes.read_text(encoding="utf-8"), what=str(args.nodes))
     pods = parse_pods(args.trace.read_text(encoding="utf-8"), what=str(args.trace))
     if args.sample < 1:
@@ -122,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# bench-trace: trace={args.trace.name} pods={len(pods)} nodes={len(nodes)} "
         f"gpus={sum(gpus.values())} sample={args.sample:g} seeds={args.seeds} "
-        f"settings={args.settings or 'default'} load={_load()}",
+        f"settings={args.settings or 'default'} scheduler_config={args.scheduler_config or 'default'} "
+        f"extender={'yes' if args.extender else 'no'} "
+        f"load={_load()}",
         flush=True,
     )
     print("# gpus " + " ".join(f"{m}={n}" for m, n in sorted(gpus.items())), flush=True)
@@ -132,13 +155,22 @@ def main(argv: list[str] | None = None) -> int:
         with (
             tempfile.TemporaryDirectory(prefix="ttr-") as tmp,
             trace_cluster(
-                root=Path(tmp), binaries=binaries, nodes=nodes, nodes_file=args.nodes, settings=args.settings
+                root=Path(tmp),
+                binaries=binaries,
+                nodes=nodes,
+                nodes_file=args.nodes,
+                settings=args.settings,
+                scheduler_configuration=scheduler_configuration,
+                extender=args.extender,
             ) as cluster,
         ):
             print(f"cluster nodes={len(nodes)} publish_s={cluster.publish_s:.0f}", flush=True)
             arrivals = arrival_order(pods, seed=seed, cluster_milli=cluster_milli)
             print(f"seed={seed} pods={len(arrivals)} padded={len(arrivals) - len(pods)}", flush=True)
             run = replay_seed(cluster, arrivals, seed=seed, models=models)
+            if cluster.extender_port is not None:
+                stats = extender_stats(cluster.extender_port)
+                print("extender " + " ".join(f"{k}={v}" for k, v in sorted(stats.items())), flush=True)
         points = curve(run.outcomes, cluster_milli=cluster_milli)
         runs.append(points)
         for line in seed_lines(run, points):

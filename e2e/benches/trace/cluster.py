@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +20,7 @@ from dra_driver.core.slices import build_slices
 from dra_driver.io.settings_file import load_settings
 from e2e.benches.meters import total_use
 from e2e.benches.scale.cluster import list_pools, pool_shape
+from e2e.benches.trace.extender import free_port, start_extender, with_extender_at
 from e2e.benches.trace.publishers import inventory_of
 from e2e.benches.trace.records import TraceNode
 from e2e.controlplane.binaries import Binaries
@@ -46,6 +47,8 @@ class TraceCluster:
     nodes: list[TraceNode]
     publishers: list[ComponentRecord] = field(default_factory=list)
     publish_s: float = 0.0  # publishers started → every pool complete
+    extender: ComponentRecord | None = None
+    extender_port: int | None = None
 
     def publisher_pids(self) -> list[int]:
         return [p.pid for p in self.publishers]
@@ -58,6 +61,9 @@ class TraceCluster:
         for record in self.publishers:
             stop_record(record, grace_s=20.0)
         self.publishers.clear()
+        if self.extender is not None:
+            stop_record(self.extender, grace_s=5.0)
+            self.extender = None
         self.plane.stop()
 
 
@@ -120,17 +126,32 @@ def trace_cluster(
     nodes: Sequence[TraceNode],
     nodes_file: Path,
     settings: Path | None = None,
+    scheduler_configuration: Mapping[str, object] | None = None,
+    extender: bool = False,
 ) -> Iterator[TraceCluster]:
-    """A fresh control plane (production client rates, the default scheduler configuration) with `nodes`,
-    every pool published; `nodes_file` is the CSV the publisher processes read them from, `settings` the
-    NodeSettings file every node publishes with (None: the defaults)."""
-    plane = start_control_plane(state_dir=root / "controlplane", binaries=binaries, client_rates=PRODUCTION)
+    """A fresh control plane (production client rates) with `nodes`, every pool published; `nodes_file` is
+    the CSV the publisher processes read them from, `settings` the NodeSettings file every node publishes
+    with (None: the defaults), `scheduler_configuration` the KubeSchedulerConfiguration kube-scheduler runs
+    with (None: the release's default). With `extender`, Tessera's scheduler extender runs beside it on a
+    port of its own, which the configuration's extender URLs are pointed at."""
+    port = free_port() if extender else None
+    if port is not None:
+        scheduler_configuration = with_extender_at(scheduler_configuration, port)
+    plane = start_control_plane(
+        state_dir=root / "controlplane",
+        binaries=binaries,
+        client_rates=PRODUCTION,
+        scheduler_configuration=scheduler_configuration,
+    )
     cluster: TraceCluster | None = None
     try:
         api = plane.api_client()
         api.configuration.connection_pool_maxsize = 32
         make_testbed(plane, api)  # the DeviceClasses, the chart's RBAC
         cluster = TraceCluster(plane=plane, api=api, nodes=list(nodes))
+        if port is not None:
+            cluster.extender = start_extender(plane.kubeconfig, port, root / "logs" / "extender.log")
+            cluster.extender_port = port
         _create_nodes(api, nodes)
         started = time.monotonic()
         gpu_nodes = [n for n in nodes if n.gpus]

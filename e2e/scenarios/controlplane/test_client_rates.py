@@ -10,7 +10,12 @@ import pytest
 from e2e.controlplane import settings
 from e2e.controlplane.certs import KeyPair, Pki
 from e2e.controlplane.errors import ControlPlaneError
-from e2e.controlplane.flags import controller_manager_args, scheduler_args, scheduler_config
+from e2e.controlplane.flags import (
+    controller_manager_args,
+    load_scheduler_configuration,
+    scheduler_args,
+    scheduler_config,
+)
 from e2e.controlplane.launcher import ControlPlane
 
 STATE = Path("/tmp/state")
@@ -68,3 +73,39 @@ def test_the_running_scheduler_uses_the_configured_rate(control_plane: ControlPl
     rate = control_plane.client_rates.scheduler
     assert re.search(rf"\bqps: {rate.qps:g}\n", block.group(1)), block.group(1)
     assert re.search(rf"\bburst: {rate.burst}\n", block.group(1)), block.group(1)
+
+
+@pytest.mark.parametrize("shipped", ["kube-scheduler-config.yaml", "kube-scheduler-extender-config.yaml"])
+def test_a_scheduler_configuration_of_ours_keeps_its_fields_but_not_its_client(shipped: str) -> None:
+    path = Path(__file__).resolve().parents[3] / "deploy" / "scheduler" / shipped
+    base = load_scheduler_configuration(path)
+    config = scheduler_config(
+        STATE, rate=settings.PRODUCTION.scheduler, base={**base, "clientConnection": {}}
+    )
+    assert base["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert {k: v for k, v in config.items() if k in base} == base
+    # the plane's client and leader election replace whatever the file says
+    assert config["clientConnection"] == {
+        "kubeconfig": str(STATE / "scheduler.kubeconfig"),
+        "qps": 200,
+        "burst": 400,
+    }
+    assert config["leaderElection"] == {"leaderElect": False}
+    assert "profiles" not in scheduler_config(STATE) and "extenders" not in scheduler_config(STATE)
+    extenders = base.get("extenders", [])
+    assert isinstance(extenders, list)
+    # a down extender must never hold a pod
+    assert all(e["ignorable"] is True and e["prioritizeVerb"] == "prioritize" for e in extenders)
+
+
+def test_a_scheduler_configuration_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    wrong_kind = tmp_path / "policy.yaml"
+    wrong_kind.write_text("apiVersion: kubescheduler.config.k8s.io/v1\nkind: Policy\n", encoding="utf-8")
+    with pytest.raises(ControlPlaneError, match="kind KubeSchedulerConfiguration"):
+        load_scheduler_configuration(wrong_kind)
+    a_list = tmp_path / "list.yaml"
+    a_list.write_text("- 1\n", encoding="utf-8")
+    with pytest.raises(ControlPlaneError, match="must be a mapping"):
+        load_scheduler_configuration(a_list)
+    with pytest.raises(ControlPlaneError, match="cannot read"):
+        load_scheduler_configuration(tmp_path / "absent.yaml")

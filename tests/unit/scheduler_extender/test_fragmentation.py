@@ -1,0 +1,122 @@
+"""The fragmentation score: what a request cannot use of a node, where a placement goes, how nodes rank."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dra_driver.vocabulary.errors import ConfigError
+from scheduler_extender.fragmentation import (
+    MAX_SCORE,
+    MILLI,
+    Demand,
+    Gpu,
+    Share,
+    Whole,
+    fits,
+    fragmentation,
+    growth,
+    node_scores,
+    place,
+    unusable,
+)
+
+gpus_st = st.lists(
+    st.builds(Gpu, free=st.integers(0, MILLI), shares_left=st.integers(0, 10)), min_size=0, max_size=8
+)
+demand_st: st.SearchStrategy[Demand] = st.one_of(
+    st.builds(Share, milli=st.integers(1, MILLI - 1)), st.builds(Whole, count=st.integers(1, 8))
+)
+mix_st = st.dictionaries(demand_st, st.floats(0.1, 100), min_size=1, max_size=6)
+
+
+@given(gpus_st, demand_st)
+def test_what_a_request_cannot_use_is_part_of_what_is_free(gpus: list[Gpu], demand: Demand) -> None:
+    assert 0 <= unusable(gpus, demand) <= sum(g.free for g in gpus)
+    if not fits(gpus, demand):
+        assert unusable(gpus, demand) == sum(g.free for g in gpus)
+
+
+@given(gpus_st, demand_st)
+def test_a_placement_takes_exactly_the_request(gpus: list[Gpu], demand: Demand) -> None:
+    after = place(gpus, demand)
+    if not fits(gpus, demand):
+        assert after is None
+        return
+    assert after is not None and len(after) == len(gpus)
+    taken = demand.milli if isinstance(demand, Share) else MILLI * demand.count
+    assert sum(g.free for g in gpus) - sum(g.free for g in after) == taken
+    changed = [i for i, (a, b) in enumerate(zip(gpus, after, strict=True)) if a != b]
+    if isinstance(demand, Share):
+        # the first GPU that takes it, one share fewer: the allocator's first fit in the node's order
+        first = next(i for i, g in enumerate(gpus) if g.free >= demand.milli and g.shares_left > 0)
+        assert changed == [first] and after[first].shares_left == gpus[first].shares_left - 1
+    else:
+        assert len(changed) == demand.count and all(gpus[i].untouched for i in changed)
+
+
+@given(gpus_st, mix_st)
+def test_fragmentation_is_a_weighted_mean_of_unusable_capacity(
+    gpus: list[Gpu], mix: dict[Demand, float]
+) -> None:
+    value = fragmentation(gpus, mix)
+    assert min(unusable(gpus, d) for d in mix) - 1e-6 <= value <= max(unusable(gpus, d) for d in mix) + 1e-6
+
+
+def test_a_share_that_fills_a_gpu_up_fragments_less_than_one_that_opens_a_new_gpu() -> None:
+    mix: dict[Demand, float] = {Whole(1): 1.0, Share(500): 1.0}
+    # node a: GPU 0 half used; the share fills it exactly. node b: untouched GPUs; the share opens one.
+    a = [Gpu(free=500, shares_left=9), Gpu()]
+    b = [Gpu(), Gpu()]
+    grown_a, grown_b = growth(a, Share(500), mix), growth(b, Share(500), mix)
+    assert grown_a is not None and grown_b is not None
+    # on a: the half-free GPU was unusable to a whole GPU; filled, nothing new is lost
+    assert grown_a == pytest.approx(-500 / 2)  # it was unusable to Whole(1) only; now it is gone
+    # on b: a fresh GPU now has 500 free that a whole GPU cannot use
+    assert grown_b == pytest.approx(500 / 2)
+    assert node_scores({"a": grown_a, "b": grown_b}) == {"a": MAX_SCORE, "b": 0}
+
+
+def test_a_whole_gpu_claim_prefers_the_gpu_a_larger_claim_could_no_longer_use() -> None:
+    mix: dict[Demand, float] = {Whole(2): 1.0}
+    # on "stranded" one GPU is left, which Whole(2) cannot use: taking it removes a fragment
+    stranded = [Gpu(free=0, shares_left=0), Gpu(), Gpu(free=0, shares_left=0)]
+    roomy = [Gpu(), Gpu(), Gpu()]  # two untouched GPUs remain after it: Whole(2) still fits
+    pair = [Gpu(), Gpu()]  # the last pair is broken
+    grown = {
+        n: growth(g, Whole(1), mix) for n, g in (("stranded", stranded), ("roomy", roomy), ("pair", pair))
+    }
+    assert grown == {
+        "stranded": pytest.approx(-1000.0),
+        "roomy": pytest.approx(0.0),
+        "pair": pytest.approx(1000.0),
+    }
+    assert node_scores(grown) == {"stranded": MAX_SCORE, "roomy": 5, "pair": 0}
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=5), st.one_of(st.none(), st.floats(-2000, 2000))))
+def test_scores_rank_the_smallest_growth_highest_and_a_node_it_does_not_fit_lowest(
+    grown: dict[str, float | None],
+) -> None:
+    scores = node_scores(grown)
+    assert set(scores) == set(grown)
+    assert all(0 <= s <= MAX_SCORE for s in scores.values())
+    fitting = {n: g for n, g in grown.items() if g is not None}
+    assert all(scores[n] == 0 for n, g in grown.items() if g is None)
+    if fitting:
+        best = min(fitting, key=lambda n: fitting[n])
+        assert scores[best] == MAX_SCORE
+        for n, low in fitting.items():
+            for m, high in fitting.items():
+                if low < high:
+                    assert scores[n] >= scores[m]
+
+
+def test_bad_values_are_refused_with_the_field_named() -> None:
+    with pytest.raises(ConfigError, match="free capacity"):
+        Gpu(free=1001)
+    with pytest.raises(ConfigError, match=r"share is 1\.\.999"):
+        Share(1000)
+    with pytest.raises(ConfigError, match="at least one GPU"):
+        Whole(0)
