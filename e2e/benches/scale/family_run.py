@@ -1,7 +1,8 @@
 """One family run of the scale benchmark: claims made beforehand, then every pod created at once; the real
-kube-scheduler places them on the cluster's nodes. Measured: pods bound per second (first create to last
-bind), create → bound latency, create → Running on the sample nodes (the ones with a kubelet), slice writes
-meanwhile, and the CPU the scheduler, the API server and the publishers spent."""
+kube-scheduler (or Volcano's vc-scheduler: `Scheduler`) places them on the cluster's nodes. Measured: pods
+bound per second (first create to last bind), create → bound latency, create → Running on the sample nodes
+(the ones with a kubelet), slice writes meanwhile, and the CPU the scheduler, the API server and the
+publishers spent."""
 
 from __future__ import annotations
 
@@ -22,8 +23,25 @@ NAMESPACE = "scale"
 
 
 @dataclass(frozen=True, slots=True)
+class Scheduler:
+    """Who places a run's pods: its name in the output, the pods' `schedulerName` (None: the default) and the
+    control plane component whose CPU is the scheduler's."""
+
+    name: str
+    scheduler_name: str | None
+    component: str
+
+
+KUBE_SCHEDULER = Scheduler("default", None, "kube-scheduler")
+# Volcano's controller manager makes each pod a PodGroup of one, as it does for any user's plain pod.
+VC_SCHEDULER = Scheduler("volcano", "volcano", "vc-scheduler")
+SCHEDULERS = {s.name: s for s in (KUBE_SCHEDULER, VC_SCHEDULER)}
+
+
+@dataclass(frozen=True, slots=True)
 class FamilyRun:
     family: str
+    scheduler: str
     pods: int
     bound: int
     pods_per_s: float
@@ -39,7 +57,7 @@ class FamilyRun:
     publishers_cpu_s: float
 
 
-def _cpu(cluster: ScaleCluster, component: str) -> float:
+def cpu_s(cluster: ScaleCluster, component: str) -> float:
     pid = next(c.process.pid for c in cluster.plane.components if c.name == component)
     return process_use(pid).cpu_s
 
@@ -79,7 +97,7 @@ def clean(api: k8s.ApiClient, *, timeout_s: float = 600.0) -> None:
     )
 
 
-def _wait_bound(tracker: Tracker, names: Sequence[str], *, stall_s: float, timeout_s: float) -> None:
+def wait_bound(tracker: Tracker, names: Sequence[str], *, stall_s: float, timeout_s: float) -> None:
     """Until every pod is bound, or no pod was bound for `stall_s` (the rest cannot be placed)."""
     deadline = time.monotonic() + timeout_s
     last, last_change = -1, time.monotonic()
@@ -94,7 +112,14 @@ def _wait_bound(tracker: Tracker, names: Sequence[str], *, stall_s: float, timeo
         time.sleep(0.2)
 
 
-def run_family(cluster: ScaleCluster, family: str, wants: Sequence[Want], *, budget_s: float) -> FamilyRun:
+def run_family(
+    cluster: ScaleCluster,
+    family: str,
+    wants: Sequence[Want],
+    *,
+    budget_s: float,
+    scheduler: Scheduler = KUBE_SCHEDULER,
+) -> FamilyRun:
     """`budget_s`: how long to wait for the binds; pods still pending then are counted as not bound."""
     api = cluster.api
     names = [f"p-{k:05d}" for k in range(len(wants))]
@@ -102,13 +127,17 @@ def run_family(cluster: ScaleCluster, family: str, wants: Sequence[Want], *, bud
     tracker = Tracker(api=api, namespace=NAMESPACE, watch_s=600)
     tracker.start()
     writes_before = slice_writes(api)
-    scheduler_before, apiserver_before = _cpu(cluster, "kube-scheduler"), _cpu(cluster, "kube-apiserver")
+    scheduler_before = cpu_s(cluster, scheduler.component)
+    apiserver_before = cpu_s(cluster, "kube-apiserver")
     publishers_before = total_use(cluster.publisher_pids()).cpu_s
     bodies = [pod(n, claim=f"c-{n}", node_selector={LABEL: "true"}) for n in names]
+    if scheduler.scheduler_name is not None:
+        for body in bodies:
+            body["spec"]["schedulerName"] = scheduler.scheduler_name
     create_all(api, NAMESPACE, bodies, tracker)
-    _wait_bound(tracker, names, stall_s=20.0, timeout_s=budget_s)
-    scheduler_cpu = _cpu(cluster, "kube-scheduler") - scheduler_before
-    apiserver_cpu = _cpu(cluster, "kube-apiserver") - apiserver_before
+    wait_bound(tracker, names, stall_s=20.0, timeout_s=budget_s)
+    scheduler_cpu = cpu_s(cluster, scheduler.component) - scheduler_before
+    apiserver_cpu = cpu_s(cluster, "kube-apiserver") - apiserver_before
     bound = [n for n in names if n in tracker.bound]
     on_sample = [
         p["metadata"]["name"]
@@ -131,6 +160,7 @@ def run_family(cluster: ScaleCluster, family: str, wants: Sequence[Want], *, bud
     clean(api)
     return FamilyRun(
         family=family,
+        scheduler=scheduler.name,
         pods=len(names),
         bound=len(bound),
         pods_per_s=len(bound) / (last_bind - first) if last_bind > first else float("nan"),
