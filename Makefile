@@ -161,7 +161,7 @@ bench-webhook: dev cluster helm
 NODES ?= 10,50,100
 FAMILIES ?= whole,vgpu,mig-1g,mix
 LAYOUTS ?= all,fewer,vgpu-only,mig-1g-only
-bench-scale: dev cluster
+bench-scale: dev cluster $(if $(findstring volcano,$(SCHEDULERS)),volcano)
 	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS)) \
 		$(if $(SCHEDULERS),--schedulers $(SCHEDULERS))
 

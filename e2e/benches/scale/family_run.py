@@ -7,17 +7,21 @@ publishers spent."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import structlog
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from e2e.benches.meters import process_use, slice_writes, total_use
 from e2e.benches.pods import Tracker, create_all, percentile, pod
 from e2e.benches.scale.cluster import LABEL, ScaleCluster
 from e2e.benches.scale.workloads import Want
 from e2e.harness.kube import list_pods, wait_for
+
+log = structlog.get_logger(__name__)
 
 NAMESPACE = "scale"
 
@@ -77,23 +81,45 @@ def _create_claims(api: k8s.ApiClient, wants: Sequence[Want], names: Sequence[st
         list(pool.map(create, zip(wants, names, strict=True)))
 
 
+def _until_gone(
+    what: str, delete: Callable[[], object], left: Callable[[], bool], *, timeout_s: float
+) -> None:
+    """Deletes a collection until nothing is left. A busy API server may answer a large delete with a timeout
+    (504) part way through; it goes on deleting, so the next try (every 30 s at most) only sweeps up."""
+    last = float("-inf")
+
+    def gone() -> bool:
+        nonlocal last
+        if not left():
+            return True
+        if time.monotonic() - last >= 30.0:
+            last = time.monotonic()
+            try:
+                delete()
+            except ApiException as e:
+                if e.status not in (500, 504):
+                    raise
+                log.warning("scale.delete_timed_out", what=what, status=e.status)
+        return False
+
+    wait_for(f"{what} to go", gone, timeout_s=timeout_s, interval_s=1.0)
+
+
 def clean(api: k8s.ApiClient, *, timeout_s: float = 600.0) -> None:
     """Pods go at once (grace 0: most nodes have no kubelet to finish a graceful deletion; the sample nodes'
     stand-ins unprepare what vanished), then the claims once their pods are gone."""
     core, resource = k8s.CoreV1Api(api), k8s.ResourceV1Api(api)
-    core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0)
-    wait_for(
-        "pods to go",
-        lambda: not core.list_namespaced_pod(NAMESPACE, limit=1).items,
+    _until_gone(
+        "pods",
+        lambda: core.delete_collection_namespaced_pod(NAMESPACE, grace_period_seconds=0),
+        lambda: bool(core.list_namespaced_pod(NAMESPACE, limit=1).items),
         timeout_s=timeout_s,
-        interval_s=1.0,
     )
-    resource.delete_collection_namespaced_resource_claim(NAMESPACE)
-    wait_for(
-        "claims to go",
-        lambda: not resource.list_namespaced_resource_claim(NAMESPACE, limit=1).items,
+    _until_gone(
+        "claims",
+        lambda: resource.delete_collection_namespaced_resource_claim(NAMESPACE),
+        lambda: bool(resource.list_namespaced_resource_claim(NAMESPACE, limit=1).items),
         timeout_s=timeout_s,
-        interval_s=1.0,
     )
 
 

@@ -129,7 +129,7 @@ def test_a_tiny_scale_run_places_the_same_pods_with_both_schedulers_and_a_gang()
     assert [(g[2], g[3], g[-1]) for g in named] == [("vgpu", "12", "default"), ("vgpu", "12", "volcano")], (
         done.stdout
     )
-    assert sum(1 for line in out if "bound=12/12" in line) == 2, done.stdout
+    assert sum(1 for line in out if line.startswith("  layout=") and "bound=12/12" in line) == 2, done.stdout
     assert [line for line in out if SIDE_BY_SIDE.match(line)], done.stdout
     gangs = [m.groups() for line in out if (m := GANG.match(line))]
     assert len(gangs) == 1, done.stdout
