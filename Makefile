@@ -156,12 +156,14 @@ bench-e2e: dev cluster
 bench-webhook: dev cluster helm
 	$(BIN)/python -m e2e.benches.admission $(WEBHOOK_ARGS) $(SMOKE_FLAG)
 
-# make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md)
+# make bench-scale NODES=100 FAMILIES=vgpu,mig-1g runs just that part (docs/performance.md);
+# SCHEDULERS=default,volcano runs each family through kube-scheduler, then vc-scheduler, and a Volcano gang
 NODES ?= 10,50,100
 FAMILIES ?= whole,vgpu,mig-1g,mix
 LAYOUTS ?= all,fewer,vgpu-only,mig-1g-only
-bench-scale: dev cluster
-	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS))
+bench-scale: dev cluster $(if $(findstring volcano,$(SCHEDULERS)),volcano)
+	$(BIN)/python -m e2e.benches.scale $(if $(SMOKE),--smoke,--nodes $(NODES) --families $(FAMILIES) --layouts $(LAYOUTS)) \
+		$(if $(SCHEDULERS),--schedulers $(SCHEDULERS))
 
 # a production trace replayed on the real scheduler (docs/performance.md, "A production trace"): make bench-trace
 # [TRACE=pods.csv] [NODES=nodes.csv] [SEEDS=42-44] [SAMPLE=0.1] [SETTINGS=node-settings.yaml]

@@ -14,6 +14,9 @@ from e2e.benches.meters import count_slice_writes, process_use
 from e2e.benches.scale.cluster import LAYOUTS, layout_shape, pool_shape
 from e2e.benches.scale.fragmentation import parse_seeds, seeded_events
 from e2e.benches.scale.workloads import PER_NODE, family_wants
+from e2e.controlplane.errors import ControlPlaneError
+from e2e.volcano.binaries import VolcanoSnapshotMissingError
+from e2e.volcano.binaries import ensure_built as ensure_volcano_built
 from tests.support.smoke import covers, make_smoke
 
 LINE = re.compile(
@@ -92,3 +95,44 @@ def test_a_tiny_scale_run_prints_its_lines() -> None:
     nodes, devices, family, pods, _, _, _, slices, writes = lines[0].groups()
     assert (nodes, devices, family, pods, slices, writes) == ("3", "24", "vgpu", "12", "1", "0")
     assert "bound=12/12" in done.stdout and "running=" in done.stdout
+
+
+NAMED = re.compile(LINE.pattern.removesuffix("$") + r" scheduler=(default|volcano)$")
+SIDE_BY_SIDE = re.compile(
+    r"^schedulers nodes=3 family=vgpu default_pods_per_s=([\d.]+) volcano_pods_per_s=([\d.]+) "
+    r"default_cpu_ms_per_pod=([\d.]+) volcano_cpu_ms_per_pod=([\d.]+) "
+    r"default_bound=12/12 volcano_bound=12/12$"
+)
+GANG = re.compile(
+    r"^gang nodes=3 workers=4 bound=4/4 bound_s=([\d.]+) running=(\d)/\2 running_s=([\d.]+|nan) "
+    r"gang_nodes=[1-3] "
+)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+@covers("make bench-scale SCHEDULERS=default,volcano")
+def test_a_tiny_scale_run_places_the_same_pods_with_both_schedulers_and_a_gang() -> None:
+    """`make bench-scale SMOKE=1 SCHEDULERS=default,volcano`: the vgpu family through kube-scheduler, then
+    vc-scheduler on the same 3 nodes, one line side by side, and a Volcano gang of 4 vgpu workers bound, those
+    on the node with a kubelet Running."""
+    try:
+        ensure_volcano_built()
+    except VolcanoSnapshotMissingError as e:
+        pytest.skip(f"Volcano cannot be built here: {e}")
+    except ControlPlaneError as e:
+        pytest.skip(f"no Volcano build to run: {e}")
+    done = make_smoke("bench-scale", "SCHEDULERS=default,volcano", timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout.splitlines()
+    named = [m.groups() for line in out if (m := NAMED.match(line))]
+    assert [(g[2], g[3], g[-1]) for g in named] == [("vgpu", "12", "default"), ("vgpu", "12", "volcano")], (
+        done.stdout
+    )
+    assert sum(1 for line in out if line.startswith("  layout=") and "bound=12/12" in line) == 2, done.stdout
+    assert [line for line in out if SIDE_BY_SIDE.match(line)], done.stdout
+    gangs = [m.groups() for line in out if (m := GANG.match(line))]
+    assert len(gangs) == 1, done.stdout
+    bound_s, running, running_s = gangs[0]
+    assert float(bound_s) > 0, done.stdout
+    assert running == "0" or float(running_s) > 0, done.stdout
