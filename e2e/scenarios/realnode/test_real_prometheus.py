@@ -61,6 +61,7 @@ QUIET_ALERTS = {
     "TesseraWebhookUnreachable": "the webhook is not installed in this scenario",
     # test_real_admission.py fires it on the webhook's refusals
     "TesseraWebhookRefusingPods": "the webhook is not installed in this scenario",
+    "TesseraWebhookFailing": "the webhook is not installed in this scenario",
 }
 # Metric selectors of the alerts and the dashboard (this node and namespace written as $node and $namespace)
 # that match no series here, and why; every other selector must match some.
