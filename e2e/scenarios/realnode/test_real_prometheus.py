@@ -78,6 +78,7 @@ ABSENT_SELECTORS = {
     'name="pods.admission.tessera.dev"}': "the webhook is not installed here",
     'apiserver_admission_webhook_rejection_count{error_type="no_error",'
     'name="pods.admission.tessera.dev"}': "the webhook is not installed here",
+    'tessera_webhook_reviews_total{outcome="error"}': "the webhook is not installed here",
 }
 
 
