@@ -58,7 +58,7 @@ def _ready_endpoints(node: RealNode) -> dict[str, str]:
     )
     found: dict[str, str] = {}
     for s in slices.items:
-        ports = [p.port for p in s.ports or []]
+        ports = [p.port for p in s.ports or [] if p.name == "https"]  # not its metrics port
         for e in s.endpoints or []:
             if e.conditions is not None and e.conditions.ready:
                 pod = e.target_ref.name if e.target_ref is not None else None
