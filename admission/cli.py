@@ -218,6 +218,7 @@ WEBHOOK_DOC = """`tessera webhook`: the mutating admission webhook, as the chart
 
     tessera webhook --namespace NS --service SVC --secret SECRET --webhook-configuration NAME [--port 8443]
     tessera webhook --cert-dir /tls ...          (cert-manager's Secret, mounted)
+    tessera webhook ... --metrics-address :9401  (its Prometheus metrics, plain HTTP; "" for none)
 
 Serves POST /mutate over HTTPS, writing nothing while it answers; keeps its own certificate in SECRET (or
 reloads --cert-dir); refreshes the catalog of offered GPU products from the ResourceSlices every
@@ -243,6 +244,13 @@ def add_webhook_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     )
     p.add_argument("--address", default="0.0.0.0", help="listen address (default: all)")
     p.add_argument("--port", type=int, default=8443)
+    p.add_argument(
+        "--metrics-address",
+        default=":9401",
+        metavar="HOST:PORT",
+        help="serve the webhook's Prometheus metrics over plain HTTP here (default :9401, every interface; "
+        "empty: none)",
+    )
     p.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "tessera-system"))
     p.add_argument("--service", help="the webhook's Service (its DNS names go into the certificate)")

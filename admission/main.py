@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
+from prometheus_client import generate_latest
 
+from admission import metrics
 from admission.cli import options_from_args, replaced_schedulers
 from admission.convert.catalog import Catalog, known_products
 from admission.convert.claims import Options
@@ -27,6 +29,7 @@ from dra_driver.io import logs
 from dra_driver.io.api_client import api_client
 from dra_driver.vocabulary.errors import TesseraError
 from dra_driver.vocabulary.excerpt import excerpt
+from kubelet_plugin.observability.metrics_server import MetricsServer
 
 log = structlog.get_logger()
 
@@ -73,7 +76,12 @@ class Webhook:
 
     def answer(self, review: Mapping[str, Any]) -> dict[str, Any]:
         started = time.perf_counter()
-        result = admit(review, self.options, self._stored)
+        try:
+            result = admit(review, self.options, self._stored)
+        except Exception:  # the server answers 500 and logs it; counted here, where the time is known
+            metrics.count_error(time.perf_counter() - started)
+            raise
+        metrics.count_review(review, result, time.perf_counter() - started)
         response = result["response"]
         if not response.get("allowed") or response.get("patch"):
             request = review.get("request") or {}
@@ -88,6 +96,15 @@ class Webhook:
                 ms=round((time.perf_counter() - started) * 1000, 2),
             )
         return result
+
+
+def metrics_server(address: str) -> MetricsServer | None:
+    """The webhook's /metrics at `address` (HOST:PORT, :PORT; empty: none), plain HTTP on a port of its own,
+    so a scraper needs no certificate; bound as the node plugin's (kubelet_plugin/observability)."""
+    if not address:
+        return None
+    render = lambda: generate_latest(metrics.REGISTRY)  # noqa: E731
+    return MetricsServer(address=address, render=render, healthz=lambda: None)
 
 
 def _reconcile_when_listed(
@@ -146,15 +163,17 @@ def run(args: argparse.Namespace) -> int:
         Rotation(lambda: webhook.check_volcano(args), args.catalog_refresh, name="volcano-check"),
     )
     server = WebhookServer(args.address, args.port, tls, webhook.answer, ready=lambda: templates.synced)
+    scraped = metrics_server(args.metrics_address)
+    served = (server,) if scraped is None else (server, scraped)
     starter = threading.Thread(
         target=_reconcile_when_listed, args=((templates, pods), reconciler, stop), daemon=True
     )
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    for part in (templates, pods, *periodic, server, starter):
+    for part in (templates, pods, *periodic, *served, starter):
         part.start()
     stop.wait()
     log.info("stopping")
-    for part in (server, *periodic, pods, templates):
+    for part in (*served, *periodic, pods, templates):
         part.stop()
     return 0

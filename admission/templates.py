@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from admission import metrics
 from admission.convert.claims import Options
 from admission.convert.names import CLAIM_PREFIX, CONVERTED_ANNOTATION
 from admission.convert.pod import Template
@@ -219,6 +220,7 @@ class TemplateReconciler:
                     continue
             try:
                 if self._calls.delete_template(namespace, name, uid):
+                    metrics.template_swept()
                     log.info("unused claim template deleted", namespace=namespace, template=name)
             except TesseraError as e:
                 log.warning("cannot delete an unused claim template", error=clip(str(e), 500))
@@ -263,6 +265,7 @@ class TemplateReconciler:
                 found = self._calls.create_template(namespace, template)
                 with self._lock:
                     self._made[key] = self._clock()
+                metrics.template_made()
                 log.info("claim template made", namespace=namespace, template=template.name)
             except AlreadyExistsError:
                 found = self._calls.read_template(namespace, template.name)

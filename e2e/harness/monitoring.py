@@ -1,7 +1,7 @@
 """What a platform team's Prometheus would do with Tessera, taken from what Tessera ships: the scrape job
 prometheus-operator makes of the chart's ServiceMonitor, the alert rules of the chart's PrometheusRule, and
 the queries of the Grafana dashboard with its template variables filled in. The e2e scenario runs them on a
-real Prometheus (e2e.harness.prometheus) against the helm-installed plugin.
+real Prometheus (e2e.harness.prometheus) against the helm-installed plugin and admission webhook.
 
 The scrape job follows what prometheus-operator generates for a ServiceMonitor endpoint (EndpointSlice
 discovery through the API server; keep the Service by the monitor's selector and the endpoint by its port
@@ -30,21 +30,24 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "tessera-gpus.json"
 METRICS_TEMPLATE = "templates/metrics.yaml"
 
 
-def chart_monitoring(namespace: str) -> tuple[Json, list[Json]]:
-    """The chart's ServiceMonitor and its PrometheusRule's groups, rendered as a user turning both on gets
-    them (`metrics.serviceMonitor.enabled`, `metrics.prometheusRule.enabled`)."""
+def chart_monitoring(namespace: str) -> tuple[list[Json], list[Json]]:
+    """The chart's ServiceMonitors (the node plugin's, then the admission webhook's) and its PrometheusRule's
+    groups, rendered as a user turning them on gets them (`metrics.serviceMonitor.enabled`,
+    `metrics.prometheusRule.enabled`, with `admissionWebhook.enabled`)."""
     helm = helm_binary()
     assert helm is not None, "no helm: run deploy/helm/build-helm.sh"
     done = subprocess.run(
         [helm, "template", "t", str(CHART), "--namespace", namespace,
          "--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=true",
+         "--set", "admissionWebhook.enabled=true",
          "--show-only", METRICS_TEMPLATE, "--kube-version", default_version().removeprefix("v")],
         capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     documents = [d for d in yaml.safe_load_all(done.stdout) if d]
-    (monitor,) = [d for d in documents if d["kind"] == "ServiceMonitor"]
+    monitors = {d["metadata"]["name"]: d for d in documents if d["kind"] == "ServiceMonitor"}
+    assert sorted(monitors) == ["tessera-admission", "tessera-node-plugin"], sorted(monitors)
     (rule,) = [d for d in documents if d["kind"] == "PrometheusRule"]
-    return monitor, list(rule["spec"]["groups"])
+    return [monitors["tessera-node-plugin"], monitors["tessera-admission"]], list(rule["spec"]["groups"])
 
 
 def _sanitized(label: str) -> str:

@@ -223,7 +223,7 @@ class ChartPlugin:
     def uninstall(self, release: str = RELEASE) -> None:
         self.helm("uninstall", release, "--namespace", SYSTEM_NS, "--wait", "--timeout", "120s")
 
-    def webhook_values(self, *, port: int) -> Json:
+    def webhook_values(self, *, port: int, metrics_port: int) -> Json:
         """`admissionWebhook` for the real node. The host network, as for the plugin: a pod's own network here
         is a tap device in its namespace with nothing behind it (config.cni_config), so the API server could
         not reach a pod address. There the port is a host port, so one replica is all one node holds."""
@@ -233,15 +233,16 @@ class ChartPlugin:
                 "replicas": 1,
                 "hostNetwork": True,
                 "port": port,
+                "metrics": {"enabled": True, "port": metrics_port},  # a host port too
                 "nodeSelector": {REALNODE_LABEL: "true"},
                 "tolerations": [{"key": REALNODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
             }
         }
 
-    def enable_webhook(self, *, port: int) -> None:
+    def enable_webhook(self, *, port: int, metrics_port: int) -> None:
         """`helm upgrade --reuse-values` with the webhook on, as a user turns it on for an installed release;
         does not wait."""
-        path = self._values_file(ADMISSION, self.webhook_values(port=port))
+        path = self._values_file(ADMISSION, self.webhook_values(port=port, metrics_port=metrics_port))
         args = ["upgrade", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--reuse-values", "-f", str(path)]
         self.helm(*args)
 

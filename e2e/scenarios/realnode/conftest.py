@@ -92,16 +92,17 @@ def real_ns(real_node: RealNode) -> Iterator[str]:
 
 @pytest.fixture
 def prometheus(real_node: RealNode, tmp_path: Path) -> Iterator[PrometheusServer]:
-    """A real Prometheus (e2e/prometheus/build.sh) scraping the helm-installed plugin through the job
-    prometheus-operator makes of the chart's ServiceMonitor, and the API server, every second, with the
+    """A real Prometheus (e2e/prometheus/build.sh) scraping the helm-installed plugin (and the admission
+    webhook, while it is on) through the jobs prometheus-operator makes of the chart's ServiceMonitors, and
+    the API server, every second, with the
     chart's PrometheusRule loaded (PROMETHEUS_FOR shortened); skipped where the server is not built."""
     started = time.monotonic()
     try:
-        monitor, groups = chart_monitoring(SYSTEM_NS)
+        monitors, groups = chart_monitoring(SYSTEM_NS)
         plane = real_node.plane
         pki = plane.pki
         jobs = [
-            *service_monitor_job(monitor, kubeconfig=plane.kubeconfig),
+            *(job for m in monitors for job in service_monitor_job(m, kubeconfig=plane.kubeconfig)),
             apiserver_job(server=plane.server, ca=pki.ca.cert, cert=pki.admin.cert, key=pki.admin.key),
         ]
         with running_prometheus(

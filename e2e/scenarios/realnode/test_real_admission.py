@@ -33,6 +33,7 @@ from e2e.realnode.chart import ADMISSION, ADMISSION_LABELS, IMAGE_REPOSITORY, Pl
 from e2e.realnode.config import PROBE_IMAGE
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, probe_pod
+from tests.support.smoke import covers
 
 from .helpers import MIB, apply, limited_gpu, report, results, running
 
@@ -57,7 +58,7 @@ def _ready_endpoints(node: RealNode) -> dict[str, str]:
     )
     found: dict[str, str] = {}
     for s in slices.items:
-        ports = [p.port for p in s.ports or []]
+        ports = [p.port for p in s.ports or [] if p.name == "https"]  # not its metrics port
         for e in s.endpoints or []:
             if e.conditions is not None and e.conditions.ready:
                 pod = e.target_ref.name if e.target_ref is not None else None
@@ -77,7 +78,7 @@ def webhook(real_node: RealNode) -> Iterator[PluginPod]:
     port = _free_port()
     chart = real_node.chart
     started = time.monotonic()
-    chart.enable_webhook(port=port)
+    chart.enable_webhook(port=port, metrics_port=_free_port())
     try:
         pod = chart.wait_ready(labels=ADMISSION_LABELS, timeout_s=120)
         wait_for("the caBundle in the webhook's configuration", lambda: ca_bundle(real_node.api))
@@ -179,12 +180,28 @@ def test_an_invalid_hami_pod_is_refused_naming_the_field(
     assert k8s.CoreV1Api(real_node.api).list_namespaced_pod(real_ns).items == []
 
 
+OWN_QUERIES = (
+    'sum(tessera_webhook_refusals_total{job="tessera-admission",reason="invalid"})',
+    'sum(tessera_webhook_refusals_total{job="tessera-admission",reason="conflict"})',
+    'sum(tessera_webhook_conversions_total{job="tessera-admission",source="hami"})',
+    'sum(tessera_webhook_review_duration_seconds_count{job="tessera-admission"})',
+)
+
+
+def own_count(prometheus: PrometheusServer, query: str) -> float:
+    (series,) = prometheus.query(query)
+    return float(series.value)
+
+
+@covers("tessera webhook --metrics-address")  # the chart's Deployment runs it so; scraped below
 def test_the_webhook_refusals_reach_prometheus_and_fire_their_alert(
     real_node: RealNode, real_ns: str, webhook: PluginPod, prometheus: PrometheusServer
 ) -> None:
     """TesseraWebhookRefusingPods, the chart's rule as Prometheus loaded it, on the API server's live counts
     of this webhook's refusals (`apiserver_admission_webhook_rejection_count`): its webhook name and
-    error_type match what the API server counts, and more than 5 refusals in 10 minutes fire it."""
+    error_type match what the API server counts, and more than 5 refusals in 10 minutes fire it. The webhook's
+    own metrics, scraped from its metrics port through the chart's ServiceMonitor, count the same 7 refusals
+    (reason invalid) and the one dry-run HAMi pod converted (source hami), 8 reviews timed."""
     core = k8s.CoreV1Api(real_node.api)
     limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(LIMIT_MIB), "nvidia.com/gpucores": "150"}
 
@@ -192,6 +209,15 @@ def test_the_webhook_refusals_reach_prometheus_and_fire_their_alert(
         with pytest.raises(ApiException) as refused:
             core.create_namespaced_pod(real_ns, k8s.V1Pod.model_validate(hami_pod(name, real_node, limits)))
         assert "gpucores" in str(refused.value.body)
+
+    # the webhook's own series (tessera_webhook_*, admission/metrics.py) through the chart's ServiceMonitor:
+    # every series exists from the start, so what it counts from here is what this test posts
+    scraped = 'tessera_webhook_refusals_total{job="tessera-admission"}'
+    wait_for("the webhook's metrics scraped", lambda: prometheus.query(scraped), timeout_s=30)
+    before = {q: own_count(prometheus, q) for q in OWN_QUERIES}
+    converted = hami_pod("converted", real_node, {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"})
+    # a dry run: the webhook converts it (sideEffects: None), nothing is kept and no template made
+    core.create_namespaced_pod(real_ns, k8s.V1Pod.model_validate(converted), dry_run="All")
 
     counted = "apiserver_admission_webhook_rejection_count"
     counted += '{name="pods.admission.tessera.dev",error_type="no_error"}'
@@ -204,6 +230,13 @@ def test_the_webhook_refusals_reach_prometheus_and_fire_their_alert(
     wait_for("TesseraWebhookRefusingPods firing", lambda: prometheus.query(firing), timeout_s=30)
     (series,) = prometheus.query(expr)
     assert series.labels == {"name": "pods.admission.tessera.dev"} and float(series.value) > 5, series
+    expected = dict(zip(OWN_QUERIES, (7, 0, 1, 8), strict=True))
+
+    def counted_here() -> dict[str, float]:
+        return {q: own_count(prometheus, q) - before[q] for q in OWN_QUERIES}
+
+    own = "the webhook's own counts of this test's reviews"
+    wait_for(own, lambda: counted_here() == expected, timeout_s=15)
 
 
 def test_a_replaced_webhook_pod_keeps_the_certificate_and_admits(

@@ -44,6 +44,11 @@ EMPTY_PANELS = {
     "MIG instances by profile [A]": "no MIG instance on the node (test_real_mig.py makes them)",
     "Claim errors by reason [A]": "no claim fails here: the counter has no series until one does",
     "MIG create / destroy latency (p99) [A]": "no MIG operation in this scenario",
+    # the webhook's panels: test_real_admission.py scrapes the webhook's own series
+    "Webhook reviews by outcome, refusals by reason [A]": "the webhook is not installed in this scenario",
+    "Webhook reviews by outcome, refusals by reason [B]": "the webhook is not installed in this scenario",
+    "Webhook review latency (p50, p99) [A]": "the webhook is not installed in this scenario",
+    "Webhook review latency (p50, p99) [B]": "the webhook is not installed in this scenario",
     "Checkpoint and claim status writes [B]": "usage goes into claim status at most every 60 s "
     "(usageStatusInterval), longer than this scenario: the counter has no series before its first write",
 }
@@ -61,6 +66,7 @@ QUIET_ALERTS = {
     "TesseraWebhookUnreachable": "the webhook is not installed in this scenario",
     # test_real_admission.py fires it on the webhook's refusals
     "TesseraWebhookRefusingPods": "the webhook is not installed in this scenario",
+    "TesseraWebhookFailing": "the webhook is not installed in this scenario",
 }
 # Metric selectors of the alerts and the dashboard (this node and namespace written as $node and $namespace)
 # that match no series here, and why; every other selector must match some.
@@ -77,6 +83,10 @@ ABSENT_SELECTORS = {
     'name="pods.admission.tessera.dev"}': "the webhook is not installed here",
     'apiserver_admission_webhook_rejection_count{error_type="no_error",'
     'name="pods.admission.tessera.dev"}': "the webhook is not installed here",
+    'tessera_webhook_reviews_total{outcome="error"}': "the webhook is not installed here",
+    "tessera_webhook_reviews_total": "the webhook is not installed here",
+    "tessera_webhook_refusals_total": "the webhook is not installed here",
+    "tessera_webhook_review_duration_seconds_bucket": "the webhook is not installed here",
 }
 
 

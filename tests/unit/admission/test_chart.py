@@ -1,6 +1,7 @@
 """The chart's webhook: 2 replicas, a PDB, Fail with matchConditions, no side effects, TLS its own or
 cert-manager's, RBAC for exactly its calls, an optional NetworkPolicy."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -151,7 +152,9 @@ def test_the_network_policy_lets_only_the_api_server_reach_the_port() -> None:
     spec = policy["spec"]
     pods = objs[("Deployment", "tessera-admission")]["spec"]["template"]["metadata"]["labels"]
     assert spec["podSelector"]["matchLabels"].items() <= pods.items() and spec["policyTypes"] == ["Ingress"]
-    (rule,) = spec["ingress"]
+    rule, metrics_rule = spec["ingress"]
+    # the metrics port (plain HTTP, counts of closed sets only) is open to any scraper unless metricsFrom says
+    assert metrics_rule == {"ports": [{"protocol": "TCP", "port": 9401}]}
     assert rule["from"] == [
         {"ipBlock": {"cidr": "10.0.0.10/32"}},
         {"ipBlock": {"cidr": "fd00::1/128"}},
@@ -198,14 +201,16 @@ def test_host_network_port_placement_and_api_server_address() -> None:
     assert spec["tolerations"] == [{"key": "system", "operator": "Exists"}]
     container = spec["containers"][0]
     assert "--port=9443" in container["args"]
-    assert container["ports"] == [{"name": "https", "containerPort": 9443}]
+    # the metrics port is a host port too (admissionWebhook.metrics.port)
+    https, scraped = {"name": "https", "containerPort": 9443}, {"name": "metrics", "containerPort": 9401}
+    assert container["ports"] == [https, scraped]
     assert {e["name"]: e["value"] for e in container["env"]} == {
         "KUBERNETES_SERVICE_HOST": "10.0.0.1",
         "KUBERNETES_SERVICE_PORT": "6443",
     }
-    # the Service still reaches it by the port's name
-    (port,) = objs[("Service", "tessera-admission")]["spec"]["ports"]
-    assert port["targetPort"] == "https"
+    # the Service still reaches it by the ports' names
+    ports = objs[("Service", "tessera-admission")]["spec"]["ports"]
+    assert [p["targetPort"] for p in ports] == ["https", "metrics"]
 
 
 def test_pod_network_by_default() -> None:
@@ -238,3 +243,64 @@ def test_claims_written_for_nvidias_driver_reach_the_webhook_too() -> None:
         assert hook["matchConditions"][0]["expression"] == claim_match_expression(kind)
         assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
         assert hook["clientConfig"] == hooks["pods.admission.tessera.dev"]["clientConfig"]
+
+
+def test_the_webhook_serves_its_metrics_on_a_port_of_its_own_by_default() -> None:
+    """Issue #36: tessera_webhook_* over plain HTTP (admission/metrics.py), the Service's `metrics` port."""
+    objs = render("--set", "admissionWebhook.enabled=true")
+    container = objs[("Deployment", "tessera-admission")]["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-address=:9401" in container["args"]
+    assert {"name": "metrics", "containerPort": 9401} in container["ports"]
+    service = objs[("Service", "tessera-admission")]
+    assert {"name": "metrics", "port": 9401, "targetPort": "metrics"} in service["spec"]["ports"]
+    assert service["metadata"]["labels"]["app.kubernetes.io/component"] == "admission"
+
+    objs = render("--set", "admissionWebhook.enabled=true", "--set", "admissionWebhook.metrics.enabled=false")
+    container = objs[("Deployment", "tessera-admission")]["spec"]["template"]["spec"]["containers"][0]
+    assert "--metrics-address=" in container["args"]
+    assert [p["name"] for p in container["ports"]] == ["https"]
+    assert [p["name"] for p in objs[("Service", "tessera-admission")]["spec"]["ports"]] == ["https"]
+
+
+def test_the_monitors_cover_the_webhook_when_asked() -> None:
+    monitors = ("--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true",
+                "--set", "metrics.serviceMonitor.labels.release=prom")  # fmt: skip
+    objs = render("--set", "admissionWebhook.enabled=true", *monitors)
+    service = objs[("Service", "tessera-admission")]
+    pods = objs[("Deployment", "tessera-admission")]["spec"]["template"]["metadata"]["labels"]
+    monitor = objs[("ServiceMonitor", "tessera-admission")]
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["gpu"]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["honorLabels"]) == ("metrics", "/metrics", True)
+    pod_monitor = objs[("PodMonitor", "tessera-admission")]
+    assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= pods.items()
+    (endpoint,) = pod_monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    # the node plugin's monitors do not select the webhook's Service or pods (no target scraped twice)
+    plugin = objs[("ServiceMonitor", "tessera-node-plugin")]["spec"]["selector"]["matchLabels"]
+    assert not plugin.items() <= service["metadata"]["labels"].items()
+
+    for off in ("admissionWebhook.metrics.enabled=false", "admissionWebhook.enabled=false"):
+        objs = render("--set", "admissionWebhook.enabled=true", *monitors, "--set", off)
+        assert ("ServiceMonitor", "tessera-admission") not in objs
+        assert ("PodMonitor", "tessera-admission") not in objs
+    assert ("ServiceMonitor", "tessera-admission") not in render("--set", "admissionWebhook.enabled=true")
+
+
+def test_the_network_policy_lets_only_metrics_from_reach_the_metrics_port() -> None:
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    objs = render(
+        "--set", "admissionWebhook.enabled=true", "--set", "admissionWebhook.networkPolicy.enabled=true",
+        "--set-json", 'admissionWebhook.networkPolicy.apiServerCIDRs=["10.0.0.10/32"]',
+        "--set-json", f"admissionWebhook.networkPolicy.metricsFrom=[{json.dumps(peer)}]",
+    )  # fmt: skip
+    _, metrics_rule = objs[("NetworkPolicy", "tessera-admission")]["spec"]["ingress"]
+    assert metrics_rule == {"ports": [{"protocol": "TCP", "port": 9401}], "from": [peer]}
+    objs = render(
+        "--set", "admissionWebhook.enabled=true", "--set", "admissionWebhook.networkPolicy.enabled=true",
+        "--set-json", 'admissionWebhook.networkPolicy.apiServerCIDRs=["10.0.0.10/32"]',
+        "--set", "admissionWebhook.metrics.enabled=false",
+    )  # fmt: skip
+    assert len(objs[("NetworkPolicy", "tessera-admission")]["spec"]["ingress"]) == 1

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from admission import metrics
 from admission.convert import names
 from admission.convert.catalog import Catalog, known_products
 from admission.convert.claims import Options
@@ -209,6 +210,7 @@ def test_a_deleted_template_is_made_again_for_its_pods_and_the_next_one() -> Non
 
 
 def test_unused_templates_of_the_webhook_go_after_the_grace_period_gitops_ones_stay() -> None:
+    made, swept = metrics.TEMPLATES_MADE._value.get(), metrics.TEMPLATES_SWEPT._value.get()
     cluster, clock = Cluster(), Clock()
     r = reconciler(cluster, clock=clock)
     done, running = admitted("hami-default-use.yaml", "done"), admitted("volcano-vgpu.yaml", "run", uid="u2")
@@ -225,6 +227,9 @@ def test_unused_templates_of_the_webhook_go_after_the_grace_period_gitops_ones_s
     r.resync()
     kept = {name for _, name in cluster.templates}
     assert kept == {templates_of(running)[0].name, gitops.name}
+    # tessera_webhook_templates_{made,swept}_total: the two it made, the one it deleted, not the gitops one
+    counted = (metrics.TEMPLATES_MADE._value.get() - made, metrics.TEMPLATES_SWEPT._value.get() - swept)
+    assert counted == (2, 1)
 
 
 def test_a_pod_admitted_after_the_sweep_gets_its_template_back() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from admission.metrics import REGISTRY as WEBHOOK_REGISTRY
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.observability.node_metrics import FAMILIES
 from tests.unit.deploy.test_helm_chart import by_kind, needs_helm, render
@@ -78,9 +79,8 @@ def test_every_alert_has_a_test_that_makes_it_fire() -> None:
 def test_every_alert_reads_metrics_that_exist() -> None:
     exported = {name for name, _, _, _ in FAMILIES}
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
-    for (
-        metric
-    ) in REGISTRY.collect():  # a labelled family has no sample until its first use: its declared name
+    # a labelled family has no sample until its first use: its declared name
+    for metric in (*REGISTRY.collect(), *WEBHOOK_REGISTRY.collect()):
         exported |= {metric.name + suffix for suffix in suffixes.get(metric.type, ("",))}
     for rule in rules():
         expr = rule["expr"]
@@ -88,7 +88,7 @@ def test_every_alert_reads_metrics_that_exist() -> None:
             re.findall(r"\btessera_[a-z0-9_]+", expr)
         )
         for name in names - PROMQL_WORDS - FOREIGN:
-            assert name in exported, f"{rule['alert']} reads {name}, which the node plugin does not export"
+            assert name in exported, f"{rule['alert']} reads {name}, which Tessera does not export"
 
 
 def test_every_alert_has_its_runbook_paragraph_in_the_metrics_doc() -> None:

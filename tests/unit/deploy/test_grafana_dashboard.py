@@ -1,5 +1,5 @@
-"""The Grafana dashboard parses, every metric it queries is one the node plugin exports, and docs/metrics.md
-names every exported metric."""
+"""The Grafana dashboard parses, every metric it queries is one the node plugin or the webhook exports, and
+docs/metrics.md names every exported metric."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from admission.metrics import REGISTRY as WEBHOOK_REGISTRY
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.observability.node_metrics import FAMILIES
 
@@ -19,9 +20,10 @@ SUFFIXES = {"histogram": ("_bucket", "_count", "_sum"), "counter": ("_total",), 
 
 
 def exported() -> set[str]:
-    """Every sample name a scrape can show: the daemon's instruments and the scrape-time families."""
+    """Every sample name a scrape can show: the daemon's instruments and the scrape-time families, and the
+    admission webhook's own (admission/metrics.py)."""
     names = {name for name, _, _, _ in FAMILIES}
-    for family in REGISTRY.collect():
+    for family in (*REGISTRY.collect(), *WEBHOOK_REGISTRY.collect()):
         names |= {family.name + s for s in SUFFIXES.get(family.type, ("",))}
     return names
 
