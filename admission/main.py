@@ -27,9 +27,9 @@ from admission.templates import TemplateReconciler, keep_pod, keep_template
 from admission.watch import Watched
 from dra_driver.io import logs
 from dra_driver.io.api_client import api_client
+from dra_driver.io.metrics_server import MetricsServer
 from dra_driver.vocabulary.errors import TesseraError
 from dra_driver.vocabulary.excerpt import excerpt
-from kubelet_plugin.observability.metrics_server import MetricsServer
 
 log = structlog.get_logger()
 

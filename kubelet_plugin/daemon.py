@@ -21,10 +21,10 @@ import structlog
 
 from dra_driver.core.foreign_plugins import SPLIT_FLAG
 from dra_driver.io.logs import configure
+from dra_driver.io.metrics_server import parse_address
 from dra_driver.vocabulary.errors import ConfigError, TesseraError
 from kubelet_plugin import host_parts
 from kubelet_plugin.node.file_modes import UMASK, set_umask
-from kubelet_plugin.observability.metrics_server import parse_address
 from kubelet_plugin.record.steps import NO_OBSERVER, StepObserver
 from kubelet_plugin.serving.options import (
     HEALTH_INTERVAL_S,

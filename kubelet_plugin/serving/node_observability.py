@@ -15,6 +15,7 @@ from prometheus_client import generate_latest
 from dra_driver.core.cordon import GpuCordon
 from dra_driver.core.families.capacity import SHARES
 from dra_driver.core.settings import NodeSettings
+from dra_driver.io.metrics_server import MetricsServer
 from dra_driver.vocabulary.errors import StorageError
 from kubelet_plugin.claims.api import ApiClaimStatusWriter, ClaimSource, ClaimStatusWriter
 from kubelet_plugin.claims.node_state import NodeState
@@ -22,7 +23,6 @@ from kubelet_plugin.claims.prepared_claims import PreparedClaim, prepared_claims
 from kubelet_plugin.health.service import HealthBoard, InventoryHealthPoller
 from kubelet_plugin.metrics import REGISTRY
 from kubelet_plugin.observability.claim_pods import ClaimPods
-from kubelet_plugin.observability.metrics_server import MetricsServer
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
 from kubelet_plugin.observability.usage_status import ApiUsageWriter, UsageStatusLoop
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimState

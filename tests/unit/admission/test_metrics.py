@@ -24,7 +24,7 @@ from admission.convert.catalog import known_products
 from admission.convert.claims import Options
 from admission.main import Webhook, metrics_server
 from admission.server import Tls, WebhookServer
-from kubelet_plugin.observability.metrics_server import MetricsServer
+from dra_driver.io.metrics_server import MetricsServer
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "admission" / "examples"

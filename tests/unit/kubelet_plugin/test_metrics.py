@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dra_driver.core.gpu_health import GpuCondition
+from dra_driver.io.metrics_server import parse_address
 from dra_driver.vocabulary.errors import (
     CLAIM_ERROR_REASONS,
     CdiSpecError,
@@ -24,7 +25,6 @@ from dra_driver.vocabulary.inventory import FaultKind, GpuFault
 from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin import metrics
 from kubelet_plugin.health.events import GPU_RECOVERED_REASON, GPU_UNHEALTHY_REASON, change_message
-from kubelet_plugin.observability.metrics_server import parse_address
 from kubelet_plugin.record.results import PrepareResult
 from kubelet_plugin.serving import dra_service
 
@@ -109,7 +109,7 @@ def test_a_taken_port_is_retried_until_the_other_instance_lets_it_go() -> None:
     import time  # noqa: PLC0415
     import urllib.request  # noqa: PLC0415
 
-    from kubelet_plugin.observability.metrics_server import MetricsServer  # noqa: PLC0415
+    from dra_driver.io.metrics_server import MetricsServer  # noqa: PLC0415
 
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))

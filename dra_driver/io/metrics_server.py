@@ -1,6 +1,8 @@
-"""The daemon's HTTP endpoint: `/metrics` (Prometheus text format) and `/healthz`.
+"""The HTTP endpoint of the node daemon and of the admission webhook: `/metrics` (Prometheus text format) and
+`/healthz`.
 
-`--metrics-address HOST:PORT` (`:9400` = every interface, the chart's default; empty = no endpoint). A scrape
+`--metrics-address HOST:PORT` (the chart's defaults `:9400` for the plugin, `:9401` for the webhook = every
+interface; empty = no endpoint). A scrape
 runs in its own thread of a threading HTTP server, so a slow scraper never holds up prepare.
 
 In the host's network (the chart's hostNetwork), the instance a rolling update starts beside the old one finds
