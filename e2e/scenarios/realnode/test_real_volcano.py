@@ -49,7 +49,8 @@ from .helpers import (
     running,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.realnode]
+# Alone, the module pays for the real node's start too (4 min at load 10 on the 2-core workplace).
+pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.timeout(600)]
 
 # The release whose DRA allocator Volcano main (ed72c7c) vendors: `k8s.io/kubernetes` v1.36.1 in its go.mod.
 VOLCANO_ALLOCATOR = "v1.36.1"
@@ -96,6 +97,13 @@ def configure(
         )
     )
     chart.helm("upgrade", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--reuse-values", "-f", str(path))
+    # as e2e.realnode.upgrade.roll waits: the new pod Ready beside the old one, then the old one gone
+    wait_for(
+        "the new plugin pod to be Ready",
+        lambda: any(p.uid != old.uid and p.ready for p in chart.pods()),
+        timeout_s=180,
+        interval_s=0.2,
+    )
     wait_for(
         "the old plugin pod to go",
         lambda: all(p.uid != old.uid for p in chart.pods()),
