@@ -154,6 +154,17 @@ class ControlPlane:
                 ready(new)
             log.info("controlplane.component_up", component=name, pid=new.process.pid)
 
+    def remove(self, name: str, *, grace_s: float = 10.0) -> None:
+        """Stops component `name` for good and forgets it; the others keep running (for components added
+        beside the plane for a while, such as Volcano's)."""
+        index = next((i for i, c in enumerate(self.components) if c.name == name), None)
+        if index is None:
+            return
+        stop_component(self.components.pop(index), grace_s=grace_s)
+        self._ready.pop(name, None)
+        self._save()
+        log.info("controlplane.component_removed", component=name)
+
     def restart(self, name: str, *, grace_s: float = 10.0) -> Component:
         """Stops component `name` and starts it again the same way; returns it once it is ready."""
         with self.stopped(name, grace_s=grace_s):

@@ -248,6 +248,29 @@ def test_scheduler_version_reaches_every_groups_node_settings() -> None:
 
 
 @needs_helm
+def test_setting_scheduler_version_rolls_the_plugin_pods() -> None:
+    """The plugin reads NodeSettings at start: a `helm upgrade` that sets schedulerVersion must change the
+    pod template (its settings hash), or the running plugins keep publishing what the new allocator cannot
+    keep apart; unset, the hash is what it was."""
+
+    def hashes(*extra: str) -> dict[str, str]:
+        return {
+            name: ds["spec"]["template"]["metadata"]["annotations"]["tessera.dev/settings"]
+            for name, ds in by_kind(render("-f", str(NON_DEFAULT), *extra), "DaemonSet").items()
+        }
+
+    unset, v1361, v1362 = (
+        hashes(),
+        hashes("--set", "schedulerVersion=v1.36.1"),
+        hashes("--set", "schedulerVersion=v1.36.2"),
+    )
+    assert unset.keys() == v1361.keys() == v1362.keys() and len(unset) >= 2
+    for name in unset:
+        assert len({unset[name], v1361[name], v1362[name]}) == 3, name
+    assert hashes("--set", "schedulerVersion=") == unset
+
+
+@needs_helm
 @pytest.mark.parametrize(
     ("values", "message"),
     [
