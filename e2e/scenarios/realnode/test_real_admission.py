@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 
 from admission.convert import names
 from e2e.harness.kube import Json, wait_for
+from e2e.harness.monitoring import dashboard_queries
 from e2e.harness.plugin_identity import SYSTEM_NS
 from e2e.harness.prometheus import PrometheusServer
 from e2e.harness.testbed import SimCluster
@@ -237,6 +238,12 @@ def test_the_webhook_refusals_reach_prometheus_and_fire_their_alert(
 
     own = "the webhook's own counts of this test's reviews"
     wait_for(own, lambda: counted_here() == expected, timeout_s=15)
+    # the dashboard's webhook panels over these live series: each returns some (a wrong name, label or join
+    # would return none; test_real_prometheus.py has no webhook and lists them as empty)
+    variables = {"node": real_node.name, "namespace": real_ns, "__rate_interval": "10s"}
+    panels = [q for q in dashboard_queries(variables) if q.panel.startswith("Webhook ")]
+    assert len(panels) == 4, panels
+    assert [q.key for q in panels if not prometheus.query(q.expr)] == []
 
 
 def test_a_replaced_webhook_pod_keeps_the_certificate_and_admits(
