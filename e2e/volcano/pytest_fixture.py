@@ -13,13 +13,19 @@ from e2e.volcano.binaries import VolcanoSnapshotMissingError, ensure_built
 from e2e.volcano.launcher import Volcano
 
 
-@pytest.fixture(scope="package")
-def volcano(control_plane: ControlPlane) -> Volcano:
-    """Volcano beside the default kube-scheduler; it runs until the plane stops (its components are the
-    plane's)."""
+def start_volcano(plane: ControlPlane) -> Volcano:
+    """Volcano started on `plane`, or the test skipped (no snapshot to build from) or failed (binaries missing
+    or stale), as the module's docstring says; for fixtures of any scope."""
     try:
-        return Volcano(plane=control_plane, binaries=ensure_built()).start()
+        return Volcano(plane=plane, binaries=ensure_built()).start()
     except VolcanoSnapshotMissingError as e:
         pytest.skip(f"Volcano cannot be built here: {e}")
     except ControlPlaneError as e:
         pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="package")
+def volcano(control_plane: ControlPlane) -> Volcano:
+    """Volcano beside the default kube-scheduler; it runs until the plane stops (its components are the
+    plane's)."""
+    return start_volcano(control_plane)

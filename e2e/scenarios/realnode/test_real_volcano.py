@@ -22,7 +22,6 @@ from kubernetes import client as k8s
 
 from dra_driver.core.families.mps import PINNED_MEMORY_ENV, THREAD_PERCENTAGE_ENV
 from dra_driver.vocabulary.names import DRIVER_NAME, Attr, qualified
-from e2e.controlplane.errors import ControlPlaneError
 from e2e.harness.kube import Json, wait_for
 from e2e.harness.node import driver_slices
 from e2e.harness.plugin_identity import SYSTEM_NS
@@ -30,9 +29,9 @@ from e2e.harness.testbed import SimCluster
 from e2e.realnode.chart import CHART, RELEASE
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, mps, probe_pod, vgpu, whole_gpu
-from e2e.volcano.binaries import VolcanoSnapshotMissingError, ensure_built
 from e2e.volcano.config import SCHEDULER_NAME
 from e2e.volcano.launcher import Volcano
+from e2e.volcano.pytest_fixture import start_volcano
 from e2e.volcano.workloads import volcano_pod
 from kubelet_plugin.node.events import EVENT_NAMESPACE, SHARING_UNENFORCED_REASON
 
@@ -62,12 +61,7 @@ MPS_MIB, MPS_CORES = 2000, "40"
 @pytest.fixture(scope="module")
 def volcano(real_node: RealNode) -> Iterator[Volcano]:
     """vc-scheduler and vc-controller-manager on the real node's plane, for this module only."""
-    try:
-        started = Volcano(plane=real_node.plane, binaries=ensure_built()).start()
-    except VolcanoSnapshotMissingError as e:
-        pytest.skip(f"Volcano cannot be built here: {e}")
-    except ControlPlaneError as e:
-        pytest.fail(str(e), pytrace=False)
+    started = start_volcano(real_node.plane)
     try:
         yield started
     finally:
