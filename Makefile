@@ -177,8 +177,7 @@ bench-trace: dev cluster
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster
-	$(BIN)/python -m e2e.benches.scale.fragmentation $(SMOKE_FLAG)
-	$(BIN)/python -m e2e.benches.scale.fragmentation --mix aligned $(SMOKE_FLAG)
+	$(BIN)/python -m e2e.benches.scale.fragmentation --mix default --mix aligned $(SMOKE_FLAG)
 
 bench-upgrade: dev cluster realnode helm image
 	$(BIN)/python -m e2e.realnode upgrade $(SMOKE_FLAG)

@@ -2,8 +2,10 @@
 (e2e.realnode.upgrade), on its own control plane, with its figures printed.
 
 Needs root and the built components: `bash e2e/cluster/build.sh`, `bash e2e/realnode/build.sh` and the
-image (`make image`). `--smoke` (`make bench-upgrade SMOKE=1`, which `make test` runs): one worker, one pod
-before and one after the switch; its figures mean nothing, but a failed pod or a leftover still fails it.
+image (`make image`). `--smoke` (`make bench-upgrade SMOKE=1`): one worker, one pod before and one after the
+switch; its figures mean nothing, but a failed pod or a leftover still fails it. `make test` runs the body,
+`report_upgrade`, on the real-node scenarios' node (test_real_upgrade.py) rather than on a plane and a node of
+its own.
 """
 
 from __future__ import annotations
@@ -25,9 +27,27 @@ from e2e.harness.testbed import make_testbed
 from e2e.realnode.binaries import check_built
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.node import RealNode, short_root
-from e2e.realnode.upgrade import run_upgrade
+from e2e.realnode.upgrade import UpgradeFigures, run_upgrade
 
 NODE_FILE = NODES_DIR / "realnode-h100x2.yaml"
+
+
+def report_upgrade(
+    node: RealNode, namespace: str, *, workers: int, warmup_pods: int, after_pods: int
+) -> UpgradeFigures:
+    """The bench's body on a started node and an empty namespace: the upgrade under a stream of pods, its
+    figures printed (make test runs it on the real-node scenarios' node: test_real_upgrade.py)."""
+    print(f"installed with helm in {node.install_s:.1f} s", flush=True)
+    print(
+        f"{workers} workers create/delete vgpu pods; `helm upgrade` twice (a new image tag, then a settings "
+        f"change) after {warmup_pods} pods ...",
+        flush=True,
+    )
+    figures = run_upgrade(node, namespace, workers=workers, warmup_pods=warmup_pods, after_pods=after_pods)
+    width = max(len(k) for k in figures.as_dict())
+    for key, value in figures.as_dict().items():
+        print(f"  {key:<{width}}  {value}")
+    return figures
 
 
 def upgrade(args: argparse.Namespace) -> int:
@@ -36,7 +56,6 @@ def upgrade(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="tessera-upgrade-") as tmp:
         plane = start_control_plane(state_dir=Path(tmp) / "controlplane", binaries=plane_binaries)
         root = short_root()
-        ok = False
         try:
             api = plane.api_client()
             bed = make_testbed(plane, api)
@@ -49,13 +68,7 @@ def upgrade(args: argparse.Namespace) -> int:
                     k8s.V1Namespace.model_validate({"metadata": {"name": namespace}})
                 )
                 wait_for_service_account(bed.api, namespace)
-                print(f"installed with helm in {node.install_s:.1f} s", flush=True)
-                print(
-                    f"{args.workers} workers create/delete vgpu pods; `helm upgrade` twice (a new image tag, "
-                    f"then a settings change) after {args.warmup_pods} pods ...",
-                    flush=True,
-                )
-                figures = run_upgrade(
+                figures = report_upgrade(
                     node,
                     namespace,
                     workers=args.workers,
@@ -66,9 +79,6 @@ def upgrade(args: argparse.Namespace) -> int:
                 node.stop()
         finally:
             plane.stop()
-        width = max(len(k) for k in figures.as_dict())
-        for key, value in figures.as_dict().items():
-            print(f"  {key:<{width}}  {value}")
         ok = not figures.failures and not figures.leftovers
         if ok:
             shutil.rmtree(root, ignore_errors=True)

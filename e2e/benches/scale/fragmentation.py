@@ -14,6 +14,7 @@ be had (free GPUs of one NUMA node and NVLink domain, read from the published at
 many arrivals were placed when that first became impossible, and the share of placed arrivals after which it
 was possible.
 
+`--mix` may be given twice (`make bench-order` plays both mixes, each node started once, on one plane).
 `--smoke` (`make bench-order SMOKE=1`, which `make test` runs): seed 1, each run stopped after 3 arrivals; its
 figures mean nothing.
 """
@@ -312,17 +313,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1-20", help="seeds of the event stream: 1-20 or 1,4,9")
     parser.add_argument("--p-depart", type=float, default=0.45, help="probability an event is a departure")
     parser.add_argument(
-        "--mix", choices=sorted(MIXES), default="default", help="aligned: with multi-GPU aligned arrivals"
+        "--mix",
+        action="append",
+        choices=sorted(MIXES),
+        help="default, or aligned: with multi-GPU aligned arrivals; repeat it to play both on one plane",
     )
     parser.add_argument("--smoke", action="store_true", help="seed 1, 3 arrivals a run (make test runs it)")
     args = parser.parse_args(argv)
     configure(level="warning")
     if args.smoke:
         args.seeds = "1"
+    mixes: list[str] = list(dict.fromkeys(args.mix or ["default"]))
     seeds = parse_seeds(args.seeds)
     binaries = ensure_built(allow_build=True)
     orders = (DeviceOrder.BY_GPU, DeviceOrder.FRAGMENTATION_AWARE)
-    totals: dict[str, list[Outcome]] = {o.value: [] for o in orders}
+    totals: dict[str, dict[str, list[Outcome]]] = {mix: {o.value: [] for o in orders} for mix in mixes}
     with tempfile.TemporaryDirectory(prefix="tessera-order-") as tmp:
         plane = start_control_plane(state_dir=Path(tmp) / "controlplane", binaries=binaries)
         try:
@@ -330,34 +335,37 @@ def main(argv: list[str] | None = None) -> int:
             apply_device_classes(Kubectl(binary=plane.binaries.kubectl, kubeconfig=plane.kubeconfig))
             for order in orders:
                 with ordered_node(api, order) as node:
-                    ns = namespace(api, f"frag-{order.value}")
-                    probe = AlignedProbe.of(node.slices) if args.mix == "aligned" else None
-                    for seed in seeds:
-                        started = time.monotonic()
-                        outcome = play(
-                            api,
-                            namespace=ns,
-                            node=node.name,
-                            order=order.value,
-                            capacity=exclusive_memory(node.slices),
-                            events=seeded_events(seed, p_depart=args.p_depart, weights=MIXES[args.mix]),
-                            probe=probe,
-                            max_arrivals=3 if args.smoke else MAX_ARRIVALS,
-                        )
-                        clean(api, ns)
-                        totals[order.value].append(outcome)
-                        print(
-                            f"order={order.value} seed={seed} p_depart={args.p_depart} "
-                            f"placed={outcome.placed} "
-                            f"memory_gib={outcome.memory_bytes / GIB:.1f} first_failure={outcome.failed} "
-                            f"events={outcome.events} seconds={time.monotonic() - started:.0f} "
-                            f"{outcome.aligned_text()}".rstrip(),
-                            flush=True,
-                        )
+                    for mix in mixes:
+                        ns = namespace(api, f"frag-{order.value}-{mix}")
+                        probe = AlignedProbe.of(node.slices) if mix == "aligned" else None
+                        for seed in seeds:
+                            started = time.monotonic()
+                            outcome = play(
+                                api,
+                                namespace=ns,
+                                node=node.name,
+                                order=order.value,
+                                capacity=exclusive_memory(node.slices),
+                                events=seeded_events(seed, p_depart=args.p_depart, weights=MIXES[mix]),
+                                probe=probe,
+                                max_arrivals=3 if args.smoke else MAX_ARRIVALS,
+                            )
+                            clean(api, ns)
+                            totals[mix][order.value].append(outcome)
+                            print(
+                                f"order={order.value} mix={mix} seed={seed} p_depart={args.p_depart} "
+                                f"placed={outcome.placed} "
+                                f"memory_gib={outcome.memory_bytes / GIB:.1f} first_failure={outcome.failed} "
+                                f"events={outcome.events} seconds={time.monotonic() - started:.0f} "
+                                f"{outcome.aligned_text()}".rstrip(),
+                                flush=True,
+                            )
         finally:
             plane.stop()
-    for text in summary(totals):
-        print(text)
+    for mix in mixes:
+        print(f"# mix={mix}")
+        for text in summary(totals[mix]):
+            print(text)
     return 0
 
 
