@@ -57,8 +57,8 @@ class Release:
         if self.accepts_counter_slices():
             return ("e2e/scenarios",)
         return (
-            "e2e/scenarios/controlplane/test_publisher_degraded.py",
-            "e2e/scenarios/controlplane/test_release_without_sharing.py",
+            "e2e/scenarios/own_plane/test_publisher_degraded.py",
+            "e2e/scenarios/own_plane/test_release_without_sharing.py",
         )
 
     def serves_sharing(self) -> bool:

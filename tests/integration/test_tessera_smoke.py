@@ -1,7 +1,7 @@
 """The `tessera` invocations the documentation shows that need no API server, each run as a user runs it (the
 console script, small real inputs), in seconds (tests/README.md, "Smoke forms"). Those that need one are in
-e2e/scenarios/controlplane/test_command_smoke.py; the output streams of every subcommand in
-test_command_streams.py."""
+e2e/scenarios/controlplane/test_command_smoke.py (the make targets in e2e/scenarios/own_plane/); the output
+streams of every subcommand in test_command_streams.py."""
 
 from __future__ import annotations
 
