@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,10 +140,19 @@ def leftovers(testbed: SimCluster) -> list[str]:
 
 
 @contextlib.contextmanager
-def scenario_namespace(testbed: SimCluster, *, prefix: str, timeout_s: float = 60.0) -> Iterator[str]:
+def scenario_namespace(
+    testbed: SimCluster,
+    *,
+    prefix: str,
+    timeout_s: float = 60.0,
+    left: Callable[[], list[str]] | None = None,
+    clean_s: float = 15.0,
+) -> Iterator[str]:
     """A fresh namespace for one scenario; afterwards it is emptied (waiting `timeout_s` for its pods and
-    claims) and deleted, and the nodes must hold nothing of it within 15 s (unprepare runs before the node
-    finalizes a pod, so nothing may remain once the pods are gone): AssertionError naming what is left."""
+    claims) and deleted, and the nodes must hold nothing of it within `clean_s` (unprepare runs before the
+    node finalizes a pod, so nothing may remain once the pods are gone): AssertionError naming what `left`
+    (the simulated nodes' leftovers unless given) still finds."""
+    remains = left if left is not None else (lambda: leftovers(testbed))
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     core = k8s.CoreV1Api(testbed.api)
     core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
@@ -154,6 +163,6 @@ def scenario_namespace(testbed: SimCluster, *, prefix: str, timeout_s: float = 6
         delete_namespace_contents(testbed.api, name, timeout_s=timeout_s)
         core.delete_namespace(name)
         try:
-            wait_for("the nodes to be clean", lambda: not leftovers(testbed), timeout_s=15)
+            wait_for("the nodes to be clean", lambda: not remains(), timeout_s=clean_s)
         except WaitTimeoutError:
-            raise AssertionError(f"scenario left behind: {leftovers(testbed)}") from None
+            raise AssertionError(f"scenario left behind: {remains()}") from None

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,13 +17,13 @@ import structlog
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.controlplane.pytest_fixture import control_plane, k8s_api, wait_for_service_account
-from e2e.harness.kube import WaitTimeoutError, delete_namespace_contents, wait_for
+from e2e.controlplane.pytest_fixture import control_plane, k8s_api
+from e2e.harness.kube import wait_for
 from e2e.harness.monitoring import apiserver_job, chart_monitoring, service_monitor_job, with_for
 from e2e.harness.node import NODES_DIR
 from e2e.harness.plugin_identity import SYSTEM_NS
 from e2e.harness.prometheus import PrometheusNotBuiltError, PrometheusServer, running_prometheus
-from e2e.harness.testbed import SimCluster, make_testbed
+from e2e.harness.testbed import SimCluster, make_testbed, scenario_namespace
 from e2e.realnode.binaries import check_built
 from e2e.realnode.errors import RealNodeError
 from e2e.realnode.node import RealNode, short_root
@@ -73,21 +72,10 @@ def real_node(bed: SimCluster, request: pytest.FixtureRequest) -> Iterator[RealN
 
 
 @pytest.fixture
-def real_ns(real_node: RealNode) -> Iterator[str]:
-    name = f"real-{uuid.uuid4().hex[:8]}"
-    core = k8s.CoreV1Api(real_node.api)
-    core.create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": name}}))
-    wait_for_service_account(real_node.api, name)
-    try:
+def real_ns(bed: SimCluster, real_node: RealNode) -> Iterator[str]:
+    # The kubelet unprepares before it finalizes a pod, so nothing may remain once the pods are gone.
+    with scenario_namespace(bed, prefix="real", timeout_s=120, left=real_node.leftovers, clean_s=30) as name:
         yield name
-    finally:
-        delete_namespace_contents(real_node.api, name, timeout_s=120)
-        core.delete_namespace(name)
-        # The kubelet unprepares before it finalizes a pod, so nothing may remain once the pods are gone.
-        try:
-            wait_for("the real node to be clean", lambda: not real_node.leftovers(), timeout_s=30)
-        except WaitTimeoutError:
-            pytest.fail(f"scenario left behind on {real_node.name}: {real_node.leftovers()}")
 
 
 @pytest.fixture
