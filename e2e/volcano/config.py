@@ -78,6 +78,20 @@ def reclaim_conf() -> dict[str, Any]:
     return conf
 
 
+BINPACK_WEIGHT: Final = "binpack.weight"
+
+
+def binpack_conf(weight: int) -> dict[str, Any]:
+    """`scheduler_conf` with `binpack` at `weight` (default 1): its CPU and memory packing then outweighs
+    `nodeorder`'s least-requested spreading."""
+    conf = scheduler_conf()
+    conf["tiers"][1]["plugins"] = [
+        {**p, "arguments": {BINPACK_WEIGHT: weight}} if p["name"] == "binpack" else p
+        for p in conf["tiers"][1]["plugins"]
+    ]
+    return conf
+
+
 def scheduler_gates(plane_gates: Mapping[str, bool], *, plane_release: Release) -> dict[str, bool]:
     """The gates vc-scheduler gets: every DRA gate that is on in the control plane (its release's defaults
     with the plane's own over them) and that the vendored release knows, as a user of that cluster turns on

@@ -27,6 +27,8 @@ from e2e.harness.published_node import published_node
 from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import apply
 from e2e.scenarios.volcano.gangs import bound_result
+from e2e.volcano.config import binpack_conf, scheduler_conf
+from e2e.volcano.launcher import Volcano
 from e2e.volcano.workloads import claim_template, pod_with_template, volcano_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families, pytest.mark.timeout(240)]
@@ -34,6 +36,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families, pytest.mark.timeout(2
 NODE_FILE = NODES_DIR / "h100x8.yaml"
 NODES = 4
 PODS = 8
+WEIGHED_PODS = 4
 POOL_LABEL = "e2e.tessera.dev/pack"
 SLICE = {Cap.MEMORY: "4Gi", Cap.CORES: "10"}
 
@@ -97,26 +100,36 @@ def place_one_by_one(bed: SimCluster, ns: str, pods: list[Json]) -> list[tuple[s
     return placed
 
 
+def occupy(bed: SimCluster, ns: str, nodes: tuple[str, ...], *, holder_cpu: str | None) -> None:
+    """The first node: a vgpu share whose pod requests `holder_cpu` (None: no CPU, no memory); the last: a pod
+    with 100m of CPU and no device."""
+    apply(bed, ns, [claim_template("slice", "vgpu.tessera.dev", capacity=SLICE)])
+    holder = on_node(pod_with_template("holder", "slice"), nodes[0])
+    if holder_cpu is None:
+        del holder["spec"]["containers"][0]["resources"]["requests"]
+    else:
+        holder["spec"]["containers"][0]["resources"]["requests"]["cpu"] = holder_cpu
+    ballast = on_node(pod_with_template("ballast", "slice"), nodes[-1])
+    del ballast["spec"]["resourceClaims"], ballast["spec"]["containers"][0]["resources"]["claims"]
+    apply(bed, ns, [holder, ballast])
+    wait_for("the holder's share allocated", lambda: bound_result(bed, ns, "holder"), timeout_s=30)
+    wait_for("the ballast bound", lambda: (get_pod(bed.api, ns, "ballast") or {})["spec"].get("nodeName"),
+             timeout_s=30)  # fmt: skip
+
+
+def by_volcano(bed: SimCluster, ns: str, pool: Pool, names: list[str]) -> list[tuple[str, str]]:
+    pods = [volcano_pod(in_pool(pod_with_template(n, "slice"), pool.tag), name=n) for n in names]
+    return place_one_by_one(bed, ns, pods)
+
+
 def test_both_schedulers_place_vgpu_pods_by_cpu_not_by_devices(
     vbed: SimCluster, pack_ns: str, pool: Pool
 ) -> None:
     ns, tag, nodes = pack_ns, pool.tag, pool.nodes
-    apply(vbed, ns, [claim_template("slice", "vgpu.tessera.dev", capacity=SLICE)])
-    # The first node: a vgpu share and no CPU (the pod requests none); the last: 100m of CPU and no device.
-    holder = on_node(pod_with_template("holder", "slice"), nodes[0])
-    del holder["spec"]["containers"][0]["resources"]["requests"]
-    ballast = on_node(pod_with_template("ballast", "slice"), nodes[3])
-    del ballast["spec"]["resourceClaims"], ballast["spec"]["containers"][0]["resources"]["claims"]
-    apply(vbed, ns, [holder, ballast])
-    wait_for("the holder's share allocated", lambda: bound_result(vbed, ns, "holder"), timeout_s=30)
-    wait_for("the ballast bound", lambda: (get_pod(vbed.api, ns, "ballast") or {})["spec"].get("nodeName"),
-             timeout_s=30)  # fmt: skip
+    occupy(vbed, ns, nodes, holder_cpu=None)
 
     started = time.monotonic()
-    names = [f"vc-{i}" for i in range(PODS)]
-    by_volcano = place_one_by_one(
-        vbed, ns, [volcano_pod(in_pool(pod_with_template(n, "slice"), tag), name=n) for n in names]
-    )
+    by_vc = by_volcano(vbed, ns, pool, [f"vc-{i}" for i in range(PODS)])
     volcano_s = time.monotonic() - started
     k8s.CoreV1Api(vbed.api).delete_collection_namespaced_pod(
         ns, grace_period_seconds=0, label_selector=None, field_selector="spec.schedulerName=volcano"
@@ -127,8 +140,29 @@ def test_both_schedulers_place_vgpu_pods_by_cpu_not_by_devices(
     names = [f"kube-{i}" for i in range(PODS)]
     by_kube = place_one_by_one(vbed, ns, [in_pool(pod_with_template(n, "slice"), tag) for n in names])
     kube_s = time.monotonic() - started
-    print(f"binpack: volcano {by_volcano} in {volcano_s:.1f}s; kube-scheduler {by_kube} in {kube_s:.1f}s")
+    print(f"binpack: volcano {by_vc} in {volcano_s:.1f}s; kube-scheduler {by_kube} in {kube_s:.1f}s")
 
     # Both: every pod on the node with the CPU, on the GPU the allocator tries first; none beside the share.
-    for placed in (by_volcano, by_kube):
-        assert placed == [(nodes[3], "gpu-0-vgpu")] * PODS
+    for placed in (by_vc, by_kube):
+        assert placed == [(nodes[-1], "gpu-0-vgpu")] * PODS
+
+
+def test_a_heavier_binpack_packs_beside_gpu_pods_that_request_cpu(
+    vbed: SimCluster, pack_ns: str, pool: Pool, volcano: Volcano
+) -> None:
+    """GPU pods usually request CPU as well: here the share's pod requests 1 CPU. With the default weights
+    Volcano still puts the pods on the last node, away from the share: least-requested spreading (an integer
+    point per 1 % of a node's CPU) outweighs binpack's fraction of a point. With `binpack.weight: 10` they go
+    beside the share, on its GPU: packing GPUs follows from packing the CPU their pods request."""
+    ns, nodes = pack_ns, pool.nodes
+    occupy(vbed, ns, nodes, holder_cpu="1")
+    default = by_volcano(vbed, ns, pool, [f"default-{i}" for i in range(WEIGHED_PODS)])
+    volcano.use_conf(binpack_conf(10))
+    try:
+        weighted = by_volcano(vbed, ns, pool, [f"weighted-{i}" for i in range(WEIGHED_PODS)])
+    finally:
+        volcano.use_conf(scheduler_conf())
+    print(f"binpack: default weights {default}; binpack.weight 10 {weighted}")
+    assert default == [(nodes[-1], "gpu-0-vgpu")] * WEIGHED_PODS
+    share = bound_result(vbed, ns, "holder") or {}
+    assert weighted == [(nodes[0], share["device"])] * WEIGHED_PODS
