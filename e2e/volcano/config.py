@@ -68,6 +68,30 @@ def preempt_conf() -> dict[str, Any]:
     return conf
 
 
+def reclaim_conf() -> dict[str, Any]:
+    """`scheduler_conf` with the `reclaim` action: a queue under its deserved share (`proportion`: weights
+    over CPU, memory and extended resources) evicts pods of `reclaimable` queues over theirs. Gang's veto is
+    left on: a victim's PodGroup of one pod gets no vote from it, so the decision falls to `proportion`
+    (the next tier)."""
+    conf = scheduler_conf()
+    conf["actions"] = "enqueue, allocate, reclaim, backfill"
+    return conf
+
+
+BINPACK_WEIGHT: Final = "binpack.weight"
+
+
+def binpack_conf(weight: int) -> dict[str, Any]:
+    """`scheduler_conf` with `binpack` at `weight` (default 1): its CPU and memory packing then outweighs
+    `nodeorder`'s least-requested spreading."""
+    conf = scheduler_conf()
+    conf["tiers"][1]["plugins"] = [
+        {**p, "arguments": {BINPACK_WEIGHT: weight}} if p["name"] == "binpack" else p
+        for p in conf["tiers"][1]["plugins"]
+    ]
+    return conf
+
+
 def scheduler_gates(plane_gates: Mapping[str, bool], *, plane_release: Release) -> dict[str, bool]:
     """The gates vc-scheduler gets: every DRA gate that is on in the control plane (its release's defaults
     with the plane's own over them) and that the vendored release knows, as a user of that cluster turns on

@@ -62,6 +62,11 @@ class Volcano:
         self.scheduler_binary = binaries.scheduler
         self._ready: dict[str, ReadyCheck] = {}
 
+    @property
+    def scheduler_log(self) -> Path:
+        """vc-scheduler's log (`--v=3`), appended to by every restart."""
+        return self.plane.state_dir / "logs" / f"{SCHEDULER}.log"
+
     def start(self) -> Volcano:
         started = time.monotonic()
         self.apply_crds()

@@ -4,7 +4,14 @@ vc-scheduler gets from the plane's."""
 from __future__ import annotations
 
 from e2e.controlplane.releases import RELEASES
-from e2e.volcano.config import DRA_ARGUMENT, gates_flag, scheduler_conf, scheduler_gates
+from e2e.volcano.config import (
+    DRA_ARGUMENT,
+    binpack_conf,
+    gates_flag,
+    reclaim_conf,
+    scheduler_conf,
+    scheduler_gates,
+)
 
 V137 = RELEASES["v1.37.2"]
 V135 = RELEASES["v1.35.4"]
@@ -44,3 +51,17 @@ def test_gates_follow_the_plane_and_always_enable_dra() -> None:
 
 def test_gates_flag() -> None:
     assert gates_flag({"B": True, "A": False}) == "--feature-gates=A=false,B=true"
+
+
+def test_reclaim_conf_adds_the_action_and_keeps_the_plugins() -> None:
+    conf = reclaim_conf()
+    assert [a.strip() for a in conf["actions"].split(",")] == ["enqueue", "allocate", "reclaim", "backfill"]
+    assert conf["tiers"] == scheduler_conf()["tiers"]
+
+
+def test_binpack_conf_weighs_binpack_alone() -> None:
+    conf = binpack_conf(10)
+    plugins = conf["tiers"][1]["plugins"]
+    assert plugins[-1] == {"name": "binpack", "arguments": {"binpack.weight": 10}}
+    assert plugins[:-1] == scheduler_conf()["tiers"][1]["plugins"][:-1]
+    assert conf["actions"] == scheduler_conf()["actions"]
