@@ -4,11 +4,15 @@ claims prepared on a node with memoryOversubscription 2, run by the real library
 daemon's paging watch reading the link through the NVML backend over the fake libnvidia-ml and the claims'
 host-backed bytes from their regions: the claim that pages hard is warned, once; its neighbours on the same
 GPU, resident in device memory, are not; a claim that holds managed memory but does not touch it is not;
-a GPU whose NVML reads no throughput warns nobody."""
+a GPU whose NVML reads no throughput warns nobody. And the daemon runs the watch only where it can mean
+something: NVML reads the link and the node offers host-backed memory."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +28,9 @@ from dra_driver.core.settings import family_settings
 from kubelet_plugin.claims.prepared_claims import prepared_claims
 from kubelet_plugin.observability.paging_watch import MOSTLY_PAGING_REASON, PagingWatch
 from kubelet_plugin.record.checkpoint_store import CheckpointStore
+from kubelet_plugin.serving.options import DaemonOptions
+from kubelet_plugin.serving.plugin_instance import Node as Plugin
+from tests.support.claim_files import directory_claims
 from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from tests.support.doubles.interceptor_programs import FAKE_GPU0, TCUDA, TOVERSUB, container_view, env, start
 from tests.support.node_metrics import NODE_FILE, metrics_for
@@ -203,3 +210,46 @@ def test_a_gpu_whose_nvml_reads_no_throughput_warns_nobody_and_logs_once(
     assert [e["gpu"] for e in said] == [g.uuid for g in node.env.inventory().gpus], said  # once per GPU
     assert all(e["log_level"] == "debug" for e in said)
     assert FAKE_GPU0 in {e["gpu"] for e in said}
+
+
+@pytest.mark.parametrize(
+    ("nvml", "ratio", "watched"),
+    [(True, 2, True), (True, 1, False), (False, 2, False)],
+    ids=["nvml-oversubscribed", "nvml-ratio-1", "simulated"],
+)
+def test_the_daemon_watches_paging_only_where_nvml_reads_the_link_and_memory_is_oversubscribed(
+    nvml: bool, ratio: int, watched: bool
+) -> None:
+    root = Path(tempfile.mkdtemp(prefix="tpg-", dir="/tmp"))  # short: unix socket paths
+    try:
+        node_file = root / "node.yaml"
+        node_file.write_text(
+            "apiVersion: sim.tessera.dev/v1\nkind: SimulatedNode\n"
+            "hostMemoryGiB: 256\ngpus: [{product: H100-80GB-SXM, count: 2}]\n"
+        )
+        settings = root / "settings.yaml"
+        settings.write_text(
+            f"apiVersion: resource.tessera.dev/v1\nkind: NodeSettings\nmemoryOversubscription: {ratio}\n"
+        )
+        (root / "claims").mkdir()
+        options = DaemonOptions(
+            node_name="node-a",
+            root=root,
+            simulate=None if nvml else node_file,
+            sim_state=None if nvml else root / "sim-state.json",
+            settings=settings,
+            health_interval=60.0,
+            publish=False,
+            log_level="warning",
+        )
+        fake = FakeNvmlNode(node_file=node_file, state_dir=root / "fake-nvml")
+        fake.state_dir.mkdir()
+        with pynvml_on_fake(fake) if nvml else contextlib.nullcontext():
+            plugin = Plugin.start(options, claims=directory_claims(root / "claims"))
+            try:
+                assert plugin.observability is not None
+                assert (plugin.observability.paging is not None) is watched
+            finally:
+                plugin.stop(grace=0)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
