@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+from dra_driver.core.paging import LinkTraffic
 from dra_driver.vocabulary.inventory import Inventory, MigInstance
 from dra_driver.vocabulary.names import GpuUUID
 
@@ -31,3 +32,21 @@ class GpuBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class PcieSource(Protocol):
+    """A backend that reads a GPU's PCIe traffic (NVML; the simulated node has no link)."""
+
+    def pcie_traffic(self, *, gpu: GpuUUID) -> LinkTraffic:
+        """One reading; `InventoryError` where the GPU or its driver reads none."""
+        ...
+
+
+def pcie_source(backend: object) -> PcieSource | None:
+    """`backend`, or the backend it wraps (`inner`: the daemon times MIG operations around it), where it
+    reads PCIe traffic; None where it does not."""
+    for candidate in (backend, getattr(backend, "inner", None)):
+        if isinstance(candidate, PcieSource):
+            return candidate
+    return None

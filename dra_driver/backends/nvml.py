@@ -23,9 +23,11 @@ from dra_driver.backends.device_nodes import char_major, mig_cap_nodes
 from dra_driver.backends.meminfo import host_memory
 from dra_driver.backends.nvml_calls import has_code, text
 from dra_driver.backends.nvml_health import NvmlHealthWatcher
+from dra_driver.backends.nvml_pcie import link_traffic
 from dra_driver.backends.nvml_topology import fabric, nvlink_ends
 from dra_driver.backends.sysfs import pci_place
 from dra_driver.core.families.published import pci_bus_id
+from dra_driver.core.paging import LinkTraffic
 from dra_driver.core.profiles import find_product, profile_order
 from dra_driver.vocabulary.container import DeviceNode
 from dra_driver.vocabulary.errors import ConfigError, InventoryError, MigError, PlacementTakenError
@@ -360,6 +362,12 @@ class NvmlBackend:
                     )
                 )
         return tuple(sorted(found, key=lambda m: m.start))
+
+    def pcie_traffic(self, *, gpu: GpuUUID) -> LinkTraffic:
+        """The GPU's PCIe throughput (NVML's last 20 ms) and link; `InventoryError` where NVML cannot tell
+        (NotSupported: vGPU guests, some boards). Not under the backend's lock: each reading waits 20 ms."""
+        with self._nvml(f"reading the PCIe throughput of GPU {gpu}"):
+            return link_traffic(pynvml.nvmlDeviceGetHandleByUUID(gpu.encode()))
 
     # -- mutations --------------------------------------------------------------------------------
 

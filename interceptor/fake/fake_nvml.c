@@ -5,7 +5,8 @@
  * profile tables of dra_driver/core/profiles.py (build/gen/fake_products.h) and the MIG state of nvml/state.c
  * (FAKE_NVML_STATE, FAKE_NVML_PROC). Without it: FAKE_GPU_COUNT (2) GPUs of FAKE_GPU_MEM_MB (81920) that
  * match fake_cuda.c, whose host view shows one foreign process and 1 GiB of foreign memory plus what the
- * fake libcuda of this process holds. FAKE_NVML_FAIL=1 makes nvmlInit fail.
+ * fake libcuda of this process holds. FAKE_NVML_FAIL=1 makes nvmlInit fail. A GPU's PCIe throughput is what
+ * the fake libcuda's page moves put on its link (nvml/pcie.c, FAKE_GPU_MEM).
  *
  * One translation unit: the pieces below are #included, so that everything but the API is static. */
 #define _GNU_SOURCE
@@ -236,3 +237,4 @@ API nvmlReturn_t fakeNvmlResetGpu(unsigned index)
 #include "nvml/api_device.c"
 #include "nvml/api_mig.c"
 #include "nvml/topology.c"
+#include "nvml/pcie.c"

@@ -11,7 +11,9 @@
  * same cost without staying. A plain allocation (cuMemAlloc, ...) that finds the device full of managed
  * pages evicts them, as the driver does; it fails only when plain allocations fill the device. Another
  * process's evicted pages are owed as `debt`: their owner drops that many of its resident bytes when it
- * next touches or frees. */
+ * next touches or frees. Every move is also written down as traffic on the GPU's PCIe link (uvm_state.h),
+ * which the fake NVML reports as nvmlDeviceGetPcieThroughput: a claim that pages shows a busy link, one whose
+ * memory stays on the device does not. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -24,22 +26,11 @@
 #include <unistd.h>
 
 #include "fake.h"
+#include "uvm_state.h"
 
-#define UVM_MAGIC 0x4d56554b454b4146ull /* "FAKEKUVM" */
+_Static_assert(UVM_DEVS == FAKE_MAXDEV, "one link per fake GPU");
+
 #define UVM_RANGES 1024
-
-struct uvm_dev {
-    uint64_t used;    /* device bytes in use: plain allocations and resident managed pages */
-    uint64_t managed; /* of them, managed pages */
-    uint64_t debt;    /* managed bytes evicted by another process, still counted by their owners */
-    uint64_t pad;
-};
-
-struct uvm_file {
-    uint64_t magic;
-    uint64_t pad;
-    struct uvm_dev dev[FAKE_MAXDEV];
-};
 
 /* this process's managed allocations */
 static struct range {
@@ -71,9 +62,11 @@ static void open_once(void)
     if (fstat(fd, &st) == 0 && (st.st_size == 0 || (uint64_t)st.st_size == sizeof(struct uvm_file)) &&
         (st.st_size || ftruncate(fd, sizeof(struct uvm_file)) == 0))
         m = mmap(NULL, sizeof(struct uvm_file), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (m != MAP_FAILED && ((struct uvm_file *)m)->magic != UVM_MAGIC) {
+    if (m != MAP_FAILED &&
+        (((struct uvm_file *)m)->magic != UVM_MAGIC || ((struct uvm_file *)m)->version != UVM_VERSION)) {
         memset(m, 0, sizeof(struct uvm_file));
         ((struct uvm_file *)m)->magic = UVM_MAGIC;
+        ((struct uvm_file *)m)->version = UVM_VERSION;
     }
     flock(fd, LOCK_UN);
     if (m == MAP_FAILED) {
@@ -101,6 +94,26 @@ static void unlock(void)
 {
     flock(g_fd, LOCK_UN);
     pthread_mutex_unlock(&g_mu);
+}
+
+/* Under the lock: rx bytes to dev and tx bytes from it cross its link from now on, at the paging rate (what
+ * pay() then sleeps). Merged into the newest span while that one runs or ended less than a millisecond ago,
+ * so a process that pages in many small steps fills few spans. */
+static void carry(int dev, uint64_t rx, uint64_t tx)
+{
+    if (!rx && !tx)
+        return;
+    struct uvm_dev *u = &g_f->dev[dev];
+    uint64_t now = fake_now_ns(), end = now + (rx + tx) * 1000000000ull / g_rate_bps;
+    struct uvm_span *last = u->spans ? &u->span[(u->spans - 1) % UVM_SPANS] : NULL;
+    if (last && last->start_ns <= now && now <= last->end_ns + 1000000ull) {
+        last->end_ns = end > last->end_ns ? end : last->end_ns;
+        last->rx += rx;
+        last->tx += tx;
+        return;
+    }
+    u->span[u->spans % UVM_SPANS] = (struct uvm_span){ .start_ns = now, .end_ns = end, .rx = rx, .tx = tx };
+    u->spans++;
 }
 
 static void pay(uint64_t bytes)
@@ -177,6 +190,7 @@ CUresult uvm_take(int dev, uint64_t size, uint64_t cap)
     if (ok)
         u->used += size;
     g_evicted += evicted;
+    carry(dev, 0, evicted);
     unlock();
     pay(evicted);
     return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
@@ -265,6 +279,7 @@ API CUresult fakeMemTouch(CUdeviceptr p, size_t n)
     g_migrated += moved;
     g_evicted += evicted;
     g_remote += need - moved;
+    carry(r->dev, need, evicted); /* migrated and read remotely: to the device; evicted: from it */
     unlock();
     pay(moved + evicted + (need - moved));
     return CUDA_SUCCESS;

@@ -72,6 +72,12 @@ FAMILIES: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         (*GPU_LABELS, "effect"),
     ),
     (
+        f"{P}gpu_pcie_busy_ratio",
+        "gauge",
+        "Share of the GPU's PCIe link busy over the paging watch's window (NVML), where read",
+        GPU_LABELS,
+    ),
+    (
         f"{P}device_health",
         "gauge",
         "Each device's health as the kubelet is told: 1, labelled with its state",
@@ -144,6 +150,7 @@ class NodeSources:
     pods: Callable[[ClaimUID], str] = lambda _uid: ""  # the claim's pods where known ("a,b")
     pods_version: Callable[[], int] = lambda: 0  # moves when `pods` learnt something
     proc: Path = claim_processes.PROC  # where the node's processes are listed (hostPID: all of them)
+    pcie_busy: Callable[[], Mapping[GpuUUID, float]] = dict  # the paging watch's busy share per GPU
 
 
 def describe() -> Iterator[Metric]:
@@ -229,7 +236,7 @@ class NodeMetrics:
             for d in claim.devices:
                 on[d.gpu_uuid].append(d)
         tessera_mig = {d.mig_uuid for devices in on.values() for d in devices if d.mig_uuid}
-        conditions, cordons = self._s.conditions(), self._s.cordons()
+        conditions, cordons, pcie_busy = self._s.conditions(), self._s.cordons(), self._s.pcie_busy()
         for gpu in inventory.gpus:
             g = label_text(GPU_LABELS, (str(gpu.index), gpu.uuid))
             used = on.get(gpu.uuid, [])
@@ -261,6 +268,9 @@ class NodeMetrics:
             put("gpu_cordoned", 0 if cordon is None else 1)
             if cordon is not None:
                 put("gpu_cordon_info", 1, "," + label_text(("effect",), (cordon.effect.value,)))
+            busy = pcie_busy.get(gpu.uuid)
+            if busy is not None:
+                put("gpu_pcie_busy_ratio", busy)
 
     def _claim(self, out: dict[str, list[str]], claim: PreparedClaim, cache: _Claims) -> None:
         for d in claim.devices:

@@ -12,8 +12,10 @@ from typing import Any
 import structlog
 from prometheus_client import generate_latest
 
+from dra_driver.backends.base import PcieSource
 from dra_driver.core.cordon import GpuCordon
 from dra_driver.core.families.capacity import SHARES
+from dra_driver.core.families.oversubscription import OVERSUBSCRIPTION
 from dra_driver.core.settings import NodeSettings
 from dra_driver.io.metrics_server import MetricsServer
 from dra_driver.vocabulary.errors import StorageError
@@ -22,8 +24,10 @@ from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.prepared_claims import PreparedClaim, prepared_claims
 from kubelet_plugin.health.service import HealthBoard, InventoryHealthPoller
 from kubelet_plugin.metrics import REGISTRY
+from kubelet_plugin.node.claim_events import ClaimEvents
 from kubelet_plugin.observability.claim_pods import ClaimPods
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
+from kubelet_plugin.observability.paging_watch import PagingWatch
 from kubelet_plugin.observability.usage_status import ApiUsageWriter, UsageStatusLoop
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimState
 from kubelet_plugin.record.checkpoint_store import checkpoint_stamp
@@ -56,6 +60,7 @@ class NodeObservability:
         self.poller = poller
         self.board = board
         self.usage: UsageStatusLoop | None = None
+        self.paging: PagingWatch | None = None
         self.metrics: MetricsServer | None = None
         self.pods: ClaimPods | None = None
         self._refs: tuple[object, tuple[ClaimRef, ...]] | None = None  # checkpoint stamp, its claims
@@ -70,9 +75,11 @@ class NodeObservability:
         healthz: Callable[[], str | None],
         stop: threading.Event,
         pods: tuple[ClaimPods, ClaimSource] | None = None,
+        pcie: PcieSource | None = None,
     ) -> None:
         """`pods`: the table the daemon's claim source notes pods into, and the source to read claims
-        whose pods it has not seen (without noting twice)."""
+        whose pods it has not seen (without noting twice); `pcie`: where the GPUs' PCIe traffic is read
+        (NVML), for the paging watch of a node whose GPUs offer host-backed memory."""
         o = self.options
         if pods is not None:
             self.pods, source = pods
@@ -87,6 +94,13 @@ class NodeObservability:
                 pods=self.pods,
             )
             self._spawn("usage-status", self.usage.run, stop)
+        if pcie is not None and settings.setting(OVERSUBSCRIPTION) > 1:
+            events = ClaimEvents(api=api, node_name=o.node_name) if api is not None else None
+            poller = self.poller
+            self.paging = PagingWatch(
+                source=pcie, inventory=lambda: poller.inventory, claims=self.prepared, events=events
+            )
+            self._spawn("paging-watch", self.paging.run, stop)
         if o.metrics_address:
             render = scrape(NodeMetrics(self._sources(settings)))
             self.metrics = MetricsServer(address=o.metrics_address, render=render, healthz=healthz)
@@ -110,6 +124,7 @@ class NodeObservability:
             vgpu_shares=settings.setting(SHARES),
             pods=pods.pods if pods is not None else (lambda _uid: ""),
             pods_version=pods.version if pods is not None else (lambda: 0),
+            pcie_busy=self.paging.busy_ratios if self.paging is not None else dict,
         )
 
     def checkpoint(self) -> Checkpoint | None:

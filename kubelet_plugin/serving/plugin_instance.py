@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from dra_driver.backends.base import pcie_source
 from dra_driver.core.gpu_health import HealthPolicy
 from dra_driver.io.settings_file import load_settings
 from dra_driver.vocabulary.errors import TesseraError, UnsupportedVersionError
@@ -140,6 +141,7 @@ class Node:
             status=access.status,
             api=access.api,
             pods=(pods, reading) if pods is not None else None,
+            pcie=pcie_source(setup.backend),
             settings=settings,
             healthz=self._healthz,
             stop=self.stop_event,

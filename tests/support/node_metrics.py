@@ -4,9 +4,11 @@ checkpoint, claim directories and simulated GPUs' state): what a scrape of that 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dra_driver.backends.simulated import SimulatedBackend
+from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin.claims import claim_processes
 from kubelet_plugin.node.paths import PluginPaths
 from kubelet_plugin.observability.node_metrics import NodeMetrics, NodeSources
@@ -17,9 +19,16 @@ REPO = Path(__file__).resolve().parents[2]
 NODE_FILE = REPO / "e2e" / "nodes" / "realnode-h100x2.yaml"
 
 
-def metrics_for(root: Path, paths: PluginPaths, *, proc: Path = claim_processes.PROC) -> NodeMetrics:
+def metrics_for(
+    root: Path,
+    paths: PluginPaths,
+    *,
+    proc: Path = claim_processes.PROC,
+    pcie_busy: Callable[[], Mapping[GpuUUID, float]] = dict,
+) -> NodeMetrics:
     """The daemon's collector over the daemon's files: the checkpoint, the claim dirs, the GPUs' state
-    (`<root>/sim-state.json`, the daemon started with `--simulate NODE_FILE`)."""
+    (`<root>/sim-state.json`, the daemon started with `--simulate NODE_FILE`); `pcie_busy`: a paging
+    watch's busy shares."""
     backend = SimulatedBackend.from_file(node_file=NODE_FILE, state_file=root / "sim-state.json")
     inventory = backend.inventory()
     store = CheckpointStore(path=paths.checkpoint_file)
@@ -38,5 +47,6 @@ def metrics_for(root: Path, paths: PluginPaths, *, proc: Path = claim_processes.
             conditions=dict,
             vgpu_shares=10,
             proc=proc,
+            pcie_busy=pcie_busy,
         )
     )

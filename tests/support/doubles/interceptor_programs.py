@@ -16,6 +16,7 @@ TSHARE = BUILD / "tests" / "tshare"
 TLIMITS = BUILD / "tests" / "tlimits"
 TLAYOUT = BUILD / "tests" / "tlayout"
 TMPS = BUILD / "tests" / "tmps"
+TOVERSUB = BUILD / "tests" / "toversub"  # memory oversubscription: managed memory and its paging
 MPS_CONTROL = BUILD / "fake" / "nvidia-cuda-mps-control"
 # the fake driver's GPUs, as their UUIDs read
 FAKE_GPU0 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000000"

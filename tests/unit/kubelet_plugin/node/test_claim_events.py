@@ -1,0 +1,55 @@
+"""Which pods a claim's Warning Event also goes to (kubelet_plugin/node/claim_events.py): its
+`status.reservedFor`, which a tenant can influence, read as untrusted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from kubernetes import client as k8s
+
+from kubelet_plugin.node.claim_events import MAX_PODS, reserved_pods
+
+
+def claim_for(*consumers: k8s.V1ResourceClaimConsumerReference) -> k8s.ResourceV1ResourceClaim:
+    return k8s.ResourceV1ResourceClaim(
+        metadata=k8s.V1ObjectMeta(name="c", namespace="ns", uid="u"),
+        spec=k8s.V1ResourceClaimSpec(),
+        status=k8s.V1ResourceClaimStatus(reserved_for=list(consumers)),
+    )
+
+
+def pod(name: str, uid: str = "pod-uid", resource: str = "pods", group: str | None = "") -> Any:
+    return k8s.V1ResourceClaimConsumerReference(api_group=group, resource=resource, name=name, uid=uid)
+
+
+def test_the_pods_a_claim_is_reserved_for_sorted() -> None:
+    c = claim_for(pod("web-1", "b"), pod("web-0", "a"), pod("web-0", "a"))
+    assert reserved_pods(c) == (("web-0", "a"), ("web-1", "b"))
+
+
+def test_other_consumers_bad_names_and_missing_uids_are_left_out() -> None:
+    c = claim_for(
+        pod("job", resource="jobs"),
+        pod("x", group="batch"),
+        pod("Not_A_Name"),
+        pod("a" * 254),
+        pod("no-uid", uid=""),
+        pod("long-uid", uid="u" * 65),
+        pod("ok"),
+    )
+    assert reserved_pods(c) == (("ok", "pod-uid"),)
+
+
+def test_a_claim_without_status_or_reservations_names_no_pod() -> None:
+    assert reserved_pods(k8s.ResourceV1ResourceClaim(spec=k8s.V1ResourceClaimSpec())) == ()
+    assert reserved_pods(claim_for()) == ()
+    assert reserved_pods(object()) == ()
+
+
+@given(st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True), max_size=40))
+def test_at_most_max_pods_are_named(names: list[str]) -> None:
+    found = reserved_pods(claim_for(*(pod(n, f"uid-{n}") for n in names)))
+    assert len(found) == min(MAX_PODS, len(set(names)))
+    assert list(found) == sorted(found)
