@@ -112,6 +112,11 @@ class Volcano:
             kubectl.run("delete", "--ignore-not-found", "--wait=false", "-f", str(path))
         log.info("volcano.stopped")
 
+    def scheduler_log(self) -> str:
+        """What vc-scheduler logged so far (at --v=3: e.g. the capacity plugin's "Queue <q> DRA resource
+        insufficient for candidate <pod>"), every start of it in one file."""
+        return (self.plane.state_dir / "logs" / f"{SCHEDULER}.log").read_text(errors="replace")
+
     def use_conf(self, conf: dict[str, Any]) -> None:
         """Restarts vc-scheduler with the scheduler configuration `conf` (same binary and flags)."""
         with self.plane.stopped(SCHEDULER, grace_s=5.0, binary=self.scheduler_binary):
