@@ -8,18 +8,16 @@ Volcano's vGPU example pod converted by the chart's webhook and kept Volcano's.
 The configuration is the one docs/volcano.md gives a real cluster under Volcano main, whose allocator is
 v1.36.1's: the chart's `schedulerVersion: v1.36.1`, so that vgpu and MPS are offered only by a node group of
 their own. The real node is one node, so it plays the groups in turn (one `helm upgrade` of its group's
-families per layout, the `layout` fixture): every family asked for, of which the node withholds vgpu and MPS
-(a `SharingUnenforced` Warning) and Volcano places a whole GPU and a MIG instance; then [mps]; then [vgpu],
-with the admission webhook turned on in the same upgrade. Volcano (e2e/volcano, the configuration of the
-Volcano scenarios) runs for this module only; the last test switches its scheduler to the `capacity` plugin,
-and the chart is set back after the module (webhook off)."""
+families per layout: e2e/realnode/layouts.py): every family asked for, of which the node withholds vgpu and
+MPS (a `SharingUnenforced` Warning) and Volcano places a whole GPU and a MIG instance; then [mps]; then
+[vgpu], with the admission webhook turned on in the same upgrade. Volcano (e2e/volcano, the configuration of
+the Volcano scenarios) runs for this module only; the last test switches its scheduler to the `capacity`
+plugin, and the chart is set back after the module (webhook off)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -28,13 +26,11 @@ from kubernetes import client as k8s
 
 from admission.convert.names import CONVERTED_ANNOTATION
 from dra_driver.core.families.mps import PINNED_MEMORY_ENV, THREAD_PERCENTAGE_ENV
-from dra_driver.vocabulary.names import DRIVER_NAME, Attr, Cap, qualified
+from dra_driver.vocabulary.names import DRIVER_NAME, Cap
 from e2e.harness.kube import Json, WaitTimeoutError, wait_for
-from e2e.harness.node import driver_slices
-from e2e.harness.plugin_identity import SYSTEM_NS
 from e2e.harness.testbed import SimCluster
-from e2e.realnode.chart import ADMISSION_LABELS, CHART, RELEASE
 from e2e.realnode.config import PROBE_IMAGE
+from e2e.realnode.layouts import Layout, Layouts
 from e2e.realnode.node import RealNode
 from e2e.realnode.workloads import ProbeContainer, claim_template, mig, mps, probe_pod, vgpu, whole_gpu
 from e2e.volcano.config import SCHEDULER_NAME, capacity_conf
@@ -69,6 +65,12 @@ pytestmark = [pytest.mark.e2e, pytest.mark.realnode, pytest.mark.timeout(600)]
 # The release whose DRA allocator Volcano main (ed72c7c) vendors: `k8s.io/kubernetes` v1.36.1 in its go.mod.
 VOLCANO_ALLOCATOR = "v1.36.1"
 EVERY_FAMILY = ["gpu", "vgpu", "mps", "mig"]
+# The node groups it plays: every family asked for (vgpu and MPS withheld), MPS alone, vgpu alone with the
+# webhook; and the release as installed, set back after the module.
+EVERY_FAMILY_FOR_VOLCANO = Layout(VOLCANO_ALLOCATOR, tuple(EVERY_FAMILY), frozenset({"gpu", "mig"}))
+MPS_FOR_VOLCANO = Layout(VOLCANO_ALLOCATOR, ("mps",), frozenset({"mps"}))
+VGPU_FOR_VOLCANO = Layout(VOLCANO_ALLOCATOR, ("vgpu",), frozenset({"vgpu"}), webhook=True)
+AS_INSTALLED = Layout("", tuple(EVERY_FAMILY), frozenset(EVERY_FAMILY))
 VGPU_MIB, VGPU_CORES = 3000, "30"
 MPS_MIB, MPS_CORES = 2000, "40"
 # The gang: 4 workers of 40 % of the SMs each, two per GPU of the node's two; beside the 30 % slice above, one
@@ -88,12 +90,6 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "admission" / "examples" / "volc
 EXAMPLE_MIB = 1024
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def volcano(real_node: RealNode) -> Iterator[Volcano]:
     """vc-scheduler and vc-controller-manager on the real node's plane, for this module only."""
@@ -102,93 +98,6 @@ def volcano(real_node: RealNode) -> Iterator[Volcano]:
         yield started
     finally:
         started.stop()
-
-
-def published_types(node: RealNode) -> set[str]:
-    return {
-        str(next(iter(d["attributes"][qualified(Attr.TYPE)].values())))
-        for s in driver_slices(node.api, node.name)
-        for d in s["spec"].get("devices") or []
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """What one `helm upgrade` of the release sets: schedulerVersion, the node group's families (the device
-    types the node then publishes), and whether the admission webhook is on."""
-
-    scheduler_version: str
-    families: tuple[str, ...]
-    offered: frozenset[str]
-    webhook: bool = False
-
-
-EVERY_FAMILY_FOR_VOLCANO = Layout(VOLCANO_ALLOCATOR, tuple(EVERY_FAMILY), frozenset({"gpu", "mig"}))
-MPS_FOR_VOLCANO = Layout(VOLCANO_ALLOCATOR, ("mps",), frozenset({"mps"}))
-VGPU_FOR_VOLCANO = Layout(VOLCANO_ALLOCATOR, ("vgpu",), frozenset({"vgpu"}), webhook=True)
-AS_INSTALLED = Layout("", tuple(EVERY_FAMILY), frozenset(EVERY_FAMILY))
-
-
-def configure(node: RealNode, tmp: Path, layout: Layout) -> None:
-    """One `helm upgrade` of the release to `layout`, until the new plugin pod has replaced the old one, the
-    node publishes the device types offered, and the webhook serves (or is gone)."""
-    chart = node.chart
-    old = chart.current
-    (group,) = chart.values(metrics_port=node.metrics_port)["nodeGroups"]
-    values: Json = {
-        "schedulerVersion": layout.scheduler_version,
-        "nodeGroups": [{**group, "families": list(layout.families)}],
-        "admissionWebhook": {"enabled": False},
-    }
-    if layout.webhook:
-        webhook = chart.webhook_values(port=_free_port(), metrics_port=_free_port())["admissionWebhook"]
-        values["admissionWebhook"] = {**webhook, "volcano": "auto"}  # the chart's default, spelled out
-    name = f"volcano-{'-'.join(layout.families)}-{layout.scheduler_version or 'api'}"
-    path = tmp / f"{name}{'-webhook' if layout.webhook else ''}.yaml"
-    path.write_text(yaml.safe_dump(values))
-    had_webhook = bool(chart.pods(ADMISSION_LABELS))
-    started = time.monotonic()
-    chart.helm("upgrade", RELEASE, str(CHART), "--namespace", SYSTEM_NS, "--reuse-values", "-f", str(path))
-    # as e2e.realnode.upgrade.roll waits: the new pod Ready beside the old one, then the old one gone
-    wait_for(
-        "the new plugin pod to be Ready",
-        lambda: any(p.uid != old.uid and p.ready for p in chart.pods()),
-        timeout_s=180,
-        interval_s=0.2,
-    )
-    wait_for(
-        "the old plugin pod to go",
-        lambda: all(p.uid != old.uid for p in chart.pods()),
-        timeout_s=120,
-        interval_s=0.2,
-    )
-    chart.wait_ready()
-    offered = set(layout.offered)
-    wait_for(
-        f"{node.name} to publish {sorted(offered)}", lambda: published_types(node) == offered, timeout_s=60
-    )
-    rolled = time.monotonic()
-    if layout.webhook:
-        chart.wait_webhook_serving()
-    elif had_webhook:
-        chart.wait_webhook_gone()
-    webhook_s = time.monotonic() - rolled
-    print(f"{path.stem}: rolled out in {rolled - started:.1f}s, the webhook {webhook_s:.1f}s more")
-
-
-class Layouts:
-    """The release's layout for the module: `use` upgrades it only when it changes."""
-
-    def __init__(self, node: RealNode, tmp: Path) -> None:
-        self.node, self.tmp = node, tmp
-        self.current: Layout | None = None
-        self.changed = False  # by this module: set back after it
-
-    def use(self, layout: Layout) -> None:
-        if layout != self.current:
-            self.changed, self.current = True, None
-            configure(self.node, self.tmp, layout)
-            self.current = layout
 
 
 @pytest.fixture(scope="module")
