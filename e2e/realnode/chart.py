@@ -23,12 +23,14 @@ from typing import Any
 import structlog
 import yaml
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from dra_driver.core.families import mps
 from e2e.controlplane.processes import is_alive
 from e2e.harness.kube import Json, wait_for
 from e2e.harness.node import REPO_ROOT, driver_slices, pool_complete
 from e2e.harness.plugin_identity import SYSTEM_NS
+from e2e.harness.webhook import ca_bundle
 from e2e.realnode.config import REALNODE_LABEL, REALNODE_TAINT_KEY
 from e2e.realnode.driver import FakeDriverRoot
 from e2e.realnode.errors import RealNodeError
@@ -248,6 +250,39 @@ class ChartPlugin:
 
     def disable_webhook(self) -> None:
         self.upgrade("admissionWebhook.enabled=false")
+
+    def webhook_endpoints(self) -> dict[str, str]:
+        """The ready endpoints of the webhook Service's EndpointSlices, where the API server calls it:
+        "ip:port" → the pod behind it."""
+        slices = k8s.DiscoveryV1Api(self.api).list_namespaced_endpoint_slice(
+            SYSTEM_NS, label_selector=f"kubernetes.io/service-name={ADMISSION}"
+        )
+        found: dict[str, str] = {}
+        for s in slices.items:
+            ports = [p.port for p in s.ports or [] if p.name == "https"]  # not its metrics port
+            for e in s.endpoints or []:
+                if e.conditions is not None and e.conditions.ready:
+                    pod = e.target_ref.name if e.target_ref is not None else None
+                    found |= {f"{a}:{p}": str(pod) for a in e.addresses for p in ports}
+        return found
+
+    def wait_webhook_serving(self, *, timeout_s: float = 120.0) -> PluginPod:
+        """Once the webhook is on: its pod Ready, its CA in the configuration's caBundle and the Service
+        leading to it, so that the API server's calls reach it (its failurePolicy is Fail)."""
+        pod = self.wait_ready(labels=ADMISSION_LABELS, timeout_s=timeout_s)
+        wait_for("the caBundle in the webhook's configuration", lambda: ca_bundle(self.api))
+        wait_for(f"a ready endpoint of Service {ADMISSION}", self.webhook_endpoints)
+        return pod
+
+    def wait_webhook_gone(self) -> None:
+        """Once the webhook is off: its pods gone and the Secret it kept its TLS in deleted (the webhook made
+        it, not helm: it outlives the release's objects)."""
+        wait_for("the webhook's pods to go", lambda: not self.pods(ADMISSION_LABELS), timeout_s=60)
+        try:
+            k8s.CoreV1Api(self.api).delete_namespaced_secret(f"{ADMISSION}-tls", SYSTEM_NS)
+        except ApiException as e:
+            if e.status != 404:
+                raise
 
     def install_cleanup(self, *, metrics_port: int) -> None:
         values = self.values(metrics_port=metrics_port) | {"cleanup": {"enabled": True}}

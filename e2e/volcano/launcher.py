@@ -64,7 +64,8 @@ class Volcano:
 
     @property
     def scheduler_log(self) -> Path:
-        """vc-scheduler's log (`--v=3`), appended to by every restart."""
+        """vc-scheduler's log (`--v=3`: e.g. the capacity plugin's "Queue <q> DRA resource insufficient for
+        candidate <pod>"), appended to by every restart."""
         return self.plane.state_dir / "logs" / f"{SCHEDULER}.log"
 
     def start(self) -> Volcano:

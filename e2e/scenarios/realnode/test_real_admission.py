@@ -51,22 +51,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _ready_endpoints(node: RealNode) -> dict[str, str]:
-    """The ready endpoints of the webhook Service's EndpointSlices, where the API server calls it: "ip:port"
-    → the pod behind it."""
-    slices = k8s.DiscoveryV1Api(node.api).list_namespaced_endpoint_slice(
-        SYSTEM_NS, label_selector=f"kubernetes.io/service-name={ADMISSION}"
-    )
-    found: dict[str, str] = {}
-    for s in slices.items:
-        ports = [p.port for p in s.ports or [] if p.name == "https"]  # not its metrics port
-        for e in s.endpoints or []:
-            if e.conditions is not None and e.conditions.ready:
-                pod = e.target_ref.name if e.target_ref is not None else None
-                found |= {f"{a}:{p}": str(pod) for a in e.addresses for p in ports}
-    return found
-
-
 def _ca(node: RealNode) -> bytes:
     """The CA in the Secret the webhook keeps its TLS in."""
     secret = k8s.CoreV1Api(node.api).read_namespaced_secret(f"{ADMISSION}-tls", SYSTEM_NS)
@@ -81,19 +65,12 @@ def webhook(real_node: RealNode) -> Iterator[PluginPod]:
     started = time.monotonic()
     chart.enable_webhook(port=port, metrics_port=_free_port())
     try:
-        pod = chart.wait_ready(labels=ADMISSION_LABELS, timeout_s=120)
-        wait_for("the caBundle in the webhook's configuration", lambda: ca_bundle(real_node.api))
-        wait_for(f"a ready endpoint of Service {ADMISSION}", lambda: _ready_endpoints(real_node))
+        pod = chart.wait_webhook_serving(timeout_s=120)
         log.info("realnode.webhook_serving", pod=pod.name, seconds=round(time.monotonic() - started, 1))
         yield pod
     finally:
         chart.disable_webhook()
-        wait_for("the webhook's pods to go", lambda: not chart.pods(ADMISSION_LABELS), timeout_s=60)
-        try:  # the webhook made it, not helm: it outlives the release's objects
-            k8s.CoreV1Api(real_node.api).delete_namespaced_secret(f"{ADMISSION}-tls", SYSTEM_NS)
-        except ApiException as e:
-            if e.status != 404:
-                raise
+        chart.wait_webhook_gone()
 
 
 def hami_pod(name: str, node: RealNode, limits: dict[str, Any]) -> Json:
@@ -118,7 +95,7 @@ def test_the_webhook_pod_made_its_certificate_and_serves_through_the_service(
     assert pod.spec.node_name == real_node.name
     assert pod.spec.containers[0].image == f"{IMAGE_REPOSITORY}:{real_node.chart.image_tag}"
     assert base64.b64decode(ca_bundle(real_node.api)).startswith(_ca(real_node))
-    [(endpoint, behind)] = _ready_endpoints(real_node).items()
+    [(endpoint, behind)] = real_node.chart.webhook_endpoints().items()
     assert behind == webhook.name and endpoint.startswith(f"{pod.status.pod_ip}:")
     # turning the webhook on left the node plugin's pod alone
     assert real_node.chart.current.created <= webhook.created
@@ -259,7 +236,8 @@ def test_a_replaced_webhook_pod_keeps_the_certificate_and_admits(
         timeout_s=120,
     )
     wait_for(
-        "the Service to lead to the new pod", lambda: list(_ready_endpoints(real_node).values()) == [new.name]
+        "the Service to lead to the new pod",
+        lambda: list(chart.webhook_endpoints().values()) == [new.name],
     )
     assert (ca_bundle(real_node.api), _ca(real_node)) == (bundle, ca)
     limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": LIMIT_MIB, "nvidia.com/gpucores": CORES}

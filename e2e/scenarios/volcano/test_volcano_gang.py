@@ -12,7 +12,7 @@ from dra_driver.vocabulary.names import Cap
 from e2e.harness.kube import get_pod, wait_for
 from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, apply, results, running
-from e2e.scenarios.volcano.gangs import claim_result, gang_waits
+from e2e.volcano.gangs import claim_result, gang_waits
 from e2e.volcano.workloads import claim_template, pod_with_template, podgroup, volcano_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families, pytest.mark.timeout(300)]

@@ -30,7 +30,7 @@ from e2e.harness.kube import (
 from e2e.harness.node import NODES_DIR, SimNode
 from e2e.harness.testbed import SimCluster, start_node
 from e2e.scenarios.probes import H100, apply, attribute, results, running
-from e2e.scenarios.volcano.gangs import bound_result, gang_waits
+from e2e.volcano.gangs import bound_result, gang_waits
 from e2e.volcano.launcher import Volcano
 from e2e.volcano.workloads import claim_template, pod_with_template, podgroup, volcano_pod
 from kubelet_plugin.node.events import EVENT_NAMESPACE, SHARING_UNENFORCED_REASON

@@ -13,8 +13,8 @@ from kubernetes import client as k8s
 from e2e.harness.kube import Json, get_claim, get_pod, wait_for
 from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, apply, results, running
-from e2e.scenarios.volcano.gangs import gang_waits
 from e2e.volcano.config import preempt_conf, scheduler_conf
+from e2e.volcano.gangs import gang_waits
 from e2e.volcano.launcher import Volcano
 from e2e.volcano.workloads import claim_template, pod_with_template, volcano_pod
 

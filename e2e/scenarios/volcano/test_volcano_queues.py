@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from dra_driver.vocabulary.names import Cap
-from e2e.harness.kube import Json, get_pod, wait_for
+from e2e.harness.kube import get_pod, wait_for
 from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import apply, results
-from e2e.scenarios.volcano.gangs import claim_result
 from e2e.volcano.config import capacity_conf, scheduler_conf
+from e2e.volcano.gangs import bound, stays_unbound
 from e2e.volcano.launcher import Volcano
 from e2e.volcano.workloads import claim_template, pod_with_template, queue, volcano_pod
 
@@ -56,26 +55,6 @@ def queues(vbed: SimCluster, capacity_plugin: Volcano, vns: str) -> Iterator[Non
         api = k8s.CustomObjectsApi(vbed.api)
         for name in (WHOLE_QUEUE, SLICE_QUEUE):
             api.delete_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues", name)
-
-
-def bound(bed: SimCluster, ns: str, names: list[str]) -> list[str]:
-    out = []
-    for name in names:
-        pod: dict[str, Any] = get_pod(bed.api, ns, name) or {}
-        if pod.get("spec", {}).get("nodeName"):
-            out.append(name)
-    return out
-
-
-def stays_unbound(bed: SimCluster, ns: str, names: list[str], *, seconds: float) -> None:
-    """For `seconds`: none of `names` bound, none of their claims allocated."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        for name in names:
-            pod: Json = get_pod(bed.api, ns, name) or {}
-            assert not pod.get("spec", {}).get("nodeName"), f"{name} was bound over its queue's capability"
-            assert claim_result(bed, ns, pod) is None, f"{name}'s claim was allocated"
-        time.sleep(0.5)
 
 
 def test_each_queue_holds_no_more_devices_than_its_capability(
