@@ -380,8 +380,9 @@ def test_a_capped_queue_holds_a_second_pod_until_the_first_ends(
     # (the capacity plugin says why at allocation, in its log only: the PodGroup says "1/1 tasks in gang
     # unschedulable", whatever held it back)
     said = f"Queue <{capped_queue}> DRA resource insufficient for candidate <second>"
+    log = volcano.scheduler_log
     refused = volcano_verdict(
-        bed, real_ns, "second", lambda: said if said in volcano.scheduler_log.read_text(errors="replace") else None
+        bed, real_ns, "second", lambda: said if said in log.read_text(errors="replace") else None
     )
     print(f"queue {capped_queue}: {refused}")
     # ... unbound, its claim unallocated, for several of its cycles.

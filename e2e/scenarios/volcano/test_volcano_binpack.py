@@ -26,8 +26,8 @@ from e2e.harness.node import NODES_DIR
 from e2e.harness.published_node import published_node
 from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import apply
-from e2e.scenarios.volcano.gangs import bound_result
 from e2e.volcano.config import binpack_conf, scheduler_conf
+from e2e.volcano.gangs import bound_result
 from e2e.volcano.launcher import Volcano
 from e2e.volcano.workloads import claim_template, pod_with_template, volcano_pod
 

@@ -18,8 +18,8 @@ from dra_driver.vocabulary.names import DRIVER_NAME, Attr
 from e2e.harness.kube import Json, get_pod
 from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, apply, claim_of, results, running
-from e2e.scenarios.volcano.gangs import gang_waits
 from e2e.volcano.config import reclaim_conf, scheduler_conf
+from e2e.volcano.gangs import gang_waits
 from e2e.volcano.launcher import Volcano
 from e2e.volcano.workloads import claim_template, pod_with_template, queue, volcano_pod
 
