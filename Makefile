@@ -25,7 +25,7 @@ PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist lo
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-upgrade bench-webhook proto interceptor cluster realnode volcano helm promtool \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-trace-offline bench-upgrade bench-webhook proto interceptor cluster realnode volcano helm promtool \
         manifests clean image test-k8s
 
 dev: $(STAMP) proto interceptor
@@ -174,6 +174,14 @@ TRACE_ARGS = $(if $(TRACE),--trace $(TRACE)) $(if $(filter-out file,$(origin NOD
 SCHEDULER_ARGS = $(if $(SCHEDULER_CONFIG),--scheduler-config $(SCHEDULER_CONFIG)) $(if $(EXTENDER),--extender)
 bench-trace: dev cluster
 	$(BIN)/python -m e2e.benches.trace $(if $(SMOKE),--smoke $(SCHEDULER_ARGS),$(TRACE_ARGS) $(SCHEDULER_ARGS))
+
+# the scheduler extender's levers on an offline replay of the same protocol, no control plane (docs/performance.md):
+# make bench-trace-offline [TRACE=…] [NODES=…] [SEEDS=42-44] [SAMPLE=0.1] [LEVERS=default,fgd-u100-w5] [MIX=mix.csv]
+OFFLINE_ARGS = $(if $(TRACE),--trace $(TRACE)) $(if $(filter-out file,$(origin NODES)),--nodes $(NODES)) \
+	$(if $(SEEDS),--seeds $(SEEDS)) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(LEVERS),--levers $(LEVERS)) \
+	$(if $(MIX),--mix $(MIX))
+bench-trace-offline: dev
+	$(BIN)/python -m e2e.benches.trace.levers $(if $(SMOKE),--smoke $(if $(LEVERS),--levers $(LEVERS)),$(OFFLINE_ARGS))
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster

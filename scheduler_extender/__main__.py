@@ -1,8 +1,9 @@
 """`python -m scheduler_extender`: the fragmentation-aware scheduler extender (docs/scheduling.md).
 
 kube-scheduler calls POST /prioritize (configured as in deploy/scheduler/kube-scheduler-extender-config.yaml,
-`ignorable: true`); the answers come from the ResourceSlices and ResourceClaims it watches, so it runs with
-as many replicas as wanted behind one Service, each needing only list and watch on those two kinds.
+`ignorable: true`); the answers come from the ResourceSlices, ResourceClaims, Nodes and Pods it watches and
+the mix of typical requests it is given (`--mix`, read once at start), so it runs with as many replicas as
+wanted behind one Service, each needing only list and watch on those four kinds.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import signal
 import sys
 import threading
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,15 @@ from dra_driver.io import logs
 from dra_driver.io.api_client import api_client
 from dra_driver.vocabulary.errors import ConfigError
 from scheduler_extender.cluster_view import Obj
-from scheduler_extender.prioritize import prioritize
+from scheduler_extender.fragmentation import Mix
+from scheduler_extender.mix import parse_mix
+from scheduler_extender.node_room import keep_node, keep_pod
+from scheduler_extender.prioritize import Scoring, prioritize
 from scheduler_extender.server import ExtenderServer
 
 log = structlog.get_logger()
+SHIPPED_MIX = "mixes/openb.csv"  # the openb trace's requests (scheduler_extender/mix.py)
+UNIT = 100.0  # thousandths of a GPU of growth per point (docs/performance.md: the lever table)
 
 
 def keep_claim(claim: Obj) -> Obj:
@@ -37,21 +44,53 @@ def keep_claim(claim: Obj) -> Obj:
     }
 
 
+def read_mix(path: Path | None) -> Mix:
+    """The mix in `path` (a CSV: scheduler_extender/mix.py), or the shipped one; ConfigError if unreadable."""
+    if path is None:
+        text = resources.files("scheduler_extender").joinpath(SHIPPED_MIX).read_text(encoding="utf-8")
+        return parse_mix(text, what=f"scheduler_extender/{SHIPPED_MIX}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--mix {path}: cannot read it ({e}); give a CSV of typical requests") from e
+    return parse_mix(text, what=str(path))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scheduler_extender", description=__doc__)
     parser.add_argument("--kubeconfig", type=Path, help="default: the in-cluster service account")
     parser.add_argument("--address", default="0.0.0.0", help="the address to listen on")
     parser.add_argument("--port", type=int, default=8888)
+    parser.add_argument(
+        "--mix",
+        type=Path,
+        help="the typical requests, a CSV of cpu_milli,memory_mib,num_gpu,gpu_milli,count (e.g. a mounted "
+        "ConfigMap; default: the openb trace's mix, shipped with the extender)",
+    )
+    parser.add_argument(
+        "--unit",
+        type=float,
+        default=UNIT,
+        help="thousandths of a GPU of fragmentation growth per point of the 0-10 score (0: min-max)",
+    )
+    parser.add_argument(
+        "--score-cpu-pods",
+        action="store_true",
+        help="score pods that ask for no GPU too (by the GPUs they strand)",
+    )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
     logs.configure(level=args.log_level)
     try:
+        scoring = Scoring(mix=read_mix(args.mix), unit=args.unit or None, cpu_pods=args.score_cpu_pods)
         api = api_client(args.kubeconfig)
     except ConfigError as e:
         parser.error(str(e))
+    if args.unit < 0:
+        parser.error(f"--unit {args.unit}: give 0 (min-max) or a positive number of thousandths of a GPU")
     from kubernetes import client as k8s  # noqa: PLC0415
 
-    resource = k8s.ResourceV1Api(api)
+    resource, core = k8s.ResourceV1Api(api), k8s.CoreV1Api(api)
 
     def list_slices(**query: Any) -> Any:
         return resource.list_resource_slice(_preload_content=False, **query)
@@ -59,22 +98,42 @@ def main(argv: list[str] | None = None) -> int:
     def list_claims(**query: Any) -> Any:
         return resource.list_resource_claim_for_all_namespaces(_preload_content=False, **query)
 
+    def list_nodes(**query: Any) -> Any:
+        return core.list_node(_preload_content=False, **query)
+
+    def list_pods(**query: Any) -> Any:
+        return core.list_pod_for_all_namespaces(_preload_content=False, **query)
+
     slices = Watched(name="resourceslices", call=list_slices, keep=lambda s: s)
     claims = Watched(name="resourceclaims", call=list_claims, keep=keep_claim)
+    nodes = Watched(name="nodes", call=list_nodes, keep=keep_node)
+    pods = Watched(name="pods", call=list_pods, keep=keep_pod)
+    watches = (slices, claims, nodes, pods)
 
     def answer(body: Any) -> list[dict[str, Any]]:
-        return prioritize(body, slices=slices.items(), claims=claims.items(), lookup=claims.get)
+        return prioritize(
+            body,
+            slices=slices.items(),
+            claims=claims.items(),
+            lookup=claims.get,
+            scoring=scoring,
+            nodes=nodes.items(),
+            pods=pods.items(),
+        )
 
-    server = ExtenderServer(args.address, args.port, answer, ready=lambda: slices.synced and claims.synced)
+    server = ExtenderServer(args.address, args.port, answer, ready=lambda: all(w.synced for w in watches))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    for part in (slices, claims, server):
-        part.start()
+    for watch in watches:
+        watch.start()
+    server.start()
+    log.info("scoring", kinds=len(scoring.mix), unit=scoring.unit, cpu_pods=scoring.cpu_pods)
     stop.wait()
     log.info("stopping")
-    for part in (server, claims, slices):
-        part.stop()
+    server.stop()
+    for watch in reversed(watches):
+        watch.stop()
     return 0
 
 

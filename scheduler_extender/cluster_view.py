@@ -6,9 +6,11 @@
 - what is used, from the allocated ResourceClaims (`status.allocation.devices.results`): a whole GPU takes
   all of it; a share takes the larger of its consumed `cores` (percent of the SMs) and its consumed
   `memory` over the GPU's, and one share; a MIG placement its memory over the GPU's;
-- a pod's request, from its claims' specs: `count` whole GPUs of `gpu.tessera.dev`, or a share (its `cores`
-  requested, else its `memory` over the node's GPU memory); with `firstAvailable`, the first alternative;
-- the mix of typical requests: what the allocated claims hold, each shape weighted by how many hold it.
+- a pod's request on a node, from its claims' specs: `count` whole GPUs of `gpu.tessera.dev`, or a share (the
+  larger of its `cores` and its `memory` over the node's GPU memory); with `firstAvailable`, the first
+  alternative the node could serve: one whose selectors name the node's GPU model, or no model (a selector
+  on `productName` whose every quoted name is neither the node's product name nor a start of it is read as
+  naming another model: the allocator would pass it over there).
 
 Objects are untrusted: a field of the wrong type is read as absent, never raised on.
 """
@@ -16,6 +18,7 @@ Objects are untrusted: a field of the wrong type is read as absent, never raised
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +39,7 @@ from scheduler_extender.fragmentation import MILLI, Demand, Gpu, Share, Whole
 
 Obj = Mapping[str, Any]
 WHOLE_CLASS = device_class_name(Family("gpu"))
-MAX_KINDS = 32  # the mix keeps its most common shapes: the score's cost grows with them
+QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"|\'((?:[^\'\\]|\\.)*)\'')
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +59,7 @@ class NodeGpus:
     memory: dict[str, int] = field(default_factory=dict)  # bytes
     shares: dict[str, int] = field(default_factory=dict)
     devices: dict[str, GpuRef] = field(default_factory=dict)
+    product: str = ""  # the product name of its first GPU
 
     def gpu_memory(self) -> int:
         """The memory of the node's first GPU: what a share's memory is measured against."""
@@ -108,6 +112,9 @@ def read_slices(slices: Iterable[Obj]) -> dict[str, NodeGpus]:
             if isinstance(index, int) and not isinstance(index, bool):
                 indexes.setdefault((pool, uuid), index)
             if kind in ("gpu", "vgpu"):
+                product = _attribute(device, Attr.PRODUCT_NAME)
+                if isinstance(product, str) and not node.product:
+                    node.product = product
                 if uuid not in node.memory:
                     node.order.append(uuid)
                 node.memory[uuid] = max(node.memory.get(uuid, 0), memory)
@@ -179,22 +186,36 @@ def node_gpus(node: NodeGpus, holdings: Iterable[Held]) -> tuple[Gpu, ...]:
     )
 
 
-def _first_request(claim: Obj) -> Obj | None:
+def _names_another_model(alternative: Obj, product: str) -> bool:
+    for raw in _list(alternative.get("selectors")):
+        expression = _map(_map(raw).get("cel")).get("expression")
+        if not isinstance(expression, str) or Attr.PRODUCT_NAME not in expression:
+            continue
+        names = [a or b for a, b in QUOTED.findall(expression) if (a or b) and (a or b) != ATTRIBUTE_DOMAIN]
+        if names and not any(product.startswith(n) for n in names):
+            return True
+    return False
+
+
+def _request_on(claim: Obj, product: str) -> Obj | None:
+    """The claim's first request, or with `firstAvailable` the first alternative that `product` serves
+    (the first alternative when none does)."""
     for raw in _list(_map(_map(claim.get("spec")).get("devices")).get("requests")):
         request = _map(raw)
         if "exactly" in request:
             return _map(request.get("exactly"))
-        alternatives = _list(request.get("firstAvailable"))
+        alternatives = [_map(a) for a in _list(request.get("firstAvailable"))]
         if alternatives:
-            return _map(alternatives[0])
+            served = (a for a in alternatives if not product or not _names_another_model(a, product))
+            return next(served, alternatives[0])
     return None
 
 
-def demand_of(claims: Sequence[Obj], *, gpu_memory: int) -> Demand | None:
-    """The pod's request as the score weighs it, from its claims (the first Tessera request among them);
-    None when it asks for no Tessera GPU or for all of a node's."""
+def demand_of(claims: Sequence[Obj], *, node: NodeGpus) -> Demand | None:
+    """The pod's request on `node` as the score weighs it, from its claims (the first Tessera request among
+    them); None when it asks for no Tessera GPU or for all of a node's."""
     for claim in claims:
-        request = _first_request(claim)
+        request = _request_on(claim, node.product)
         if request is None or not str(request.get("deviceClassName") or "").endswith(f".{CLASS_DOMAIN}"):
             continue
         if request.get("deviceClassName") == WHOLE_CLASS:
@@ -208,21 +229,7 @@ def demand_of(claims: Sequence[Obj], *, gpu_memory: int) -> Demand | None:
         milli = share_milli(
             cores=_quantity(asks.get(Cap.CORES)),
             memory=_quantity(asks.get(Cap.MEMORY)),
-            gpu_memory=gpu_memory,
+            gpu_memory=node.gpu_memory(),
         )
         return Share(milli) if 0 < milli < MILLI else Whole(1) if milli >= MILLI else None
     return None
-
-
-def mix_of(holdings_by_claim: Iterable[Sequence[Held]]) -> dict[Demand, float]:
-    """The shapes the allocated claims hold, each weighted by how many claims hold it (the MAX_KINDS most
-    common)."""
-    kinds: Counter[Demand] = Counter()
-    for holdings in holdings_by_claim:
-        whole = sum(1 for h in holdings if not h.share and h.milli == MILLI)
-        if whole:
-            kinds[Whole(whole)] += 1
-        for h in holdings:
-            if h.share and 0 < h.milli < MILLI:
-                kinds[Share(h.milli)] += 1
-    return {d: float(n) for d, n in kinds.most_common(MAX_KINDS)}

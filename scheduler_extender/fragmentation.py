@@ -1,11 +1,13 @@
 """Node scores by the fragmentation a placement would cause (the FGD idea: Weng et al., "Beware of
-Fragmentation", USENIX ATC '23), pure: GPUs and requests in, scores out.
+Fragmentation", USENIX ATC '23), pure: GPUs, CPU and memory left, and requests in, scores out.
 
 A node's fragmentation for a mix of typical requests is the expected share of its free GPU capacity that a
-request drawn from the mix could not use: for a share of one GPU, the free capacity of every GPU that cannot
-take it (too little left, or no share left); for N whole GPUs, the free capacity of the GPUs already partly
-used (a whole claim takes only untouched GPUs), or all of it when fewer than N are untouched. A pod is best
-placed where its placement raises that the least. Capacity is in thousandths of a GPU.
+request drawn from the mix could not use: all of it when the node cannot take the request at all (too little
+CPU or memory left beside its GPUs, as FGD counts it, or its GPUs do not fit the request); otherwise, for a
+share of one GPU, the free capacity of every GPU that cannot take it (too little left, or no share left); for
+N whole GPUs, the free capacity of the GPUs already partly used (a whole claim takes only untouched GPUs). A
+pod is best placed where its placement raises that the least. Capacity is in thousandths of a GPU, CPU in
+millicores, memory in bytes.
 
 Inside a node the scheduler's allocator places, not this module: a share goes to the first GPU in the
 node's order that takes it (Tessera's device order packs shares from GPU 0, docs/scheduling.md), whole GPUs
@@ -66,6 +68,38 @@ class Whole:
 Demand = Share | Whole
 
 
+@dataclass(frozen=True, slots=True)
+class Typical:
+    """A typical request of the mix: its GPUs, and the CPU (millicores) and memory (bytes) it asks beside."""
+
+    gpu: Demand
+    cpu_milli: int = 0
+    memory: int = 0
+
+    def __post_init__(self) -> None:
+        if self.cpu_milli < 0 or self.memory < 0:
+            raise ConfigError(
+                f"a request's CPU and memory cannot be negative ({self.cpu_milli}, {self.memory})"
+            )
+
+
+Mix = Mapping[Typical, float]  # typical request → how often it occurs
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    """What a node has left for more pods: CPU in millicores, memory in bytes (negative: overcommitted)."""
+
+    cpu_milli: int
+    memory: int
+
+    def holds(self, cpu_milli: int, memory: int) -> bool:
+        return cpu_milli <= self.cpu_milli and memory <= self.memory
+
+    def less(self, cpu_milli: int, memory: int) -> Room:
+        return Room(cpu_milli=self.cpu_milli - cpu_milli, memory=self.memory - memory)
+
+
 def takes(gpu: Gpu, share: Share) -> bool:
     return gpu.free >= share.milli and gpu.shares_left > 0
 
@@ -85,12 +119,26 @@ def unusable(gpus: Sequence[Gpu], demand: Demand) -> int:
     return sum(g.free for g in gpus if not g.untouched)
 
 
-def fragmentation(gpus: Sequence[Gpu], mix: Mapping[Demand, float]) -> float:
-    """The expected unusable free capacity for a request drawn from `mix` (demand → weight)."""
+def fragmentation(gpus: Sequence[Gpu], mix: Mix, room: Room | None = None) -> float:
+    """The expected unusable free GPU capacity for a request drawn from `mix`. `room`: what the node has
+    left of its CPU and memory (None: not known, and then not weighed)."""
     total = sum(w for w in mix.values() if w > 0)
-    if total <= 0:
+    free = sum(g.free for g in gpus)
+    if total <= 0 or free == 0:
         return 0.0
-    return sum(w * unusable(gpus, d) for d, w in mix.items() if w > 0) / total
+    by_gpu: dict[Demand, int] = {}  # many typical requests share a GPU shape
+    value = 0.0
+    for typical, weight in mix.items():
+        if weight <= 0:
+            continue
+        if room is not None and not room.holds(typical.cpu_milli, typical.memory):
+            value += weight * free
+            continue
+        lost = by_gpu.get(typical.gpu)
+        if lost is None:
+            lost = by_gpu[typical.gpu] = unusable(gpus, typical.gpu)
+        value += weight * lost
+    return value / total
 
 
 def place(gpus: Sequence[Gpu], demand: Demand) -> tuple[Gpu, ...] | None:
@@ -112,22 +160,40 @@ def place(gpus: Sequence[Gpu], demand: Demand) -> tuple[Gpu, ...] | None:
     return tuple(placed)
 
 
-def growth(gpus: Sequence[Gpu], demand: Demand, mix: Mapping[Demand, float]) -> float | None:
-    """How much placing `demand` on the node raises its fragmentation (None: it does not fit)."""
-    after = place(gpus, demand)
-    if after is None:
+def growth(
+    gpus: Sequence[Gpu],
+    demand: Demand | None,
+    mix: Mix,
+    *,
+    room: Room | None = None,
+    cpu_milli: int = 0,
+    memory: int = 0,
+) -> float | None:
+    """How much placing a pod raises the node's fragmentation: its GPUs, `demand` (None: it asks for
+    none), and, where the node's `room` is known, its `cpu_milli` and `memory`. None: it does not fit."""
+    after = tuple(gpus) if demand is None else place(gpus, demand)
+    if after is None or (room is not None and not room.holds(cpu_milli, memory)):
         return None
-    return fragmentation(after, mix) - fragmentation(gpus, mix)
+    left = None if room is None else room.less(cpu_milli, memory)
+    return fragmentation(after, mix, left) - fragmentation(gpus, mix, room)
 
 
-def node_scores(grown: Mapping[str, float | None]) -> dict[str, int]:
+def node_scores(grown: Mapping[str, float | None], *, unit: float | None = None) -> dict[str, int]:
     """0..MAX_SCORE per node from its `growth`: MAX_SCORE where the placement raises fragmentation the
-    least, 0 where it raises it the most or does not fit (None), linear between; MAX_SCORE for every node
-    that fits when they are all alike."""
+    least, 0 where it does not fit (None). Between them, with `unit` (thousandths of a GPU), one point less
+    for every `unit` more growth than the least, so that nodes nearly alike score alike and the scheduler's
+    other scores decide between them; without it, linear from the least growth (MAX_SCORE) to the most (0),
+    MAX_SCORE for every node that fits when they are all alike."""
+    if unit is not None and unit <= 0:
+        raise ConfigError(f"a score unit is a positive number of thousandths of a GPU, not {unit}")
     values = [g for g in grown.values() if g is not None]
     if not values:
         return dict.fromkeys(grown, 0)
     low, high = min(values), max(values)
+    if unit is not None:
+        return {
+            name: 0 if g is None else max(0, MAX_SCORE - round((g - low) / unit)) for name, g in grown.items()
+        }
     span = high - low
     return {
         name: 0 if g is None else MAX_SCORE if span <= 1e-9 else round(MAX_SCORE * (high - g) / span)

@@ -3,20 +3,33 @@ call's body and the watched objects in, the answer out).
 
 kube-scheduler sends `ExtenderArgs` (`Pod`, and `NodeNames` with `nodeCacheCapable: true`, else `Nodes`, a
 NodeList) and takes a `HostPriorityList` (`[{"Host": …, "Score": 0..10}]`). A pod that asks for no Tessera
-GPU gets 0 everywhere: this extender then changes nothing.
+GPU gets 0 everywhere (this extender then changes nothing) unless `Scoring.cpu_pods`: then it goes where its
+CPU and memory strand the fewest GPUs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.vocabulary.errors import ConfigError
-from scheduler_extender.cluster_view import Obj, demand_of, held, mix_of, node_gpus, read_slices
-from scheduler_extender.fragmentation import growth, node_scores
+from scheduler_extender.cluster_view import Obj, demand_of, held, node_gpus, read_slices
+from scheduler_extender.fragmentation import Mix, growth, node_scores
+from scheduler_extender.node_room import requests_of, rooms
 
 ClaimLookup = Callable[[str, str], Obj | None]
 MAX_NODES = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class Scoring:
+    """How the extender scores (docs/scheduling.md): against `mix`, counting each node's CPU and memory
+    left where its Node is seen; `unit`: node_scores' (None: min-max); `cpu_pods`: pods without a GPU too."""
+
+    mix: Mix
+    unit: float | None = None
+    cpu_pods: bool = False
 
 
 def _map(value: object) -> Mapping[str, Any]:
@@ -58,32 +71,38 @@ def pod_claims(pod: Mapping[str, Any], lookup: ClaimLookup) -> list[Obj]:
 
 
 def prioritize(
-    args: Mapping[str, Any], *, slices: Iterable[Obj], claims: Iterable[Obj], lookup: ClaimLookup
+    args: Mapping[str, Any],
+    *,
+    slices: Iterable[Obj],
+    claims: Iterable[Obj],
+    lookup: ClaimLookup,
+    scoring: Scoring,
+    nodes: Iterable[Obj] = (),
+    pods: Iterable[Obj] = (),
 ) -> list[dict[str, Any]]:
-    """The HostPriorityList for one ExtenderArgs body."""
+    """The HostPriorityList for one ExtenderArgs body; `nodes` and `pods` as node_room keeps them."""
     names = node_names(args)
-    nodes = read_slices(slices)
-    own = pod_claims(_map(args.get("Pod")), lookup)
-    if not own:
+    pod = _map(args.get("Pod"))
+    own = pod_claims(pod, lookup)
+    if not own and not scoring.cpu_pods:
         return [{"Host": n, "Score": 0} for n in names]
-    holdings = [h for h in (held(c, nodes) for c in claims) if h]
+    gpus_of = read_slices(slices)
     by_node: dict[str, list[Any]] = {}
-    for claim_holdings in holdings:
-        for h in claim_holdings:
+    for claim in claims:
+        for h in held(claim, gpus_of):
             by_node.setdefault(h.node, []).append(h)
-    mix = mix_of(holdings)
+    room_of = rooms(nodes, pods)
+    cpu, memory = requests_of(pod)
     grown: dict[str, float | None] = {}
     for name in names:
-        node = nodes.get(name)
-        demand = None if node is None else demand_of(own, gpu_memory=node.gpu_memory())
-        if node is None or demand is None:
+        node = gpus_of.get(name)
+        demand = None if node is None or not own else demand_of(own, node=node)
+        if own and demand is None:  # not a node of Tessera's GPUs, or a request not weighed
             grown[name] = None
             continue
-        # the pod's own shape counts in the mix too: on an empty cluster it is the only one known
-        grown[name] = growth(
-            node_gpus(node, by_node.get(name, ())), demand, {**mix, demand: mix.get(demand, 0) + 1}
-        )
+        gpus = () if node is None else node_gpus(node, by_node.get(name, ()))
+        grown[name] = growth(gpus, demand, scoring.mix, room=room_of.get(name), cpu_milli=cpu, memory=memory)
     if all(g is None for g in grown.values()):
         return [{"Host": n, "Score": 0} for n in names]
-    scores = node_scores(grown)
+    scores = node_scores(grown, unit=scoring.unit)
     return [{"Host": n, "Score": scores[n]} for n in names]

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from scheduler_extender.cluster_view import (
+    NodeGpus,
     demand_of,
     held,
-    mix_of,
     node_gpus,
     read_slices,
     share_milli,
@@ -65,7 +65,6 @@ def test_whole_gpus_and_shares_held_take_their_part_of_their_gpu() -> None:
     # another driver's device, another node's pool, an unknown device: not ours, nothing held
     assert held(_allocated({"pool": "z", "device": "gpu-0"}, {"pool": "a", "device": "nic-0"}), nodes) == []
     assert held({"status": {"allocation": "garbage"}}, nodes) == []
-    assert mix_of([holdings, holdings]) == {Whole(1): 2.0, Share(250): 2.0}
 
 
 @given(st.integers(0, 100), st.integers(0, 100 * GIB), st.integers(1, 100 * GIB))
@@ -82,23 +81,58 @@ def _claim(request: dict[str, Any]) -> dict[str, Any]:
     return {"spec": {"devices": {"requests": [{"name": "gpu", **request}]}}}
 
 
+def _node(memory: int, product: str = "") -> NodeGpus:
+    return NodeGpus(order=["u"], memory={"u": memory}, product=product)
+
+
 def test_a_pods_request_is_read_from_its_claim() -> None:
     whole = _claim(
         {"exactly": {"deviceClassName": "gpu.tessera.dev", "allocationMode": "ExactCount", "count": 4}}
     )
-    assert demand_of([whole], gpu_memory=16 * GIB) == Whole(4)
+    assert demand_of([whole], node=_node(16 * GIB)) == Whole(4)
     share = {
         "deviceClassName": "vgpu.tessera.dev",
         "capacity": {"requests": {"memory": "4Gi", "cores": "20"}},
     }
-    assert demand_of([_claim({"exactly": share})], gpu_memory=16 * GIB) == Share(250)
-    # firstAvailable: its first alternative
+    assert demand_of([_claim({"exactly": share})], node=_node(16 * GIB)) == Share(250)
+    # firstAvailable naming no model: its first alternative
     other = {**share, "capacity": {"requests": {"memory": "1Gi"}}}
     assert demand_of(
-        [_claim({"firstAvailable": [{"name": "x", **share}, other]})], gpu_memory=16 * GIB
+        [_claim({"firstAvailable": [{"name": "x", **share}, other]})], node=_node(16 * GIB)
     ) == Share(250)
     # not Tessera's, all of a node's, or unreadable: no preference
-    assert demand_of([_claim({"exactly": {"deviceClassName": "nic.example.com"}})], gpu_memory=GIB) is None
+    assert demand_of([_claim({"exactly": {"deviceClassName": "nic.example.com"}})], node=_node(GIB)) is None
     every = {"deviceClassName": "gpu.tessera.dev", "allocationMode": "All"}
-    assert demand_of([_claim({"exactly": every})], gpu_memory=GIB) is None
-    assert demand_of([{"spec": "garbage"}], gpu_memory=GIB) is None
+    assert demand_of([_claim({"exactly": every})], node=_node(GIB)) is None
+    assert demand_of([{"spec": "garbage"}], node=_node(GIB)) is None
+
+
+def _on(product: str, memory: str) -> dict[str, Any]:
+    expression = f'device.attributes["gpu.tessera.dev"].productName == "{product}"'
+    return {
+        "name": product.rsplit(maxsplit=1)[-1].lower(),
+        "deviceClassName": "vgpu.tessera.dev",
+        "selectors": [{"cel": {"expression": expression}}],
+        "capacity": {"requests": {"memory": memory}},
+    }
+
+
+def test_with_one_alternative_per_model_the_nodes_own_is_weighed() -> None:
+    """The trace bench's shape (and tessera convert's for HAMi's gpumem-percentage): half of a 32 GiB GPU
+    first, then half of a 16 GiB one. On a 16 GiB node the first would read as a whole GPU."""
+    claim = _claim({"firstAvailable": [_on("Big 32GB", "16Gi"), _on("Tesla T4", "8Gi")]})
+    assert demand_of([claim], node=_node(16 * GIB, "Tesla T4")) == Share(500)
+    assert demand_of([claim], node=_node(32 * GIB, "Big 32GB")) == Share(500)
+    # a node whose model no alternative names: the first, as before
+    assert demand_of([claim], node=_node(32 * GIB, "Other")) == Share(500)
+    # a selector naming the start of the product name serves it
+    starts = "device.attributes[\"gpu.tessera.dev\"].productName.startsWith('Tesla')"
+    prefix = {**_on("Tesla", "8Gi"), "selectors": [{"cel": {"expression": starts}}]}
+    assert demand_of(
+        [_claim({"firstAvailable": [_on("Big 32GB", "16Gi"), prefix]})], node=_node(16 * GIB, "Tesla T4")
+    ) == Share(500)
+
+
+def test_a_nodes_product_name_is_read_from_its_slices() -> None:
+    nodes = read_slices(_slices("a", 2))
+    assert nodes["a"].product.startswith("NVIDIA L4")

@@ -12,7 +12,9 @@ from scheduler_extender.fragmentation import (
     MILLI,
     Demand,
     Gpu,
+    Room,
     Share,
+    Typical,
     Whole,
     fits,
     fragmentation,
@@ -28,7 +30,13 @@ gpus_st = st.lists(
 demand_st: st.SearchStrategy[Demand] = st.one_of(
     st.builds(Share, milli=st.integers(1, MILLI - 1)), st.builds(Whole, count=st.integers(1, 8))
 )
-mix_st = st.dictionaries(demand_st, st.floats(0.1, 100), min_size=1, max_size=6)
+typical_st = st.builds(
+    Typical, gpu=demand_st, cpu_milli=st.integers(0, 64_000), memory=st.integers(0, 1 << 38)
+)
+mix_st = st.dictionaries(typical_st, st.floats(0.1, 100), min_size=1, max_size=6)
+room_st = st.one_of(
+    st.none(), st.builds(Room, cpu_milli=st.integers(-1000, 96_000), memory=st.integers(-1, 1 << 39))
+)
 
 
 @given(gpus_st, demand_st)
@@ -56,16 +64,53 @@ def test_a_placement_takes_exactly_the_request(gpus: list[Gpu], demand: Demand) 
         assert len(changed) == demand.count and all(gpus[i].untouched for i in changed)
 
 
-@given(gpus_st, mix_st)
+@given(gpus_st, mix_st, room_st)
 def test_fragmentation_is_a_weighted_mean_of_unusable_capacity(
-    gpus: list[Gpu], mix: dict[Demand, float]
+    gpus: list[Gpu], mix: dict[Typical, float], room: Room | None
 ) -> None:
-    value = fragmentation(gpus, mix)
-    assert min(unusable(gpus, d) for d in mix) - 1e-6 <= value <= max(unusable(gpus, d) for d in mix) + 1e-6
+    value = fragmentation(gpus, mix, room)
+    free = sum(g.free for g in gpus)
+    # a typical request the node's CPU or memory cannot hold finds all of its free GPUs unusable
+    lost = [
+        free if room is not None and not room.holds(t.cpu_milli, t.memory) else unusable(gpus, t.gpu)
+        for t in mix
+    ]
+    assert min(lost) - 1e-6 <= value <= max(lost) + 1e-6
+    # without the room, CPU and memory are not weighed; with it, never less is lost
+    assert fragmentation(gpus, mix) <= value + 1e-6
+
+
+@given(gpus_st, mix_st, room_st, st.integers(0, 8000), st.integers(0, 1 << 34))
+def test_a_pod_that_asks_for_no_gpu_only_strands_gpus(
+    gpus: list[Gpu], mix: dict[Typical, float], room: Room | None, cpu: int, memory: int
+) -> None:
+    grown = growth(gpus, None, mix, room=room, cpu_milli=cpu, memory=memory)
+    if room is not None and not room.holds(cpu, memory):
+        assert grown is None
+        return
+    assert grown is not None and grown >= -1e-6  # it frees nothing; it may leave less CPU or memory
+    if room is None:
+        assert grown == pytest.approx(0.0)
+
+
+def test_a_share_goes_where_the_cpu_left_beside_the_gpus_is_used_up_anyway() -> None:
+    whole = Typical(Whole(1), cpu_milli=8000, memory=0)
+    mix = {whole: 1.0}
+    # starved: 4 free GPUs but 2 CPUs left, so a typical whole-GPU request fits nowhere on it already
+    starved, roomy = [Gpu(), Gpu(), Gpu(), Gpu()], [Gpu(), Gpu(), Gpu(), Gpu()]
+    grown = {
+        "starved": growth(starved, Share(500), mix, room=Room(2000, 1 << 34), cpu_milli=1000),
+        "roomy": growth(roomy, Share(500), mix, room=Room(64_000, 1 << 34), cpu_milli=1000),
+    }
+    # starved: all 4000 was unusable, 3500 still is; roomy: a half-used GPU is lost to whole requests
+    assert grown == {"starved": pytest.approx(-500.0), "roomy": pytest.approx(500.0)}
+    assert node_scores(grown) == {"starved": MAX_SCORE, "roomy": 0}
+    # counting GPUs alone, both open a fresh GPU alike
+    assert growth(starved, Share(500), mix) == growth(roomy, Share(500), mix) == pytest.approx(500.0)
 
 
 def test_a_share_that_fills_a_gpu_up_fragments_less_than_one_that_opens_a_new_gpu() -> None:
-    mix: dict[Demand, float] = {Whole(1): 1.0, Share(500): 1.0}
+    mix = {Typical(Whole(1)): 1.0, Typical(Share(500)): 1.0}
     # node a: GPU 0 half used; the share fills it exactly. node b: untouched GPUs; the share opens one.
     a = [Gpu(free=500, shares_left=9), Gpu()]
     b = [Gpu(), Gpu()]
@@ -79,7 +124,7 @@ def test_a_share_that_fills_a_gpu_up_fragments_less_than_one_that_opens_a_new_gp
 
 
 def test_a_whole_gpu_claim_prefers_the_gpu_a_larger_claim_could_no_longer_use() -> None:
-    mix: dict[Demand, float] = {Whole(2): 1.0}
+    mix = {Typical(Whole(2)): 1.0}
     # on "stranded" one GPU is left, which Whole(2) cannot use: taking it removes a fragment
     stranded = [Gpu(free=0, shares_left=0), Gpu(), Gpu(free=0, shares_left=0)]
     roomy = [Gpu(), Gpu(), Gpu()]  # two untouched GPUs remain after it: Whole(2) still fits
@@ -113,6 +158,25 @@ def test_scores_rank_the_smallest_growth_highest_and_a_node_it_does_not_fit_lowe
                     assert scores[n] >= scores[m]
 
 
+@given(st.dictionaries(st.text(min_size=1, max_size=5), st.one_of(st.none(), st.floats(-5000, 5000))))
+def test_with_a_unit_a_point_is_that_much_more_growth_than_the_least(grown: dict[str, float | None]) -> None:
+    scores = node_scores(grown, unit=100)
+    fitting = {n: g for n, g in grown.items() if g is not None}
+    assert all(scores[n] == 0 for n, g in grown.items() if g is None)
+    if fitting:
+        low = min(fitting.values())
+        for n, g in fitting.items():
+            assert scores[n] == max(0, MAX_SCORE - round((g - low) / 100))
+
+
+def test_nodes_nearly_alike_score_alike_with_a_unit_and_far_apart_without() -> None:
+    grown: dict[str, float | None] = {"a": 0.0, "b": 30.0, "c": 5000.0}
+    assert node_scores(grown, unit=100) == {"a": 10, "b": 10, "c": 0}
+    assert node_scores({"a": 0.0, "b": 30.0}) == {"a": 10, "b": 0}  # min-max: 30 thousandths decide
+    with pytest.raises(ConfigError, match="score unit"):
+        node_scores(grown, unit=0)
+
+
 def test_bad_values_are_refused_with_the_field_named() -> None:
     with pytest.raises(ConfigError, match="free capacity"):
         Gpu(free=1001)
@@ -120,3 +184,5 @@ def test_bad_values_are_refused_with_the_field_named() -> None:
         Share(1000)
     with pytest.raises(ConfigError, match="at least one GPU"):
         Whole(0)
+    with pytest.raises(ConfigError, match="CPU and memory cannot be negative"):
+        Typical(Whole(1), cpu_milli=-1)

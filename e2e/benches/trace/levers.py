@@ -1,0 +1,118 @@
+"""`python -m e2e.benches.trace.levers` (`make bench-trace-offline`): the extender's levers on the offline
+replay (e2e.benches.trace.offline), one line per lever and seed and a median per lever, in the time a real
+run takes to start its control plane. The same protocol, order and sample as `make bench-trace`
+(e2e.benches.trace.replay), so a lever's offline figure can stand beside its real one.
+
+    lever=fgd-w10 seed=42 tried=… placed=… at100=…% at130=…%
+    lever=fgd-w10 median seeds=3 at100=…% at130=…%
+
+`--smoke` (`make bench-trace-offline SMOKE=1`): the slice beside the bench (2 nodes, 4 pods; seed 45), whose
+figures the same hand count as the real bench's gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from e2e.benches.scale.fragmentation import parse_seeds
+from e2e.benches.trace.__main__ import DEFAULT_NODES, DEFAULT_PODS, SLICE
+from e2e.benches.trace.offline import Lever, replay_offline
+from e2e.benches.trace.records import parse_nodes, parse_pods
+from e2e.benches.trace.replay import arrival_order, at, curve, sample_cluster
+from scheduler_extender.fragmentation import Mix
+from scheduler_extender.mix import parse_mix
+
+
+def shipped_mix() -> Mix:
+    text = resources.files("scheduler_extender").joinpath("mixes/openb.csv").read_text(encoding="utf-8")
+    return parse_mix(text, what="scheduler_extender/mixes/openb.csv")
+
+
+def levers(mix: Mix) -> dict[str, Lever]:
+    """The levers by name: kube-scheduler alone; the extender as it was (GPUs alone, the mix learned from
+    the pods placed, min-max scores); FGD's measure (CPU and memory counted) with min-max scores, or with a
+    unit of growth per point (`u100`: 100 thousandths of a GPU) at several weights; the learned mix; pods
+    without a GPU scored too."""
+    found = [
+        Lever("default"),
+        Lever("gpu-only-minmax-w10", weight=10, cpu_memory=False, mix=None),
+        Lever("fgd-minmax-w10", weight=10, mix=mix),
+        *(Lever(f"fgd-u100-w{w}", weight=w, mix=mix, unit=100) for w in (2, 5, 10, 20)),
+        *(Lever(f"fgd-u{u}-w10", weight=10, mix=mix, unit=u) for u in (50, 250)),
+        Lever("fgd-learned-u100-w10", weight=10, mix=None, unit=100),
+        Lever("fgd-cpupods-u100-w10", weight=10, mix=mix, unit=100, cpu_pods=True),
+    ]
+    return {lever.name: lever for lever in found}
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}%"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m e2e.benches.trace.levers", description=__doc__)
+    parser.add_argument("--trace", type=Path, default=DEFAULT_PODS, help="the pod list (CSV)")
+    parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES, help="the node list (CSV)")
+    parser.add_argument("--seeds", type=parse_seeds, default=[42, 43, 44], help="e.g. 42-44 or 42,47")
+    parser.add_argument("--sample", type=float, default=1.0, help="fraction of nodes and pods (0 < F <= 1)")
+    parser.add_argument("--sample-seed", type=int, default=0, help="the seed the sample is drawn with")
+    parser.add_argument("--mix", type=Path, help="a mix of typical requests (CSV; default: the shipped one)")
+    parser.add_argument("--levers", help="comma-separated lever names (default: all)")
+    parser.add_argument("--smoke", action="store_true", help="the bench's slice, seed 45 (make test)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.trace, args.nodes, args.seeds, args.sample = SLICE / "pods.csv", SLICE / "nodes.csv", [45], 1.0
+    for path in (args.nodes, args.trace):
+        if not path.is_file():
+            parser.error(f"no trace file {path}: give TRACE=<pod list> and NODES=<node list> (CSV)")
+    mix = parse_mix(args.mix.read_text(encoding="utf-8"), what=str(args.mix)) if args.mix else shipped_mix()
+    known = levers(mix)
+    chosen = list(known) if not args.levers else [n.strip() for n in args.levers.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in known]
+    if unknown:
+        parser.error(f"no lever {', '.join(unknown)}; the levers are {', '.join(known)}")
+    nodes = parse_nodes(args.nodes.read_text(encoding="utf-8"), what=str(args.nodes))
+    pods = parse_pods(args.trace.read_text(encoding="utf-8"), what=str(args.trace))
+    if args.sample < 1:
+        nodes, pods = sample_cluster(nodes, pods, fraction=args.sample, seed=args.sample_seed)
+    cluster_milli = sum(n.gpu_milli for n in nodes)
+    print(
+        f"# bench-trace-offline: trace={args.trace.name} pods={len(pods)} nodes={len(nodes)} "
+        f"gpus={cluster_milli // 1000} sample={args.sample:g} seeds={args.seeds} mix={args.mix or 'shipped'}",
+        flush=True,
+    )
+    for name in chosen:
+        at100: list[float] = []
+        at130: list[float] = []
+        for seed in args.seeds:
+            arrivals = arrival_order(pods, seed=seed, cluster_milli=cluster_milli)
+            outcomes = replay_offline(nodes, arrivals, known[name], seed=seed)
+            points = curve(outcomes, cluster_milli=cluster_milli)
+            p100, p130 = at(points, 100), at(points, 130)
+            if p100 is not None:
+                at100.append(p100.unallocated_pct)
+            if p130 is not None:
+                at130.append(p130.unallocated_pct)
+            print(
+                f"lever={name} seed={seed} tried={len(outcomes)} placed={sum(1 for _, p in outcomes if p)} "
+                f"at100={_pct(p100.unallocated_pct if p100 else None)} "
+                f"at130={_pct(p130.unallocated_pct if p130 else None)}",
+                flush=True,
+            )
+        full = len(args.seeds)
+        print(
+            f"lever={name} median seeds={full} "
+            f"at100={_pct(statistics.median(at100) if len(at100) == full else None)} "
+            f"at130={_pct(statistics.median(at130) if len(at130) == full else None)}",
+            flush=True,
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
