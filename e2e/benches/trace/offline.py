@@ -67,7 +67,9 @@ class Lever:
 
 
 @dataclass(slots=True)
-class _Node:
+class ModelNode:
+    """A trace node as the replay has filled it so far."""
+
     trace: TraceNode
     gpus: tuple[Gpu, ...]
     cpu: int = 0  # millicores requested by its pods
@@ -91,7 +93,7 @@ def typical_of(pod: TracePod) -> Typical | None:
     return None if demand is None else Typical(demand, cpu_milli=pod.cpu_milli, memory=pod.memory_mib * MIB)
 
 
-def feasible(node: _Node, pod: TracePod) -> bool:
+def feasible(node: ModelNode, pod: TracePod) -> bool:
     if (
         node.cpu + pod.cpu_milli > node.trace.cpu_milli
         or node.memory + pod.memory_mib > node.trace.memory_mib
@@ -109,7 +111,7 @@ def least_allocated(used: int, capacity: int) -> int:
     return 0 if capacity <= 0 or used > capacity else (capacity - used) * MAX_SCORE // capacity
 
 
-def default_score(node: _Node, pod: TracePod) -> int:
+def default_score(node: ModelNode, pod: TracePod) -> int:
     """NodeResourcesFit (LeastAllocated, CPU and memory weighted 1 each) plus BalancedAllocation, the pod
     counted in."""
     cpu, memory = node.cpu + pod.cpu_milli, node.memory + pod.memory_mib
@@ -119,7 +121,7 @@ def default_score(node: _Node, pod: TracePod) -> int:
     return fit + balanced
 
 
-def first_available_scores(nodes: Sequence[_Node], pod: TracePod, models: Sequence[str]) -> list[int]:
+def first_available_scores(nodes: Sequence[ModelNode], pod: TracePod, models: Sequence[str]) -> list[int]:
     """DynamicResources' score, normalized to 0..100 and weighted 2: a share's claim lists one alternative
     per model it may use, and an earlier one scores higher (FIRST_AVAILABLE_MAX - its index)."""
     allowed = [m for m in models if not pod.gpu_spec or m in pod.gpu_spec]
@@ -137,7 +139,7 @@ def learned_mix(placed: Counter[Typical], own: Typical | None) -> dict[Typical, 
     return mix
 
 
-def extender_scores(nodes: Sequence[_Node], pod: TracePod, lever: Lever, mix: Mix) -> list[int]:
+def extender_scores(nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix) -> list[int]:
     demand = demand_of(pod)
     if lever.weight <= 0 or (demand is None and not lever.cpu_pods):
         return [0] * len(nodes)
@@ -156,7 +158,7 @@ def extender_scores(nodes: Sequence[_Node], pod: TracePod, lever: Lever, mix: Mi
     return [scores[n.trace.name] * lever.weight * 10 for n in nodes]
 
 
-def _place(node: _Node, pod: TracePod) -> None:
+def _place(node: ModelNode, pod: TracePod) -> None:
     demand = demand_of(pod)
     if demand is not None:
         after = place(node.gpus, demand)
@@ -173,7 +175,7 @@ def replay_offline(
     """(requested GPU-milli, placed?) of each arrival, in order, as e2e.benches.trace.replay.curve takes
     them."""
     state = [
-        _Node(trace=n, gpus=tuple(Gpu(shares_left=SHARES_PER_GPU) for _ in range(n.gpus))) for n in nodes
+        ModelNode(trace=n, gpus=tuple(Gpu(shares_left=SHARES_PER_GPU) for _ in range(n.gpus))) for n in nodes
     ]
     models = sorted({n.model for n in nodes if n.gpus})
     rng = random.Random(seed)

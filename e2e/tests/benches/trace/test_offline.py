@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from e2e.benches.trace.offline import (
     Lever,
-    _Node,
+    ModelNode,
     default_score,
     first_available_scores,
     replay_offline,
@@ -28,15 +28,15 @@ def _arrivals(*pods: TracePod) -> list[Arrival]:
 
 
 def test_the_default_scores_by_hand() -> None:
-    starved = _Node(TraceNode("starved", 6000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
-    roomy = _Node(TraceNode("roomy", 64000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    starved = ModelNode(TraceNode("starved", 6000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    roomy = ModelNode(TraceNode("roomy", 64000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
     share = TracePod("s", 1000, 1024, 1, 500)
     # LeastAllocated: CPU (6000-1000)*100//6000 = 83, memory (65536-1024)*100//65536 = 98, mean 90;
     # Balanced: 1 - |1000/6000 - 1024/65536| / 2 = 0.9245 -> 92
     assert default_score(starved, share) == 90 + 92
     assert default_score(roomy, share) == 98 + 100
     # DynamicResources, weight 2: the share's claim lists G2 first, then T4 (the cluster's models, sorted)
-    g2 = _Node(TraceNode("g2", 96000, 393216, 8, "G2"), gpus=(Gpu(),) * 8)
+    g2 = ModelNode(TraceNode("g2", 96000, 393216, 8, "G2"), gpus=(Gpu(),) * 8)
     assert first_available_scores([g2, roomy], share, ["G2", "T4"]) == [200, 2 * 100 * 7 // 8]
     assert first_available_scores([g2, roomy], TracePod("w", 1000, 1024, 1, 1000), ["G2", "T4"]) == [0, 0]
 
