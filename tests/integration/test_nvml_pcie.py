@@ -18,7 +18,7 @@ from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.core.paging import LinkTraffic
 from dra_driver.vocabulary.errors import InventoryError
 from dra_driver.vocabulary.names import GpuUUID
-from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake
+from tests.support.doubles.fake_nvml import backend_on_fake
 from tests.support.doubles.interceptor_programs import FAKE_GPU0, FAKE_GPU1, TOVERSUB, claim_dir, env, start
 from tests.support.node_metrics import NODE_FILE
 
@@ -31,14 +31,8 @@ def backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NvmlBac
     """NVML over the fake, two GPUs with the fake libcuda's UUIDs, reading the memory file the test's
     processes share."""
     monkeypatch.setenv("FAKE_GPU_MEM", str(tmp_path / "mem"))
-    node = FakeNvmlNode(node_file=NODE_FILE, state_dir=tmp_path / "fake-nvml")
-    node.state_dir.mkdir()
-    with pynvml_on_fake(node):
-        b = NvmlBackend.open()
-        try:
-            yield b
-        finally:
-            b.close()
+    with backend_on_fake(NODE_FILE, tmp_path / "fake-nvml") as b:
+        yield b
 
 
 def paging(tmp_path: Path, passes: int) -> subprocess.Popen[str]:

@@ -31,7 +31,7 @@ from kubelet_plugin.record.checkpoint_store import CheckpointStore
 from kubelet_plugin.serving.options import DaemonOptions
 from kubelet_plugin.serving.plugin_instance import Node as Plugin
 from tests.support.claim_files import directory_claims
-from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake
+from tests.support.doubles.fake_nvml import FakeNvmlNode, backend_on_fake, pynvml_on_fake
 from tests.support.doubles.interceptor_programs import FAKE_GPU0, TCUDA, TOVERSUB, container_view, env, start
 from tests.support.node_metrics import NODE_FILE, metrics_for
 from tests.support.prepare_env import Env, claim, opaque, vgpu
@@ -136,14 +136,8 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Node]:
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[NvmlBackend]:
-    fake = FakeNvmlNode(node_file=NODE_FILE, state_dir=tmp_path / "fake-nvml")
-    fake.state_dir.mkdir()
-    with pynvml_on_fake(fake):
-        b = NvmlBackend.open()
-        try:
-            yield b
-        finally:
-            b.close()
+    with backend_on_fake(NODE_FILE, tmp_path / "fake-nvml") as b:
+        yield b
 
 
 def _gpu_sample(text: str, name: str, gpu: int) -> float | None:

@@ -20,6 +20,7 @@ import pynvml
 import yaml
 
 from dra_driver.backends.decoding import check_fields, check_header, expect_list, expect_mapping, get_typed
+from dra_driver.backends.nvml import NvmlBackend
 from dra_driver.vocabulary.errors import ConfigError, StorageError
 from dra_driver.vocabulary.names import DRIVER_PROC_ROOT_ENV, SYSFS_ROOT_ENV
 
@@ -206,6 +207,20 @@ def pynvml_on_fake(node: FakeNvmlNode) -> Iterator[ctypes.CDLL]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextmanager
+def backend_on_fake(node_file: Path, state_dir: Path) -> Iterator[NvmlBackend]:
+    """Tessera's NVML backend over the fake library serving `node_file` (its state in `state_dir`, made
+    here), closed afterwards."""
+    node = FakeNvmlNode(node_file=node_file, state_dir=state_dir)
+    node.state_dir.mkdir()
+    with pynvml_on_fake(node):
+        backend = NvmlBackend.open()
+        try:
+            yield backend
+        finally:
+            backend.close()
 
 
 def _shut_down_completely() -> None:
