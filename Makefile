@@ -16,9 +16,10 @@ GATES ?= sharing
 # SMOKE=1: a benchmark's (or the demo's) smoke form, every part once on a tiny scale, its figures meaningless;
 # `make test` runs each documented command so (tests/README.md, "Smoke forms")
 SMOKE_FLAG = $(if $(SMOKE),--smoke)
-# pytest-xdist workers for `make test` and `make test-e2e` (tests/README.md, "Running in parallel"); 0: one
+# pytest-xdist workers for `make test` and `make test-e2e` (tests/README.md, "Running in parallel": a third
+# worker fills the second core while the others wait on the cluster); 0: one
 # process, as pytest runs by default
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 # Python may keep its bytecode (a machine may set PYTHONDONTWRITEBYTECODE): without it every run compiles, and
 # pytest rewrites the assertions of, every test module again, about 40 s of each run's collection on 2 cores
