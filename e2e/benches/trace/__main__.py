@@ -28,26 +28,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dra_driver.io.logs import configure
-from e2e.benches.scale.fragmentation import parse_seeds
 from e2e.benches.trace.cluster import trace_cluster
 from e2e.benches.trace.extender import extender_stats
 from e2e.benches.trace.gpu_models import model
-from e2e.benches.trace.records import parse_nodes, parse_pods
-from e2e.benches.trace.replay import MARKS, Point, arrival_order, at, curve, median_at, sample_cluster
+from e2e.benches.trace.inputs import add_trace_arguments, load_trace, smoke_inputs
+from e2e.benches.trace.replay import MARKS, Point, arrival_order, at, curve, median_at
 from e2e.benches.trace.replay_run import SeedRun, replay_seed
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.flags import load_scheduler_configuration
 
-REPO = Path(__file__).resolve().parents[3]
-# ../shared/traces/openb beside the checkout (or beside a folder above it, for a git worktree)
-TRACES = next(
-    (d / "shared" / "traces" / "openb" for d in REPO.parents if (d / "shared" / "traces" / "openb").is_dir()),
-    REPO.parent / "shared" / "traces" / "openb",
-)
-DEFAULT_NODES = TRACES / "openb_node_list_gpu_node.csv"
-DEFAULT_PODS = TRACES / "openb_pod_list_default.csv"
-SLICE = Path(__file__).resolve().parent / "slice"
 # The paper's figures for openb_pod_list_default.csv: unallocated GPU % at 100 % / 130 % arrived, median of
 # seeds 42-51 in its own simulator (../shared/traces/README.md).
 PUBLISHED = (
@@ -95,11 +85,7 @@ def _load() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.benches.trace", description=__doc__)
-    parser.add_argument("--trace", type=Path, default=DEFAULT_PODS, help="the pod list (CSV)")
-    parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES, help="the node list (CSV)")
-    parser.add_argument("--seeds", type=parse_seeds, default=[42, 43, 44], help="e.g. 42-44 or 42,47")
-    parser.add_argument("--sample", type=float, default=1.0, help="fraction of nodes and pods (0 < F <= 1)")
-    parser.add_argument("--sample-seed", type=int, default=0, help="the seed the sample is drawn with")
+    add_trace_arguments(parser)
     parser.add_argument(
         "--settings", type=Path, help="a NodeSettings file every node publishes with (default: the defaults)"
     )
@@ -115,26 +101,16 @@ def main(argv: list[str] | None = None) -> int:
         help="run Tessera's scheduler extender beside kube-scheduler, configured as "
         "deploy/scheduler/kube-scheduler-extender-config.yaml says (on top of --scheduler-config)",
     )
-    parser.add_argument(
-        "--smoke", action="store_true", help="the slice beside this file, seed 45 (make test)"
-    )
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.trace, args.nodes, args.seeds, args.sample = SLICE / "pods.csv", SLICE / "nodes.csv", [45], 1.0
+    smoke_inputs(args)
     configure(level="warning")
-    for path in (args.nodes, args.trace):
-        if not path.is_file():
-            parser.error(f"no trace file {path}: give TRACE=<pod list> and NODES=<node list> (CSV)")
+    nodes, pods = load_trace(parser, args)
     scheduler_configuration = None
     if args.scheduler_config is not None:
         try:
             scheduler_configuration = load_scheduler_configuration(args.scheduler_config)
         except ControlPlaneError as e:
             parser.error(f"{e} (SCHEDULER_CONFIG=<file>)")
-    nodes = parse_nodes(args.nodes.read_text(encoding="utf-8"), what=str(args.nodes))
-    pods = parse_pods(args.trace.read_text(encoding="utf-8"), what=str(args.trace))
-    if args.sample < 1:
-        nodes, pods = sample_cluster(nodes, pods, fraction=args.sample, seed=args.sample_seed)
     models = [model(m) for m in sorted({n.model for n in nodes if n.gpus})]
     cluster_milli = sum(n.gpu_milli for n in nodes)
     gpus = Counter(n.model for n in nodes for _ in range(n.gpus))

@@ -19,11 +19,9 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from e2e.benches.scale.fragmentation import parse_seeds
-from e2e.benches.trace.__main__ import DEFAULT_NODES, DEFAULT_PODS, SLICE
+from e2e.benches.trace.inputs import add_trace_arguments, load_trace, smoke_inputs
 from e2e.benches.trace.offline import Lever, replay_offline
-from e2e.benches.trace.records import parse_nodes, parse_pods
-from e2e.benches.trace.replay import arrival_order, at, curve, sample_cluster
+from e2e.benches.trace.replay import arrival_order, at, curve
 from scheduler_extender.fragmentation import Mix
 from scheduler_extender.mix import parse_mix
 
@@ -56,30 +54,18 @@ def _pct(value: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.benches.trace.levers", description=__doc__)
-    parser.add_argument("--trace", type=Path, default=DEFAULT_PODS, help="the pod list (CSV)")
-    parser.add_argument("--nodes", type=Path, default=DEFAULT_NODES, help="the node list (CSV)")
-    parser.add_argument("--seeds", type=parse_seeds, default=[42, 43, 44], help="e.g. 42-44 or 42,47")
-    parser.add_argument("--sample", type=float, default=1.0, help="fraction of nodes and pods (0 < F <= 1)")
-    parser.add_argument("--sample-seed", type=int, default=0, help="the seed the sample is drawn with")
+    add_trace_arguments(parser)
     parser.add_argument("--mix", type=Path, help="a mix of typical requests (CSV; default: the shipped one)")
     parser.add_argument("--levers", help="comma-separated lever names (default: all)")
-    parser.add_argument("--smoke", action="store_true", help="the bench's slice, seed 45 (make test)")
     args = parser.parse_args(argv)
-    if args.smoke:
-        args.trace, args.nodes, args.seeds, args.sample = SLICE / "pods.csv", SLICE / "nodes.csv", [45], 1.0
-    for path in (args.nodes, args.trace):
-        if not path.is_file():
-            parser.error(f"no trace file {path}: give TRACE=<pod list> and NODES=<node list> (CSV)")
+    smoke_inputs(args)
+    nodes, pods = load_trace(parser, args)
     mix = parse_mix(args.mix.read_text(encoding="utf-8"), what=str(args.mix)) if args.mix else shipped_mix()
     known = levers(mix)
     chosen = list(known) if not args.levers else [n.strip() for n in args.levers.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in known]
     if unknown:
         parser.error(f"no lever {', '.join(unknown)}; the levers are {', '.join(known)}")
-    nodes = parse_nodes(args.nodes.read_text(encoding="utf-8"), what=str(args.nodes))
-    pods = parse_pods(args.trace.read_text(encoding="utf-8"), what=str(args.trace))
-    if args.sample < 1:
-        nodes, pods = sample_cluster(nodes, pods, fraction=args.sample, seed=args.sample_seed)
     cluster_milli = sum(n.gpu_milli for n in nodes)
     print(
         f"# bench-trace-offline: trace={args.trace.name} pods={len(pods)} nodes={len(nodes)} "
