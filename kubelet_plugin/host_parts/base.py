@@ -76,6 +76,10 @@ def _alone() -> bool:
     return True
 
 
+def _nothing() -> None:
+    pass
+
+
 @dataclass(frozen=True, slots=True)
 class Running:
     """What a host part's background loops act through while the daemon serves. Another instance may share
@@ -93,10 +97,12 @@ class Running:
 
 @dataclass(frozen=True, slots=True)
 class Loop:
-    """A host part's background loop: the daemon runs `run(stop)` in a thread named `name` until `stop`."""
+    """A host part's background loop: the daemon runs `run(stop)` in a thread named `name` until `stop`, and
+    calls `wake` right after it sets `stop`, so that a loop asleep on an event of its own ends at once."""
 
     name: str
     run: Callable[[threading.Event], None]
+    wake: Callable[[], None] = _nothing
 
 
 class FamilyHost(Generic[SpecT, RecordT, MadeT]):

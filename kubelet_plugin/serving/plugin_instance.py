@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -74,6 +75,7 @@ class Node:
         self.publisher: SlicePublisher | None = None
         self._publisher_thread: threading.Thread | None = None
         self._loop_threads: list[threading.Thread] = []
+        self._loop_wakes: list[Callable[[], None]] = []  # each loop's `Loop.wake`, called once stopping
         self.leader: LeaderLock | None = None
         self.observability: NodeObservability | None = None
         self.readiness: Readiness | None = None
@@ -231,6 +233,7 @@ class Node:
                 )
                 thread.start()
                 self._loop_threads.append(thread)
+                self._loop_wakes.append(loop.wake)
 
     def _events(self, api: Any | None) -> NodeEvents | None:
         if api is None:
@@ -253,6 +256,8 @@ class Node:
 
     def stop(self, *, grace: float) -> None:
         self.stop_event.set()
+        for wake in self._loop_wakes:
+            wake()  # a loop asleep until woken sees the stop now
         if self.readiness is not None:
             self.readiness.clear()
         if self.observability is not None:

@@ -6,8 +6,9 @@ dra_driver/core/families/
 vgpu.py), so the schedule is a function of the checkpoint: after every prepare, unprepare and start-up the
 views are written again from it (dra_driver/core/sm_schedule.py decides the parts). The views live in one
 directory per GPU (`PluginPaths.gpus_dir`), which every vgpu container on that GPU mounts read-only; only this
-daemon writes them. A refresh writes the strict partition and tells the arbiter, which lays the frame out
-for the claims with work on its next round.
+daemon writes them. A refresh writes the strict partition and wakes the arbiter and the relay (asleep while
+they have nothing to watch: pacing.py), and the arbiter lays the frame out for the claims with work on its
+next round.
 
 Two instances on one node (a rolling update) share the views. Refreshes run under the checkpoint lock from
 the save on disk (`NodeState.commit`); the loops run in one instance only (`Running.leads`), and each of
@@ -64,6 +65,9 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
         self._arbitrated: tuple[ArbitratedGpu, ...] = ()
         self._arbiter = Arbiter()
         self._evidence = LaunchEvidence()  # the relay's
+        # set after every refresh (and when the daemon stops): the loops sleep on them while idle (pacing.py)
+        self._arbiter_wake = threading.Event()
+        self._relay_wake = threading.Event()
         self._elsewhere = 0  # refreshes from another instance's save so far
         self._lock = threading.Lock()
         # until the daemon's loops start (and in tests of this part alone): alone on the node
@@ -136,6 +140,13 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
                 relayed.extend(self._relay(gpu, members))
             self._relayed = tuple(relayed)
             self._arbitrated = tuple(arbitrated)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake both loops (after this part's GPUs or their claims may have changed, and when the daemon
+        stops): each looks again at once, polling if it has something to watch."""
+        self._arbiter_wake.set()
+        self._relay_wake.set()
 
     def _relay(self, gpu: GpuUUID, members: Sequence[tuple[str, GpuShare]]) -> list[RelayedGpu]:
         high = tuple(self._claims_dir / uid / SHARED_DIR_NAME for uid, s in members if s.high_priority)
@@ -150,16 +161,22 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
 
     def loops(self, running: Running) -> tuple[Loop, ...]:
         # the relay holds normal claims back while a high-priority one on their GPU has work; the arbiter
-        # gives the time of idle claims to the claims with work
+        # gives the time of idle claims to the claims with work. Both poll only while they have something
+        # to watch, and sleep otherwise until a refresh (or the daemon's stop) wakes them.
         self._leads, self._deriving = running.leads, running.deriving
         return (
             Loop(
                 "priority-relay",
                 lambda stop: priority_relay.run(
-                    stop, self.relayed, writing=self._relay_writing, evidence=self._evidence
+                    stop,
+                    self.relayed,
+                    writing=self._relay_writing,
+                    evidence=self._evidence,
+                    wake=self._relay_wake,
                 ),
+                wake=self._wake,
             ),
-            Loop("burst-arbiter", self._arbitrate),
+            Loop("burst-arbiter", self._arbitrate, wake=self._wake),
         )
 
     @contextlib.contextmanager
@@ -175,7 +192,8 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
     @contextlib.contextmanager
     def _relay_writing(self) -> Iterator[bool]:
         # no GPU with a high-priority claim (the usual case): no hold to write, no lock to take; the arbiter's
-        # round, every POLL, catches this part up with the other instance's saves
+        # rounds (every POLL while GPUs are shared, else every pacing.FALLBACK_S) catch this part up with the
+        # other instance's saves
         if not self._relayed:
             yield False
             return
@@ -183,7 +201,7 @@ class GpuSharing(FamilyHost[SharedLimits, GpuShare, Never]):
             yield may
 
     def _arbitrate(self, stop: threading.Event) -> None:
-        arbiter.run(stop, self.arbitrated, self._arbiter, self.commit_layout)
+        arbiter.run(stop, self.arbitrated, self._arbiter, self.commit_layout, wake=self._arbiter_wake)
 
     def arbitrate_once(self, *, now_ns: int) -> None:
         """One round of the burst arbiter (its loop's)."""

@@ -17,6 +17,11 @@ gives it its share, never more, and takes nothing from another claim's guarantee
 Nothing is kept across a restart: the daemon writes the strict partition first (`GpuSharing.refresh`), and
 the arbiter writes a GPU's layout only once it has watched the GPU for IDLE_NS.
 
+It polls only while a view can still change (`Arbiter.settled`): while a GPU has two or more normal claims,
+or a GPU's layout is not yet written for its claims; the promises above hold then. Otherwise (no GPU shared,
+or each shared by one claim, which starts at once up to its ceiling whoever has work) it sleeps until a
+refresh wakes it, or pacing.FALLBACK_S at worst (pacing.py): a claim prepared meanwhile is watched at once.
+
 Run alone for a check on a real GPU (interceptor/gpu-check):
     python3 -m kubelet_plugin.host_parts.vgpu.arbiter --view FILE --gpu UUID \
         --claim SLOT:CORES:CEILING:CLAIM_DIR [--claim …] --seconds N
@@ -31,14 +36,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
-
 from dra_driver.core.sm_schedule import DEFAULT_FRAME_US, SharingClaim, partition, schedule
 from dra_driver.libtessera.view_layout import Part
+from kubelet_plugin.host_parts.vgpu.pacing import pace
 from kubelet_plugin.host_parts.vgpu.priority_relay import LaunchEvidence
 from kubelet_plugin.library_files.gpu_view import GpuView
-
-log = structlog.get_logger(__name__)
 
 POLL_S = 0.010
 IDLE_NS = DEFAULT_FRAME_US * 1000 + 20_000_000
@@ -101,6 +103,18 @@ class Arbiter:
             {(d, g.uuid.lower()) for g in gpus for d, c in zip(g.claim_dirs, g.claims, strict=True)}
         )
 
+    def settled(self, gpus: Sequence[ArbitratedGpu]) -> bool:
+        """Whether no round can change a view until the GPUs' claims change: no GPU has two normal claims
+        (with one, its layout is the same whoever has work), and each GPU's layout is written for its
+        claims. Until then the loop polls (pacing.py)."""
+        for g in gpus:
+            if sum(not c.high_priority for c in g.claims) > 1:
+                return False
+            written = self.written.get(g.uuid)
+            if written is None or written[1] != g.claims:
+                return False
+        return True
+
     def forget(self, uuid: str) -> None:
         """The GPU's view was written anew (its claims changed): write its layout again next round."""
         self.written.pop(uuid, None)
@@ -111,14 +125,18 @@ def run(
     gpus: Callable[[], Sequence[ArbitratedGpu]],
     arbiter: Arbiter,
     commit: Commit = write_view,
+    *,
+    wake: threading.Event | None = None,
 ) -> None:
-    """Arbitrates until stop is set; `gpus` says, each round, which GPUs are shared and by whom."""
-    while not stop.is_set():
-        try:
-            arbiter.round(gpus(), now_ns=time.monotonic_ns(), commit=commit)
-        except Exception:  # one bad round must not end the loop: the views keep their last layout
-            log.exception("burst arbiter round failed")
-        stop.wait(POLL_S)
+    """Arbitrates until stop is set; `gpus` says, each round, which GPUs are shared and by whom. Every POLL
+    while a view can still change, else asleep until `wake` is set (pacing.py; without `wake`, every POLL)."""
+
+    def one_round() -> bool:
+        shared = gpus()
+        arbiter.round(shared, now_ns=time.monotonic_ns(), commit=commit)
+        return not arbiter.settled(shared)
+
+    pace(stop, one_round, poll_s=POLL_S, wake=wake, what="burst arbiter")
 
 
 def _claim(text: str) -> tuple[SharingClaim, Path]:

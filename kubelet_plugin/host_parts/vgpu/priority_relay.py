@@ -10,6 +10,9 @@ lasts only while a live process of the high claim keeps launching (or keeps rewr
 a live process of a claim an administrator made high can do), and ends at most HOLD + POLL after the count
 stops: 60 ms, plus the normal claim's wait step (5 ms), under the 100 ms Tessera promises.
 
+It polls only while a GPU has a high-priority claim; otherwise it sleeps until a refresh wakes it (pacing.py),
+so a high-priority claim prepared meanwhile is relayed at once (within pacing.FALLBACK_S at worst).
+
 Run alone for a check on a real GPU:
     python3 -m kubelet_plugin.host_parts.vgpu.priority_relay --view FILE --gpu UUID --high CLAIM_DIR \
         [--high …] --seconds N
@@ -26,17 +29,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
-
 from dra_driver.libtessera.names import REGION_FILE_NAME
 from dra_driver.libtessera.region_layout import RegionUnreadableError
+from kubelet_plugin.host_parts.vgpu.pacing import pace
 from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.library_files.region import read_region
 
 HOLD_NS = 50_000_000
 POLL_S = 0.010
-
-log = structlog.get_logger(__name__)
 
 # held around a round's writes: yields whether to write at all (the daemon: this instance leads, and the
 # GPUs given are those of the checkpoint on disk)
@@ -114,15 +114,17 @@ def run(
     *,
     writing: Writing = unguarded,
     evidence: LaunchEvidence | None = None,
+    wake: threading.Event | None = None,
 ) -> None:
-    """Relays until stop is set; `gpus` says, each round, which GPUs have high-priority claims."""
+    """Relays until stop is set; `gpus` says, each round, which GPUs have high-priority claims. Every POLL
+    while there is one, else asleep until `wake` is set (pacing.py; without `wake`, every POLL)."""
     seen = evidence if evidence is not None else LaunchEvidence()
-    while not stop.is_set():
-        try:
-            relay_round(gpus, seen, now_ns=time.monotonic_ns(), writing=writing)
-        except Exception:  # one bad round (the lock's file gone) must not end the loop: holds expire alone
-            log.exception("priority relay round failed")
-        stop.wait(POLL_S)
+
+    def one_round() -> bool:
+        relay_round(gpus, seen, now_ns=time.monotonic_ns(), writing=writing)
+        return bool(gpus())
+
+    pace(stop, one_round, poll_s=POLL_S, wake=wake, what="priority relay")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+
+import pytest
 
 from dra_driver.core.families.vgpu import NAME, GpuShare
 from dra_driver.core.sm_schedule import SharingClaim, partition
@@ -19,7 +22,7 @@ from dra_driver.libtessera.region_layout import (
 )
 from dra_driver.libtessera.view_layout import Part
 from dra_driver.vocabulary.names import ClaimUID, GpuUUID
-from kubelet_plugin.host_parts.vgpu import GpuSharing
+from kubelet_plugin.host_parts.vgpu import GpuSharing, pacing
 from kubelet_plugin.host_parts.vgpu.arbiter import IDLE_NS, Arbiter, ArbitratedGpu, run
 from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
@@ -158,3 +161,77 @@ def test_a_failing_round_does_not_end_the_loop() -> None:
 
     run(stop, gpus, Arbiter())
     assert calls[0] == 2
+
+
+def test_the_arbiter_is_settled_once_no_view_can_change_until_the_claims_do(tmp_path: Path) -> None:
+    view = GpuView(tmp_path / "view")
+    dirs = (tmp_path / "a", tmp_path / "b")
+    one = ArbitratedGpu(UUID, view, (SharingClaim(1, 30, ceiling=100),), dirs[:1])
+    high = SharingClaim(2, 20, high_priority=True)
+    with_high = ArbitratedGpu(UUID, view, (SharingClaim(1, 30), high), dirs)
+    two = ArbitratedGpu(UUID, view, (SharingClaim(1, 30), SharingClaim(2, 70)), dirs)
+    arbiter = Arbiter()
+    assert arbiter.settled([])
+    arbiter.round([one], now_ns=1)
+    assert not arbiter.settled([one])  # watched, not laid out yet
+    arbiter.round([one], now_ns=IDLE_NS + 2)
+    assert layout(view) == [(1, 0, 0, 100)]  # a lone claim starts at once, up to its ceiling, busy or not
+    assert arbiter.settled([one])
+    assert not arbiter.settled([with_high])  # its claims changed: its layout is not written yet
+    arbiter.round([with_high], now_ns=IDLE_NS + 3)
+    assert layout(view) == [(1, 0, 0, 30)]  # the high-priority claim has no part: the relay's business
+    assert arbiter.settled([with_high])
+    arbiter.round([two], now_ns=IDLE_NS + 4)
+    assert not arbiter.settled([two])  # two claims: who has work decides the layout, every POLL
+    view.close()
+
+
+def test_the_loop_polls_while_a_view_can_change_and_sleeps_until_woken_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pacing, "FALLBACK_S", 30.0)  # whatever wakes the loop here is the event
+    view = GpuView(tmp_path / "view")
+    dirs = (tmp_path / "a", tmp_path / "b")
+    for d in dirs:
+        region(d, 0)
+    shared: list[ArbitratedGpu] = []
+    rounds: list[float] = []
+
+    def gpus() -> list[ArbitratedGpu]:
+        rounds.append(time.monotonic())
+        return list(shared)
+
+    def rounds_within(seconds: float) -> int:
+        before = len(rounds)
+        time.sleep(seconds)
+        return len(rounds) - before
+
+    def wait_for(n: int) -> bool:
+        deadline = time.monotonic() + 3.0
+        while len(rounds) < n and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return len(rounds) >= n
+
+    stop, wake = threading.Event(), threading.Event()
+    thread = threading.Thread(target=run, args=(stop, gpus, Arbiter()), kwargs={"wake": wake}, daemon=True)
+    thread.start()
+    try:
+        assert wait_for(1)
+        assert rounds_within(0.5) <= 1  # no GPU shared: asleep (every POLL, ~50 rounds)
+        shared.append(ArbitratedGpu(UUID, view, (SharingClaim(1, 30), SharingClaim(2, 70)), dirs))
+        wake.set()  # as GpuSharing.refresh does
+        assert wait_for(len(rounds) + 20)  # two claims share a GPU: a round every POLL
+        shared[0] = ArbitratedGpu(UUID, view, (SharingClaim(1, 30, ceiling=100),), dirs[:1])
+        wake.set()
+        deadline = time.monotonic() + 3.0
+        while layout(view) != [(1, 0, 0, 100)] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert layout(view) == [(1, 0, 0, 100)]  # one claim left: laid out once, IDLE_NS on
+        time.sleep(0.05)  # (the round that wrote it, and the one after a wake it may have left set)
+        assert rounds_within(0.5) <= 1  # then asleep: nothing can change until its claims do
+    finally:
+        stop.set()
+        wake.set()
+        thread.join(2.0)
+    assert not thread.is_alive()
+    view.close()
