@@ -66,6 +66,17 @@ def test_a_subcommand_loads_its_own_module_and_no_other() -> None:
     assert [p for p in others if _loaded(modules, p)] == []
 
 
+def test_a_tessera_process_does_not_load_rich() -> None:
+    """structlog's console renderer uses `rich` wherever it is installed (100 ms of every start): the dev
+    tool that brings it (import-linter) lives in its own venv (`make lint`), and the image has none."""
+    modules = _modules_after(
+        "from kubelet_plugin.command import main\n"
+        f"main(['inventory', '--simulate', '{ROOT / 'e2e/nodes/h100x8.yaml'}', '-o', 'json'])"
+    )
+    assert "structlog" in modules  # the subcommand ran and configured its logging
+    assert not _loaded(modules, "rich")
+
+
 def _paths(parser: argparse.ArgumentParser, above: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     yield above
     for action in parser._actions:
