@@ -6,6 +6,10 @@ BIN := $(VENV)/bin
 PROTO_SRC := kubelet_plugin/proto
 PROTO_GEN := kubelet_plugin/proto/gen
 STAMP := $(VENV)/.installed
+# import-linter (`make lint`) has a venv of its own: it pulls in `rich`, which structlog loads wherever it is
+# installed (~100 ms of every tessera process's start); .venv, like the image, stays without it
+LINT_VENV := .venv-lint
+LINT_STAMP := $(LINT_VENV)/.installed
 # The Kubernetes release of the e2e control plane and the real node: e2e/cluster/k8s/default-version unless
 # K8S_VERSION=1.36.3 (or v1.36.3) is given; KV is it with its "v".
 KV = $(if $(K8S_VERSION),v$(patsubst v%,%,$(K8S_VERSION)))
@@ -35,6 +39,13 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	# a venv made before import-linter moved to $(LINT_VENV) still holds it, and rich
+	$(BIN)/pip uninstall -q -y import-linter rich 2>/dev/null || true
+	touch $@
+
+$(LINT_STAMP): lint-requirements.txt
+	test -x $(LINT_VENV)/bin/python || $(PY) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/pip install -q -r lint-requirements.txt
 	touch $@
 
 proto: $(STAMP) $(PROTO_GEN)/.stamp
@@ -46,11 +57,11 @@ $(PROTO_GEN)/.stamp: $(wildcard $(PROTO_SRC)/*.proto) kubelet_plugin/proto/gener
 interceptor:
 	$(MAKE) -C interceptor
 
-lint: dev
+lint: dev $(LINT_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy dra_driver kubelet_plugin cdi admission scheduler_extender e2e tests conftest.py interceptor/fake/gen_products.py
-	$(BIN)/lint-imports
+	$(LINT_VENV)/bin/lint-imports  # reads the sources from here (it puts the working directory on its path)
 	$(BIN)/pytest -q tests/unit/test_house_rules.py
 
 test-unit: dev helm promtool
@@ -192,5 +203,5 @@ bench-upgrade: dev cluster realnode helm image
 	$(BIN)/python -m e2e.realnode upgrade $(SMOKE_FLAG)
 
 clean:
-	rm -rf $(VENV) $(PROTO_GEN) build *.egg-info
+	rm -rf $(VENV) $(LINT_VENV) $(PROTO_GEN) build *.egg-info
 	$(MAKE) -C interceptor clean

@@ -1,9 +1,12 @@
 """The `tessera` command on top of both packages: the device model's subcommands (`inventory`, `explain`,
-`sim`: dra_driver.cli), the node daemon's (`plugin`: kubelet_plugin.daemon, `cleanup`:
-kubelet_plugin.cleanup) and the admission webhook's (`convert`, `webhook`:
-admission.cli).
+`gpu`, `sim`: dra_driver.cli), the node daemon's (`plugin`: kubelet_plugin.daemon, `cleanup`:
+kubelet_plugin.cleanup) and the admission webhook's (`convert`, `webhook`: admission.cli).
 
     tessera plugin --node-name N [...]        python -m kubelet_plugin.command plugin ...
+
+Every `tessera` process starts here (the daemon, its liveness probe, the webhook, a user's `kubectl
+tessera`), so it imports only the light table of dra_driver.cli: a subcommand's module is imported when that
+subcommand runs (tests/unit/kubelet_plugin/test_command.py holds it to that).
 """
 
 from __future__ import annotations
@@ -11,26 +14,71 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from admission import cli as admission_cli
 from dra_driver import cli
-from kubelet_plugin import cleanup, daemon
 
-COMMANDS: tuple[cli.AddCommand, ...] = (
-    daemon.add_cli,
-    cleanup.add_cli,
-    admission_cli.add_convert_cli,
-    admission_cli.add_webhook_cli,
+
+def _add_plugin(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from kubelet_plugin import daemon
+
+    daemon.add_cli(sub)
+
+
+def _add_cleanup(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from kubelet_plugin import cleanup
+
+    cleanup.add_cli(sub)
+
+
+def _add_convert(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from admission import cli as admission_cli
+
+    admission_cli.add_convert_cli(sub)
+
+
+def _add_webhook(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from admission import cli as admission_cli
+
+    admission_cli.add_webhook_cli(sub)
+
+
+COMMANDS: tuple[cli.Subcommand, ...] = (
+    cli.Subcommand("plugin", "run the kubelet plugin (node daemon)", _add_plugin),
+    cli.Subcommand(
+        "cleanup",
+        "remove what Tessera put on this node (serving the kubelet's unprepares until then)",
+        _add_cleanup,
+    ),
+    cli.Subcommand(
+        "convert",
+        "print HAMi/Volcano workloads and NVIDIA DRA claims as they run on Tessera (templates first)",
+        _add_convert,
+    ),
+    cli.Subcommand(
+        "webhook",
+        "serve the admission webhook that turns HAMi/Volcano GPU requests into claims",
+        _add_webhook,
+    ),
 )
 
 
+def _workload_claims(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """`tessera explain FILE` also takes Pods and workloads: the claims the webhook would give them (the
+    conversion loads when explain asks)."""
+    from admission import cli as admission_cli
+
+    return admission_cli.workload_claims(path)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """Every subcommand's whole parser."""
     return cli.build_parser(COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # `tessera explain FILE` also takes Pods and workloads: the claims the webhook would give them
-    return cli.main(argv, extra=COMMANDS, defaults={"workload_claims": admission_cli.workload_claims})
+    return cli.main(argv, extra=COMMANDS, defaults={"workload_claims": _workload_claims})
 
 
 if __name__ == "__main__":

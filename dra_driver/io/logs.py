@@ -1,8 +1,8 @@
 """structlog, configured once per process; everything else calls `structlog.get_logger()`.
 
 Log lines go to stderr, always: a command's stdout is its data (`tessera inventory -o json | jq`). The
-`tessera` command configures logging before any subcommand runs (dra_driver/cli.py, `main`); a program
-that embeds a part of Tessera calls `configure` itself. Unconfigured, structlog would print to stdout.
+`tessera` command configures logging before any subcommand runs (`main` in dra_driver/cli/__init__.py); a
+program that embeds a part of Tessera calls `configure` itself. Unconfigured, structlog would print to stdout.
 
 Every value is bounded before it is rendered (`dra_driver.vocabulary.excerpt.clip`): a log line never echoes a
 megabyte of someone's input, whichever message forgot to bound it first.

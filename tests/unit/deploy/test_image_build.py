@@ -90,6 +90,12 @@ def test_requirements_pin_every_dependency_within_pyproject() -> None:
         assert spec.specifier.contains(pins[name][0]), f"{name}=={pins[name][0]} outside {spec.specifier}"
 
 
+def test_the_image_installs_no_rich() -> None:
+    """structlog loads `rich` wherever it is installed (~0.1 s of every tessera process's start): neither the
+    image nor .venv has it (tests/unit/kubelet_plugin/test_command.py)."""
+    assert "rich" not in pinned()
+
+
 def test_the_pruned_distributions_are_the_pinned_ones(facts: dict[str, Any]) -> None:
     pins = pinned()
     for name in facts["python"]["prune"]:

@@ -1,13 +1,9 @@
-"""The `tessera` command.
+"""`tessera inventory`: the ResourceSlices this node would publish.
 
     tessera inventory [--simulate NODE.yaml] [--state-file FILE] [--settings FILE] [--node-name NAME]
                       [-o summary|yaml|json]
-    tessera sim inject --node-file NODE.yaml --state-file FILE --gpu I (--xid N | --lost | ... | --clear)
-    tessera cleanup [--once] [--dry-run] [plugin options]
-    tessera gpu cordon|drain|uncordon NODE GPU [--wait SECONDS]; tessera gpu list [NODE]
 
-prints the ResourceSlices this node would publish. The node daemon's subcommands (`plugin`, `cleanup`) are
-added on top, by `kubelet_plugin.command`, the `tessera` entry point: this layer never imports the daemon.
+`dra_driver.cli` imports this module only when `tessera inventory` runs.
 """
 
 from __future__ import annotations
@@ -18,24 +14,17 @@ import os
 import socket
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
-from dra_driver.admin.gpu_cordon import add_cli as add_gpu_command
 from dra_driver.backends import open_backend
-from dra_driver.backends.sim_inject import add_cli as add_sim_command
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core import families
 from dra_driver.core.families.base import Json
 from dra_driver.core.slices import build_slices
-from dra_driver.explain.cli import add_cli as add_explain_command
-from dra_driver.io.logs import configure
 from dra_driver.io.settings_file import load_settings
-from dra_driver.vocabulary.errors import TesseraError
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def summary(slices: Sequence[Json]) -> str:
@@ -93,7 +82,7 @@ def _inventory(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_inventory_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("inventory", help="print the ResourceSlices this node would publish")
     p.add_argument("--simulate", type=Path, help="simulated node file (sim.tessera.dev/v1 SimulatedNode)")
     p.add_argument("--state-file", type=Path, help="the simulated backend's state file")
@@ -104,45 +93,3 @@ def _add_inventory_command(sub: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument("--degraded", action="store_true", help="whole GPUs only, without counters")
     p.add_argument("-o", "--output", choices=("summary", "yaml", "json"), default="summary")
     p.set_defaults(handler=_inventory)
-
-
-AddCommand = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
-
-
-def build_parser(extra: Sequence[AddCommand] = ()) -> argparse.ArgumentParser:
-    """The device model's subcommands; `extra` adds those of the layers above (the node daemon's `plugin` and
-    `cleanup`, from kubelet_plugin.command, which is what `tessera` runs)."""
-    parser = argparse.ArgumentParser(prog="tessera", description="Tessera: a DRA driver for NVIDIA GPUs")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _add_inventory_command(sub)
-    for add in extra:
-        add(sub)
-    add_explain_command(sub)
-    add_gpu_command(sub)
-    add_sim_command(sub)
-    return parser
-
-
-def main(
-    argv: Sequence[str] | None = None,
-    *,
-    extra: Sequence[AddCommand] = (),
-    defaults: dict[str, object] | None = None,
-) -> int:
-    """`defaults`: values the layers above hand every subcommand (`workload_claims` for `explain`)."""
-    parser = build_parser(extra)
-    parser.set_defaults(**(defaults or {}))
-    args = parser.parse_args(argv)
-    # Before any subcommand runs: its log lines go to stderr, its data alone to stdout. The daemons' own
-    # --log-level/--log-format apply; the other subcommands log at info, readable.
-    configure(level=getattr(args, "log_level", "info"), fmt=getattr(args, "log_format", "console"))
-    handler: Handler = args.handler
-    try:
-        return handler(args)
-    except TesseraError as e:
-        sys.stderr.write(f"tessera {args.command}: {e}\n")
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())
