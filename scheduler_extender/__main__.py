@@ -79,8 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         help="score pods that ask for no GPU too (by the GPUs they strand)",
     )
     parser.add_argument("--log-level", default="info")
+    parser.add_argument("--log-format", choices=("json", "console"), default="console")
     args = parser.parse_args(argv)
-    logs.configure(level=args.log_level)
+    logs.configure(level=args.log_level, fmt=args.log_format)
     try:
         scoring = Scoring(mix=read_mix(args.mix), unit=args.unit or None, cpu_pods=args.score_cpu_pods)
         api = api_client(args.kubeconfig)

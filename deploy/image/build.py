@@ -42,7 +42,7 @@ REPO = HERE.parents[1]
 FACTS = HERE / "image.json"
 CHART = REPO / "deploy" / "helm" / "tessera" / "Chart.yaml"
 LAUNCHER = HERE / "launcher.py"
-PRODUCT = ("dra_driver", "kubelet_plugin", "cdi", "admission")
+PRODUCT = ("dra_driver", "kubelet_plugin", "cdi", "admission", "scheduler_extender")
 # What must work inside the image: the CLI, the daemon's command, the modules the daemon loads late.
 SMOKE = (
     ("tessera", "--help"),
@@ -51,6 +51,9 @@ SMOKE = (
     # the admission webhook runs from the same image (`tessera webhook`, chart admissionWebhook)
     ("tessera", "webhook", "--help"),
     ("python3", "-c", "import admission.main, cryptography.x509"),
+    # so does the optional scheduler extender (chart schedulerExtender), with its shipped mix
+    ("python3", "-m", "scheduler_extender", "--help"),
+    ("python3", "-c", "from scheduler_extender.__main__ import read_mix; assert read_mix(None)"),
 )
 MMDEBSTRAP_HOOKS = "/usr/share/mmdebstrap/hooks"
 _APP_VERSION = re.compile(r'^appVersion:\s*"?([^"\s]+)"?\s*$', re.MULTILINE)

@@ -63,7 +63,7 @@ rootfs="${out}/rootfs-${rootfs_key}.tar"
 inputs_hash() {
     (
         cd "${repo}"
-        find dra_driver kubelet_plugin cdi admission interceptor/src interceptor/include -type f \
+        find dra_driver kubelet_plugin cdi admission scheduler_extender interceptor/src interceptor/include -type f \
             ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum
         sha256sum pyproject.toml interceptor/Makefile interceptor/tessera.map \
             deploy/image/*.py deploy/image/image.json deploy/image/requirements.txt deploy/image/build.sh

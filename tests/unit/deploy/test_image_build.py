@@ -136,3 +136,15 @@ def test_times_come_from_source_date_epoch(facts: dict[str, Any], monkeypatch: p
     assert build.epoch(facts) == 86400
     assert build.iso(0) == "1970-01-01T00:00:00Z"
     assert build.iso(facts["source_date_epoch"]) == "2025-05-20T00:00:00Z"
+
+
+def test_the_image_installs_every_package_of_the_distribution() -> None:
+    """pyproject.toml's packages are the ones the image installs (build.PRODUCT) and the ones whose change
+    rebuilds it (build.sh's stamp): a package left out is missing from the image, as the scheduler extender
+    was (#32: the chart runs it from this image)."""
+    include = tomllib.loads((build.REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    packages = {pattern.removesuffix("*") for pattern in include["find"]["include"]}
+    assert set(build.PRODUCT) == packages
+    script = (build.HERE / "build.sh").read_text()
+    [hashed] = re.findall(r"find ((?:\w+ )+)interceptor/src", script)
+    assert packages <= set(hashed.split())

@@ -123,6 +123,17 @@ def test_the_same_files_at_the_same_paths(
     assert f'sys.path.insert(0, "{facts["paths"]["site"]}")' in build.LAUNCHER.read_text()
 
 
+def test_the_site_stage_copies_every_package_the_image_installs(
+    dockerfile: tuple[dict[str, str], list[Stage]],
+) -> None:
+    """Else `pip install .` there leaves a package out, and the image's `tessera` (which imports admission)
+    or the chart's scheduler extender fails to start."""
+    site = dockerfile[1][1]
+    copied = {words.split()[-1].rstrip("/") for words in site.all("COPY")}
+    missing = set(build.PRODUCT) - copied
+    assert not missing, f"deploy/Dockerfile's site stage copies none of {sorted(missing)}"
+
+
 def test_precompiled_exactly_when_the_archive_is(
     facts: dict[str, Any], dockerfile: tuple[dict[str, str], list[Stage]]
 ) -> None:
