@@ -169,7 +169,9 @@ class NodeViews:
         with self._lock:
             found = self._views.get(name)
             if found is None:
-                found = self._views[name] = self._build(name)
+                found = self._build(name)
+                if found.node is not None or found.room is not None:  # a name of nothing is not kept
+                    self._views[name] = found
             return found
 
     def _build(self, name: str) -> NodeView:
