@@ -3,6 +3,8 @@ rooms hold the same requests of the mix share a value; rooms that differ in one 
 
 from __future__ import annotations
 
+from functools import partial
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -54,6 +56,6 @@ def test_every_growth_is_the_uncached_one_in_any_order_of_asking(
                 room=room,
                 cpu_milli=cpu,
                 memory=memory,
-                before=lambda gpus=gpus, room=room: growths.before(gpus, room),
+                before=partial(growths.before, gpus, room),
             )
             assert kept == growth(gpus, demand, mix, room=room, cpu_milli=cpu, memory=memory)
