@@ -30,7 +30,7 @@ PYTEST_PARALLEL = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist lo
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: dev lint test test-unit test-integration test-interceptor test-e2e demo demo-down \
-        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-trace-offline bench-upgrade bench-webhook proto interceptor cluster realnode volcano helm promtool \
+        bench-prepare bench-metrics bench-interceptor bench-e2e bench-scale bench-order bench-trace bench-trace-offline bench-extender bench-upgrade bench-webhook proto interceptor cluster realnode volcano helm promtool \
         manifests clean image test-k8s
 
 dev: $(STAMP) proto interceptor
@@ -194,6 +194,11 @@ OFFLINE_ARGS = $(if $(TRACE),--trace $(TRACE)) $(if $(filter-out file,$(origin N
 	$(if $(MIX),--mix $(MIX))
 bench-trace-offline: dev
 	$(BIN)/python -m e2e.benches.trace.levers $(if $(SMOKE),--smoke $(if $(LEVERS),--levers $(LEVERS)),$(OFFLINE_ARGS))
+
+# the scheduler extender's cost per prioritize call at 121 and 1,213 trace nodes, in process (docs/performance.md):
+# make bench-extender [NODES=node-list.csv] [CALLS=50]
+bench-extender: dev
+	$(BIN)/python -m e2e.benches.extender_cost $(if $(SMOKE),--smoke,$(if $(filter-out file,$(origin NODES)),--nodes $(NODES)) $(if $(CALLS),--calls $(CALLS)))
 
 # the device order against fragmentation: seeded arrivals and departures on one node, by-gpu vs the default
 bench-order: dev cluster

@@ -26,7 +26,8 @@ from scheduler_extender.cluster_view import Obj
 from scheduler_extender.fragmentation import Mix
 from scheduler_extender.mix import parse_mix
 from scheduler_extender.node_room import keep_node, keep_pod
-from scheduler_extender.prioritize import Scoring, prioritize
+from scheduler_extender.node_views import NodeViews, watch_into
+from scheduler_extender.prioritize import Scoring
 from scheduler_extender.server import ExtenderServer
 
 log = structlog.get_logger()
@@ -110,17 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     nodes = Watched(name="nodes", call=list_nodes, keep=keep_node)
     pods = Watched(name="pods", call=list_pods, keep=keep_pod)
     watches = (slices, claims, nodes, pods)
+    views = NodeViews()  # each node's view, kept as the watches' events arrive (node_views.py)
+    watch_into(views, slices=slices, claims=claims, nodes=nodes, pods=pods)
 
     def answer(body: Any) -> list[dict[str, Any]]:
-        return prioritize(
-            body,
-            slices=slices.items(),
-            claims=claims.items(),
-            lookup=claims.get,
-            scoring=scoring,
-            nodes=nodes.items(),
-            pods=pods.items(),
-        )
+        return views.prioritize(body, lookup=claims.get, scoring=scoring)
 
     server = ExtenderServer(args.address, args.port, answer, ready=lambda: all(w.synced for w in watches))
     stop = threading.Event()
