@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 from dra_driver.vocabulary.names import DRIVER_NAME
 from kubelet_plugin.node.paths import PluginPaths
-from kubelet_plugin.serving.options import DaemonOptions, add_path_arguments, with_paths
+from kubelet_plugin.serving.options import (
+    LOG_FORMAT,
+    LOG_LEVEL,
+    DaemonOptions,
+    add_path_arguments,
+    with_paths,
+)
 from kubelet_plugin.serving.readiness import is_ready
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -97,6 +103,17 @@ def add_probe_command(plugin_parser: argparse.ArgumentParser) -> None:
         help="readiness: also registered with the kubelet and the pool published (exit 1 until then)",
     )
     p.set_defaults(handler=run_from_args)
+
+
+def add_plugin_with_probe_alone(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser], *, help: str
+) -> None:
+    """`tessera plugin` holding only `probe`, for `tessera plugin probe` (kubelet_plugin.command): the
+    DaemonSet runs it every 30 s on every node, and the daemon's own flags would import every host part to
+    read theirs. The probe's parser and its name are the same, and so are the daemon's logging defaults."""
+    parser = subparsers.add_parser("plugin", help=help)
+    parser.set_defaults(log_format=LOG_FORMAT, log_level=LOG_LEVEL)
+    add_probe_command(parser)
 
 
 def run_from_args(args: argparse.Namespace) -> int:

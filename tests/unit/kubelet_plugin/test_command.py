@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from kubelet_plugin.command import build_parser, main
+from dra_driver import cli
+from kubelet_plugin.command import PROBE_COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[3]
 # what each subcommand's module pulls in; no `tessera` process needs them before its subcommand runs
@@ -75,6 +76,49 @@ def test_a_tessera_process_does_not_load_rich() -> None:
     )
     assert "structlog" in modules  # the subcommand ran and configured its logging
     assert not _loaded(modules, "rich")
+
+
+def test_the_liveness_probe_loads_neither_the_daemon_nor_the_host_parts(tmp_path: Path) -> None:
+    """`tessera plugin probe` with the chart's arguments, every 30 s on every node: it runs (and finds no
+    socket here), without the daemon, the host parts whose flags `tessera plugin` reads, or their metrics."""
+    modules = _modules_after(
+        "from kubelet_plugin.command import main\n"
+        f"assert main(['plugin', 'probe', '--kubelet-plugins-dir={tmp_path}/plugins',"
+        f" '--kubelet-registry-dir={tmp_path}/registry']) == 1"
+    )
+    assert "kubelet_plugin.serving.probe" in modules and "grpc" in modules  # the probe ran
+    unneeded = (
+        "kubelet_plugin.daemon",
+        "kubelet_plugin.host_parts",
+        "kubelet_plugin.metrics",
+        "prometheus_client",
+        "dra_driver.core",
+        "cdi",
+        "yaml",
+        "kubernetes",
+    )
+    assert [p for p in unneeded if _loaded(modules, p)] == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--kubelet-plugins-dir=/var/lib/kubelet/plugins", "--kubelet-registry-dir=/var/lib/kubelet/r"],
+        ["--root", "/tmp/t", "--pod-uid", "p-1", "--timeout", "2.5", "--ready", "--cdi-dir", "/c"],
+    ],
+    ids=["bare", "chart", "every-flag"],
+)
+def test_the_probes_own_parser_reads_what_the_whole_one_reads(
+    args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`tessera plugin probe` is parsed without the daemon's flags: every value it gets (the probe's, and the
+    logging defaults the daemon's parser would set) is the one the whole parser gives."""
+    monkeypatch.setenv("POD_UID", "from-env")
+    whole = vars(build_parser().parse_args(["plugin", "probe", *args]))
+    alone = vars(cli.build_parser(PROBE_COMMANDS, only="plugin").parse_args(["plugin", "probe", *args]))
+    assert alone == {k: whole[k] for k in alone}
+    assert {"handler", "root", "pod_uid", "timeout", "ready", "log_format", "log_level"} <= alone.keys()
 
 
 def _paths(parser: argparse.ArgumentParser, above: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
