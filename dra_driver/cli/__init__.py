@@ -97,12 +97,15 @@ def main(
     parser = build_parser(extra, only=given[0] if given else "")
     parser.set_defaults(**(defaults or {}))
     args = parser.parse_args(given)
-    from dra_driver.io.logs import configure
     from dra_driver.vocabulary.errors import TesseraError
 
     # Before any subcommand runs: its log lines go to stderr, its data alone to stdout. The daemons' own
-    # --log-level/--log-format apply; the other subcommands log at info, readable.
-    configure(level=getattr(args, "log_level", "info"), fmt=getattr(args, "log_format", "console"))
+    # --log-level/--log-format apply; the other subcommands log at info, readable. One that logs nothing
+    # says `logs=False` and skips structlog (the liveness probe, every 30 s on every node).
+    if getattr(args, "logs", True):
+        from dra_driver.io.logs import configure
+
+        configure(level=getattr(args, "log_level", "info"), fmt=getattr(args, "log_format", "console"))
     handler: Handler = args.handler
     try:
         return handler(args)

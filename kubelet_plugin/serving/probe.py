@@ -16,14 +16,7 @@ from dataclasses import dataclass
 
 from dra_driver.vocabulary.names import DRIVER_NAME
 from kubelet_plugin.node.paths import PluginPaths
-from kubelet_plugin.serving.options import (
-    LOG_FORMAT,
-    LOG_LEVEL,
-    DaemonOptions,
-    add_path_arguments,
-    with_paths,
-)
-from kubelet_plugin.serving.readiness import is_ready
+from kubelet_plugin.serving.options import DaemonOptions, add_path_arguments, with_paths
 
 DEFAULT_TIMEOUT_S = 5.0
 EXIT_HEALTHY, EXIT_UNHEALTHY = 0, 1
@@ -102,7 +95,8 @@ def add_probe_command(plugin_parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="readiness: also registered with the kubelet and the pool published (exit 1 until then)",
     )
-    p.set_defaults(handler=run_from_args)
+    # it logs nothing (its one line goes to stderr itself): `tessera` leaves structlog unloaded
+    p.set_defaults(handler=run_from_args, logs=False)
 
 
 def add_plugin_with_probe_alone(
@@ -110,10 +104,15 @@ def add_plugin_with_probe_alone(
 ) -> None:
     """`tessera plugin` holding only `probe`, for `tessera plugin probe` (kubelet_plugin.command): the
     DaemonSet runs it every 30 s on every node, and the daemon's own flags would import every host part to
-    read theirs. The probe's parser and its name are the same, and so are the daemon's logging defaults."""
-    parser = subparsers.add_parser("plugin", help=help)
-    parser.set_defaults(log_format=LOG_FORMAT, log_level=LOG_LEVEL)
-    add_probe_command(parser)
+    read theirs. The probe's parser and its name are the same."""
+    add_probe_command(subparsers.add_parser("plugin", help=help))
+
+
+def _is_ready(paths: PluginPaths) -> bool:
+    # readiness.py writes the marker and logs (structlog): only `--ready` loads it, not the liveness probe
+    from kubelet_plugin.serving.readiness import is_ready  # noqa: PLC0415
+
+    return is_ready(paths.ready_file)
 
 
 def run_from_args(args: argparse.Namespace) -> int:
@@ -122,7 +121,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         return EXIT_UNHEALTHY
     paths = with_paths(DaemonOptions(node_name=""), args).paths()
     result = probe(paths, timeout=args.timeout)
-    if result.healthy and args.ready and not is_ready(paths.ready_file):
+    if result.healthy and args.ready and not _is_ready(paths):
         result = ProbeResult(
             False, f"not ready: not yet registered with the kubelet and published ({paths.ready_file})"
         )

@@ -80,7 +80,8 @@ def test_a_tessera_process_does_not_load_rich() -> None:
 
 def test_the_liveness_probe_loads_neither_the_daemon_nor_the_host_parts(tmp_path: Path) -> None:
     """`tessera plugin probe` with the chart's arguments, every 30 s on every node: it runs (and finds no
-    socket here), without the daemon, the host parts whose flags `tessera plugin` reads, or their metrics."""
+    socket here), without the daemon, the host parts whose flags `tessera plugin` reads, their metrics, or
+    structlog (it logs nothing: its one line goes to stderr itself)."""
     modules = _modules_after(
         "from kubelet_plugin.command import main\n"
         f"assert main(['plugin', 'probe', '--kubelet-plugins-dir={tmp_path}/plugins',"
@@ -96,6 +97,7 @@ def test_the_liveness_probe_loads_neither_the_daemon_nor_the_host_parts(tmp_path
         "cdi",
         "yaml",
         "kubernetes",
+        "structlog",
     )
     assert [p for p in unneeded if _loaded(modules, p)] == []
 
@@ -112,13 +114,14 @@ def test_the_liveness_probe_loads_neither_the_daemon_nor_the_host_parts(tmp_path
 def test_the_probes_own_parser_reads_what_the_whole_one_reads(
     args: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`tessera plugin probe` is parsed without the daemon's flags: every value it gets (the probe's, and the
-    logging defaults the daemon's parser would set) is the one the whole parser gives."""
+    """`tessera plugin probe` is parsed without the daemon's flags: every value it gets is the one the whole
+    parser gives, and it asks `tessera` to leave logging alone either way."""
     monkeypatch.setenv("POD_UID", "from-env")
     whole = vars(build_parser().parse_args(["plugin", "probe", *args]))
     alone = vars(cli.build_parser(PROBE_COMMANDS, only="plugin").parse_args(["plugin", "probe", *args]))
     assert alone == {k: whole[k] for k in alone}
-    assert {"handler", "root", "pod_uid", "timeout", "ready", "log_format", "log_level"} <= alone.keys()
+    assert {"handler", "root", "pod_uid", "timeout", "ready", "logs"} <= alone.keys()
+    assert alone["logs"] is False
 
 
 def _paths(parser: argparse.ArgumentParser, above: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
