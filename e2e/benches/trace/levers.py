@@ -35,7 +35,13 @@ def levers(mix: Mix) -> dict[str, Lever]:
     """The levers by name: kube-scheduler alone; the extender as it was (GPUs alone, the mix learned from
     the pods placed, min-max scores); FGD's measure (CPU and memory counted) with min-max scores, or with a
     unit of growth per point (`u100`: 100 thousandths of a GPU) at several weights; the learned mix; pods
-    without a GPU scored too."""
+    without a GPU scored too (`cpupods`); and with kube-scheduler's spreading of CPU and memory turned off
+    (`nospread`: NodeResourcesFit's and BalancedAllocation's scores disabled, as the shipped
+    deploy/scheduler/kube-scheduler-extender-config.yaml does; `nospread-u2-w25` is what ships), without
+    scoring CPU-only pods (`gpupods`), without DynamicResources' score (`nodra`), or keeping the spreading
+    for CPU-only pods alone (`gpuprofile`, as a second scheduler profile for GPU pods would). `fgd-policy`
+    is no configuration of kube-scheduler: FGD's own choice (the node of least growth, ties at random) for
+    reference, with the allocator's placement inside the node."""
     found = [
         Lever("default"),
         Lever("gpu-only-minmax-w10", weight=10, cpu_memory=False, mix=None),
@@ -44,6 +50,18 @@ def levers(mix: Mix) -> dict[str, Lever]:
         *(Lever(f"fgd-u{u}-w10", weight=10, mix=mix, unit=u) for u in (50, 250)),
         Lever("fgd-learned-u100-w10", weight=10, mix=None, unit=100),
         Lever("fgd-cpupods-u100-w10", weight=10, mix=mix, unit=100, cpu_pods=True),
+        *(Lever(f"fgd-cpupods-u{u}-w25", weight=25, mix=mix, unit=u, cpu_pods=True) for u in (2, 10)),
+        *(
+            Lever(f"nospread-u{u}-w25", weight=25, mix=mix, unit=u, cpu_pods=True, spread=False)
+            for u in (1, 2, 5, 10, 25, 50, 100)
+        ),
+        Lever("nospread-u2-w5", weight=5, mix=mix, unit=2, cpu_pods=True, spread=False),
+        Lever("nospread-gpupods-u2-w25", weight=25, mix=mix, unit=2, spread=False),
+        Lever(
+            "nospread-nodra-u2-w25", weight=25, mix=mix, unit=2, cpu_pods=True, spread=False, dra_score=False
+        ),
+        Lever("gpuprofile-u2-w25", weight=25, mix=mix, unit=2, spread=False, spread_cpu_pods=True),
+        Lever("fgd-policy", weight=1, mix=mix, cpu_pods=True, fgd_policy=True),
     ]
     return {lever.name: lever for lever in found}
 

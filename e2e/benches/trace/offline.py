@@ -23,6 +23,7 @@ side by side.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from collections.abc import Sequence
@@ -64,6 +65,10 @@ class Lever:
     mix: Mix | None = None
     cpu_pods: bool = False
     unit: float | None = None  # node_scores' unit (None: min-max)
+    spread: bool = True  # the default profile's NodeResourcesFit and BalancedAllocation scores
+    spread_cpu_pods: bool = False  # those scores for pods without a GPU even when not `spread`
+    dra_score: bool = True  # DynamicResources' score (its firstAvailable preference)
+    fgd_policy: bool = False  # FGD's own policy: the least growth wins, no other score (not kube-scheduler)
 
 
 @dataclass(slots=True)
@@ -139,10 +144,9 @@ def learned_mix(placed: Counter[Typical], own: Typical | None) -> dict[Typical, 
     return mix
 
 
-def extender_scores(nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix) -> list[int]:
+def growths(nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix) -> dict[str, float | None]:
+    """How much placing `pod` raises each node's fragmentation (None: its GPUs do not take it)."""
     demand = demand_of(pod)
-    if lever.weight <= 0 or (demand is None and not lever.cpu_pods):
-        return [0] * len(nodes)
     grown: dict[str, float | None] = {}
     for n in nodes:
         room = n.room() if lever.cpu_memory else None
@@ -154,8 +158,34 @@ def extender_scores(nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix
         if n.before is None or lever.mix is None:
             n.before = fragmentation(n.gpus, mix, room)
         grown[n.trace.name] = fragmentation(after, mix, left) - n.before
-    scores = node_scores(grown, unit=lever.unit)
+    return grown
+
+
+def extender_scores(nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix) -> list[int]:
+    if lever.weight <= 0 or (demand_of(pod) is None and not lever.cpu_pods):
+        return [0] * len(nodes)
+    scores = node_scores(growths(nodes, pod, lever, mix), unit=lever.unit)
     return [scores[n.trace.name] * lever.weight * 10 for n in nodes]
+
+
+def totals(
+    nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix, models: Sequence[str]
+) -> list[float]:
+    """Each candidate's total score, the highest wins: kube-scheduler's plugins' and the extender's, or for
+    `fgd_policy` the growth alone, unscaled (the least wins)."""
+    if lever.fgd_policy:
+        grown = growths(nodes, pod, lever, mix)
+        return [-math.inf if (g := grown[n.trace.name]) is None else -g for n in nodes]
+    spread = lever.spread or (lever.spread_cpu_pods and pod.ask is Ask.CPU)
+    return [
+        d + f + e
+        for d, f, e in zip(
+            (default_score(n, pod) if spread else 0 for n in nodes),
+            first_available_scores(nodes, pod, models) if lever.dra_score else [0] * len(nodes),
+            extender_scores(nodes, pod, lever, mix),
+            strict=True,
+        )
+    ]
 
 
 def _place(node: ModelNode, pod: TracePod) -> None:
@@ -192,17 +222,9 @@ def replay_offline(
         if len(candidates) == 1:  # kube-scheduler scores nothing then
             chosen = candidates[0]
         else:
-            totals = [
-                d + f + e
-                for d, f, e in zip(
-                    (default_score(n, pod) for n in candidates),
-                    first_available_scores(candidates, pod, models),
-                    extender_scores(candidates, pod, lever, mix),
-                    strict=True,
-                )
-            ]
-            best = max(totals)
-            chosen = rng.choice([n for n, t in zip(candidates, totals, strict=True) if t == best])
+            scored = totals(candidates, pod, lever, mix, models)
+            best = max(scored)
+            chosen = rng.choice([n for n, t in zip(candidates, scored, strict=True) if t == best])
         _place(chosen, pod)
         if own is not None:
             placed[own] += 1

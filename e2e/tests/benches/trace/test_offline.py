@@ -13,6 +13,7 @@ from e2e.benches.trace.offline import (
     default_score,
     first_available_scores,
     replay_offline,
+    totals,
 )
 from e2e.benches.trace.records import TraceNode, TracePod
 from e2e.benches.trace.replay import Arrival
@@ -57,6 +58,28 @@ def test_counting_cpu_the_extender_keeps_a_node_whole_for_a_two_gpu_pod() -> Non
     assert fgd == [(500, True), (2000, True)]
 
 
+def test_without_spreading_the_extender_decides_and_fgd_policy_takes_the_least_growth() -> None:
+    """The nodes of the test above, the share first: growth +500 on roomy, -500 on starved. The default
+    profile scores roomy 198 and starved 182 (one model: DynamicResources scores nothing); with spreading
+    off (`spread=False`, as deploy/scheduler/kube-scheduler-extender-config.yaml ships) only the extender's
+    score counts: starved 10 x 25 x 10, roomy 0 (1000 thousandths of growth more, a point per 2); FGD's own
+    policy is the growth itself, negated."""
+    roomy = ModelNode(TraceNode("roomy", 64000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    starved = ModelNode(TraceNode("starved", 6000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    share = TracePod("s", 1000, 1024, 1, 500)
+    both = [roomy, starved]
+    assert totals(both, share, Lever("default"), WHOLE_8_CPUS, ["T4"]) == [198, 182]
+    with_spread = Lever("s", weight=25, mix=WHOLE_8_CPUS, unit=2)
+    assert totals(both, share, with_spread, WHOLE_8_CPUS, ["T4"]) == [198, 182 + 2500]
+    nospread = Lever("n", weight=25, mix=WHOLE_8_CPUS, unit=2, spread=False)
+    assert totals(both, share, nospread, WHOLE_8_CPUS, ["T4"]) == [0, 2500]
+    policy = Lever("p", weight=1, mix=WHOLE_8_CPUS, fgd_policy=True)
+    assert totals(both, share, policy, WHOLE_8_CPUS, ["T4"]) == [-500.0, 500.0]
+    # a pod without a GPU: unscored by the extender unless cpu_pods, so with spreading off every node ties
+    cpu_pod = TracePod("c", 1000, 1024, 0, 0)
+    assert totals(both, cpu_pod, nospread, WHOLE_8_CPUS, ["T4"]) == [0, 0]
+
+
 trace_pods = st.lists(
     st.builds(
         lambda k, cpu, gpu: TracePod(f"p{k}", cpu, 1024, gpu[0], gpu[1]),
@@ -83,6 +106,8 @@ levers = st.sampled_from(
         Lever("g", weight=10, cpu_memory=False, mix=None),
         Lever("f", weight=5, mix={Typical(Share(500), cpu_milli=4000): 2.0, **WHOLE_8_CPUS}, unit=100),
         Lever("c", weight=2, mix=WHOLE_8_CPUS, unit=100, cpu_pods=True),
+        Lever("n", weight=25, mix=WHOLE_8_CPUS, unit=2, cpu_pods=True, spread=False),
+        Lever("p", weight=1, mix=WHOLE_8_CPUS, cpu_pods=True, fgd_policy=True),
     ]
 )
 
