@@ -18,6 +18,7 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
+from urllib3.exceptions import ProtocolError
 
 from dra_driver.core.profiles import GpuProduct
 from e2e.benches.trace.cluster import LABEL, TraceCluster
@@ -80,24 +81,33 @@ class Verdicts:
                 time.sleep(0.5)
                 continue
             self._ready.set()
-            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
-                if not line:
-                    continue
-                event = json.loads(line)
-                if event.get("type") == "ERROR":  # e.g. 410 Gone: start over from a fresh list
-                    self._version = None
-                    break
-                pod = event["object"]
-                self._version = pod.get("metadata", {}).get("resourceVersion", self._version)
-                name = pod.get("metadata", {}).get("name")
-                verdict = self.verdict(pod) if event.get("type") != "BOOKMARK" else None
-                if name and verdict:
-                    with self._changed:
-                        self.verdicts.setdefault(name, verdict)
-                        self._changed.notify_all()
-                if self._stop.is_set():
-                    break
-            response.release_conn()
+            try:
+                self._follow(response)
+            except (ProtocolError, OSError) as e:  # the stream broke: the API server stopped, or a blip
+                if not self._stop.is_set():
+                    log.warning("trace.watch_retry", error=str(e))
+                    time.sleep(0.5)
+            finally:
+                response.release_conn()
+
+    def _follow(self, response: Any) -> None:
+        for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+            if not line:
+                continue
+            event = json.loads(line)
+            if event.get("type") == "ERROR":  # e.g. 410 Gone: start over from a fresh list
+                self._version = None
+                return
+            pod = event["object"]
+            self._version = pod.get("metadata", {}).get("resourceVersion", self._version)
+            name = pod.get("metadata", {}).get("name")
+            verdict = self.verdict(pod) if event.get("type") != "BOOKMARK" else None
+            if name and verdict:
+                with self._changed:
+                    self.verdicts.setdefault(name, verdict)
+                    self._changed.notify_all()
+            if self._stop.is_set():
+                return
 
     def wait(self, name: str, *, timeout_s: float) -> str | None:
         with self._changed:
