@@ -32,7 +32,7 @@ from scheduler_extender.server import ExtenderServer
 
 log = structlog.get_logger()
 SHIPPED_MIX = "mixes/openb.csv"  # the openb trace's requests (scheduler_extender/mix.py)
-UNIT = 100.0  # thousandths of a GPU of growth per point (docs/performance.md: the lever table)
+UNIT = 2.0  # thousandths of a GPU of growth per point (docs/performance.md: the lever table)
 
 
 def keep_claim(claim: Obj) -> Obj:
@@ -76,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--score-cpu-pods",
-        action="store_true",
-        help="score pods that ask for no GPU too (by the GPUs they strand)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="score pods that ask for no GPU too, by the GPUs their CPU and memory would strand (the shipped "
+        "scheduler configuration turns kube-scheduler's own spreading off and needs it)",
     )
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--log-format", choices=("json", "console"), default="console")

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from dra_driver.io.logs import configure
 from e2e.benches.trace.cluster import trace_cluster
-from e2e.benches.trace.extender import extender_stats
+from e2e.benches.trace.extender import REPO, SHIPPED, extender_stats
 from e2e.benches.trace.gpu_models import model
 from e2e.benches.trace.inputs import add_trace_arguments, load_trace, smoke_inputs
 from e2e.benches.trace.replay import MARKS, Point, arrival_order, at, curve, median_at
@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--extender",
         action="store_true",
-        help="run Tessera's scheduler extender beside kube-scheduler, configured as "
-        "deploy/scheduler/kube-scheduler-extender-config.yaml says (on top of --scheduler-config)",
+        help="run Tessera's scheduler extender beside kube-scheduler with "
+        "deploy/scheduler/kube-scheduler-extender-config.yaml as it ships (with --scheduler-config: that "
+        "configuration plus the shipped extender stanza)",
     )
     args = parser.parse_args(argv)
     smoke_inputs(args)
@@ -111,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
             scheduler_configuration = load_scheduler_configuration(args.scheduler_config)
         except ControlPlaneError as e:
             parser.error(f"{e} (SCHEDULER_CONFIG=<file>)")
+    # with the extender and no file of the user's: the shipped one, whole (e2e.benches.trace.extender)
+    config_name = args.scheduler_config or (SHIPPED.relative_to(REPO) if args.extender else "default")
     models = [model(m) for m in sorted({n.model for n in nodes if n.gpus})]
     cluster_milli = sum(n.gpu_milli for n in nodes)
     gpus = Counter(n.model for n in nodes for _ in range(n.gpus))
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# bench-trace: trace={args.trace.name} pods={len(pods)} nodes={len(nodes)} "
         f"gpus={sum(gpus.values())} sample={args.sample:g} seeds={args.seeds} "
-        f"settings={args.settings or 'default'} scheduler_config={args.scheduler_config or 'default'} "
+        f"settings={args.settings or 'default'} scheduler_config={config_name} "
         f"extender={'yes' if args.extender else 'no'} "
         f"load={_load()}",
         flush=True,

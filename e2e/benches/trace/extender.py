@@ -28,10 +28,15 @@ def free_port() -> int:
 
 
 def with_extender_at(configuration: Mapping[str, object] | None, port: int) -> dict[str, object]:
-    """`configuration` (None: the defaults) with the shipped extender stanza, its URL at 127.0.0.1:`port`."""
-    stanzas: Any = load_scheduler_configuration(SHIPPED)["extenders"]
-    base = dict(configuration or {"apiVersion": SCHEDULER_API, "kind": "KubeSchedulerConfiguration"})
-    base["extenders"] = [{**stanza, "urlPrefix": f"http://127.0.0.1:{port}/"} for stanza in stanzas]
+    """The shipped configuration as a user installs it (None), or `configuration` with the shipped extender
+    stanza added (a lever on top of another configuration); its URL at 127.0.0.1:`port`."""
+    shipped: dict[str, Any] = dict(load_scheduler_configuration(SHIPPED))
+    base = dict(configuration) if configuration is not None else shipped
+    base.setdefault("apiVersion", SCHEDULER_API)
+    base.setdefault("kind", "KubeSchedulerConfiguration")
+    base["extenders"] = [
+        {**stanza, "urlPrefix": f"http://127.0.0.1:{port}/"} for stanza in shipped["extenders"]
+    ]
     return base
 
 

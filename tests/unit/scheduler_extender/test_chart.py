@@ -61,7 +61,13 @@ def test_on_two_replicas_run_the_extender_from_the_image_behind_its_service() ->
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/tessera-dev/tessera:0.1.0"
     assert container["command"] == ["python3", "-m", "scheduler_extender"]
-    assert container["args"] == ["--port=8888", "--unit=100", "--log-format=json", "--log-level=info"]
+    assert container["args"] == [
+        "--port=8888",
+        "--unit=2",
+        "--score-cpu-pods",
+        "--log-format=json",
+        "--log-level=info",
+    ]
     # the image's packages are where image.json puts them (its launcher adds them; python3 -m needs them)
     site = json.loads((ROOT / "deploy" / "image" / "image.json").read_text())["paths"]["site"]
     assert {"name": "PYTHONPATH", "value": site} in container["env"]
@@ -111,7 +117,7 @@ def test_rbac_is_exactly_list_and_watch_on_the_four_kinds_it_watches() -> None:
 def test_the_values_reach_its_flags_the_service_and_the_probes() -> None:
     objs = render(
         *ON, "--set", "schedulerExtender.replicas=3", "--set", "schedulerExtender.port=9999",
-        "--set", "schedulerExtender.unit=50", "--set", "schedulerExtender.scoreCpuPods=true",
+        "--set", "schedulerExtender.unit=50", "--set", "schedulerExtender.scoreCpuPods=false",
         "--set", "logLevel=debug", "--set", "schedulerExtender.clusterIP=10.96.0.88",
         "--set", "apiServer.host=10.0.0.1",
     )  # fmt: skip
@@ -120,7 +126,7 @@ def test_the_values_reach_its_flags_the_service_and_the_probes() -> None:
     assert container["args"] == [
         "--port=9999",
         "--unit=50",
-        "--score-cpu-pods",
+        "--no-score-cpu-pods",
         "--log-format=json",
         "--log-level=debug",
     ]
