@@ -13,52 +13,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
-from e2e.benches.trace.cluster import LABEL, TraceCluster, trace_cluster
+from e2e.benches.trace.cluster import trace_cluster
 from e2e.benches.trace.extender import extender_stats
-from e2e.benches.trace.gpu_models import model
-from e2e.benches.trace.kube_objects import claim_object, pod_object
 from e2e.benches.trace.records import TracePod, parse_nodes
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.flags import load_scheduler_configuration
 from e2e.controlplane.processes import stop_record
 from e2e.controlplane.pytest_fixture import wait_for_service_account
+from e2e.scenarios.own_plane.extender_pods import NAMESPACE, NODES, node_of, run_pod
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[3]
-NODES = """sn,cpu_milli,memory_mib,gpu,model
-ext-a,16000,65536,2,T4
-ext-b,16000,65536,2,T4
-ext-c,16000,65536,1,T4
-"""
-NAMESPACE = "extender"
-HOSTNAME = "kubernetes.io/hostname"
-
-
-def _run(cluster: TraceCluster, name: str, pod: TracePod, *, node: str | None = None) -> None:
-    api = cluster.api
-    claim = claim_object(pod, name=name, models=[model("T4")])
-    k8s.ResourceV1Api(api).create_namespaced_resource_claim(
-        NAMESPACE, k8s.ResourceV1ResourceClaim.model_validate(claim)
-    )
-    selector = {LABEL: "true", **({HOSTNAME: node} if node else {})}
-    body = pod_object(pod, name=name, claim=name, node_selector=selector)
-    k8s.CoreV1Api(api).create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate(body))
-
-
-def _node_of(cluster: TraceCluster, name: str, *, timeout_s: float = 60.0) -> str:
-    core = k8s.CoreV1Api(cluster.api)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found: Any = core.read_namespaced_pod(name, NAMESPACE)
-        if found.spec.node_name:
-            return str(found.spec.node_name)
-        time.sleep(0.5)
-    raise AssertionError(f"pod {name} was not bound within {timeout_s}s")
 
 
 @pytest.mark.timeout(420)
@@ -83,16 +52,16 @@ def test_the_extender_steers_a_share_to_fill_a_gpu_and_scheduling_goes_on_withou
         half = TracePod(name="half", cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=500)
         whole = TracePod(name="whole", cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=1000)
         busy = TracePod(name="busy", cpu_milli=12000, memory_mib=1024, num_gpu=1, gpu_milli=500)
-        _run(cluster, "whole", whole, node="ext-c")
-        _run(cluster, "first-half", busy, node="ext-a")
-        assert _node_of(cluster, "whole") == "ext-c" and _node_of(cluster, "first-half") == "ext-a"
+        run_pod(cluster, "whole", whole, node="ext-c")
+        run_pod(cluster, "first-half", busy, node="ext-a")
+        assert node_of(cluster, "whole") == "ext-c" and node_of(cluster, "first-half") == "ext-a"
         time.sleep(2)  # the extender's watch sees both allocations
 
-        _run(cluster, "second-half", half)
-        assert _node_of(cluster, "second-half") == "ext-a"  # on b, a whole GPU would be broken
+        run_pod(cluster, "second-half", half)
+        assert node_of(cluster, "second-half") == "ext-a"  # on b, a whole GPU would be broken
         assert extender_stats(cluster.extender_port).get("prioritized", 0) >= 1
 
         stop_record(cluster.extender, grace_s=5.0)
         cluster.extender = None
-        _run(cluster, "third-half", half)
-        assert _node_of(cluster, "third-half") in {"ext-a", "ext-b"}  # scheduled on, the extender ignored
+        run_pod(cluster, "third-half", half)
+        assert node_of(cluster, "third-half") in {"ext-a", "ext-b"}  # scheduled on, the extender ignored

@@ -23,10 +23,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from e2e.benches.trace.cluster import LABEL, TraceCluster, trace_cluster
+from e2e.benches.trace.cluster import TraceCluster, trace_cluster
 from e2e.benches.trace.extender import extender_stats, free_port, with_extender_at
-from e2e.benches.trace.gpu_models import model
-from e2e.benches.trace.kube_objects import claim_object, pod_object
 from e2e.benches.trace.records import TracePod, parse_nodes
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.flags import load_scheduler_configuration
@@ -37,19 +35,12 @@ from e2e.controlplane.state import ComponentRecord
 from e2e.harness.kube import Json, Kubectl
 from e2e.harness.node import spawn_python
 from e2e.harness.webhook import helm_binary
+from e2e.scenarios.own_plane.extender_pods import NAMESPACE, NODE_NAMES, NODES, node_of, run_pod
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[3]
-NODES = """sn,cpu_milli,memory_mib,gpu,model
-ext-a,16000,65536,2,T4
-ext-b,16000,65536,2,T4
-ext-c,16000,65536,1,T4
-"""
-NAMESPACE = "extender"
 RELEASE_NAMESPACE = "tessera-system"
 NAME = "tessera-scheduler-extender"
-HOSTNAME = "kubernetes.io/hostname"
-NODE_NAMES = ["ext-a", "ext-b", "ext-c"]
 
 
 def chart_objects() -> list[Json]:
@@ -122,33 +113,6 @@ def prioritize(port: int, body: Json) -> list[Json]:
     with urllib.request.urlopen(request, timeout=10) as answer:
         scores: list[Json] = json.loads(answer.read())
     return scores
-
-
-def run_pod(
-    cluster: TraceCluster, name: str, pod: TracePod, *, node: str | None = None, make_pod: bool = True
-) -> Json:
-    claim = claim_object(pod, name=name, models=[model("T4")])
-    k8s.ResourceV1Api(cluster.api).create_namespaced_resource_claim(
-        NAMESPACE, k8s.ResourceV1ResourceClaim.model_validate(claim)
-    )
-    body = pod_object(
-        pod, name=name, claim=name, node_selector={LABEL: "true", **({HOSTNAME: node} if node else {})}
-    )
-    body["metadata"]["namespace"] = NAMESPACE
-    if make_pod:
-        k8s.CoreV1Api(cluster.api).create_namespaced_pod(NAMESPACE, k8s.V1Pod.model_validate(body))
-    return body
-
-
-def node_of(cluster: TraceCluster, name: str, *, timeout_s: float = 60.0) -> str:
-    core = k8s.CoreV1Api(cluster.api)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found: Any = core.read_namespaced_pod(name, NAMESPACE)
-        if found.spec.node_name:
-            return str(found.spec.node_name)
-        time.sleep(0.5)
-    raise AssertionError(f"pod {name} was not bound within {timeout_s}s")
 
 
 @pytest.mark.timeout(480)
