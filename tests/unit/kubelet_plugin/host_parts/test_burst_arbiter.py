@@ -26,6 +26,7 @@ from kubelet_plugin.host_parts.vgpu import GpuSharing, pacing
 from kubelet_plugin.host_parts.vgpu.arbiter import IDLE_NS, Arbiter, ArbitratedGpu, run
 from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.record.checkpoint import Checkpoint, ClaimEntry, ClaimState
+from tests.support.loop_rounds import LoopRounds
 
 UUID = "GPU-0"
 MS = 1_000_000
@@ -194,33 +195,19 @@ def test_the_loop_polls_while_a_view_can_change_and_sleeps_until_woken_otherwise
     dirs = (tmp_path / "a", tmp_path / "b")
     for d in dirs:
         region(d, 0)
-    shared: list[ArbitratedGpu] = []
-    rounds: list[float] = []
-
-    def gpus() -> list[ArbitratedGpu]:
-        rounds.append(time.monotonic())
-        return list(shared)
-
-    def rounds_within(seconds: float) -> int:
-        before = len(rounds)
-        time.sleep(seconds)
-        return len(rounds) - before
-
-    def wait_for(n: int) -> bool:
-        deadline = time.monotonic() + 3.0
-        while len(rounds) < n and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return len(rounds) >= n
-
+    rounds: LoopRounds[ArbitratedGpu] = LoopRounds()
+    shared = rounds.given
     stop, wake = threading.Event(), threading.Event()
-    thread = threading.Thread(target=run, args=(stop, gpus, Arbiter()), kwargs={"wake": wake}, daemon=True)
+    thread = threading.Thread(
+        target=run, args=(stop, rounds.items, Arbiter()), kwargs={"wake": wake}, daemon=True
+    )
     thread.start()
     try:
-        assert wait_for(1)
-        assert rounds_within(0.5) <= 1  # no GPU shared: asleep (every POLL, ~50 rounds)
+        assert rounds.wait_for(1)
+        assert rounds.within(0.5) <= 1  # no GPU shared: asleep (every POLL, ~50 rounds)
         shared.append(ArbitratedGpu(UUID, view, (SharingClaim(1, 30), SharingClaim(2, 70)), dirs))
         wake.set()  # as GpuSharing.refresh does
-        assert wait_for(len(rounds) + 20)  # two claims share a GPU: a round every POLL
+        assert rounds.wait_for(len(rounds.at) + 20)  # two claims share a GPU: a round every POLL
         shared[0] = ArbitratedGpu(UUID, view, (SharingClaim(1, 30, ceiling=100),), dirs[:1])
         wake.set()
         deadline = time.monotonic() + 3.0
@@ -228,7 +215,7 @@ def test_the_loop_polls_while_a_view_can_change_and_sleeps_until_woken_otherwise
             time.sleep(0.01)
         assert layout(view) == [(1, 0, 0, 100)]  # one claim left: laid out once, IDLE_NS on
         time.sleep(0.05)  # (the round that wrote it, and the one after a wake it may have left set)
-        assert rounds_within(0.5) <= 1  # then asleep: nothing can change until its claims do
+        assert rounds.within(0.5) <= 1  # then asleep: nothing can change until its claims do
     finally:
         stop.set()
         wake.set()
