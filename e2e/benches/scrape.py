@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from kubelet_plugin.serving.node_observability import scrape
 from tests.support.claim_files import DirectoryClaimSource
 from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 from tests.support.kubelet_client import DraClient, register, wait_for_socket
+from tests.support.loopback import free_port
 from tests.support.node_metrics import NODE_FILE, metrics_for
 from tests.support.sample_claims import claim_ref, vgpu_claim
 
@@ -48,12 +48,6 @@ LIMITED = 16  # claims with an SM limit whose programs launch kernels
 def percentile(samples: Sequence[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_daemon(root: Path, port: int) -> subprocess.Popen[bytes]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import atexit
 import shutil
-import socket
 import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -36,6 +35,7 @@ from e2e.controlplane.processes import Component, spawn, stop_component, stop_re
 from e2e.controlplane.readiness import insecure_context, wait_for_http_ok, wait_until
 from e2e.controlplane.releases import Release
 from e2e.controlplane.state import ControlPlaneState, load_state, save_state, state_path
+from tests.support.loopback import free_ports
 
 log = structlog.get_logger(__name__)
 
@@ -53,19 +53,6 @@ _GENERATED = (
     "scheduler.kubeconfig",
     "scheduler-config.yaml",
 )
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class ControlPlane:
@@ -391,7 +378,7 @@ def start_control_plane(
         else:
             path.unlink(missing_ok=True)
     pki = make_pki(state_dir / "pki")
-    ports = _free_ports(5)
+    ports = free_ports(5)
     plane = ControlPlane(
         state_dir=state_dir,
         binaries=binaries,

@@ -10,7 +10,6 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.runtime_record import PodRuntime, find_record
 from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL, mps_dir_for, stop_mps_daemons
 from tests.support.doubles.fake_nvml import FakeNvmlNode
+from tests.support.loopback import free_port
 
 log = structlog.get_logger(__name__)
 
@@ -408,13 +408,6 @@ def cdi_specs_in(cdi_dir: Path) -> list[Path]:
 
 def entries_of(directory: Path) -> list[Path]:
     return sorted(directory.iterdir()) if directory.is_dir() else []
-
-
-def free_port() -> int:
-    """A loopback TCP port nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def node_kubeconfig(plane: Any, name: str) -> Path:

@@ -6,7 +6,6 @@ node and sets the release back after it."""
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +19,9 @@ from e2e.harness.node import driver_slices
 from e2e.harness.plugin_identity import SYSTEM_NS
 from e2e.realnode.chart import ADMISSION_LABELS, CHART, RELEASE
 from e2e.realnode.node import RealNode
+from tests.support.loopback import free_port
 
 log = structlog.get_logger(__name__)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def published_types(node: RealNode) -> set[str]:

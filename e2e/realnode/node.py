@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -55,6 +54,7 @@ from e2e.realnode.metrics import DraCounts, fetch_metrics, parse_dra_counts
 from e2e.realnode.namespaces import NodeNamespaces, NodeProcess
 from e2e.realnode.pod_logs import container_log_dir, probe_report
 from kubelet_plugin.node.paths import PluginPaths
+from tests.support.loopback import free_ports
 
 log = structlog.get_logger(__name__)
 
@@ -76,17 +76,6 @@ def short_root(base: Path = Path("/tmp")) -> Path:
             continue
         return root
     raise RealNodeError(f"no free short directory name under {base}")
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class RealNode:
@@ -122,8 +111,8 @@ class RealNode:
             helm=helm_binary(),
         )
         self.image = image_archive()
-        self._ports = KubeletPorts(*_free_ports(2))
-        (self.metrics_port,) = _free_ports(1)
+        self._ports = KubeletPorts(*free_ports(2))
+        (self.metrics_port,) = free_ports(1)
         self.install_started = self.install_s = (
             0.0  # `helm install`: when, and how long until the plugin served
         )

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import struct
 import subprocess
 import time
@@ -26,6 +25,7 @@ from kubelet_plugin.library_files.region import read_region
 from tests.support import tenant_container
 from tests.support.doubles.interceptor_programs import TCUDA, container_view, env, start
 from tests.support.kubelet_client import DraClient
+from tests.support.loopback import free_port
 from tests.support.node_metrics import metrics_for
 from tests.support.plugin_process import REPO, PluginProcess, cleanup, short_root
 from tests.support.sample_claims import claim_ref, vgpu_claim
@@ -39,12 +39,6 @@ POOL = "node-a"
 GPU0 = "GPU-7e55e7a0-1234-4567-89ab-cdef00000000"
 MiB = 1 << 20
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int, path: str = "/metrics") -> tuple[int, str]:

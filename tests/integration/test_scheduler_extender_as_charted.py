@@ -12,13 +12,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.support.loopback import http_status
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "tessera"
@@ -48,14 +48,6 @@ def charted_container(values: Path) -> dict[str, Any]:
     [deployment] = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "Deployment"]
     container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
     return container
-
-
-def get(port: int, path: str) -> int:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as e:
-        return e.code
 
 
 def logged(log: Path, process: subprocess.Popen[bytes], name: str, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -92,8 +84,8 @@ def test_the_extender_runs_as_the_chart_starts_it(tmp_path: Path) -> None:
         )
     try:
         port = int(logged(log, process, "extender serving")["port"])
-        assert get(port, "/healthz") == 200  # the liveness probe: alive, whatever the API server does
-        assert get(port, "/readyz") == 503  # the readiness probe: not scoring from an empty view
+        assert http_status(port, "/healthz") == 200  # the liveness probe: alive, whatever the API server does
+        assert http_status(port, "/readyz") == 503  # the readiness probe: not scoring from an empty view
         scoring = logged(log, process, "scoring")
         # the mounted mix's two shapes (not openb's), and the chart's defaults for the shipped configuration
         assert (scoring["kinds"], scoring["unit"], scoring["cpu_pods"]) == (2, 2.0, True)

@@ -20,7 +20,7 @@ from dra_driver.core.slices import build_slices
 from dra_driver.io.settings_file import load_settings
 from e2e.benches.meters import total_use
 from e2e.benches.scale.cluster import list_pools, pool_shape
-from e2e.benches.trace.extender import free_port, start_extender, with_extender_at
+from e2e.benches.trace.extender import start_extender, with_extender_at
 from e2e.benches.trace.publishers import inventory_of
 from e2e.benches.trace.records import TraceNode
 from e2e.controlplane.binaries import Binaries
@@ -32,6 +32,7 @@ from e2e.controlplane.state import ComponentRecord
 from e2e.harness.kube import WaitTimeoutError
 from e2e.harness.node import spawn_python
 from e2e.harness.testbed import make_testbed
+from tests.support.loopback import free_port
 
 log = structlog.get_logger(__name__)
 

@@ -4,7 +4,6 @@ local port, the shipped configuration's extender stanza pointed at it."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -19,12 +18,6 @@ from e2e.harness.node import spawn_python
 
 REPO = Path(__file__).resolve().parents[3]
 SHIPPED = REPO / "deploy" / "scheduler" / "kube-scheduler-extender-config.yaml"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def with_extender_at(configuration: Mapping[str, object] | None, port: int) -> dict[str, object]:

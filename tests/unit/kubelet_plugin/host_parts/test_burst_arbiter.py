@@ -197,12 +197,7 @@ def test_the_loop_polls_while_a_view_can_change_and_sleeps_until_woken_otherwise
         region(d, 0)
     rounds: LoopRounds[ArbitratedGpu] = LoopRounds()
     shared = rounds.given
-    stop, wake = threading.Event(), threading.Event()
-    thread = threading.Thread(
-        target=run, args=(stop, rounds.items, Arbiter()), kwargs={"wake": wake}, daemon=True
-    )
-    thread.start()
-    try:
+    with rounds.running(run, Arbiter()) as wake:
         assert rounds.wait_for(1)
         assert rounds.within(0.5) <= 1  # no GPU shared: asleep (every POLL, ~50 rounds)
         shared.append(ArbitratedGpu(UUID, view, (SharingClaim(1, 30), SharingClaim(2, 70)), dirs))
@@ -216,9 +211,4 @@ def test_the_loop_polls_while_a_view_can_change_and_sleeps_until_woken_otherwise
         assert layout(view) == [(1, 0, 0, 100)]  # one claim left: laid out once, IDLE_NS on
         time.sleep(0.05)  # (the round that wrote it, and the one after a wake it may have left set)
         assert rounds.within(0.5) <= 1  # then asleep: nothing can change until its claims do
-    finally:
-        stop.set()
-        wake.set()
-        thread.join(2.0)
-    assert not thread.is_alive()
     view.close()

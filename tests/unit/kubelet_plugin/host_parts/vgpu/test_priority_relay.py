@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -22,10 +21,7 @@ def test_the_relay_polls_only_while_a_gpu_has_a_high_priority_claim(
     rounds: LoopRounds[RelayedGpu] = LoopRounds()
     relayed = rounds.given
 
-    stop, wake = threading.Event(), threading.Event()
-    thread = threading.Thread(target=run, args=(stop, rounds.items), kwargs={"wake": wake}, daemon=True)
-    thread.start()
-    try:
+    with rounds.running(run) as wake:
         assert rounds.wait_for(1)
         assert rounds.within(0.5) <= 2  # no high-priority claim: asleep (every POLL: ~100 calls)
         relayed.append(RelayedGpu("GPU-0", view, (tmp_path / "high",)))
@@ -40,9 +36,4 @@ def test_the_relay_polls_only_while_a_gpu_has_a_high_priority_claim(
         wake.set()
         time.sleep(0.05)
         assert rounds.within(0.5) <= 2  # the claim left: asleep again
-    finally:
-        stop.set()
-        wake.set()
-        thread.join(2.0)
-    assert not thread.is_alive()
     view.close()
