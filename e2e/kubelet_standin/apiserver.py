@@ -2,91 +2,78 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import quote
 
 import structlog
-from kubernetes import client as k8s
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 from urllib3.exceptions import HTTPError
 
+from dra_driver.io.rest_calls import RestCalls, path
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.pod_status import now
 
 log = structlog.get_logger(__name__)
 
 Json = dict[str, Any]
-_MERGE = "application/merge-patch+json"
+PODS = "/api/v1/pods"
+POD = "/api/v1/namespaces/{namespace}/pods/{name}"
+EVENTS = "/api/v1/namespaces/{namespace}/events"
+CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 class GoneError(StandInError):
     """A watch's resource version is too old: list again."""
 
 
-def _load(response: Any) -> Json:
-    data: Json = json.loads(response.data)
-    return data
-
-
 class NodeApi:
     """What the kubelet of `node_name` reads and writes."""
 
-    def __init__(self, *, api: k8s.ApiClient, node_name: str) -> None:
+    def __init__(self, *, api: ApiClient, node_name: str) -> None:
         self.node_name = node_name
         self._api = api
-        self._core = k8s.CoreV1Api(api)
-        self._resource = k8s.ResourceV1Api(api)
+        self._rest = RestCalls(api)  # plain JSON: the typed API classes cost ~2 CPU-s of every start
 
     def _field(self) -> str:
         return f"spec.nodeName={self.node_name}"
 
     def list_pods(self) -> tuple[list[Json], str]:
         try:
-            data = _load(
-                self._core.list_pod_for_all_namespaces(field_selector=self._field(), _preload_content=False)
-            )
+            data = self._rest.get(PODS, fieldSelector=self._field())
         except (ApiException, HTTPError) as e:
             raise StandInError(f"listing pods of node {self.node_name} failed: {e}") from e
         return list(data.get("items") or []), str(data["metadata"]["resourceVersion"])
 
     def watch_pods(self, *, resource_version: str, timeout_s: int) -> Iterator[tuple[str, Json]]:
         """(event type, pod) until the server ends the watch; GoneError when `resource_version` expired."""
+        events = self._rest.watch(
+            PODS,
+            timeout_s=timeout_s,
+            fieldSelector=self._field(),
+            allowWatchBookmarks="true",
+            resourceVersion=resource_version,
+        )
         try:
-            response: Any = self._core.list_pod_for_all_namespaces(
-                field_selector=self._field(),
-                watch=True,
-                allow_watch_bookmarks=True,
-                resource_version=resource_version,
-                timeout_seconds=timeout_s,
-                _preload_content=False,
-                _request_timeout=timeout_s + 10,
-            )
-        except (ApiException, HTTPError) as e:
-            raise StandInError(f"watching pods of node {self.node_name} failed: {e}") from e
-        try:
-            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
-                if not line or line.isspace():
-                    continue
-                event = json.loads(line)
+            for event in events:
                 if event["type"] == "ERROR":
                     if event["object"].get("code") == 410:
                         raise GoneError("pod watch expired")
                     raise StandInError(f"pod watch failed: {event['object'].get('message')}")
                 yield event["type"], event["object"]
+        except ApiException as e:
+            raise StandInError(f"watching pods of node {self.node_name} failed: {e}") from e
         except HTTPError as e:
             raise StandInError(f"pod watch of node {self.node_name} broke: {e}") from e
         finally:
-            response.close()
-            response.release_conn()
+            events.close()
 
     def get_claim(self, *, namespace: str, name: str) -> Json | None:
         try:
-            return _load(
-                self._resource.read_namespaced_resource_claim(name, namespace, _preload_content=False)
-            )
+            return self._rest.get(path(CLAIM, namespace=namespace, name=name))
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -99,7 +86,7 @@ class NodeApi:
     def patch_pod_status(self, *, namespace: str, name: str, uid: str, status: Mapping[str, Any]) -> None:
         body = {"metadata": {"uid": uid}, "status": status}
         try:
-            self._core.patch_namespaced_pod_status(name, namespace, body, _content_type=_MERGE)
+            self._rest.patch(path(POD, namespace=namespace, name=name) + "/status", body)
         except ApiException as e:
             raise StandInError(
                 f"writing the status of pod {namespace}/{name} failed: {e.status} {e.reason}"
@@ -109,9 +96,9 @@ class NodeApi:
 
     def delete_pod(self, *, namespace: str, name: str, uid: str) -> None:
         """The kubelet's final delete: grace period 0, only this incarnation of the pod."""
-        body = k8s.V1DeleteOptions.model_validate({"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+        body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
-            self._core.delete_namespaced_pod(name, namespace, body=body)
+            self._rest.delete(path(POD, namespace=namespace, name=name), body)
         except ApiException as e:
             if e.status in (404, 409):
                 return  # gone already, or another pod of that name now
@@ -140,7 +127,7 @@ class NodeApi:
             "count": 1,
         }
         try:
-            self._core.create_namespaced_event(meta["namespace"], k8s.CoreV1Event.model_validate(body))
+            self._rest.create(path(EVENTS, namespace=meta["namespace"]), body)
         except (ApiException, HTTPError) as e:
             log.warning("event.failed", pod=meta["name"], reason=reason, error=str(e))
 
@@ -149,11 +136,11 @@ class NodeApi:
         a driver's last plugin has gone."""
         selector = self._field() if driver is None else f"{self._field()},spec.driver={driver}"
         try:
-            data = _load(self._resource.list_resource_slice(field_selector=selector, _preload_content=False))
+            data = self._rest.get(SLICES, fieldSelector=selector)
             names = [s["metadata"]["name"] for s in data.get("items") or []]
             for name in names:
                 try:
-                    self._resource.delete_resource_slice(name)
+                    self._rest.delete(f"{SLICES}/{quote(name, safe='')}")
                 except ApiException as e:
                     if e.status != 404:
                         raise

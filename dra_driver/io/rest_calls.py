@@ -1,0 +1,99 @@
+"""Kubernetes API calls on plain JSON through the `kubernetes` library's own ApiClient (its TLS, credentials
+and connection pool), without its typed API classes.
+
+Why: importing `kubernetes.client.CoreV1Api` builds the pydantic models of every core type it names, about
+1.7 CPU-s (`ResourceV1Api` 0.35 s) — paid again by every process that starts: a node daemon, a kubelet
+stand-in, a CLI call. A caller here names the path and gets the body back as a dict. Errors stay the
+library's: `ApiException` for a status outside 2xx (what the typed calls raise), urllib3's `HTTPError` for a
+broken connection; the caller translates them at its edge.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Generator, Mapping
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+Json = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+_AUTH = ["BearerToken"]  # what every typed call names: the bearer token, where the kubeconfig has one
+
+
+def path(template: str, **names: str) -> str:
+    """`template` with each {name} filled in, quoted for a URL path segment."""
+    return template.format(**{k: quote(v, safe="") for k, v in names.items()})
+
+
+class RestCalls:
+    """GET, LIST, WATCH, POST, PATCH and DELETE of API paths, JSON in and out."""
+
+    def __init__(self, api: ApiClient) -> None:
+        self._api = api
+
+    def _send(
+        self,
+        method: str,
+        resource_path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        request = self._api.param_serialize(
+            method=method,
+            resource_path=resource_path,
+            query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+            header_params=headers,
+            body=body,
+            auth_settings=_AUTH,
+        )
+        answer: Any = self._api.call_api(*request, _request_timeout=timeout)
+        if not 200 <= answer.status <= 299:
+            text = bytes(answer.read() or b"").decode(errors="replace")
+            raise ApiException.from_response(http_resp=answer, body=text, data=None)
+        return answer
+
+    def _json(self, method: str, resource_path: str, **kwargs: Any) -> Json:
+        answer = self._send(method, resource_path, **kwargs)
+        data: Json = json.loads(answer.read() or b"{}")
+        return data
+
+    def get(self, resource_path: str, **query: Any) -> Json:
+        """An object, or a list (`items`, `metadata.resourceVersion`) when the path names a collection."""
+        return self._json("GET", resource_path, query=query)
+
+    def create(self, resource_path: str, body: Mapping[str, Any]) -> Json:
+        return self._json("POST", resource_path, body=body)
+
+    def patch(self, resource_path: str, body: Mapping[str, Any], *, content_type: str = MERGE_PATCH) -> Json:
+        return self._json("PATCH", resource_path, body=body, content_type=content_type)
+
+    def delete(self, resource_path: str, body: Mapping[str, Any] | None = None) -> Json:
+        return self._json("DELETE", resource_path, body=body)
+
+    def watch(self, resource_path: str, *, timeout_s: int, **query: Any) -> Generator[Json, None, None]:
+        """The watch's events (`type`, `object`) until the server ends it after `timeout_s`; the connection
+        goes back to the pool when the iterator ends or is closed."""
+        answer = self._send(
+            "GET",
+            resource_path,
+            query={**query, "watch": "true", "timeoutSeconds": timeout_s},
+            timeout=timeout_s + 10,
+        )
+        response = answer.response
+        try:
+            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
+                if line and not line.isspace():
+                    yield json.loads(line)
+        finally:
+            response.close()
+            response.release_conn()

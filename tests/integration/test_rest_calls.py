@@ -1,0 +1,106 @@
+"""RestCalls against a local HTTP server that answers as the API server would: the request it sees (method,
+path, query, headers, body) and the errors and watch events the caller gets back."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from dra_driver.io.rest_calls import RestCalls, path
+
+Seen = list[dict[str, Any]]
+
+
+class ApiServer(http.server.BaseHTTPRequestHandler):
+    seen: Seen
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        self.seen.append(
+            {
+                "method": self.command,
+                "path": self.path,
+                "type": self.headers.get("Content-Type"),
+                "body": body,
+            }
+        )
+        if "/missing" in self.path:
+            self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+        elif "watch=true" in self.path:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            for n in (1, 2):
+                self.wfile.write(json.dumps({"type": "ADDED", "object": {"n": n}}).encode() + b"\n\n")
+        else:
+            self._send(200, {"echo": body, "path": self.path})
+
+    def _send(self, code: int, data: object) -> None:
+        raw = json.dumps(data).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    do_GET = do_POST = do_PATCH = do_DELETE = _answer  # noqa: N815 (the names http.server calls)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[RestCalls, Seen]]:
+    seen: Seen = []
+    handler = type("Handler", (ApiServer,), {"seen": seen})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    configuration = k8s.Configuration(host=f"http://127.0.0.1:{httpd.server_address[1]}")
+    yield RestCalls(k8s.ApiClient(configuration)), seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_each_verb_sends_its_path_query_and_json_body(server: tuple[RestCalls, Seen]) -> None:
+    rest, seen = server
+    pod = path("/api/v1/namespaces/{namespace}/pods/{name}", namespace="ns", name="a/b")
+    assert pod == "/api/v1/namespaces/ns/pods/a%2Fb"
+    assert rest.get("/api/v1/pods", fieldSelector="spec.nodeName=n1", limit=None)["path"] == (
+        "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1"
+    )
+    assert rest.create("/api/v1/namespaces/ns/events", {"reason": "X"})["echo"] == {"reason": "X"}
+    rest.patch(pod + "/status", {"status": {"phase": "Running"}})
+    rest.delete(pod, {"gracePeriodSeconds": 0})
+    assert [(s["method"], s["type"]) for s in seen] == [
+        ("GET", None),
+        ("POST", "application/json"),
+        ("PATCH", "application/merge-patch+json"),
+        ("DELETE", "application/json"),
+    ]
+    assert seen[2]["body"] == {"status": {"phase": "Running"}} and seen[3]["body"] == {
+        "gracePeriodSeconds": 0
+    }
+
+
+def test_a_status_outside_2xx_is_the_librarys_api_exception(server: tuple[RestCalls, Seen]) -> None:
+    rest, _ = server
+    with pytest.raises(ApiException) as caught:
+        rest.get("/api/v1/namespaces/ns/pods/missing")
+    assert caught.value.status == 404 and "NotFound" in str(caught.value.body)
+
+
+def test_a_watch_yields_its_events_and_ends_with_the_stream(server: tuple[RestCalls, Seen]) -> None:
+    rest, seen = server
+    events = list(rest.watch("/api/v1/pods", timeout_s=5, resourceVersion="7"))
+    assert events == [{"type": "ADDED", "object": {"n": 1}}, {"type": "ADDED", "object": {"n": 2}}]
+    assert "watch=true" in seen[0]["path"] and "timeoutSeconds=5" in seen[0]["path"]
+    assert "resourceVersion=7" in seen[0]["path"]
