@@ -15,7 +15,7 @@ from dra_driver.core.sm_schedule import SharingClaim, partition, schedule
 from dra_driver.libtessera.names import REGION_FILE_NAME
 from dra_driver.libtessera.region_layout import GPU, GPUS_OFFSET
 from kubelet_plugin.host_parts.vgpu import arbiter
-from kubelet_plugin.host_parts.vgpu.priority_relay import HOLD_NS, POLL_S, RelayedGpu, run
+from kubelet_plugin.host_parts.vgpu.priority_relay import HOLD_NS, RelayedGpu, run
 from kubelet_plugin.library_files.gpu_view import GpuView
 from kubelet_plugin.library_files.region import read_region
 from tests.support.doubles.interceptor_programs import FAKE_GPU0, TSHARE, claim_dir, env, start, values
@@ -84,15 +84,18 @@ def test_a_high_priority_claim_holds_normal_ones_back_through_the_relay(tmp_path
     )
 
 
-def _held_fraction(view: GpuView, seconds: float) -> float:
-    """The fraction of samples (every ms) at which the view held normal claims back."""
-    held = total = 0
+def _holds(view: GpuView, seconds: float) -> list[int]:
+    """The holds the view put on normal claims within `seconds` (sampled every ms), each as how long it still
+    had to run when first seen, in ns. Counted, not timed: a busy machine delays the samples, not the holds'
+    number or length."""
+    seen: dict[int, int] = {}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        total += 1
-        held += view.hold_until_ns() > time.monotonic_ns()
+        until, now = view.hold_until_ns(), time.monotonic_ns()
+        if until > now:
+            seen.setdefault(until, until - now)
         time.sleep(0.001)
-    return held / total
+    return list(seen.values())
 
 
 def test_a_forged_far_future_stamp_of_an_exited_high_claim_holds_nobody(tmp_path: Path) -> None:
@@ -117,14 +120,14 @@ def test_a_forged_far_future_stamp_of_an_exited_high_claim_holds_nobody(tmp_path
             os.pwrite(fd, struct.pack("<QQ", region.launches + 1, 2**64 - 1), entry + 104)
         finally:
             os.close(fd)
-        first = _held_fraction(view, 0.5)  # includes the one hold the moved count bought
-        later = _held_fraction(view, 0.5)
+        first = _holds(view, 0.5)  # the one hold the moved count bought
+        later = _holds(view, 0.5)
     finally:
         stop.set()
         relay.join()
         view.close()
-    assert first <= (HOLD_NS / 1e9 + 2 * POLL_S) / 0.5, first
-    assert later == 0.0, later
+    assert len(first) <= 1 and all(left <= HOLD_NS for left in first), first  # believed: a hold every POLL
+    assert later == [], later
 
 
 def test_a_claim_with_a_ceiling_bursts_into_idle_time_and_its_region_counts_it(tmp_path: Path) -> None:
