@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client as k8s
 
@@ -134,7 +135,16 @@ def find_rest_calls(sources: dict[str, str]) -> list[tuple[str, str, str]]:
         for n in ast.walk(tree):
             if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args):
                 continue
-            if n.func.attr in REST_METHODS and (template := _rest_path(n.args[0], templates)):
+            if n.func.attr not in REST_METHODS:
+                continue
+            template = _rest_path(n.args[0], templates)
+            receiver = n.func.value
+            on_rest = (isinstance(receiver, ast.Attribute) and receiver.attr == "_rest") or (
+                isinstance(receiver, ast.Name) and receiver.id == "rest"
+            )
+            # a RestCalls call (on `rest` or `self._rest`) must name a template, or the scan cannot see it
+            assert template or not on_rest, f"{name}:{n.lineno}: name the path as a module constant template"
+            if template:
                 method = "WATCH" if n.func.attr == "watch" else REST_METHODS[n.func.attr]
                 found.append((method, template, f"{name}:{n.lineno}"))
     return found
@@ -232,7 +242,7 @@ def test_a_rest_call_on_a_template_maps_to_its_rule() -> None:
         "rest.watch(path(PODS, namespace='n'), timeout_s=5)\n"
         "rest.patch(path(PODS, namespace='n') + '/x/status', {})\n"
         'rest.delete(f"{PODS}/{name}")\n'
-        "rest.get(unknown)\n"
+        "cache.get(key)\n"
     )
     calls = find_rest_calls({"new.py": snippet})
     assert [(m, t) for m, t, _ in calls] == [
@@ -245,6 +255,8 @@ def test_a_rest_call_on_a_template_maps_to_its_rule() -> None:
         Permission("", "pods/status", "patch")
     }
     assert permissions_of_request("DELETE", calls[2][1], watched=False) == {Permission("", "pods", "delete")}
+    with pytest.raises(AssertionError, match="name the path"):
+        find_rest_calls({"hidden.py": "self._rest.get(built_at_run_time)\n"})
 
 
 def test_no_raw_requests_hide_from_the_scan() -> None:
