@@ -61,20 +61,27 @@ def default_kubeconfig() -> Path | None:
     return None
 
 
+NODES = "/api/v1/nodes"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
+
 class NodeCordons:
     """The cordons of the cluster's Nodes through the API: read, change (with the Node's resourceVersion as a
-    precondition), and the node's published GPUs and taints."""
+    precondition), and the node's published GPUs and taints. Plain JSON (RestCalls): the typed API classes
+    would cost every `tessera gpu` call about 2 CPU-s to import."""
 
     def __init__(self, api: Any) -> None:
-        from kubernetes import client as k8s  # noqa: PLC0415 - other commands never load it
+        from dra_driver.io.rest_calls import RestCalls  # noqa: PLC0415 - other commands never load it
 
-        self._core, self._resource = k8s.CoreV1Api(api), k8s.ResourceV1Api(api)
+        self._rest = RestCalls(api)
 
-    def _node(self, node: str) -> Any:
+    def _node(self, node: str) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
+        from dra_driver.io.rest_calls import path  # noqa: PLC0415
+
         try:
-            return self._core.read_node(node)
+            return self._rest.get(path(NODES + "/{name}", name=node))
         except ApiException as e:
             if e.status == 404:
                 raise ConfigError(f"node {node!r} does not exist (kubectl get nodes lists them)") from e
@@ -82,22 +89,26 @@ class NodeCordons:
 
     def read(self, node: str) -> tuple[dict[int, GpuCordon], str]:
         """The node's cordons and the resourceVersion they were read at."""
-        obj = self._node(node)
-        annotations = obj.metadata.annotations or {}
+        metadata = self._node(node).get("metadata") or {}
+        annotations = metadata.get("annotations") or {}
         try:
             cordons = parse_cordons(annotations.get(CORDON_ANNOTATION, ""))
         except ConfigError as e:
             raise ConfigError(f"node {node}: {e}; fix or remove the annotation with kubectl annotate") from e
-        return cordons, str(obj.metadata.resource_version)
+        return cordons, str(metadata.get("resourceVersion", ""))
 
     def write(self, node: str, cordons: dict[int, GpuCordon], resource_version: str) -> bool:
         """False when the Node changed since it was read (the caller reads again)."""
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
-        value = render_cordons(cordons) or None  # the last uncordon removes the annotation
+        from dra_driver.io.rest_calls import path  # noqa: PLC0415
+
+        value = (
+            render_cordons(cordons) or None
+        )  # the last uncordon removes the annotation (a merge patch's null)
         body = {"metadata": {"resourceVersion": resource_version, "annotations": {CORDON_ANNOTATION: value}}}
         try:
-            self._core.patch_node(node, body)
+            self._rest.patch(path(NODES + "/{name}", name=node), body)
         except ApiException as e:
             if e.status == 409:
                 return False
@@ -107,9 +118,9 @@ class NodeCordons:
     def all(self) -> dict[str, dict[int, GpuCordon]]:
         """Every Node with a cordoned GPU (a bad annotation is shown as an error, not raised)."""
         out: dict[str, dict[int, GpuCordon]] = {}
-        nodes: list[Any] = self._core.list_node().items
-        for obj in nodes:
-            name, text = str(obj.metadata.name), (obj.metadata.annotations or {}).get(CORDON_ANNOTATION)
+        for obj in self._rest.get(NODES).get("items") or []:
+            metadata = obj.get("metadata") or {}
+            name, text = str(metadata.get("name")), (metadata.get("annotations") or {}).get(CORDON_ANNOTATION)
             if text:
                 try:
                     out[name] = parse_cordons(text)
@@ -119,17 +130,19 @@ class NodeCordons:
 
     def published(self, node: str) -> dict[int, set[str]]:
         """GPU index → the cordon taint values its published devices carry ('' for an untainted device)."""
-        slices = self._resource.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+        slices = self._rest.get(SLICES, fieldSelector=f"spec.nodeName={node}").get("items") or []
         gpus: dict[int, set[str]] = {}
         for s in slices:
-            if s.spec.driver != DRIVER_NAME:
+            spec = s.get("spec") or {}
+            if spec.get("driver") != DRIVER_NAME:
                 continue
-            for d in s.spec.devices or ():
+            for d in spec.get("devices") or ():
                 try:
-                    index = families.parse_device_name(d.name).index
+                    index = families.parse_device_name(str(d.get("name"))).index
                 except InvalidNameError:
                     continue
-                marks = [t.value or "" for t in d.taints or () if t.key == CORDON_TAINT_KEY]
+                taints = d.get("taints") or ()
+                marks = [t.get("value") or "" for t in taints if t.get("key") == CORDON_TAINT_KEY]
                 gpus.setdefault(index, set()).update(marks or [""])
         return gpus
 

@@ -6,19 +6,21 @@ never raised: the event only repeats what the log already says.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import structlog
-from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 # urllib3's own errors (not OSError) when the API server is down or drops a connection.
 from urllib3.exceptions import HTTPError as TransportError
 
+from dra_driver.io.rest_calls import RestCalls, path
 from dra_driver.vocabulary.excerpt import clip
 from dra_driver.vocabulary.names import DRIVER_NAME
 
 EVENT_NAMESPACE = "default"
+EVENTS = "/api/v1/namespaces/{namespace}/events"
 CHECKPOINT_REBUILT_REASON = "CheckpointRebuilt"  # unreadable: set aside, rebuilt from the node
 CHECKPOINT_NEWER_REASON = "CheckpointFromNewerVersion"  # start-up refused, nothing changed
 # the scheduler cannot keep a shared family apart from the others: it is not published
@@ -29,8 +31,8 @@ log = structlog.get_logger(__name__)
 
 
 class NodeEvents:
-    def __init__(self, *, core_api: k8s.CoreV1Api, node_name: str, component: str = DRIVER_NAME) -> None:
-        self._core = core_api
+    def __init__(self, *, rest: RestCalls, node_name: str, component: str = DRIVER_NAME) -> None:
+        self._rest = rest
         self._node = node_name
         self._component = component
 
@@ -43,20 +45,12 @@ class NodeEvents:
         return self._post(reason=reason, message=message, kind="Normal")
 
     def _post(self, *, reason: str, message: str, kind: str) -> bool:
-        now = datetime.now(UTC)
-        event = k8s.CoreV1Event(
-            metadata=k8s.V1ObjectMeta(generate_name=f"{self._node}.tessera-"),
-            involved_object=k8s.V1ObjectReference(api_version="v1", kind="Node", name=self._node),
-            reason=reason,
-            message=clip(message, MAX_MESSAGE_CHARS),
-            type=kind,
-            source=k8s.V1EventSource(component=self._component, host=self._node),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
+        target = {"apiVersion": "v1", "kind": "Node", "name": self._node}
+        event = event_body(
+            target, reason=reason, message=message, kind=kind, component=self._component, host=self._node
         )
         try:
-            self._core.create_namespaced_event(namespace=EVENT_NAMESPACE, body=event)
+            self._rest.create(path(EVENTS, namespace=EVENT_NAMESPACE), event)
         except ApiException as e:
             log.warning(
                 "node event not written", node=self._node, reason=reason, status=e.status, why=e.reason
@@ -66,3 +60,24 @@ class NodeEvents:
             log.warning("node event not written", node=self._node, reason=reason, error=str(e))
             return False
         return True
+
+
+def event_body(
+    target: Mapping[str, str], *, reason: str, message: str, kind: str, component: str, host: str
+) -> dict[str, object]:
+    """A core/v1 Event about `target` (an object reference: apiVersion, kind, name, ...) as the API takes
+    it; also claim_events.py's."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{target['name'][:200]}.tessera-"},
+        "involvedObject": dict(target),
+        "reason": reason,
+        "message": clip(message, MAX_MESSAGE_CHARS),
+        "type": kind,
+        "source": {"component": component, "host": host},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }

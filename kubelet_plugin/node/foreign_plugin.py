@@ -11,9 +11,12 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.core.foreign_plugins import REFUSED_REASON, foreign_gpu_resources, refusal_message
+from dra_driver.io.rest_calls import RestCalls, path
 from kubelet_plugin.node.events import NodeEvents
 
 log = structlog.get_logger(__name__)
+Json = dict[str, Any]
+NODE = "/api/v1/nodes/{name}"
 
 
 class ForeignPluginGuard:
@@ -22,12 +25,12 @@ class ForeignPluginGuard:
     def __init__(
         self,
         *,
-        core_api: Any,
+        rest: RestCalls,
         node_name: str,
         split: bool,
         events: NodeEvents | None,
     ) -> None:
-        self._core, self._node, self._split = core_api, node_name, split
+        self._rest, self._node, self._split = rest, node_name, split
         self._events = events
         self.found: tuple[str, ...] = ()
 
@@ -37,13 +40,14 @@ class ForeignPluginGuard:
 
     def check(self) -> bool:
         """Read the Node's capacity; True when what it says changed (an unreadable Node changes nothing)."""
-        return self.observe(read_node(self._core, self._node))
+        return self.observe(read_node(self._rest, self._node))
 
-    def observe(self, node: Any | None) -> bool:
+    def observe(self, node: Json | None) -> bool:
         """Take the Node as read (None: unreadable); True when whether publishing is blocked changed."""
         if node is None:
             return False
-        capacity = (node.status.capacity if node.status else None) or {}
+        status = node.get("status")
+        capacity = (status.get("capacity") if isinstance(status, dict) else None) or {}
         found = foreign_gpu_resources(capacity)
         if found == self.found:
             return False
@@ -64,10 +68,10 @@ class ForeignPluginGuard:
         return was_blocked != self.blocked
 
 
-def read_node(core_api: Any, node_name: str) -> Any | None:
-    """The Node object, or None (and a warning line) when the API server does not answer."""
+def read_node(rest: RestCalls, node_name: str) -> Json | None:
+    """The Node (its JSON), or None (and a warning line) when the API server does not answer."""
     try:
-        return core_api.read_node(node_name)
+        return rest.get(path(NODE, name=node_name))
     except (ApiException, TransportError) as e:
         log.warning("plugin.node_unreadable", node=node_name, error=str(e))
         return None

@@ -45,11 +45,14 @@ class GpuCordons:
         with self._lock:
             return dict(self._current)
 
-    def observe(self, node: Any | None) -> bool:
+    def observe(self, node: dict[str, Any] | None) -> bool:
         """Take the Node as read (None: unreadable, nothing changes); True when the cordons changed."""
         if node is None:
             return False
-        annotations: Mapping[str, str] = (node.metadata.annotations if node.metadata else None) or {}
+        metadata = node.get("metadata")
+        annotations: Mapping[str, str] = (
+            metadata.get("annotations") if isinstance(metadata, dict) else None
+        ) or {}
         text = annotations.get(CORDON_ANNOTATION, "")
         try:
             parsed = parse_cordons(text)

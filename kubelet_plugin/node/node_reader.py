@@ -10,29 +10,30 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dra_driver.io.rest_calls import RestCalls
 from kubelet_plugin.node.foreign_plugin import read_node
 
 # how soon a cordon (or another device plugin) reaches the slices; docs/operations.md says so
 READ_INTERVAL_S = 10.0
 
-Observer = Callable[[Any], bool]  # takes the Node as read (None: unreadable); True when it changed something
+Observer = Callable[[Any], bool]  # takes the Node's JSON (None: unreadable); True when it changed something
 
 
 class NodeReader:
     def __init__(
         self,
         *,
-        core_api: Any,
+        rest: RestCalls,
         node_name: str,
         observers: Sequence[Observer],
         on_change: Callable[[], None],
     ) -> None:
-        self._core, self._node = core_api, node_name
+        self._rest, self._node = rest, node_name
         self._observers, self._on_change = tuple(observers), on_change
 
     def check(self) -> bool:
         """Read the Node once and hand it to every observer; True when one of them changed."""
-        node = read_node(self._core, self._node)
+        node = read_node(self._rest, self._node)
         changed = [observe(node) for observe in self._observers]  # every observer sees every read
         return any(changed)
 

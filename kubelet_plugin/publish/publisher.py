@@ -71,13 +71,11 @@ class SlicePublisher:
         api: k8s.ResourceV1Api,
         node_name: str,
         driver_name: str = DRIVER_NAME,
-        core_api: k8s.CoreV1Api | None = None,
+        events: NodeEvents | None = None,
         max_conflicts: int = 8,
     ) -> None:
         self._api = api
-        self._events = (
-            NodeEvents(core_api=core_api, node_name=node_name, component=driver_name) if core_api else None
-        )
+        self._events = events
         self._node = node_name
         self._driver = driver_name
         self._max_conflicts = max_conflicts

@@ -238,9 +238,9 @@ class Node:
     def _events(self, api: Any | None) -> NodeEvents | None:
         if api is None:
             return None
-        from kubernetes import client as k8s  # noqa: PLC0415
+        from dra_driver.io.rest_calls import RestCalls  # noqa: PLC0415
 
-        return NodeEvents(core_api=k8s.CoreV1Api(api), node_name=self.options.node_name)
+        return NodeEvents(rest=RestCalls(api), node_name=self.options.node_name)
 
     @staticmethod
     def _reconcile(preparer: Preparer, events: NodeEvents | None) -> ReconcileReport:

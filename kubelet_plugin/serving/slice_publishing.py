@@ -14,6 +14,7 @@ from dra_driver.core.cordon import cordon_taints, merged_taints
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
 from dra_driver.core.taints import gpu_taints
+from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.names import GpuUUID
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.node.events import NodeEvents
@@ -55,16 +56,16 @@ def start_publishing(
     settings = gated_settings(api, settings, events)
     # another GPU device plugin on this node: publish nothing; the GPUs an administrator cordoned: taint
     # them (both read from the Node before the first publish)
-    core = k8s.CoreV1Api(api)
+    rest = RestCalls(api)
     guard = ForeignPluginGuard(
-        core_api=core,
+        rest=rest,
         node_name=options.node_name,
         split=options.gpus_split_with_device_plugin,
         events=events,
     )
     cordons = GpuCordons(node_name=options.node_name, events=events)
     reader = NodeReader(
-        core_api=core,
+        rest=rest,
         node_name=options.node_name,
         observers=(guard.observe, cordons.observe),
         on_change=lambda: publisher.request_resync("node"),
@@ -84,9 +85,7 @@ def start_publishing(
             taints_supported=publisher.taints_supported,
         )
 
-    publisher = SlicePublisher(
-        api=k8s.ResourceV1Api(api), node_name=options.node_name, core_api=k8s.CoreV1Api(api)
-    )
+    publisher = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=options.node_name, events=events)
     thread = threading.Thread(
         target=publisher.run,
         kwargs={"desired": desired, "stop": stop, "on_published": readiness.published},

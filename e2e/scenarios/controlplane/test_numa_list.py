@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 from dra_driver.core.cluster_features import LIST_TYPE_ATTRIBUTES
 from dra_driver.core.families.published import NumaForm
 from dra_driver.core.settings import NodeSettings
+from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.names import DRIVER_NAME, NUMA_NODE_ATTRIBUTE
 from e2e.benches.pods import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
@@ -28,7 +29,7 @@ from e2e.harness.examples import device_class_files, load
 from e2e.harness.kube import Kubectl
 from e2e.harness.published_node import NODES_DIR, published_node, slices_for
 from e2e.harness.verdicts import scheduler_verdict
-from kubelet_plugin.node.events import EVENT_NAMESPACE
+from kubelet_plugin.node.events import EVENT_NAMESPACE, NodeEvents
 from kubelet_plugin.publish.publisher import NUMA_LIST_DROPPED_REASON, SlicePublisher
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -131,9 +132,8 @@ def test_without_the_gate_numa_node_is_an_int_and_the_node_is_told(
         pytest.skip(f"the session's control plane runs with {LIST_TYPE_ATTRIBUTES} on")
     node = f"numa-nogate-{uuid.uuid4().hex[:6]}"
     create_node(k8s_api, name=node)
-    publisher = SlicePublisher(
-        api=k8s.ResourceV1Api(k8s_api), node_name=node, core_api=k8s.CoreV1Api(k8s_api)
-    )
+    events = NodeEvents(rest=RestCalls(k8s_api), node_name=node)
+    publisher = SlicePublisher(api=k8s.ResourceV1Api(k8s_api), node_name=node, events=events)
     try:
         publisher.publish(list(slices_for(NODE_FILE, node_name=node, settings=listed(node))))
         assert publisher.numa_scalar

@@ -10,6 +10,7 @@ import pytest
 from kubernetes import client as k8s
 
 from dra_driver.core.foreign_plugins import REFUSED_REASON
+from dra_driver.io.rest_calls import RestCalls
 from kubelet_plugin.node.events import EVENT_NAMESPACE, NodeEvents
 from kubelet_plugin.node.foreign_plugin import ForeignPluginGuard
 
@@ -36,12 +37,11 @@ def _events(api: k8s.ApiClient) -> list[tuple[str, str, str]]:
 
 def test_guard_follows_the_nodes_capacity(k8s_api: k8s.ApiClient, node_factory: Any) -> None:
     node_factory(NODE)
-    core = k8s.CoreV1Api(k8s_api)
     guard = ForeignPluginGuard(
-        core_api=core,
+        rest=RestCalls(k8s_api),
         node_name=NODE,
         split=False,
-        events=NodeEvents(core_api=core, node_name=NODE),
+        events=NodeEvents(rest=RestCalls(k8s_api), node_name=NODE),
     )
     assert not guard.check() and not guard.blocked
     _set_capacity(k8s_api, "nvidia.com/gpu", "8")

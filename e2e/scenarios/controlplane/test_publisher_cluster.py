@@ -14,6 +14,8 @@ from kubernetes import client as k8s
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
+from dra_driver.io.rest_calls import RestCalls
+from kubelet_plugin.node.events import NodeEvents
 from kubelet_plugin.publish.publisher import SlicePublisher, with_probe_taint
 
 pytestmark = pytest.mark.e2e
@@ -64,7 +66,7 @@ def node() -> str:
 
 def test_publish_repeat_change_and_extra_slice(k8s_api: k8s.ApiClient, node: str) -> None:
     api = CountingApi(k8s_api)
-    pub = SlicePublisher(api=api, node_name=node, core_api=k8s.CoreV1Api(k8s_api))
+    pub = SlicePublisher(api=api, node_name=node, events=NodeEvents(rest=RestCalls(k8s_api), node_name=node))
 
     first = pub.publish(slices_for(node, "h100x8.yaml"))
     assert (first.created, first.generation, first.degraded) == (5, 1, False), first.dropped

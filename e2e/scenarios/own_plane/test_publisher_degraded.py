@@ -27,13 +27,14 @@ from structlog.testing import capture_logs
 from dra_driver.backends.simulated import SimulatedBackend
 from dra_driver.core.settings import NodeSettings
 from dra_driver.core.slices import build_slices
+from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.inventory import FaultKind, GpuFault
 from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
 from e2e.controlplane.releases import legacy_release
-from kubelet_plugin.node.events import EVENT_NAMESPACE
+from kubelet_plugin.node.events import EVENT_NAMESPACE, NodeEvents
 from kubelet_plugin.publish.publisher import (
     DEGRADED_REASON,
     TAINTS_DROPPED_REASON,
@@ -133,7 +134,9 @@ def test_the_legacy_release_really_lacks_the_gates(gates_off_plane: ControlPlane
 
 
 def test_dropped_fields_are_noticed_reported_and_degraded(api: k8s.ApiClient, node: str) -> None:
-    pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node, core_api=k8s.CoreV1Api(api))
+    pub = SlicePublisher(
+        api=k8s.ResourceV1Api(api), node_name=node, events=NodeEvents(rest=RestCalls(api), node_name=node)
+    )
     with capture_logs() as logs:
         first = pub.publish(slices_for(node))
 
@@ -162,7 +165,9 @@ def test_dropped_fields_are_noticed_reported_and_degraded(api: k8s.ApiClient, no
 
 
 def test_taints_the_server_drops_withdraw_the_unhealthy_gpu_instead(api: k8s.ApiClient, node: str) -> None:
-    pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node, core_api=k8s.CoreV1Api(api))
+    pub = SlicePublisher(
+        api=k8s.ResourceV1Api(api), node_name=node, events=NodeEvents(rest=RestCalls(api), node_name=node)
+    )
     first = pub.publish(slices_for(node, degraded=True, sick=3))
     assert first.taints_dropped and not first.degraded and not pub.taints_supported
     assert not any(d.get("taints") for s in stored_pool(api, node) for d in s["spec"].get("devices") or [])
@@ -179,7 +184,9 @@ def test_taints_the_server_drops_withdraw_the_unhealthy_gpu_instead(api: k8s.Api
 
 
 def test_run_falls_back_to_whole_gpus_and_stays_there(api: k8s.ApiClient, node: str) -> None:
-    pub = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node, core_api=k8s.CoreV1Api(api))
+    pub = SlicePublisher(
+        api=k8s.ResourceV1Api(api), node_name=node, events=NodeEvents(rest=RestCalls(api), node_name=node)
+    )
     asked: list[bool] = []
 
     def desired(degraded: bool) -> list[dict[str, Any]]:

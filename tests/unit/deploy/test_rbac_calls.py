@@ -2,8 +2,10 @@
 fails here, and so does a rule no call needs.
 
 The calls are found in the source (every method of a kubernetes `*Api` class the plugin instantiates,
-called or handed to `watch.stream`), and each is turned into (apiGroup, resource, verb) from the client's own
-request path and HTTP method, so no hand-kept table can drift from the code.
+called or handed to `watch.stream`; and every `RestCalls` call, dra_driver/io/rest_calls.py, on a path
+template the plugin names as a module constant), and each is turned into (apiGroup, resource, verb) from the
+client's own request path and HTTP method, or the template and the call, so no hand-kept table can drift from
+the code.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client as k8s
 
@@ -87,11 +91,74 @@ def find_calls(sources: dict[str, str]) -> list[Call]:
     return calls
 
 
+# RestCalls' methods and the HTTP method each sends
+REST_METHODS = {"get": "GET", "watch": "GET", "create": "POST", "patch": "PATCH", "delete": "DELETE"}
+
+
+def _templates(trees: Mapping[str, ast.AST]) -> dict[str, str]:
+    """Module constants holding an API path template, by name: `NODE = "/api/v1/nodes/{name}"`."""
+    return {
+        target.id: n.value.value
+        for tree in trees.values()
+        for n in getattr(tree, "body", [])
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+        and re.fullmatch(r"/apis?/[^ ]*", n.value.value)
+        for target in n.targets
+        if isinstance(target, ast.Name)
+    }  # fmt: skip
+
+
+def _rest_path(arg: ast.expr, templates: dict[str, str]) -> str | None:
+    """The request path of a RestCalls call's first argument: TEMPLATE, path(TEMPLATE, ...), either + "/sub"
+    or f"{TEMPLATE}/{name}"."""
+    if isinstance(arg, ast.Name):
+        return templates.get(arg.id)
+    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "path" and arg.args:
+        return _rest_path(arg.args[0], templates)
+    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and isinstance(arg.right, ast.Constant):
+        base = _rest_path(arg.left, templates)
+        return None if base is None else base + str(arg.right.value)
+    if isinstance(arg, ast.JoinedStr) and len(arg.values) == 3:  # f"{TEMPLATE}/{name}"
+        first, sep, _ = arg.values
+        if isinstance(first, ast.FormattedValue) and isinstance(sep, ast.Constant) and sep.value == "/":
+            base = _rest_path(first.value, templates)
+            return None if base is None else base + "/{name}"
+    return None
+
+
+def find_rest_calls(sources: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(HTTP method, path template, where) of each RestCalls call on a template the sources name."""
+    trees = {name: ast.parse(text) for name, text in sources.items()}
+    templates = _templates(trees)
+    found = []
+    for name, tree in trees.items():
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args):
+                continue
+            if n.func.attr not in REST_METHODS:
+                continue
+            template = _rest_path(n.args[0], templates)
+            receiver = n.func.value
+            on_rest = (isinstance(receiver, ast.Attribute) and receiver.attr == "_rest") or (
+                isinstance(receiver, ast.Name) and receiver.id == "rest"
+            )
+            # a RestCalls call (on `rest` or `self._rest`) must name a template, or the scan cannot see it
+            assert template or not on_rest, f"{name}:{n.lineno}: name the path as a module constant template"
+            if template:
+                method = "WATCH" if n.func.attr == "watch" else REST_METHODS[n.func.attr]
+                found.append((method, template, f"{name}:{n.lineno}"))
+    return found
+
+
 def permissions_of(call: Call) -> set[Permission]:
     serialize = getattr(api_class(call.api), f"_{call.method}_serialize")
     source = inspect.getsource(serialize)
     [method] = re.findall(r"method='(\w+)'", source)
     [path] = re.findall(r"resource_path='([^']+)'", source)
+    return permissions_of_request(method, path, watched=call.watched)
+
+
+def permissions_of_request(method: str, path: str, *, watched: bool) -> set[Permission]:
     parts = path.strip("/").split("/")
     group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
     if rest[:2] == ["namespaces", "{namespace}"]:
@@ -99,7 +166,7 @@ def permissions_of(call: Call) -> set[Permission]:
     resource, named, sub = rest[0], len(rest) > 1, rest[2] if len(rest) > 2 else None
     verb = {
         ("GET", True): "get",
-        ("GET", False): "watch" if call.watched else "list",
+        ("GET", False): "watch" if watched else "list",
         ("POST", False): "create",
         ("PUT", True): "update",
         ("PATCH", True): "patch",
@@ -139,9 +206,14 @@ def granted() -> set[Permission]:
 
 def needed() -> dict[Permission, list[str]]:
     out: dict[Permission, list[str]] = {}
-    for call in find_calls(plugin_sources()):
+    sources = plugin_sources()
+    for call in find_calls(sources):
         for p in permissions_of(call):
             out.setdefault(p, []).append(f"{call.method} ({call.where})")
+    for method, template, where in find_rest_calls(sources):
+        http = "GET" if method == "WATCH" else method
+        for p in permissions_of_request(http, template, watched=method == "WATCH"):
+            out.setdefault(p, []).append(f"{method} {template} ({where})")
     return out
 
 
@@ -158,7 +230,33 @@ def test_the_scan_sees_the_plugins_known_calls() -> None:
     assert ("create_resource_slice", False) in methods
     assert ("list_resource_slice", True) in methods  # the publisher's watch
     assert ("patch_namespaced_resource_claim_status", False) in methods
-    assert ("create_namespaced_event", False) in methods
+    rest = {(method, template) for method, template, _ in find_rest_calls(plugin_sources())}
+    assert ("POST", "/api/v1/namespaces/{namespace}/events") in rest  # node and claim events
+    assert ("GET", "/api/v1/nodes/{name}") in rest  # the node reader
+    assert ("GET", "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}") in rest
+
+
+def test_a_rest_call_on_a_template_maps_to_its_rule() -> None:
+    snippet = (
+        'PODS = "/api/v1/namespaces/{namespace}/pods"\n'
+        "rest.watch(path(PODS, namespace='n'), timeout_s=5)\n"
+        "rest.patch(path(PODS, namespace='n') + '/x/status', {})\n"
+        'rest.delete(f"{PODS}/{name}")\n'
+        "cache.get(key)\n"
+    )
+    calls = find_rest_calls({"new.py": snippet})
+    assert [(m, t) for m, t, _ in calls] == [
+        ("WATCH", "/api/v1/namespaces/{namespace}/pods"),
+        ("PATCH", "/api/v1/namespaces/{namespace}/pods/x/status"),
+        ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    ]
+    assert permissions_of_request("GET", calls[0][1], watched=True) == {Permission("", "pods", "watch")}
+    assert permissions_of_request("PATCH", calls[1][1], watched=False) == {
+        Permission("", "pods/status", "patch")
+    }
+    assert permissions_of_request("DELETE", calls[2][1], watched=False) == {Permission("", "pods", "delete")}
+    with pytest.raises(AssertionError, match="name the path"):
+        find_rest_calls({"hidden.py": "self._rest.get(built_at_run_time)\n"})
 
 
 def test_no_raw_requests_hide_from_the_scan() -> None:

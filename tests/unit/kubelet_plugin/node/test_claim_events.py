@@ -7,21 +7,21 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from kubernetes import client as k8s
 
 from kubelet_plugin.node.claim_events import MAX_PODS, reserved_pods
 
 
-def claim_for(*consumers: k8s.V1ResourceClaimConsumerReference) -> k8s.ResourceV1ResourceClaim:
-    return k8s.ResourceV1ResourceClaim(
-        metadata=k8s.V1ObjectMeta(name="c", namespace="ns", uid="u"),
-        spec=k8s.V1ResourceClaimSpec(),
-        status=k8s.V1ResourceClaimStatus(reserved_for=list(consumers)),
-    )
+def claim_for(*consumers: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+        "spec": {},
+        "status": {"reservedFor": list(consumers)},
+    }
 
 
-def pod(name: str, uid: str = "pod-uid", resource: str = "pods", group: str | None = "") -> Any:
-    return k8s.V1ResourceClaimConsumerReference(api_group=group, resource=resource, name=name, uid=uid)
+def pod(name: Any, uid: Any = "pod-uid", resource: str = "pods", group: str | None = "") -> dict[str, Any]:
+    entry = {"resource": resource, "name": name, "uid": uid}
+    return entry if group is None else {**entry, "apiGroup": group}
 
 
 def test_the_pods_a_claim_is_reserved_for_sorted() -> None:
@@ -43,9 +43,15 @@ def test_other_consumers_bad_names_and_missing_uids_are_left_out() -> None:
 
 
 def test_a_claim_without_status_or_reservations_names_no_pod() -> None:
-    assert reserved_pods(k8s.ResourceV1ResourceClaim(spec=k8s.V1ResourceClaimSpec())) == ()
+    assert reserved_pods({"spec": {}}) == ()
     assert reserved_pods(claim_for()) == ()
     assert reserved_pods(object()) == ()
+    assert reserved_pods({"status": {"reservedFor": "pods"}}) == ()
+
+
+def test_entries_of_the_wrong_shape_are_left_out() -> None:
+    c = claim_for("web-0", ["pods"], None, pod(7), pod("ok", uid=7), pod("fine"))
+    assert reserved_pods(c) == (("fine", "pod-uid"),)
 
 
 @given(st.lists(st.from_regex(r"[a-z][a-z0-9-]{0,20}[a-z0-9]", fullmatch=True), max_size=40))

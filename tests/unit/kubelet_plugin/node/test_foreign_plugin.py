@@ -1,7 +1,6 @@
 """The guard against another GPU device plugin: blocks publishing while the Node advertises its GPUs, says
 so in a Warning Event, and lets go (a Normal Event) when it is gone or the GPUs are declared split."""
 
-from types import SimpleNamespace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -11,14 +10,18 @@ from kubelet_plugin.node.foreign_plugin import ForeignPluginGuard
 
 
 class FakeCore:
+    """The API server's answer to a GET of the Node (RestCalls.get)."""
+
     def __init__(self) -> None:
         self.capacity: dict[str, str] = {"cpu": "8"}
         self.fail = False
+        self.paths: list[str] = []
 
-    def read_node(self, name: str) -> Any:
+    def get(self, path: str) -> Any:
+        self.paths.append(path)
         if self.fail:
             raise ApiException(status=403, reason="Forbidden")
-        return SimpleNamespace(status=SimpleNamespace(capacity=dict(self.capacity)))
+        return {"metadata": {"name": "n1"}, "status": {"capacity": dict(self.capacity)}}
 
 
 class FakeEvents:
@@ -35,13 +38,14 @@ class FakeEvents:
 
 
 def guard(core: FakeCore, events: FakeEvents, *, split: bool = False) -> ForeignPluginGuard:
-    return ForeignPluginGuard(core_api=core, node_name="n1", split=split, events=events)  # type: ignore[arg-type]
+    return ForeignPluginGuard(rest=core, node_name="n1", split=split, events=events)  # type: ignore[arg-type]
 
 
 def test_blocks_while_another_plugin_advertises_gpus_and_lets_go_after() -> None:
     core, events = FakeCore(), FakeEvents()
     g = guard(core, events)
     assert not g.check() and not g.blocked
+    assert core.paths == ["/api/v1/nodes/n1"]
     core.capacity["nvidia.com/gpu"] = "4"
     assert g.check() and g.blocked
     assert events.posted[-1][:2] == ("Warning", REFUSED_REASON) and "nvidia.com/gpu" in events.posted[-1][2]

@@ -3,7 +3,6 @@ so, a bad annotation that keeps the last good cordons, and a time for entries wr
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from dra_driver.core.cordon import GpuCordon
@@ -28,7 +27,7 @@ class FakeEvents:
 
 def node(annotation: str | None) -> Any:
     annotations = None if annotation is None else {CORDON_ANNOTATION: annotation, "other": "x"}
-    return SimpleNamespace(metadata=SimpleNamespace(annotations=annotations))
+    return {"metadata": {"annotations": annotations}}
 
 
 def make(events: FakeEvents, now: list[float]) -> GpuCordons:
@@ -96,9 +95,9 @@ def test_the_reader_hands_every_observer_every_read_of_the_node() -> None:
     seen: list[tuple[str, Any]] = []
     reads = iter([node("a"), node("b")])
 
-    class Core:
-        def read_node(self, name: str) -> Any:
-            assert name == "n1"
+    class Rest:
+        def get(self, path: str) -> Any:
+            assert path == "/api/v1/nodes/n1"
             return next(reads)
 
     def first(n: Any) -> bool:
@@ -109,7 +108,12 @@ def test_the_reader_hands_every_observer_every_read_of_the_node() -> None:
         seen.append(("second", n))
         return False
 
-    reader = NodeReader(core_api=Core(), node_name="n1", observers=(first, second), on_change=lambda: None)
+    reader = NodeReader(
+        rest=Rest(),  # type: ignore[arg-type]
+        node_name="n1",
+        observers=(first, second),
+        on_change=lambda: None,
+    )
     assert reader.check()
     assert [who for who, _ in seen] == ["first", "second"]  # the second sees it although the first changed
     assert seen[0][1] is seen[1][1]
