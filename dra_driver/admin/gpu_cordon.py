@@ -61,10 +61,6 @@ def default_kubeconfig() -> Path | None:
     return None
 
 
-NODES = "/api/v1/nodes"
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-
-
 class NodeCordons:
     """The cordons of the cluster's Nodes through the API: read, change (with the Node's resourceVersion as a
     precondition), and the node's published GPUs and taints. Plain JSON (RestCalls): the typed API classes
@@ -78,10 +74,10 @@ class NodeCordons:
     def _node(self, node: str) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
-        from dra_driver.io.rest_calls import path  # noqa: PLC0415
+        from dra_driver.io.rest_calls import NODE, path  # noqa: PLC0415
 
         try:
-            return self._rest.get(path(NODES + "/{name}", name=node))
+            return self._rest.get(path(NODE, name=node))
         except ApiException as e:
             if e.status == 404:
                 raise ConfigError(f"node {node!r} does not exist (kubectl get nodes lists them)") from e
@@ -101,14 +97,14 @@ class NodeCordons:
         """False when the Node changed since it was read (the caller reads again)."""
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
-        from dra_driver.io.rest_calls import path  # noqa: PLC0415
+        from dra_driver.io.rest_calls import NODE, path  # noqa: PLC0415
 
         value = (
             render_cordons(cordons) or None
         )  # the last uncordon removes the annotation (a merge patch's null)
         body = {"metadata": {"resourceVersion": resource_version, "annotations": {CORDON_ANNOTATION: value}}}
         try:
-            self._rest.patch(path(NODES + "/{name}", name=node), body)
+            self._rest.patch(path(NODE, name=node), body)
         except ApiException as e:
             if e.status == 409:
                 return False
@@ -117,6 +113,8 @@ class NodeCordons:
 
     def all(self) -> dict[str, dict[int, GpuCordon]]:
         """Every Node with a cordoned GPU (a bad annotation is shown as an error, not raised)."""
+        from dra_driver.io.rest_calls import NODES  # noqa: PLC0415
+
         out: dict[str, dict[int, GpuCordon]] = {}
         for obj in self._rest.get(NODES).get("items") or []:
             metadata = obj.get("metadata") or {}
@@ -130,6 +128,8 @@ class NodeCordons:
 
     def published(self, node: str) -> dict[int, set[str]]:
         """GPU index → the cordon taint values its published devices carry ('' for an untainted device)."""
+        from dra_driver.io.rest_calls import SLICES  # noqa: PLC0415
+
         slices = self._rest.get(SLICES, fieldSelector=f"spec.nodeName={node}").get("items") or []
         gpus: dict[int, set[str]] = {}
         for s in slices:

@@ -23,6 +23,15 @@ Json = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
 _AUTH = ["BearerToken"]  # what every typed call names: the bearer token, where the kubeconfig has one
 
+# The paths Tessera calls, as templates for `path` (test_rbac_calls.py reads each call's from these)
+NODES = "/api/v1/nodes"
+NODE = "/api/v1/nodes/{name}"
+PODS = "/api/v1/pods"
+POD = "/api/v1/namespaces/{namespace}/pods/{name}"
+EVENTS = "/api/v1/namespaces/{namespace}/events"
+CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+
 
 def path(template: str, **names: str) -> str:
     """`template` with each {name} filled in, quoted for a URL path segment."""

@@ -12,18 +12,13 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from dra_driver.io.rest_calls import RestCalls, path
+from dra_driver.io.rest_calls import CLAIM, EVENTS, POD, PODS, SLICES, RestCalls, path
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.pod_status import now
 
 log = structlog.get_logger(__name__)
 
 Json = dict[str, Any]
-PODS = "/api/v1/pods"
-POD = "/api/v1/namespaces/{namespace}/pods/{name}"
-EVENTS = "/api/v1/namespaces/{namespace}/events"
-CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 
 
 class GoneError(StandInError):

@@ -17,15 +17,14 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.io.rest_calls import RestCalls, path
+from dra_driver.io.rest_calls import CLAIM, EVENTS, RestCalls, path
 from dra_driver.vocabulary.names import DRIVER_NAME
-from kubelet_plugin.node.events import EVENTS, event_body
+from kubelet_plugin.node.events import event_body
 
 MAX_PODS = 8
 _MAX_NAME = 253
 _MAX_UID = 64
 _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
 
 log = structlog.get_logger(__name__)
 

@@ -15,12 +15,11 @@ from kubernetes.client.exceptions import ApiException
 # urllib3's own errors (not OSError) when the API server is down or drops a connection.
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.io.rest_calls import RestCalls, path
+from dra_driver.io.rest_calls import EVENTS, RestCalls, path
 from dra_driver.vocabulary.excerpt import clip
 from dra_driver.vocabulary.names import DRIVER_NAME
 
 EVENT_NAMESPACE = "default"
-EVENTS = "/api/v1/namespaces/{namespace}/events"
 CHECKPOINT_REBUILT_REASON = "CheckpointRebuilt"  # unreadable: set aside, rebuilt from the node
 CHECKPOINT_NEWER_REASON = "CheckpointFromNewerVersion"  # start-up refused, nothing changed
 # the scheduler cannot keep a shared family apart from the others: it is not published

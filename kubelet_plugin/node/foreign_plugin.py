@@ -11,12 +11,11 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.core.foreign_plugins import REFUSED_REASON, foreign_gpu_resources, refusal_message
-from dra_driver.io.rest_calls import RestCalls, path
+from dra_driver.io.rest_calls import NODE, RestCalls, path
 from kubelet_plugin.node.events import NodeEvents
 
 log = structlog.get_logger(__name__)
 Json = dict[str, Any]
-NODE = "/api/v1/nodes/{name}"
 
 
 class ForeignPluginGuard:

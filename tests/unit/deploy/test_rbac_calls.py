@@ -2,8 +2,8 @@
 fails here, and so does a rule no call needs.
 
 The calls are found in the source (every method of a kubernetes `*Api` class the plugin instantiates,
-called or handed to `watch.stream`; and every `RestCalls` call, dra_driver/io/rest_calls.py, on a path
-template the plugin names as a module constant), and each is turned into (apiGroup, resource, verb) from the
+called or handed to `watch.stream`; and every `RestCalls` call on a path template named as a module constant,
+the plugin's or dra_driver/io/rest_calls.py's), and each is turned into (apiGroup, resource, verb) from the
 client's own request path and HTTP method, or the template and the call, so no hand-kept table can drift from
 the code.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from dra_driver.vocabulary.names import DRIVER_NAME
 ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = ROOT / "kubelet_plugin"
 MANIFESTS = ROOT / "deploy" / "manifests" / "tessera.yaml"
+REST_CALLS = ROOT / "dra_driver" / "io" / "rest_calls.py"
 ROLE = "tessera-node-plugin"
 # The client's *Api classes by name; each is imported when first asked for (importing all of them at
 # collection took seconds), and only those the plugin uses are.
@@ -126,10 +127,13 @@ def _rest_path(arg: ast.expr, templates: dict[str, str]) -> str | None:
     return None
 
 
-def find_rest_calls(sources: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(HTTP method, path template, where) of each RestCalls call on a template the sources name."""
+def find_rest_calls(
+    sources: dict[str, str], *, templates_from: Sequence[str] = ()
+) -> list[tuple[str, str, str]]:
+    """(HTTP method, path template, where) of each RestCalls call on a template the sources (or the modules
+    in `templates_from`) name."""
     trees = {name: ast.parse(text) for name, text in sources.items()}
-    templates = _templates(trees)
+    templates = _templates({**trees, **{f"t{i}": ast.parse(t) for i, t in enumerate(templates_from)}})
     found = []
     for name, tree in trees.items():
         for n in ast.walk(tree):
@@ -189,6 +193,11 @@ def plugin_sources() -> dict[str, str]:
     }
 
 
+def find_plugin_rest_calls() -> list[tuple[str, str, str]]:
+    """The plugin's RestCalls calls, on the templates dra_driver/io/rest_calls.py names."""
+    return find_rest_calls(plugin_sources(), templates_from=(REST_CALLS.read_text(encoding="utf-8"),))
+
+
 def granted() -> set[Permission]:
     docs = [d for d in yaml.safe_load_all(MANIFESTS.read_text(encoding="utf-8")) if d]
     roles: list[dict[str, Any]] = [d for d in docs if d["kind"] == "ClusterRole"]
@@ -210,7 +219,7 @@ def needed() -> dict[Permission, list[str]]:
     for call in find_calls(sources):
         for p in permissions_of(call):
             out.setdefault(p, []).append(f"{call.method} ({call.where})")
-    for method, template, where in find_rest_calls(sources):
+    for method, template, where in find_plugin_rest_calls():
         http = "GET" if method == "WATCH" else method
         for p in permissions_of_request(http, template, watched=method == "WATCH"):
             out.setdefault(p, []).append(f"{method} {template} ({where})")
@@ -230,7 +239,7 @@ def test_the_scan_sees_the_plugins_known_calls() -> None:
     assert ("create_resource_slice", False) in methods
     assert ("list_resource_slice", True) in methods  # the publisher's watch
     assert ("patch_namespaced_resource_claim_status", False) in methods
-    rest = {(method, template) for method, template, _ in find_rest_calls(plugin_sources())}
+    rest = {(method, template) for method, template, _ in find_plugin_rest_calls()}
     assert ("POST", "/api/v1/namespaces/{namespace}/events") in rest  # node and claim events
     assert ("GET", "/api/v1/nodes/{name}") in rest  # the node reader
     assert ("GET", "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}") in rest
