@@ -29,6 +29,7 @@ from dra_driver.core.cordon import (
 )
 from dra_driver.core.gpu_health import Effect
 from dra_driver.io.api_client import api_client
+from dra_driver.io.api_objects import NODE, NODES, SLICES, field_at, path
 from dra_driver.vocabulary.errors import ConfigError, InvalidNameError, TesseraError
 from dra_driver.vocabulary.names import CORDON_ANNOTATION, CORDON_TAINT_KEY, DRIVER_NAME
 
@@ -74,8 +75,6 @@ class NodeCordons:
     def _node(self, node: str) -> dict[str, Any]:
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
-        from dra_driver.io.rest_calls import NODE, path  # noqa: PLC0415
-
         try:
             return self._rest.get(path(NODE, name=node))
         except ApiException as e:
@@ -85,7 +84,7 @@ class NodeCordons:
 
     def read(self, node: str) -> tuple[dict[int, GpuCordon], str]:
         """The node's cordons and the resourceVersion they were read at."""
-        metadata = self._node(node).get("metadata") or {}
+        metadata = field_at(self._node(node), "metadata") or {}
         annotations = metadata.get("annotations") or {}
         try:
             cordons = parse_cordons(annotations.get(CORDON_ANNOTATION, ""))
@@ -97,11 +96,8 @@ class NodeCordons:
         """False when the Node changed since it was read (the caller reads again)."""
         from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
-        from dra_driver.io.rest_calls import NODE, path  # noqa: PLC0415
-
-        value = (
-            render_cordons(cordons) or None
-        )  # the last uncordon removes the annotation (a merge patch's null)
+        # the last uncordon removes the annotation (a merge patch's null)
+        value = render_cordons(cordons) or None
         body = {"metadata": {"resourceVersion": resource_version, "annotations": {CORDON_ANNOTATION: value}}}
         try:
             self._rest.patch(path(NODE, name=node), body)
@@ -113,8 +109,6 @@ class NodeCordons:
 
     def all(self) -> dict[str, dict[int, GpuCordon]]:
         """Every Node with a cordoned GPU (a bad annotation is shown as an error, not raised)."""
-        from dra_driver.io.rest_calls import NODES  # noqa: PLC0415
-
         out: dict[str, dict[int, GpuCordon]] = {}
         for obj in self._rest.get(NODES).get("items") or []:
             metadata = obj.get("metadata") or {}
@@ -128,8 +122,6 @@ class NodeCordons:
 
     def published(self, node: str) -> dict[int, set[str]]:
         """GPU index → the cordon taint values its published devices carry ('' for an untainted device)."""
-        from dra_driver.io.rest_calls import SLICES  # noqa: PLC0415
-
         slices = self._rest.get(SLICES, fieldSelector=f"spec.nodeName={node}").get("items") or []
         gpus: dict[int, set[str]] = {}
         for s in slices:

@@ -3,9 +3,9 @@ and connection pool), without its typed API classes.
 
 Why: importing `kubernetes.client.CoreV1Api` builds the pydantic models of every core type it names, about
 1.7 CPU-s (`ResourceV1Api` 0.35 s) — paid again by every process that starts: a node daemon, a kubelet
-stand-in, a CLI call. A caller here names the path and gets the body back as a dict. Errors stay the
-library's: `ApiException` for a status outside 2xx (what the typed calls raise), urllib3's `HTTPError` for a
-broken connection; the caller translates them at its edge.
+stand-in, a CLI call. A caller names the path (a template of api_objects.py) and gets the body back as a
+dict. Errors stay the library's: `ApiException` for a status outside 2xx (what the typed calls raise),
+urllib3's `HTTPError` for a broken connection; the caller translates them at its edge.
 """
 
 from __future__ import annotations
@@ -13,29 +13,15 @@ from __future__ import annotations
 import json
 from collections.abc import Generator, Mapping
 from typing import Any
-from urllib.parse import quote
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
-Json = dict[str, Any]
+from dra_driver.io.api_objects import Json
+
 MERGE_PATCH = "application/merge-patch+json"
 _AUTH = ["BearerToken"]  # what every typed call names: the bearer token, where the kubeconfig has one
-
-# The paths Tessera calls, as templates for `path` (test_rbac_calls.py reads each call's from these)
-NODES = "/api/v1/nodes"
-NODE = "/api/v1/nodes/{name}"
-PODS = "/api/v1/pods"
-POD = "/api/v1/namespaces/{namespace}/pods/{name}"
-EVENTS = "/api/v1/namespaces/{namespace}/events"
-CLAIM = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}"
-SLICES = "/apis/resource.k8s.io/v1/resourceslices"
-
-
-def path(template: str, **names: str) -> str:
-    """`template` with each {name} filled in, quoted for a URL path segment."""
-    return template.format(**{k: quote(v, safe="") for k, v in names.items()})
 
 
 class RestCalls:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import quote
 
 import structlog
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from dra_driver.io.rest_calls import CLAIM, EVENTS, POD, PODS, SLICES, RestCalls, path
+from dra_driver.io.api_objects import CLAIM, EVENTS, POD, PODS, SLICE, SLICES, path
+from dra_driver.io.rest_calls import RestCalls
 from e2e.kubelet_standin.errors import StandInError
 from e2e.kubelet_standin.pod_status import now
 
@@ -30,7 +30,6 @@ class NodeApi:
 
     def __init__(self, *, api: ApiClient, node_name: str) -> None:
         self.node_name = node_name
-        self._api = api
         self._rest = RestCalls(api)  # plain JSON: the typed API classes cost ~2 CPU-s of every start
 
     def _field(self) -> str:
@@ -135,7 +134,7 @@ class NodeApi:
             names = [s["metadata"]["name"] for s in data.get("items") or []]
             for name in names:
                 try:
-                    self._rest.delete(f"{SLICES}/{quote(name, safe='')}")
+                    self._rest.delete(path(SLICE, name=name))
                 except ApiException as e:
                     if e.status != 404:
                         raise

@@ -17,7 +17,8 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.io.rest_calls import CLAIM, EVENTS, RestCalls, path
+from dra_driver.io.api_objects import CLAIM, EVENTS, field_at, path
+from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.names import DRIVER_NAME
 from kubelet_plugin.node.events import event_body
 
@@ -29,23 +30,19 @@ _SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 log = structlog.get_logger(__name__)
 
 
-def _field(data: object, key: str) -> Any:
-    return data.get(key) if isinstance(data, dict) else None
-
-
 def reserved_pods(claim: object) -> tuple[tuple[str, str], ...]:
     """(name, UID) of the pods a claim (its JSON, as the API server answers) is reserved for, checked,
     sorted."""
-    consumers = _field(_field(claim, "status"), "reservedFor")
+    consumers = field_at(claim, "status", "reservedFor")
     if not isinstance(consumers, list):
         return ()
     pods = {
         (name, uid)
         for c in consumers
-        if _field(c, "resource") == "pods"
-        and _field(c, "apiGroup") in (None, "")
-        and isinstance(name := _field(c, "name"), str)
-        and isinstance(uid := _field(c, "uid"), str)
+        if field_at(c, "resource") == "pods"
+        and field_at(c, "apiGroup") in (None, "")
+        and isinstance(name := field_at(c, "name"), str)
+        and isinstance(uid := field_at(c, "uid"), str)
         and len(name) <= _MAX_NAME
         and 0 < len(uid) <= _MAX_UID
         and _SUBDOMAIN.fullmatch(name)
@@ -66,7 +63,7 @@ class ClaimEvents:
         except (ApiException, TransportError) as e:
             log.warning("claim event not written", claim=f"{namespace}/{name}", reason=reason, error=str(e))
             return 0
-        if _field(claim.get("metadata"), "uid") != uid:
+        if field_at(claim, "metadata", "uid") != uid:
             return 0  # gone, or another claim of that name now
         claim_ref = {
             "apiVersion": "resource.k8s.io/v1",

@@ -15,7 +15,8 @@ from kubernetes.client.exceptions import ApiException
 # urllib3's own errors (not OSError) when the API server is down or drops a connection.
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.io.rest_calls import EVENTS, RestCalls, path
+from dra_driver.io.api_objects import EVENTS, path
+from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.excerpt import clip
 from dra_driver.vocabulary.names import DRIVER_NAME
 

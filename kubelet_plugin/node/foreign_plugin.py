@@ -4,18 +4,16 @@ Normal Event says so and the devices come back. The Node is read by kubelet_plug
 
 from __future__ import annotations
 
-from typing import Any
-
 import structlog
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.core.foreign_plugins import REFUSED_REASON, foreign_gpu_resources, refusal_message
-from dra_driver.io.rest_calls import NODE, RestCalls, path
+from dra_driver.io.api_objects import NODE, Json, field_at, path
+from dra_driver.io.rest_calls import RestCalls
 from kubelet_plugin.node.events import NodeEvents
 
 log = structlog.get_logger(__name__)
-Json = dict[str, Any]
 
 
 class ForeignPluginGuard:
@@ -45,8 +43,7 @@ class ForeignPluginGuard:
         """Take the Node as read (None: unreadable); True when whether publishing is blocked changed."""
         if node is None:
             return False
-        status = node.get("status")
-        capacity = (status.get("capacity") if isinstance(status, dict) else None) or {}
+        capacity = field_at(node, "status", "capacity") or {}
         found = foreign_gpu_resources(capacity)
         if found == self.found:
             return False

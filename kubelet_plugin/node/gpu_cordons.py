@@ -13,12 +13,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 
 from dra_driver.core.cordon import GpuCordon, parse_cordons, render_cordons
 from dra_driver.core.gpu_health import Effect
+from dra_driver.io.api_objects import Json, field_at
 from dra_driver.vocabulary.errors import ConfigError
 from dra_driver.vocabulary.names import CORDON_ANNOTATION
 from kubelet_plugin.node.events import NodeEvents
@@ -45,14 +45,11 @@ class GpuCordons:
         with self._lock:
             return dict(self._current)
 
-    def observe(self, node: dict[str, Any] | None) -> bool:
+    def observe(self, node: Json | None) -> bool:
         """Take the Node as read (None: unreadable, nothing changes); True when the cordons changed."""
         if node is None:
             return False
-        metadata = node.get("metadata")
-        annotations: Mapping[str, str] = (
-            metadata.get("annotations") if isinstance(metadata, dict) else None
-        ) or {}
+        annotations: Mapping[str, str] = field_at(node, "metadata", "annotations") or {}
         text = annotations.get(CORDON_ANNOTATION, "")
         try:
             parsed = parse_cordons(text)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +12,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from dra_driver.io.rest_calls import RestCalls, path
+from dra_driver.io.api_objects import path
+from dra_driver.io.rest_calls import RestCalls
+from tests.support.loopback import serving
 
 Seen = list[dict[str, Any]]
 
@@ -61,13 +62,9 @@ class ApiServer(http.server.BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[RestCalls, Seen]]:
     seen: Seen = []
     handler = type("Handler", (ApiServer,), {"seen": seen})
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    configuration = k8s.Configuration(host=f"http://127.0.0.1:{httpd.server_address[1]}")
-    yield RestCalls(k8s.ApiClient(configuration)), seen
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(handler) as port:
+        configuration = k8s.Configuration(host=f"http://127.0.0.1:{port}")
+        yield RestCalls(k8s.ApiClient(configuration)), seen
 
 
 def test_each_verb_sends_its_path_query_and_json_body(server: tuple[RestCalls, Seen]) -> None:

@@ -1,11 +1,15 @@
-"""Loopback networking for tests and benches: free TCP ports, and the HTTP status a local server answers
-(what a kubelet's probe would see)."""
+"""Loopback networking for tests and benches: free TCP ports, an HTTP server on one for a test's handler,
+and the HTTP status a local server answers (what a kubelet's probe would see)."""
 
 from __future__ import annotations
 
+import http.server
 import socket
+import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def free_ports(count: int) -> list[int]:
@@ -34,3 +38,16 @@ def http_status(port: int, path: str, *, timeout_s: float = 5.0) -> int:
         return e.code
     except OSError:
         return 0
+
+
+@contextmanager
+def serving(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """`handler` answering on 127.0.0.1 in a thread of its own while the block runs; yields the port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -3,7 +3,7 @@ fails here, and so does a rule no call needs.
 
 The calls are found in the source (every method of a kubernetes `*Api` class the plugin instantiates,
 called or handed to `watch.stream`; and every `RestCalls` call on a path template named as a module constant,
-the plugin's or dra_driver/io/rest_calls.py's), and each is turned into (apiGroup, resource, verb) from the
+the plugin's or dra_driver/io/api_objects.py's), and each is turned into (apiGroup, resource, verb) from the
 client's own request path and HTTP method, or the template and the call, so no hand-kept table can drift from
 the code.
 """
@@ -27,7 +27,7 @@ from dra_driver.vocabulary.names import DRIVER_NAME
 ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = ROOT / "kubelet_plugin"
 MANIFESTS = ROOT / "deploy" / "manifests" / "tessera.yaml"
-REST_CALLS = ROOT / "dra_driver" / "io" / "rest_calls.py"
+API_OBJECTS = ROOT / "dra_driver" / "io" / "api_objects.py"
 ROLE = "tessera-node-plugin"
 # The client's *Api classes by name; each is imported when first asked for (importing all of them at
 # collection took seconds), and only those the plugin uses are.
@@ -92,8 +92,22 @@ def find_calls(sources: dict[str, str]) -> list[Call]:
     return calls
 
 
-# RestCalls' methods and the HTTP method each sends
-REST_METHODS = {"get": "GET", "watch": "GET", "create": "POST", "patch": "PATCH", "delete": "DELETE"}
+# RestCalls' methods: the HTTP method each sends, and whether it watches
+REST_METHODS = {
+    "get": ("GET", False),
+    "watch": ("GET", True),
+    "create": ("POST", False),
+    "patch": ("PATCH", False),
+    "delete": ("DELETE", False),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RestCall:
+    method: str  # HTTP
+    template: str
+    watched: bool
+    where: str
 
 
 def _templates(trees: Mapping[str, ast.AST]) -> dict[str, str]:
@@ -110,8 +124,8 @@ def _templates(trees: Mapping[str, ast.AST]) -> dict[str, str]:
 
 
 def _rest_path(arg: ast.expr, templates: dict[str, str]) -> str | None:
-    """The request path of a RestCalls call's first argument: TEMPLATE, path(TEMPLATE, ...), either + "/sub"
-    or f"{TEMPLATE}/{name}"."""
+    """The request path of a RestCalls call's first argument: TEMPLATE or path(TEMPLATE, ...), either
+    + "/sub"."""
     if isinstance(arg, ast.Name):
         return templates.get(arg.id)
     if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "path" and arg.args:
@@ -119,19 +133,11 @@ def _rest_path(arg: ast.expr, templates: dict[str, str]) -> str | None:
     if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and isinstance(arg.right, ast.Constant):
         base = _rest_path(arg.left, templates)
         return None if base is None else base + str(arg.right.value)
-    if isinstance(arg, ast.JoinedStr) and len(arg.values) == 3:  # f"{TEMPLATE}/{name}"
-        first, sep, _ = arg.values
-        if isinstance(first, ast.FormattedValue) and isinstance(sep, ast.Constant) and sep.value == "/":
-            base = _rest_path(first.value, templates)
-            return None if base is None else base + "/{name}"
     return None
 
 
-def find_rest_calls(
-    sources: dict[str, str], *, templates_from: Sequence[str] = ()
-) -> list[tuple[str, str, str]]:
-    """(HTTP method, path template, where) of each RestCalls call on a template the sources (or the modules
-    in `templates_from`) name."""
+def find_rest_calls(sources: dict[str, str], *, templates_from: Sequence[str] = ()) -> list[RestCall]:
+    """Each RestCalls call on a template the sources (or the modules in `templates_from`) name."""
     trees = {name: ast.parse(text) for name, text in sources.items()}
     templates = _templates({**trees, **{f"t{i}": ast.parse(t) for i, t in enumerate(templates_from)}})
     found = []
@@ -149,8 +155,8 @@ def find_rest_calls(
             # a RestCalls call (on `rest` or `self._rest`) must name a template, or the scan cannot see it
             assert template or not on_rest, f"{name}:{n.lineno}: name the path as a module constant template"
             if template:
-                method = "WATCH" if n.func.attr == "watch" else REST_METHODS[n.func.attr]
-                found.append((method, template, f"{name}:{n.lineno}"))
+                method, watched = REST_METHODS[n.func.attr]
+                found.append(RestCall(method, template, watched, f"{name}:{n.lineno}"))
     return found
 
 
@@ -193,9 +199,9 @@ def plugin_sources() -> dict[str, str]:
     }
 
 
-def find_plugin_rest_calls() -> list[tuple[str, str, str]]:
-    """The plugin's RestCalls calls, on the templates dra_driver/io/rest_calls.py names."""
-    return find_rest_calls(plugin_sources(), templates_from=(REST_CALLS.read_text(encoding="utf-8"),))
+def find_plugin_rest_calls(sources: dict[str, str]) -> list[RestCall]:
+    """The plugin's RestCalls calls, on its templates and those dra_driver/io/api_objects.py names."""
+    return find_rest_calls(sources, templates_from=(API_OBJECTS.read_text(encoding="utf-8"),))
 
 
 def granted() -> set[Permission]:
@@ -219,10 +225,9 @@ def needed() -> dict[Permission, list[str]]:
     for call in find_calls(sources):
         for p in permissions_of(call):
             out.setdefault(p, []).append(f"{call.method} ({call.where})")
-    for method, template, where in find_plugin_rest_calls():
-        http = "GET" if method == "WATCH" else method
-        for p in permissions_of_request(http, template, watched=method == "WATCH"):
-            out.setdefault(p, []).append(f"{method} {template} ({where})")
+    for rest in find_plugin_rest_calls(sources):
+        for p in permissions_of_request(rest.method, rest.template, watched=rest.watched):
+            out.setdefault(p, []).append(f"{rest.method} {rest.template} ({rest.where})")
     return out
 
 
@@ -239,7 +244,7 @@ def test_the_scan_sees_the_plugins_known_calls() -> None:
     assert ("create_resource_slice", False) in methods
     assert ("list_resource_slice", True) in methods  # the publisher's watch
     assert ("patch_namespaced_resource_claim_status", False) in methods
-    rest = {(method, template) for method, template, _ in find_plugin_rest_calls()}
+    rest = {(c.method, c.template) for c in find_plugin_rest_calls(plugin_sources())}
     assert ("POST", "/api/v1/namespaces/{namespace}/events") in rest  # node and claim events
     assert ("GET", "/api/v1/nodes/{name}") in rest  # the node reader
     assert ("GET", "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}") in rest
@@ -248,24 +253,28 @@ def test_the_scan_sees_the_plugins_known_calls() -> None:
 def test_a_rest_call_on_a_template_maps_to_its_rule() -> None:
     snippet = (
         'PODS = "/api/v1/namespaces/{namespace}/pods"\n'
+        'POD = "/api/v1/namespaces/{namespace}/pods/{name}"\n'
         "rest.watch(path(PODS, namespace='n'), timeout_s=5)\n"
         "rest.patch(path(PODS, namespace='n') + '/x/status', {})\n"
-        'rest.delete(f"{PODS}/{name}")\n'
+        "rest.delete(path(POD, namespace='n', name='x'))\n"
         "cache.get(key)\n"
     )
     calls = find_rest_calls({"new.py": snippet})
-    assert [(m, t) for m, t, _ in calls] == [
-        ("WATCH", "/api/v1/namespaces/{namespace}/pods"),
-        ("PATCH", "/api/v1/namespaces/{namespace}/pods/x/status"),
-        ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}"),
+    assert [(c.method, c.template, c.watched) for c in calls] == [
+        ("GET", "/api/v1/namespaces/{namespace}/pods", True),
+        ("PATCH", "/api/v1/namespaces/{namespace}/pods/x/status", False),
+        ("DELETE", "/api/v1/namespaces/{namespace}/pods/{name}", False),
     ]
-    assert permissions_of_request("GET", calls[0][1], watched=True) == {Permission("", "pods", "watch")}
-    assert permissions_of_request("PATCH", calls[1][1], watched=False) == {
+    assert permissions_of_request("GET", calls[0].template, watched=True) == {Permission("", "pods", "watch")}
+    assert permissions_of_request("PATCH", calls[1].template, watched=False) == {
         Permission("", "pods/status", "patch")
     }
-    assert permissions_of_request("DELETE", calls[2][1], watched=False) == {Permission("", "pods", "delete")}
-    with pytest.raises(AssertionError, match="name the path"):
-        find_rest_calls({"hidden.py": "self._rest.get(built_at_run_time)\n"})
+    assert permissions_of_request("DELETE", calls[2].template, watched=False) == {
+        Permission("", "pods", "delete")
+    }
+    for hidden in ("self._rest.get(built_at_run_time)\n", 'rest.delete(f"{PODS}/{name}")\n'):
+        with pytest.raises(AssertionError, match="name the path"):
+            find_rest_calls({"hidden.py": hidden})
 
 
 def test_no_raw_requests_hide_from_the_scan() -> None:

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import http.server
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.loopback import free_port, free_ports, http_status
+from tests.support.loopback import free_port, free_ports, http_status, serving
 
 
 class Answers(http.server.BaseHTTPRequestHandler):
@@ -21,12 +20,8 @@ class Answers(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[int]:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answers)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield int(httpd.server_address[1])
-    httpd.shutdown()
-    httpd.server_close()
+    with serving(Answers) as port:
+        yield port
 
 
 def test_the_ports_are_distinct_and_free() -> None:
@@ -41,3 +36,9 @@ def test_http_status_is_the_answer_or_0_when_nothing_listens(server: int) -> Non
     assert http_status(server, "/healthz") == 200
     assert http_status(server, "/readyz") == 503
     assert http_status(free_port(), "/healthz", timeout_s=1.0) == 0
+
+
+def test_serving_stops_the_server_when_the_block_ends() -> None:
+    with serving(Answers) as port:
+        assert http_status(port, "/healthz") == 200
+    assert http_status(port, "/healthz", timeout_s=1.0) == 0
