@@ -59,8 +59,7 @@ class RestCalls:
 
     def _json(self, method: str, resource_path: str, **kwargs: Any) -> Json:
         answer = self._send(method, resource_path, **kwargs)
-        data: Json = json.loads(answer.read() or b"{}")
-        return data
+        return _object(answer.read() or b"{}", status=answer.status)
 
     def get(self, resource_path: str, **query: Any) -> Json:
         """An object, or a list (`items`, `metadata.resourceVersion`) when the path names a collection."""
@@ -88,7 +87,19 @@ class RestCalls:
         try:
             for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
                 if line and not line.isspace():
-                    yield json.loads(line)
+                    yield _object(line, status=answer.status)
         finally:
             response.close()
             response.release_conn()
+
+
+def _object(raw: str | bytes, *, status: int) -> Json:
+    """The JSON object an answer (or a watch's line) holds; anything else (a proxy's HTML page, a list) is the
+    ApiException a caller already handles, not a ValueError that would end its thread."""
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        raise ApiException(status=status, reason=f"the answer is not JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise ApiException(status=status, reason=f"the answer is a JSON {type(data).__name__}, not an object")
+    return data

@@ -33,7 +33,15 @@ class ApiServer(http.server.BaseHTTPRequestHandler):
                 "body": body,
             }
         )
-        if "/missing" in self.path:
+        if "/html" in self.path:
+            raw = b"<html>a proxy's page</html>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+        elif "/list" in self.path:
+            self._send(200, [1, 2])
+        elif "/missing" in self.path:
             self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
         elif "watch=true" in self.path:
             self.send_response(200)
@@ -101,3 +109,12 @@ def test_a_watch_yields_its_events_and_ends_with_the_stream(server: tuple[RestCa
     assert events == [{"type": "ADDED", "object": {"n": 1}}, {"type": "ADDED", "object": {"n": 2}}]
     assert "watch=true" in seen[0]["path"] and "timeoutSeconds=5" in seen[0]["path"]
     assert "resourceVersion=7" in seen[0]["path"]
+
+
+def test_an_answer_that_is_no_json_object_is_an_api_exception(server: tuple[RestCalls, Seen]) -> None:
+    rest, _ = server
+    with pytest.raises(ApiException) as caught:
+        rest.get("/api/v1/nodes/html")
+    assert caught.value.status == 200 and "not JSON" in str(caught.value.reason)
+    with pytest.raises(ApiException, match="a JSON list, not an object"):
+        rest.get("/api/v1/nodes/list")
