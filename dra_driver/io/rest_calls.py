@@ -68,8 +68,10 @@ class RestCalls:
     def create(self, resource_path: str, body: Mapping[str, Any]) -> Json:
         return self._json("POST", resource_path, body=body)
 
-    def patch(self, resource_path: str, body: Mapping[str, Any], *, content_type: str = MERGE_PATCH) -> Json:
-        return self._json("PATCH", resource_path, body=body, content_type=content_type)
+    def patch(
+        self, resource_path: str, body: Mapping[str, Any], *, content_type: str = MERGE_PATCH, **query: Any
+    ) -> Json:
+        return self._json("PATCH", resource_path, body=body, content_type=content_type, query=query)
 
     def delete(self, resource_path: str, body: Mapping[str, Any] | None = None) -> Json:
         return self._json("DELETE", resource_path, body=body)

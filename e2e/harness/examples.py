@@ -42,6 +42,11 @@ def device_class_files() -> list[Path]:
     return files or [FALLBACK_DEVICECLASSES]
 
 
+def device_classes() -> list[Json]:
+    """The DeviceClasses of those files, without the policies beside them."""
+    return [d for path in device_class_files() for d in load(path) if d.get("kind") == "DeviceClass"]
+
+
 def find(documents: Sequence[Json], kind: str, name: str) -> Json:
     for d in documents:
         if d["kind"] == kind and d["metadata"]["name"] == name:

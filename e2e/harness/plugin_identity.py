@@ -25,7 +25,8 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.vocabulary.names import DRIVER_NAME
 from e2e.controlplane.files import write_atomic
-from e2e.harness.kube import Kubectl, wait_for
+from e2e.harness.kube import wait_for
+from e2e.harness.server_apply import ServerApply
 from e2e.kubelet_standin.kubelet import RUN_ELSEWHERE_LABEL
 from e2e.kubelet_standin.pod_status import HOST_IP, running_status
 
@@ -71,10 +72,10 @@ def chart_documents(kinds: frozenset[str]) -> list[Json]:
     return [d for d in documents if d["kind"] in kinds]
 
 
-def install_identity(kubectl: Kubectl) -> None:
+def install_identity(target: ServerApply) -> None:
     """Applies the chart's RBAC and policies (idempotent: once per cluster is enough, again is harmless)."""
     documents = chart_documents(IDENTITY_KINDS)
-    kubectl.apply(documents)
+    target.apply(documents)
     log.info("plugin_identity.installed", objects=len(documents))
 
 

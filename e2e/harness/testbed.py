@@ -19,6 +19,7 @@ from e2e.harness.examples import device_class_files, load
 from e2e.harness.kube import Kubectl, WaitTimeoutError, delete_namespace_contents, wait_for
 from e2e.harness.node import NODES_DIR, BackendKind, SimNode, node_kubeconfig, node_name_of
 from e2e.harness.plugin_identity import install_identity
+from e2e.harness.server_apply import ServerApply
 from e2e.kubelet_standin.errors import StandInError
 
 log = structlog.get_logger(__name__)
@@ -33,6 +34,10 @@ class SimCluster:
     api: k8s.ApiClient
     kubectl: Kubectl
     nodes: dict[str, SimNode] = field(default_factory=dict)
+    server_apply: ServerApply = field(init=False)  # how the scenarios apply manifests (server_apply.py)
+
+    def __post_init__(self) -> None:
+        self.server_apply = ServerApply(self.api)
 
     def node(self, name: str) -> SimNode:
         return self.nodes[name]
@@ -43,19 +48,19 @@ class SimCluster:
         return self.nodes[str(spec["nodeName"])]
 
 
-def apply_device_classes(kubectl: Kubectl) -> list[str]:
+def apply_device_classes(target: ServerApply) -> list[str]:
     """Applies the DeviceClasses of deviceclasses/*.yaml (they must apply), then the other manifests there
     (admission policies) best-effort: one the API server refuses is reported and skipped, since the
     scenarios exercise the classes, not the policies. Returns the problems."""
     documents = [d for path in device_class_files() for d in load(path)]
     classes = [d for d in documents if d.get("kind") == "DeviceClass"]
-    kubectl.apply(classes)
+    target.apply(classes)
     problems = []
     for doc in documents:
         if doc.get("kind") == "DeviceClass":
             continue
         try:
-            kubectl.apply([doc])
+            target.apply([doc])
         except StandInError as e:
             problems.append(f"{doc.get('kind')} {doc['metadata']['name']}: {e}")
             log.warning(
@@ -103,8 +108,8 @@ def start_node(
 def make_testbed(plane: ControlPlane, api: k8s.ApiClient) -> SimCluster:
     kubectl = Kubectl(binary=plane.binaries.kubectl, kubeconfig=plane.kubeconfig)
     bed = SimCluster(plane=plane, api=api, kubectl=kubectl)
-    apply_device_classes(kubectl)
-    install_identity(kubectl)  # the chart's RBAC and policies: the node plugins run as its ServiceAccount
+    apply_device_classes(bed.server_apply)
+    install_identity(bed.server_apply)  # the chart's RBAC and policies: the plugins run as its ServiceAccount
     return bed
 
 

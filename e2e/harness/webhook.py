@@ -24,6 +24,7 @@ from kubernetes import client as k8s
 
 from e2e.controlplane.releases import default_version
 from e2e.harness.kube import Json, Kubectl, wait_for
+from e2e.harness.server_apply import ServerApply
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
@@ -112,7 +113,7 @@ def start_webhook(
     checkout `source`, for a before/after bench); returns once its caBundle is set and it is ready."""
     port = _free_port()
     k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace.model_validate({"metadata": {"name": namespace}}))
-    kubectl.apply([chart_configuration(namespace, port)])
+    ServerApply(api).apply([chart_configuration(namespace, port)])
     command = [
         sys.executable, "-m", "kubelet_plugin.command", "webhook", f"--kubeconfig={kubeconfig}",
         f"--namespace={namespace}", "--address=127.0.0.1", f"--port={port}", "--dns-name=127.0.0.1",

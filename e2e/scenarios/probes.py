@@ -32,7 +32,7 @@ MIXED = "sim-mixed-a100-l4"
 
 
 def apply(bed: SimCluster, ns: str, documents: Sequence[Json]) -> None:
-    bed.kubectl.apply(documents, namespace=ns)
+    bed.server_apply.apply(documents, namespace=ns)
 
 
 def running(bed: SimCluster, ns: str, name: str, *, timeout_s: float = 60.0) -> Json:

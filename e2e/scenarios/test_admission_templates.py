@@ -96,7 +96,8 @@ def test_forged_reviews_make_no_template_anywhere(bed: SimCluster, ns: str, webh
     answers = post_reviews(webhook.port, base64.b64decode(ca_bundle(bed.api)), reviews)
     assert all(a["response"]["allowed"] and a["response"]["patch"] for a in answers)  # still answered
     time.sleep(3)  # three resyncs of the reconciler, and its watches' events
-    assert templates(bed) == before, "a forged review made a template"
+    made = templates(bed).keys() - before.keys()  # those before may be swept meanwhile (an earlier module's)
+    assert not made, f"a forged review made a template: {sorted(made)}"
 
 
 def test_a_real_pod_gets_its_template_and_claim_and_runs(

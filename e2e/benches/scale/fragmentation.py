@@ -46,8 +46,9 @@ from e2e.benches.scale.workloads import ALIGNED_MIX_WEIGHTS, MIX_WEIGHTS, Want, 
 from e2e.controlplane.binaries import ensure_built
 from e2e.controlplane.launcher import start_control_plane
 from e2e.controlplane.pytest_fixture import wait_for_service_account
-from e2e.harness.kube import Kubectl, get_claim, wait_for
+from e2e.harness.kube import get_claim, wait_for
 from e2e.harness.published_node import published_node
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.testbed import H100_NODE, apply_device_classes
 from e2e.harness.verdicts import scheduler_verdict
 from e2e.kubelet_standin.errors import StandInError
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         plane = start_control_plane(state_dir=Path(tmp) / "controlplane", binaries=binaries)
         try:
             api = plane.api_client()
-            apply_device_classes(Kubectl(binary=plane.binaries.kubectl, kubeconfig=plane.kubeconfig))
+            apply_device_classes(ServerApply(api))
             for order in orders:
                 with ordered_node(api, order) as node:
                     for mix in mixes:

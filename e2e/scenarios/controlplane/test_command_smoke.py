@@ -19,7 +19,8 @@ import pytest
 from kubernetes import client as k8s
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.harness.kube import Kubectl, wait_for
+from e2e.harness.kube import wait_for
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.testbed import apply_device_classes
 from kubelet_plugin.node.paths import PluginPaths
 from tests.support.driver_root import install_driver
@@ -76,7 +77,7 @@ def _delete_slices(api: k8s.ApiClient) -> None:
 def test_plugin_probe_explain_and_cleanup_on_the_control_plane(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, e2e_namespace: str, node_root: Path
 ) -> None:
-    apply_device_classes(Kubectl(control_plane.binaries.kubectl, control_plane.kubeconfig))  # idempotent
+    apply_device_classes(ServerApply(k8s_api))  # idempotent
     driver = node_root / "driver"
     install_driver(driver)
     kubeconfig = str(control_plane.kubeconfig)

@@ -21,7 +21,7 @@ from e2e.benches.scale.fragmentation import (
 )
 from e2e.benches.scale.workloads import mig, vgpu, whole
 from e2e.controlplane.launcher import ControlPlane
-from e2e.harness.kube import Kubectl
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.testbed import apply_device_classes
 from e2e.harness.verdicts import explain_verdict
 
@@ -65,7 +65,7 @@ def run(
 def test_the_new_order_places_a_mix_the_old_one_fragments(
     control_plane: ControlPlane, k8s_api: k8s.ApiClient, e2e_namespace: str, tmp_path: Path
 ) -> None:
-    apply_device_classes(Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig))
+    apply_device_classes(ServerApply(k8s_api))
     node_file = node_file_with(tmp_path, 3)
     old = run(control_plane, k8s_api, e2e_namespace, node_file, DeviceOrder.BY_GPU)
     assert old.devices == ("gpu-0-vgpu", "gpu-1", "gpu-2-mig-1g10gb-0")

@@ -38,8 +38,9 @@ from dra_driver.vocabulary.names import DRIVER_NAME, Attr, Cap
 from dra_driver.vocabulary.quantity import parse_quantity
 from e2e.controlplane.launcher import ControlPlane
 from e2e.harness.examples import DEVICECLASSES_DIR, load
-from e2e.harness.kube import Kubectl, allocated_results, get_claim, get_pod, list_claims, wait_for
+from e2e.harness.kube import allocated_results, get_claim, get_pod, list_claims, wait_for
 from e2e.harness.published_node import NODES_DIR, PublishedNode, attribute, device_type, published_node
+from e2e.harness.server_apply import ServerApply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
 
@@ -125,8 +126,7 @@ def co_allocatable(node: PublishedNode, devices: list[Json]) -> bool:
 
 @pytest.fixture(scope="module")
 def nodes(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[dict[str, PublishedNode]]:
-    kubectl = Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig)
-    kubectl.apply(
+    ServerApply(k8s_api).apply(
         [
             d
             for path in sorted(DEVICECLASSES_DIR.glob("*.yaml"))

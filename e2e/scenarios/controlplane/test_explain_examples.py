@@ -21,9 +21,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from e2e.controlplane.launcher import ControlPlane
-from e2e.harness.examples import device_class_files, example_files, load, pinned
-from e2e.harness.kube import Kubectl, list_claims, pod_claim_name
+from e2e.harness.examples import device_classes, example_files, load, pinned
+from e2e.harness.kube import list_claims, pod_claim_name
 from e2e.harness.published_node import NODES_DIR, PublishedNode, published_node
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
@@ -102,8 +103,7 @@ def test_the_table_covers_every_example_claim_on_every_node() -> None:
 
 @pytest.fixture(scope="module")
 def nodes(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[dict[str, PublishedNode]]:
-    kubectl = Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig)
-    kubectl.apply([d for path in device_class_files() for d in load(path) if d.get("kind") == "DeviceClass"])
+    ServerApply(k8s_api).apply(device_classes())
     with (
         published_node(k8s_api, node_file=NODE_FILES[H100], name=H100) as h100,
         published_node(k8s_api, node_file=NODE_FILES[MIXED], name=MIXED) as mixed,

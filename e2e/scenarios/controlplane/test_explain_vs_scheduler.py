@@ -20,9 +20,10 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.vocabulary.names import DRIVER_NAME, Attr, qualified
 from e2e.controlplane.launcher import ControlPlane
-from e2e.harness.examples import device_class_files, load
-from e2e.harness.kube import Kubectl, get_claim, wait_for
+from e2e.harness.examples import device_classes
+from e2e.harness.kube import get_claim, wait_for
 from e2e.harness.published_node import published_node
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180), pytest.mark.mixes_families]
@@ -48,8 +49,7 @@ class Published:
 
 @pytest.fixture(scope="module")
 def published(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[Published]:
-    kubectl = Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig)
-    kubectl.apply([d for path in device_class_files() for d in load(path) if d.get("kind") == "DeviceClass"])
+    ServerApply(k8s_api).apply(device_classes())
     with tempfile.TemporaryDirectory() as tmp:
         node_file = Path(tmp) / "node.yaml"
         node_file.write_text(yaml.safe_dump(SIM_NODE), encoding="utf-8")

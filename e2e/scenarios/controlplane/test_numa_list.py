@@ -25,9 +25,9 @@ from e2e.benches.pods import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.pytest_fixture import private_control_plane
-from e2e.harness.examples import device_class_files, load
-from e2e.harness.kube import Kubectl
+from e2e.harness.examples import device_classes
 from e2e.harness.published_node import NODES_DIR, published_node, slices_for
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.verdicts import scheduler_verdict
 from kubelet_plugin.node.events import EVENT_NAMESPACE, NodeEvents
 from kubelet_plugin.publish.publisher import NUMA_LIST_DROPPED_REASON, SlicePublisher
@@ -82,8 +82,7 @@ def test_the_list_is_kept_and_aligns_two_gpus_on_one_numa_node(
     list_plane: ControlPlane, list_api: k8s.ApiClient
 ) -> None:
     assert list_plane.feature_gates.get(LIST_TYPE_ATTRIBUTES) is True
-    kubectl = Kubectl(binary=list_plane.binaries.kubectl, kubeconfig=list_plane.kubeconfig)
-    kubectl.apply([d for path in device_class_files() for d in load(path) if d.get("kind") == "DeviceClass"])
+    ServerApply(list_api).apply(device_classes())
     core = k8s.CoreV1Api(list_api)
     namespace = "default"
     node = f"numa-list-{uuid.uuid4().hex[:6]}"

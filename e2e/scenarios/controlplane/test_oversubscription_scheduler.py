@@ -21,9 +21,9 @@ from dra_driver.vocabulary.names import DRIVER_NAME, Cap
 from dra_driver.vocabulary.quantity import parse_quantity
 from e2e.benches.pods import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
-from e2e.harness.examples import device_class_files, load
-from e2e.harness.kube import Kubectl
+from e2e.harness.examples import device_classes
 from e2e.harness.published_node import NODES_DIR, published_node
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.verdicts import SchedulerVerdict, scheduler_verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
@@ -35,8 +35,7 @@ GiB = 1 << 30
 
 @pytest.fixture(scope="module")
 def nodes(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[tuple[str, str]]:
-    kubectl = Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig)
-    kubectl.apply([d for path in device_class_files() for d in load(path) if d.get("kind") == "DeviceClass"])
+    ServerApply(k8s_api).apply(device_classes())
     tag = uuid.uuid4().hex[:6]
     over, plain = f"oversub-{tag}", f"plain-{tag}"
     doubled = NodeSettings(node_name=over, family=family_settings(memoryOversubscription=2))

@@ -29,7 +29,6 @@ from e2e.controlplane.launcher import ControlPlane
 from e2e.controlplane.nodes import create_node, delete_node
 from e2e.controlplane.settings import RELEASE
 from e2e.harness.kube import (
-    Kubectl,
     WaitTimeoutError,
     delete_namespace_contents,
     get_claim,
@@ -50,6 +49,7 @@ from e2e.harness.plugin_identity import (
     issue,
     revoke,
 )
+from e2e.harness.server_apply import ServerApply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
@@ -108,9 +108,9 @@ def wait_wiped(node: SimNode) -> None:
 
 @pytest.fixture(scope="module")
 def identity(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[PluginIdentity]:
-    kubectl = Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig)
-    kubectl.apply(chart_documents(frozenset({"DeviceClass"})))
-    install_identity(kubectl)
+    target = ServerApply(k8s_api)
+    target.apply(chart_documents(frozenset({"DeviceClass"})))
+    install_identity(target)
     core = k8s.CoreV1Api(k8s_api)
     namespace = f"rbac-{uuid.uuid4().hex[:8]}"
     core.create_namespace(body=k8s.V1Namespace.model_validate({"metadata": {"name": namespace}}))

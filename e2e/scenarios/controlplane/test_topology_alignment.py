@@ -17,9 +17,9 @@ from kubernetes.client.exceptions import ApiException
 from dra_driver.vocabulary.names import PCIE_ROOT_ATTRIBUTE
 from e2e.benches.pods import pod as bench_pod
 from e2e.controlplane.launcher import ControlPlane
-from e2e.harness.examples import device_class_files, load
-from e2e.harness.kube import Kubectl
+from e2e.harness.examples import device_classes
 from e2e.harness.published_node import NODES_DIR, published_node
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.verdicts import SchedulerVerdict, explain_verdict, scheduler_verdict
 from tests.support.doubles.nic_driver import HGX_NICS, aligned_claim, nic_class, nic_slice
 
@@ -32,9 +32,9 @@ NICS = HGX_NICS
 @pytest.fixture(scope="module")
 def aligned_node(control_plane: ControlPlane, k8s_api: k8s.ApiClient) -> Iterator[dict[str, str]]:
     """The HGX node's Tessera pool and the NIC driver's pool; device name → pcieRoot of both."""
-    kubectl = Kubectl(binary=control_plane.binaries.kubectl, kubeconfig=control_plane.kubeconfig)
-    classes = [d for path in device_class_files() for d in load(path) if d.get("kind") == "DeviceClass"]
-    kubectl.apply([*classes, nic_class()])
+
+    classes = device_classes()
+    ServerApply(k8s_api).apply([*classes, nic_class()])
     resource = k8s.ResourceV1Api(k8s_api)
     with published_node(k8s_api, node_file=NODES_DIR / "h100x8.yaml", name=NODE) as node:
         body = nic_slice(NODE, NICS)

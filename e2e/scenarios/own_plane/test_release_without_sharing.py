@@ -116,7 +116,7 @@ def test_only_whole_gpus_are_published_with_a_warning(legacy: SimCluster) -> Non
 
 
 def test_a_whole_gpu_pod_runs(legacy: SimCluster) -> None:
-    legacy.kubectl.apply(pod_with_claim("whole", "gpu.tessera.dev"), namespace=NAMESPACE)
+    legacy.server_apply.apply(pod_with_claim("whole", "gpu.tessera.dev"), namespace=NAMESPACE)
     pod = wait_running(legacy.api, NAMESPACE, "whole", timeout_s=60)
     claim = get_claim(legacy.api, NAMESPACE, "whole")
     assert claim is not None
@@ -126,7 +126,7 @@ def test_a_whole_gpu_pod_runs(legacy: SimCluster) -> None:
 
 
 def test_a_vgpu_claim_waits_and_explain_names_the_reason(legacy: SimCluster) -> None:
-    legacy.kubectl.apply(
+    legacy.server_apply.apply(
         pod_with_claim("slice", "vgpu.tessera.dev", {"memory": "3000Mi", "cores": "30"}), namespace=NAMESPACE
     )
 
@@ -196,7 +196,7 @@ def test_a_node_group_offering_vgpu_alone_serves_the_waiting_claim(
     old = allocated(legacy, "slice")
     assert old["device"].endswith("-vgpu") and old["consumedCapacity"]["cores"] == "0"
     # A claim made now keeps its requests.
-    legacy.kubectl.apply(
+    legacy.server_apply.apply(
         pod_with_claim("slice2", "vgpu.tessera.dev", {"memory": "3000Mi", "cores": "30"}), namespace=NAMESPACE
     )
     assert is_running(wait_running(legacy.api, NAMESPACE, "slice2", timeout_s=60))

@@ -38,8 +38,9 @@ from e2e.controlplane.processes import is_alive, log_tail, stop_record
 from e2e.controlplane.pytest_fixture import wait_for_service_account
 from e2e.controlplane.releases import default_version
 from e2e.controlplane.state import ComponentRecord
-from e2e.harness.kube import Json, Kubectl
+from e2e.harness.kube import Json
 from e2e.harness.node import spawn_python
+from e2e.harness.server_apply import ServerApply
 from e2e.harness.webhook import helm_binary
 from tests.support.loopback import free_port, http_status
 
@@ -171,7 +172,7 @@ def test_two_replicas_as_charted_answer_alike_and_scheduling_goes_on_without_the
         nodes_file=nodes_file,
         scheduler_configuration=with_extender_at(recommended, port_a),  # kube-scheduler calls replica A
     ) as cluster:
-        Kubectl(binary=cluster.plane.binaries.kubectl, kubeconfig=cluster.plane.kubeconfig).apply(identity)
+        ServerApply(cluster.api).apply(identity)
         kubeconfig = service_account_kubeconfig(cluster, tmp_path / "extender.kubeconfig")
         replicas = [
             start_replica(args, port, kubeconfig, tmp_path / f"extender-{port}.log")

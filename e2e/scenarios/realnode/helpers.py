@@ -26,7 +26,7 @@ MIB = 1 << 20
 
 
 def apply(bed: SimCluster, ns: str, documents: Sequence[Json]) -> None:
-    bed.kubectl.apply(documents, namespace=ns)
+    bed.server_apply.apply(documents, namespace=ns)
 
 
 def running(node: RealNode, ns: str, name: str, *, timeout_s: float = 90.0) -> Json:

@@ -350,7 +350,7 @@ def capped_queue(bed: SimCluster, volcano: Volcano) -> Iterator[str]:
     """vc-scheduler with the `capacity` plugin (its DRA queue quota) in place of `proportion`, and a queue
     capped at one slice; the module's last test: Volcano stops after it, the queue with its CRD."""
     volcano.use_conf(capacity_conf())
-    bed.kubectl.apply([queue(QUEUE, capability=QUEUE_CAPABILITY)])
+    bed.server_apply.apply([queue(QUEUE, capability=QUEUE_CAPABILITY)])
     yield QUEUE
 
 
