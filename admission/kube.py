@@ -9,17 +9,34 @@ review is answered.
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 from collections.abc import Sequence
 from typing import Any
 
 import structlog
+from kubernetes.client.exceptions import ApiException
 
 from admission.certs import Bundle, KeyPair
 from admission.convert import names
 from admission.convert.catalog import Catalog, Skipped, from_slices
 from admission.convert.pod import Template
+from admission.watch import ApiSource
+from dra_driver.io.api_objects import (
+    API_GROUPS,
+    EVENTS,
+    MUTATING_WEBHOOK,
+    NAMESPACED_TEMPLATES,
+    PODS,
+    SECRET,
+    SECRETS,
+    SLICES,
+    TEMPLATE,
+    TEMPLATES,
+    event_body,
+    field_at,
+    path,
+)
+from dra_driver.io.rest_calls import JSON_PATCH, RestCalls
 from dra_driver.vocabulary.errors import TesseraError
 from dra_driver.vocabulary.excerpt import clip
 
@@ -56,40 +73,32 @@ def _status(e: Exception) -> int | None:
 
 
 class Kube:
-    """The calls, over one ApiClient."""
+    """The calls, over one ApiClient, on plain JSON (dra_driver/io/rest_calls.py: the typed API classes
+    cost ~2 CPU-s of every start)."""
 
     def __init__(self, api: Any) -> None:
-        from kubernetes import client as k8s  # noqa: PLC0415
-
-        self._resource = k8s.ResourceV1Api(api)
-        self._core = k8s.CoreV1Api(api)
-        self._admission = k8s.AdmissionregistrationV1Api(api)
-        self._apis = k8s.ApisApi(api)
-        self._exception: type[Exception] = k8s.ApiException
-        self._models = k8s
+        self.rest = RestCalls(api)
         self._skipped: frozenset[Skipped] = frozenset()  # what the last catalog skipped (logged once)
 
-    # ---- what the reconciler watches: raw responses, list or watch (`watch=True`) ----------------
+    # ---- what the reconciler watches -------------------------------------------------------------
 
-    def list_pods(self, **query: Any) -> Any:
+    def converted_pods(self) -> ApiSource:
         """Pods the webhook converted, in every namespace (by the label its patch adds)."""
-        return self._core.list_pod_for_all_namespaces(
-            label_selector=CONVERTED_SELECTOR, _preload_content=False, **query
-        )
+        return ApiSource(self.rest, PODS, labelSelector=CONVERTED_SELECTOR)
 
-    def list_templates(self, **query: Any) -> Any:
+    def templates(self) -> ApiSource:
         """Every ResourceClaimTemplate: one not labelled as ours may squat on a name the conversion gives."""
-        return self._resource.list_resource_claim_template_for_all_namespaces(_preload_content=False, **query)
+        return ApiSource(self.rest, TEMPLATES)
 
     # ---- discovery -------------------------------------------------------------------------------
 
     def serves_api_group(self, group: str) -> bool:
         """Whether the API server serves `group` (discovery, /apis: every authenticated user may read it)."""
         try:
-            groups = self._apis.get_api_versions().groups or []
-        except (self._exception, ValueError) as e:
+            groups = self.rest.get(API_GROUPS).get("groups") or []
+        except ApiException as e:
             raise ApiError(f"discover API groups: {_reason(e)}", _status(e)) from e
-        return any(g.name == group for g in groups)
+        return any(isinstance(g, dict) and g.get("name") == group for g in groups)
 
     # ---- templates -------------------------------------------------------------------------------
 
@@ -97,43 +106,29 @@ class Kube:
         """Create `template`, labelled as the webhook's: the template as stored (an API server with a feature
         gate off drops that feature's fields). AlreadyExistsError when the name is taken."""
         where = f"create ResourceClaimTemplate {namespace}/{template.name}"
+        body = template.manifest(namespace, made_by_webhook=True)
         try:
-            body = self._models.V1ResourceClaimTemplate.model_validate(
-                template.manifest(namespace, made_by_webhook=True)
-            )
-            raw: Any = self._resource.create_namespaced_resource_claim_template(
-                namespace, body, _preload_content=False
-            )
-            stored: dict[str, Any] = json.loads(raw.data)
-        except self._exception as e:
+            return self.rest.create(path(NAMESPACED_TEMPLATES, namespace=namespace), body)
+        except ApiException as e:
             if _status(e) == 409:
                 raise AlreadyExistsError(f"{where}: it exists already") from e
             raise ApiError(f"{where}: {_reason(e)}", _status(e)) from e
-        except ValueError as e:
-            raise ApiError(f"{where}: the answer is not JSON: {e}") from e
-        return stored
 
     def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The template as stored, None when there is none."""
         try:
-            raw: Any = self._resource.read_namespaced_resource_claim_template(
-                name, namespace, _preload_content=False
-            )
-            found: dict[str, Any] = json.loads(raw.data)
-        except self._exception as e:
+            return self.rest.get(path(TEMPLATE, namespace=namespace, name=name))
+        except ApiException as e:
             if _status(e) == 404:
                 return None
             raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
-        except ValueError as e:
-            raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: not JSON: {e}") from e
-        return found
 
     def delete_template(self, namespace: str, name: str, uid: str) -> bool:
         """Delete the template if it is still the one seen (`uid`); False when it is gone or replaced."""
-        options = self._models.V1DeleteOptions(preconditions=self._models.V1Preconditions(uid=uid))
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
-            self._resource.delete_namespaced_resource_claim_template(name, namespace, body=options)
-        except self._exception as e:
+            self.rest.delete(path(TEMPLATE, namespace=namespace, name=name), options)
+        except ApiException as e:
             if _status(e) in (404, 409):
                 return False
             raise ApiError(f"delete ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
@@ -141,32 +136,19 @@ class Kube:
 
     def warn_pod(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None:
         """A Warning Event on the Pod (`kubectl describe pod` shows it)."""
-        now = dt.datetime.now(dt.UTC)
-        event = self._models.CoreV1Event(
-            metadata=self._models.V1ObjectMeta(generate_name=f"{pod}.tessera-"),
-            involved_object=self._models.V1ObjectReference(
-                api_version="v1", kind="Pod", namespace=namespace, name=pod, uid=uid
-            ),
-            reason=reason,
-            message=clip(message, 1024),
-            type="Warning",
-            source=self._models.V1EventSource(component=COMPONENT),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+        target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod, "uid": uid}
+        event = event_body(target, reason=reason, message=message, kind="Warning", component=COMPONENT)
         try:
-            self._core.create_namespaced_event(namespace, event)
-        except self._exception as e:
+            self.rest.create(path(EVENTS, namespace=namespace), event)
+        except ApiException as e:
             raise ApiError(f"create Event on Pod {namespace}/{pod}: {_reason(e)}") from e
 
     # ---- catalog ---------------------------------------------------------------------------------
 
     def catalog(self) -> Catalog:
         try:
-            raw: Any = self._resource.list_resource_slice(_preload_content=False)
-            items = json.loads(raw.data).get("items") or []
-        except (self._exception, ValueError) as e:
+            items = self.rest.get(SLICES).get("items") or []
+        except ApiException as e:
             raise ApiError(f"list ResourceSlices: {_reason(e)}") from e
         catalog = from_slices(items)
         self._log_skipped(catalog.skipped)
@@ -195,20 +177,21 @@ class Kube:
     def read_bundle(self, namespace: str, name: str) -> tuple[Bundle | None, str | None]:
         """The Secret's bundle and resourceVersion; (None, None) when there is no Secret."""
         try:
-            secret = self._core.read_namespaced_secret(name, namespace)
-        except self._exception as e:
+            secret = self.rest.get(path(SECRET, namespace=namespace, name=name))
+        except ApiException as e:
             if _status(e) == 404:
                 return None, None
             raise ApiError(f"read Secret {namespace}/{name}: {_reason(e)}") from e
-        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+        version = str(field_at(secret, "metadata", "resourceVersion") or "")
         try:
+            data = {k: base64.b64decode(v, validate=True) for k, v in (secret.get("data") or {}).items()}
             bundle = Bundle(
                 KeyPair(data["ca.crt"], data["ca.key"]), KeyPair(data["tls.crt"], data["tls.key"]),
                 data.get("previous-ca.crt", b""),
             )  # fmt: skip
-        except KeyError:
+        except (KeyError, ValueError, TypeError, AttributeError):
             bundle = None  # not ours, or half written: remade
-        return bundle, str(secret.metadata.resource_version if secret.metadata else "")
+        return bundle, version
 
     def write_bundle(self, namespace: str, name: str, bundle: Bundle, resource_version: str | None) -> bool:
         """Store the bundle; False when another replica wrote first (re-read and use theirs)."""
@@ -234,12 +217,11 @@ class Kube:
             "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
         }
         try:
-            secret = self._models.V1Secret.model_validate(body)
             if resource_version is None:
-                self._core.create_namespaced_secret(namespace, secret)
+                self.rest.create(path(SECRETS, namespace=namespace), body)
             else:
-                self._core.replace_namespaced_secret(name, namespace, secret)
-        except self._exception as e:
+                self.rest.replace(path(SECRET, namespace=namespace, name=name), body)
+        except ApiException as e:
             if _status(e) == 409:
                 return False
             raise ApiError(f"write Secret {namespace}/{name}: {_reason(e)}") from e
@@ -249,10 +231,8 @@ class Kube:
         """Put `ca_bundle` into every webhook of the MutatingWebhookConfiguration; True if it changed."""
         encoded = base64.b64encode(ca_bundle).decode()
         try:
-            current: Any = self._admission.read_mutating_webhook_configuration(
-                configuration, _preload_content=False
-            )
-            webhooks = json.loads(current.data).get("webhooks") or []
+            found = self.rest.get(path(MUTATING_WEBHOOK, name=configuration)).get("webhooks") or []
+            webhooks = [w for w in found if isinstance(w, dict)]
             if all((w.get("clientConfig") or {}).get("caBundle") == encoded for w in webhooks):
                 return False
             patch = [
@@ -260,9 +240,8 @@ class Kube:
                  "path": f"/webhooks/{i}/clientConfig/caBundle", "value": encoded}
                 for i, w in enumerate(webhooks)
             ]  # fmt: skip
-            # a list body goes as application/json-patch+json
-            self._admission.patch_mutating_webhook_configuration(configuration, patch)
-        except (self._exception, ValueError) as e:
+            self.rest.patch(path(MUTATING_WEBHOOK, name=configuration), patch, content_type=JSON_PATCH)
+        except ApiException as e:
             raise ApiError(
                 f"set caBundle of MutatingWebhookConfiguration {configuration}: {_reason(e)}"
             ) from e

@@ -123,13 +123,15 @@ def _reconcile_when_listed(
 def run(args: argparse.Namespace) -> int:
     logs.configure(level=args.log_level, fmt=args.log_format)
     kube = Kube(api_client(args.kubeconfig))
-    templates = Watched(name="resourceclaimtemplates", call=kube.list_templates, keep=keep_template)
+    templates = Watched(name="resourceclaimtemplates", source=kube.templates(), keep=keep_template)
     webhook = Webhook(options_from_args(args), kube, templates.get)
     reconciler = TemplateReconciler(
         calls=kube, store=templates, options=lambda: webhook.options, grace_s=args.template_grace
     )
     templates.on_event = reconciler.on_template
-    pods = Watched(name="converted-pods", call=kube.list_pods, keep=keep_pod, on_event=reconciler.on_pod)
+    pods = Watched(
+        name="converted-pods", source=kube.converted_pods(), keep=keep_pod, on_event=reconciler.on_pod
+    )
     tls = Tls()
     if args.cert_dir is not None:
         step = CertDir(args.cert_dir, tls).step

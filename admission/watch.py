@@ -10,13 +10,13 @@ ADDED, MODIFIED and DELETED (a fresh list reports what changed since the last on
 
 from __future__ import annotations
 
-import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Generator, Mapping
+from typing import Any, Protocol
 
 import structlog
 
+from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.excerpt import clip
 
 log = structlog.get_logger()
@@ -24,7 +24,6 @@ Obj = Mapping[str, Any]
 Key = tuple[str, str]
 Handler = Callable[[str, Obj], None]
 PAGE = 500
-MAX_LINE = 4 * 1024 * 1024  # one watch event: an object, which etcd bounds at 1.5 MiB
 
 
 class ExpiredError(Exception):
@@ -36,32 +35,49 @@ def key_of(obj: Obj) -> Key:
     return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
-def _lines(response: Any) -> Iterator[bytes]:
-    buffer = b""
-    for chunk in response.stream(amt=None, decode_content=True):
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        yield from (line for line in lines if line.strip())
-        if len(buffer) > MAX_LINE:
-            raise ValueError(f"a watch event longer than {MAX_LINE} bytes")
+class Source(Protocol):
+    """Where a view reads one kind: a page of its list, and a watch from a resourceVersion."""
+
+    def page(self, *, limit: int, token: str | None) -> Obj:
+        """`items`, and `metadata` with `resourceVersion` and `continue` (the next page's token)."""
+        ...
+
+    def events(self, *, version: str, timeout_s: int) -> Generator[Obj, None, None]:
+        """The watch's events (`type`, `object`) until it ends."""
+        ...
+
+
+class ApiSource:
+    """A collection path of the API server (a template of dra_driver/io/api_objects.py), with a fixed query
+    (e.g. a labelSelector), over RestCalls."""
+
+    def __init__(self, rest: RestCalls, path: str, **query: str) -> None:
+        self._rest, self._path, self._query = rest, path, query
+
+    def page(self, *, limit: int, token: str | None) -> Obj:
+        more = {"continue": token} if token else {}
+        return self._rest.get(self._path, limit=limit, **self._query, **more)
+
+    def events(self, *, version: str, timeout_s: int) -> Generator[Obj, None, None]:
+        query = {**self._query, "resourceVersion": version, "allowWatchBookmarks": "true"}
+        return self._rest.watch(self._path, timeout_s=timeout_s, **query)
 
 
 class Watched:
-    """The objects `call` lists, kept current by a thread. `call(**query)` is a list call of the kubernetes
-    client returning the raw response (`_preload_content=False`)."""
+    """The objects of `source`, kept current by a thread."""
 
     def __init__(
         self,
         *,
         name: str,
-        call: Callable[..., Any],
+        source: Source,
         keep: Callable[[Obj], Obj | None],
         on_event: Handler | None = None,
         watch_s: int = 300,
         backoff_s: float = 2.0,
     ) -> None:
         self.name = name
-        self._call, self._keep = call, keep
+        self._source, self._keep = source, keep
         self.on_event = on_event  # may be set before start()
         self._watch_s, self._backoff_s = watch_s, backoff_s
         self._objects: dict[Key, Obj] = {}
@@ -109,9 +125,9 @@ class Watched:
 
     def _list(self) -> str:
         found: dict[Key, Obj] = {}
-        query: dict[str, Any] = {"limit": PAGE}
+        token: str | None = None
         while True:
-            body = json.loads(self._call(**query).data)
+            body = self._source.page(limit=PAGE, token=token)
             for item in body.get("items") or []:
                 kept = self._keep(item)
                 if kept is not None:
@@ -119,7 +135,7 @@ class Watched:
             metadata = body.get("metadata") or {}
             if not metadata.get("continue"):
                 break
-            query["_continue"] = metadata["continue"]
+            token = str(metadata["continue"])
         with self._lock:
             before, self._objects = self._objects, found
         for key, obj in before.items():
@@ -133,16 +149,9 @@ class Watched:
         return str(metadata.get("resourceVersion") or "")
 
     def _watch(self, version: str) -> str:
-        response = self._call(
-            watch=True,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_s,
-            _request_timeout=(10, self._watch_s + 30),
-        )
+        events = self._source.events(version=version, timeout_s=self._watch_s)
         try:
-            for line in _lines(response):
-                event = json.loads(line)
+            for event in events:
                 kind, obj = event.get("type"), event.get("object") or {}
                 if kind == "ERROR":
                     if obj.get("code") == 410:
@@ -154,8 +163,7 @@ class Watched:
                 if self._stop.is_set():
                     break
         finally:
-            response.close()
-            response.release_conn()
+            events.close()  # the connection goes back to the pool
         return version
 
     def _apply(self, kind: str, obj: Obj) -> None:

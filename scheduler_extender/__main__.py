@@ -18,9 +18,11 @@ from typing import Any
 
 import structlog
 
-from admission.watch import Watched
+from admission.watch import ApiSource, Watched
 from dra_driver.io import logs
 from dra_driver.io.api_client import api_client
+from dra_driver.io.api_objects import CLAIMS, NODES, PODS, SLICES
+from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.errors import ConfigError
 from scheduler_extender.cluster_view import Obj
 from scheduler_extender.fragmentation import Mix
@@ -92,26 +94,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     if args.unit < 0:
         parser.error(f"--unit {args.unit}: give 0 (min-max) or a positive number of thousandths of a GPU")
-    from kubernetes import client as k8s  # noqa: PLC0415
-
-    resource, core = k8s.ResourceV1Api(api), k8s.CoreV1Api(api)
-
-    def list_slices(**query: Any) -> Any:
-        return resource.list_resource_slice(_preload_content=False, **query)
-
-    def list_claims(**query: Any) -> Any:
-        return resource.list_resource_claim_for_all_namespaces(_preload_content=False, **query)
-
-    def list_nodes(**query: Any) -> Any:
-        return core.list_node(_preload_content=False, **query)
-
-    def list_pods(**query: Any) -> Any:
-        return core.list_pod_for_all_namespaces(_preload_content=False, **query)
-
-    slices = Watched(name="resourceslices", call=list_slices, keep=lambda s: s)
-    claims = Watched(name="resourceclaims", call=list_claims, keep=keep_claim)
-    nodes = Watched(name="nodes", call=list_nodes, keep=keep_node)
-    pods = Watched(name="pods", call=list_pods, keep=keep_pod)
+    rest = RestCalls(api)
+    slices = Watched(name="resourceslices", source=ApiSource(rest, SLICES), keep=lambda s: s)
+    claims = Watched(name="resourceclaims", source=ApiSource(rest, CLAIMS), keep=keep_claim)
+    nodes = Watched(name="nodes", source=ApiSource(rest, NODES), keep=keep_node)
+    pods = Watched(name="pods", source=ApiSource(rest, PODS), keep=keep_pod)
     watches = (slices, claims, nodes, pods)
     views = NodeViews()  # each node's view, kept as the watches' events arrive (node_views.py)
     watch_into(views, slices=slices, claims=claims, nodes=nodes, pods=pods)

@@ -11,21 +11,22 @@ urllib3's `HTTPError` for a broken connection; the caller translates them at its
 from __future__ import annotations
 
 import json
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from dra_driver.io.api_objects import Json
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"  # a list of operations
+MAX_LINE = 4 * 1024 * 1024  # one watch event: an object, which etcd bounds at 1.5 MiB
 _AUTH = ["BearerToken"]  # what every typed call names: the bearer token, where the kubeconfig has one
 
 
 class RestCalls:
-    """GET, LIST, WATCH, POST, PATCH and DELETE of API paths, JSON in and out."""
+    """GET, LIST, WATCH, POST, PUT, PATCH and DELETE of API paths, JSON in and out."""
 
     def __init__(self, api: ApiClient) -> None:
         self._api = api
@@ -68,9 +69,19 @@ class RestCalls:
     def create(self, resource_path: str, body: Mapping[str, Any]) -> Json:
         return self._json("POST", resource_path, body=body)
 
+    def replace(self, resource_path: str, body: Mapping[str, Any]) -> Json:
+        """PUT: the whole object, refused (409) unless its metadata.resourceVersion is still current."""
+        return self._json("PUT", resource_path, body=body)
+
     def patch(
-        self, resource_path: str, body: Mapping[str, Any], *, content_type: str = MERGE_PATCH, **query: Any
+        self,
+        resource_path: str,
+        body: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        content_type: str = MERGE_PATCH,
+        **query: Any,
     ) -> Json:
+        """A merge patch (an object), or a JSON patch (a list of operations, content_type JSON_PATCH)."""
         return self._json("PATCH", resource_path, body=body, content_type=content_type, query=query)
 
     def delete(self, resource_path: str, body: Mapping[str, Any] | None = None) -> Json:
@@ -78,7 +89,8 @@ class RestCalls:
 
     def watch(self, resource_path: str, *, timeout_s: int, **query: Any) -> Generator[Json, None, None]:
         """The watch's events (`type`, `object`) until the server ends it after `timeout_s`; the connection
-        goes back to the pool when the iterator ends or is closed."""
+        goes back to the pool when the iterator ends or is closed. An event longer than MAX_LINE ends it
+        with an ApiException."""
         answer = self._send(
             "GET",
             resource_path,
@@ -87,12 +99,24 @@ class RestCalls:
         )
         response = answer.response
         try:
-            for line in iter_resp_lines(response):  # type: ignore[no-untyped-call]
-                if line and not line.isspace():
-                    yield _object(line, status=answer.status)
+            for line in _lines(response, status=answer.status):
+                yield _object(line, status=answer.status)
         finally:
             response.close()
             response.release_conn()
+
+
+def _lines(response: Any, *, status: int) -> Iterator[bytes]:
+    """The non-blank lines of a streamed answer, however the network cuts its chunks; bounded."""
+    buffer = b""
+    for chunk in response.stream(amt=None, decode_content=True):
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        yield from (line for line in lines if line.strip())
+        if len(buffer) > MAX_LINE:
+            raise ApiException(status=status, reason=f"a watch event longer than {MAX_LINE} bytes")
+    if buffer.strip():
+        yield buffer
 
 
 def _object(raw: str | bytes, *, status: int) -> Json:

@@ -21,13 +21,12 @@ answers are checked against the full read's on the first and last call of each.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,29 +115,18 @@ def cluster_objects(nodes: Sequence[TraceNode], *, seed: int, mix: Mix) -> dict[
 
 
 class _Listing:
-    """A list response (the first call of a watch), then a watch with nothing to say until `done`."""
+    """A list (the first call of a watch), then a watch with nothing to say until `done`."""
 
     def __init__(self, items: list[Obj], done: threading.Event) -> None:
-        self._body = json.dumps({"items": items, "metadata": {"resourceVersion": "1"}}).encode()
+        self._body: Obj = {"items": items, "metadata": {"resourceVersion": "1"}}
         self._done = done
-        self.data = b""
 
-    def __call__(self, **query: Any) -> _Listing:
-        if query.get("watch"):
-            self._done.wait()
-            self.data = b""
-        else:
-            self.data = self._body
-        return self
+    def page(self, *, limit: int, token: str | None) -> Obj:
+        return self._body
 
-    def stream(self, amt: object = None, decode_content: bool = True) -> Iterator[bytes]:
-        return iter(())
-
-    def close(self) -> None:
-        return
-
-    def release_conn(self) -> None:
-        return
+    def events(self, *, version: str, timeout_s: int) -> Generator[Obj, None, None]:
+        self._done.wait()
+        yield from ()
 
 
 def _ms(values: Sequence[float]) -> str:
@@ -165,7 +153,7 @@ def measure(nodes: Sequence[TraceNode], *, calls: int, seed: int) -> list[str]:
     done = threading.Event()
     keeps = {"slices": lambda s: s, "claims": keep_claim, "nodes": keep_node, "pods": keep_pod}
     items = {**objects, "claims": [*objects["claims"], *own.values()]}
-    stores = {k: Watched(name=k, call=_Listing(items[k], done), keep=keeps[k]) for k in keeps}
+    stores = {k: Watched(name=k, source=_Listing(items[k], done), keep=keeps[k]) for k in keeps}
     views = NodeViews()
     watch_into(
         views, slices=stores["slices"], claims=stores["claims"], nodes=stores["nodes"], pods=stores["pods"]

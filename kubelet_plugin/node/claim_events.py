@@ -17,10 +17,9 @@ import structlog
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.io.api_objects import CLAIM, EVENTS, field_at, path
+from dra_driver.io.api_objects import CLAIM, EVENTS, event_body, field_at, path
 from dra_driver.io.rest_calls import RestCalls
 from dra_driver.vocabulary.names import DRIVER_NAME
-from kubelet_plugin.node.events import event_body
 
 MAX_PODS = 8
 _MAX_NAME = 253

@@ -6,18 +6,14 @@ never raised: the event only repeats what the log already says.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from datetime import UTC, datetime
-
 import structlog
 from kubernetes.client.exceptions import ApiException
 
 # urllib3's own errors (not OSError) when the API server is down or drops a connection.
 from urllib3.exceptions import HTTPError as TransportError
 
-from dra_driver.io.api_objects import EVENTS, path
+from dra_driver.io.api_objects import EVENTS, event_body, path
 from dra_driver.io.rest_calls import RestCalls
-from dra_driver.vocabulary.excerpt import clip
 from dra_driver.vocabulary.names import DRIVER_NAME
 
 EVENT_NAMESPACE = "default"
@@ -25,7 +21,6 @@ CHECKPOINT_REBUILT_REASON = "CheckpointRebuilt"  # unreadable: set aside, rebuil
 CHECKPOINT_NEWER_REASON = "CheckpointFromNewerVersion"  # start-up refused, nothing changed
 # the scheduler cannot keep a shared family apart from the others: it is not published
 SHARING_UNENFORCED_REASON = "SharingUnenforced"
-MAX_MESSAGE_CHARS = 1024  # the API server keeps at most this much of an Event's message
 
 log = structlog.get_logger(__name__)
 
@@ -60,24 +55,3 @@ class NodeEvents:
             log.warning("node event not written", node=self._node, reason=reason, error=str(e))
             return False
         return True
-
-
-def event_body(
-    target: Mapping[str, str], *, reason: str, message: str, kind: str, component: str, host: str
-) -> dict[str, object]:
-    """A core/v1 Event about `target` (an object reference: apiVersion, kind, name, ...) as the API takes
-    it; also claim_events.py's."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{target['name'][:200]}.tessera-"},
-        "involvedObject": dict(target),
-        "reason": reason,
-        "message": clip(message, MAX_MESSAGE_CHARS),
-        "type": kind,
-        "source": {"component": component, "host": host},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-    }

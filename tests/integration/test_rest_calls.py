@@ -12,8 +12,9 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from admission.watch import ApiSource
 from dra_driver.io.api_objects import path
-from dra_driver.io.rest_calls import RestCalls
+from dra_driver.io.rest_calls import JSON_PATCH, MAX_LINE, RestCalls
 from tests.support.loopback import serving
 
 Seen = list[dict[str, Any]]
@@ -43,6 +44,12 @@ class ApiServer(http.server.BaseHTTPRequestHandler):
             self._send(200, [1, 2])
         elif "/missing" in self.path:
             self._send(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+        elif "watch=true" in self.path and "/huge" in self.path:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(b'{"type": "ADDED", "object": {"n": 1}}\n')
+            self.wfile.write(b'{"type": "ADDED", "object": {"pad": "' + b"x" * (MAX_LINE + 10))
         elif "watch=true" in self.path:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -60,7 +67,7 @@ class ApiServer(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(raw)
 
-    do_GET = do_POST = do_PATCH = do_DELETE = _answer  # noqa: N815 (the names http.server calls)
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _answer  # noqa: N815 (the names http.server calls)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -118,3 +125,40 @@ def test_an_answer_that_is_no_json_object_is_an_api_exception(server: tuple[Rest
     assert caught.value.status == 200 and "not JSON" in str(caught.value.reason)
     with pytest.raises(ApiException, match="a JSON list, not an object"):
         rest.get("/api/v1/nodes/list")
+
+
+def test_a_replace_puts_and_a_list_patch_goes_as_json_patch(server: tuple[RestCalls, Seen]) -> None:
+    rest, seen = server
+    rest.replace("/api/v1/namespaces/ns/secrets/s", {"metadata": {"resourceVersion": "3"}})
+    operations = [{"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": "Y2E="}]
+    rest.patch("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/w", operations,
+               content_type=JSON_PATCH)  # fmt: skip
+    assert [(s["method"], s["type"], s["body"]) for s in seen] == [
+        ("PUT", "application/json", {"metadata": {"resourceVersion": "3"}}),
+        ("PATCH", "application/json-patch+json", operations),
+    ]
+
+
+def test_a_watch_event_over_the_bound_ends_the_watch_after_the_ones_before(
+    server: tuple[RestCalls, Seen],
+) -> None:
+    rest, _ = server
+    events = rest.watch("/api/v1/pods/huge", timeout_s=5)
+    assert next(events) == {"type": "ADDED", "object": {"n": 1}}
+    with pytest.raises(ApiException, match=f"longer than {MAX_LINE} bytes"):
+        next(events)
+
+
+def test_a_watched_source_pages_with_the_token_and_watches_from_the_version(
+    server: tuple[RestCalls, Seen],
+) -> None:
+    rest, seen = server
+    source = ApiSource(rest, "/api/v1/pods", labelSelector="a=b")
+    source.page(limit=500, token=None)
+    source.page(limit=500, token="next page")
+    assert len(list(source.events(version="42", timeout_s=5))) == 2
+    first, second, watch = (s["path"] for s in seen)
+    assert first == "/api/v1/pods?limit=500&labelSelector=a%3Db"
+    assert second == "/api/v1/pods?limit=500&labelSelector=a%3Db&continue=next%20page"
+    assert all(q in watch for q in ("labelSelector=a%3Db", "resourceVersion=42", "allowWatchBookmarks=true"))
+    assert "watch=true" in watch and "timeoutSeconds=5" in watch

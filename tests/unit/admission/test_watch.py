@@ -1,11 +1,11 @@
 """The list+watch view: pages listed, events applied, a 410 or a broken stream listed again (what vanished
 meanwhile reported as deleted), a failing handler never stops it. The responses are scripted as the API
-server sends them (JSON list bodies, newline-separated watch events); e2e runs it against a real one."""
+server's list bodies and watch events; tests/integration/test_rest_calls.py checks the calls beneath on a real
+socket, e2e runs the webhook against a real API server."""
 
-import json
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from admission.watch import Watched
@@ -15,52 +15,44 @@ def obj(name: str, version: str, namespace: str = "ns", **extra: Any) -> dict[st
     return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": version}, **extra}
 
 
-class Response:
-    def __init__(self, data: bytes = b"", lines: list[bytes] | None = None, chunk: int = 7) -> None:
-        self.data, self._lines, self._chunk = data, lines or [], chunk
-
-    def stream(self, amt: object = None, decode_content: bool = True) -> Iterator[bytes]:
-        body = b"".join(line + b"\n" for line in self._lines)
-        for i in range(0, len(body), self._chunk):  # events cut anywhere, as the network delivers them
-            yield body[i : i + self._chunk]
-
-    def close(self) -> None:
-        pass
-
-    def release_conn(self) -> None:
-        pass
-
-
 class Server:
-    """Answers the view's calls from a script: `lists` (pages) and `watches` (event lists, or an
-    exception to raise); blocks once the script is done, like a watch with nothing to say."""
+    """Answers the view from a script: pages (`page`) and watches (`events`: a list of events, or an
+    exception to raise); blocks once the script is done, like a watch with nothing to say. `calls` records
+    each call: ("page", token) or ("watch", version)."""
 
     def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
+        self.calls: list[tuple[str, str | None]] = []
         self.script: queue.Queue[Any] = queue.Queue()
 
-    def __call__(self, **query: Any) -> Response:
-        self.calls.append(query)
+    def _next(self) -> Any:
         step = self.script.get()
         if isinstance(step, Exception):
             raise step
-        return step  # type: ignore[no-any-return]
+        return step
+
+    def page(self, *, limit: int, token: str | None) -> dict[str, Any]:
+        self.calls.append(("page", token))
+        body: dict[str, Any] = self._next()
+        return body
+
+    def events(self, *, version: str, timeout_s: int) -> Generator[dict[str, Any], None, None]:
+        self.calls.append(("watch", version))
+        yield from self._next()
 
 
-def page(items: list[dict[str, Any]], version: str, cont: str | None = None) -> Response:
-    metadata = {"resourceVersion": version, **({"continue": cont} if cont else {})}
-    return Response(json.dumps({"items": items, "metadata": metadata}).encode())
+def page(items: list[dict[str, Any]], version: str, cont: str | None = None) -> dict[str, Any]:
+    return {"items": items, "metadata": {"resourceVersion": version, **({"continue": cont} if cont else {})}}
 
 
-def events(*pairs: tuple[str, dict[str, Any]]) -> Response:
-    return Response(lines=[json.dumps({"type": t, "object": o}).encode() for t, o in pairs])
+def events(*pairs: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"type": t, "object": o} for t, o in pairs]
 
 
 def started(server: Server, seen: list[tuple[str, str]], **kwargs: Any) -> Watched:
     def keep(o: Any) -> Any:
         return None if o["metadata"]["name"].startswith("skip") else o
 
-    view = Watched(name="test", call=server, keep=keep, backoff_s=0.01, **kwargs)
+    view = Watched(name="test", source=server, keep=keep, backoff_s=0.01, **kwargs)
     view.on_event = lambda kind, o: seen.append((kind, o["metadata"]["name"]))
     view.start()
     return view
@@ -98,10 +90,9 @@ def test_pages_then_events_and_what_keep_drops_is_never_seen() -> None:
         "a",
         "c",
     ]
-    assert server.calls[1]["_continue"] == "next"
+    assert server.calls[:2] == [("page", None), ("page", "next")]
     wait(lambda: len(server.calls) == 4)
-    assert server.calls[2]["watch"] is True and server.calls[2]["resource_version"] == "9"
-    assert server.calls[3]["resource_version"] == "15"  # the stream ended: resumed where it was
+    assert server.calls[2:] == [("watch", "9"), ("watch", "15")]  # the stream ended: resumed where it was
     view.stop()
 
 
@@ -115,7 +106,7 @@ def test_an_expired_watch_or_a_broken_one_lists_again_and_reports_what_vanished(
     view = started(server, seen)
     wait(lambda: len(seen) == 5)
     assert seen == [("ADDED", "a"), ("ADDED", "b"), ("DELETED", "a"), ("MODIFIED", "b"), ("ADDED", "c")]
-    assert [c.get("watch") for c in server.calls[:5]] == [None, True, None, True, None]
+    assert [kind for kind, _ in server.calls[:5]] == ["page", "watch", "page", "watch", "page"]
     view.stop()
 
 
@@ -123,7 +114,7 @@ def test_a_handler_that_fails_does_not_stop_the_view() -> None:
     server = Server()
     server.script.put(page([obj("a", "1")], "1"))
     server.script.put(events(("ADDED", obj("b", "2")), ("ADDED", obj("c", "3"))))
-    view = Watched(name="test", call=server, keep=lambda o: o)
+    view = Watched(name="test", source=server, keep=lambda o: o)
 
     def handler(kind: str, o: Any) -> None:
         if o["metadata"]["name"] == "b":

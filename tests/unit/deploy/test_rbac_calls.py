@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import inspect
 import re
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,19 @@ import yaml
 from kubernetes import client as k8s
 
 from dra_driver.vocabulary.names import DRIVER_NAME
+from tests.support.rest_call_scan import (
+    API_OBJECTS,
+    Permission,
+    RestCall,
+    find_rest_calls,
+    granted_by,
+    permissions_of_request,
+    rest_permissions,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 PLUGIN = ROOT / "kubelet_plugin"
 MANIFESTS = ROOT / "deploy" / "manifests" / "tessera.yaml"
-API_OBJECTS = ROOT / "dra_driver" / "io" / "api_objects.py"
 ROLE = "tessera-node-plugin"
 # The client's *Api classes by name; each is imported when first asked for (importing all of them at
 # collection took seconds), and only those the plugin uses are.
@@ -40,14 +47,6 @@ def api_class(name: str) -> Any:
 
 # Raw request paths the scan below cannot see through.
 OPAQUE = ("call_api", "DynamicClient", "CustomObjectsApi")
-
-
-@dataclass(frozen=True, slots=True)
-class Permission:
-    group: str
-    resource: str
-    verb: str
-    resource_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,103 +91,12 @@ def find_calls(sources: dict[str, str]) -> list[Call]:
     return calls
 
 
-# RestCalls' methods: the HTTP method each sends, and whether it watches
-REST_METHODS = {
-    "get": ("GET", False),
-    "watch": ("GET", True),
-    "create": ("POST", False),
-    "patch": ("PATCH", False),
-    "delete": ("DELETE", False),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class RestCall:
-    method: str  # HTTP
-    template: str
-    watched: bool
-    where: str
-
-
-def _templates(trees: Mapping[str, ast.AST]) -> dict[str, str]:
-    """Module constants holding an API path template, by name: `NODE = "/api/v1/nodes/{name}"`."""
-    return {
-        target.id: n.value.value
-        for tree in trees.values()
-        for n in getattr(tree, "body", [])
-        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
-        and re.fullmatch(r"/apis?/[^ ]*", n.value.value)
-        for target in n.targets
-        if isinstance(target, ast.Name)
-    }  # fmt: skip
-
-
-def _rest_path(arg: ast.expr, templates: dict[str, str]) -> str | None:
-    """The request path of a RestCalls call's first argument: TEMPLATE or path(TEMPLATE, ...), either
-    + "/sub"."""
-    if isinstance(arg, ast.Name):
-        return templates.get(arg.id)
-    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "path" and arg.args:
-        return _rest_path(arg.args[0], templates)
-    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Add) and isinstance(arg.right, ast.Constant):
-        base = _rest_path(arg.left, templates)
-        return None if base is None else base + str(arg.right.value)
-    return None
-
-
-def find_rest_calls(sources: dict[str, str], *, templates_from: Sequence[str] = ()) -> list[RestCall]:
-    """Each RestCalls call on a template the sources (or the modules in `templates_from`) name."""
-    trees = {name: ast.parse(text) for name, text in sources.items()}
-    templates = _templates({**trees, **{f"t{i}": ast.parse(t) for i, t in enumerate(templates_from)}})
-    found = []
-    for name, tree in trees.items():
-        for n in ast.walk(tree):
-            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.args):
-                continue
-            if n.func.attr not in REST_METHODS:
-                continue
-            template = _rest_path(n.args[0], templates)
-            receiver = n.func.value
-            on_rest = (isinstance(receiver, ast.Attribute) and receiver.attr == "_rest") or (
-                isinstance(receiver, ast.Name) and receiver.id == "rest"
-            )
-            # a RestCalls call (on `rest` or `self._rest`) must name a template, or the scan cannot see it
-            assert template or not on_rest, f"{name}:{n.lineno}: name the path as a module constant template"
-            if template:
-                method, watched = REST_METHODS[n.func.attr]
-                found.append(RestCall(method, template, watched, f"{name}:{n.lineno}"))
-    return found
-
-
 def permissions_of(call: Call) -> set[Permission]:
     serialize = getattr(api_class(call.api), f"_{call.method}_serialize")
     source = inspect.getsource(serialize)
     [method] = re.findall(r"method='(\w+)'", source)
     [path] = re.findall(r"resource_path='([^']+)'", source)
     return permissions_of_request(method, path, watched=call.watched)
-
-
-def permissions_of_request(method: str, path: str, *, watched: bool) -> set[Permission]:
-    parts = path.strip("/").split("/")
-    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
-    if rest[:2] == ["namespaces", "{namespace}"]:
-        rest = rest[2:]
-    resource, named, sub = rest[0], len(rest) > 1, rest[2] if len(rest) > 2 else None
-    verb = {
-        ("GET", True): "get",
-        ("GET", False): "watch" if watched else "list",
-        ("POST", False): "create",
-        ("PUT", True): "update",
-        ("PATCH", True): "patch",
-        ("DELETE", True): "delete",
-        ("DELETE", False): "deletecollection",
-    }[(method, named)]
-    full = f"{resource}/{sub}" if sub else resource
-    needed = {Permission(group, full, verb)}
-    if full == "resourceclaims/status" and verb in ("update", "patch"):
-        # status.devices: per-driver permission, for claims allocated on the plugin's own node (KEP-4817)
-        needed.add(Permission(group, "resourceclaims/driver", f"associated-node:{verb}", DRIVER_NAME))
-    return needed
 
 
 def plugin_sources() -> dict[str, str]:
@@ -209,14 +117,7 @@ def granted() -> set[Permission]:
     roles: list[dict[str, Any]] = [d for d in docs if d["kind"] == "ClusterRole"]
     assert [r["metadata"]["name"] for r in roles] == [ROLE]
     assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")], "only the ClusterRole is expected"
-    out: set[Permission] = set()
-    for rule in roles[0]["rules"]:
-        names = rule.get("resourceNames") or [None]
-        for g in rule["apiGroups"]:
-            for r in rule["resources"]:
-                for v in rule["verbs"]:
-                    out |= {Permission(g, r, v, n) for n in names}
-    return out
+    return granted_by(roles[0]["rules"])
 
 
 def needed() -> dict[Permission, list[str]]:
@@ -225,9 +126,8 @@ def needed() -> dict[Permission, list[str]]:
     for call in find_calls(sources):
         for p in permissions_of(call):
             out.setdefault(p, []).append(f"{call.method} ({call.where})")
-    for rest in find_plugin_rest_calls(sources):
-        for p in permissions_of_request(rest.method, rest.template, watched=rest.watched):
-            out.setdefault(p, []).append(f"{rest.method} {rest.template} ({rest.where})")
+    for p, where in rest_permissions(sources).items():
+        out.setdefault(p, []).extend(where)
     return out
 
 

@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.rest_call_scan import Permission, rest_permissions, sources_of
+
 ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "deploy" / "helm" / "tessera"
 CACHE = Path(os.environ.get("TESSERA_CACHE", Path.home() / ".cache" / "tessera"))
@@ -98,16 +100,15 @@ def test_rbac_is_exactly_list_and_watch_on_the_four_kinds_it_watches() -> None:
         for r in rule["resources"]
         for v in rule["verbs"]
     }
-    source = (ROOT / "scheduler_extender" / "__main__.py").read_text()
-    calls = {  # admission/watch.py's Watched lists and watches with the same call
-        "list_resource_slice": ("resource.k8s.io", "resourceslices"),
-        "list_resource_claim_for_all_namespaces": ("resource.k8s.io", "resourceclaims"),
-        "list_node": ("", "nodes"),
-        "list_pod_for_all_namespaces": ("", "pods"),
+    need = rest_permissions(sources_of(ROOT / "scheduler_extender"))
+    kinds = {
+        ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "resourceclaims"),
+        ("", "nodes"),
+        ("", "pods"),
     }
-    made = set(re.findall(r"\.(\w+)\(_preload_content", source))
-    assert made == set(calls), "a new API call: add it here and to the chart's RBAC"
-    assert granted == {(*kind, verb) for kind in calls.values() for verb in ("list", "watch")}
+    assert set(need) == {Permission(*kind, verb) for kind in kinds for verb in ("list", "watch")}, need
+    assert granted == {(p.group, p.resource, p.verb) for p in need}
     binding = objs[("ClusterRoleBinding", NAME)]
     assert binding["roleRef"]["name"] == NAME
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": "gpu"}]

@@ -5,11 +5,10 @@ every object the stores hold."""
 
 from __future__ import annotations
 
-import json
 import queue
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -34,48 +33,35 @@ MIX = {
 }
 
 
-class _Response:
-    def __init__(self, data: bytes = b"", lines: tuple[bytes, ...] = ()) -> None:
-        self.data, self._lines = data, lines
-
-    def stream(self, amt: object = None, decode_content: bool = True) -> Iterator[bytes]:
-        yield b"".join(line + b"\n" for line in self._lines)
-
-    def close(self) -> None:
-        return
-
-    def release_conn(self) -> None:
-        return
-
-
 class _Server:
     """Lists `items`, then answers each watch with the next batch of events put in `batches`."""
 
     def __init__(self, items: list[Obj]) -> None:
-        self.listing = json.dumps({"items": items, "metadata": {"resourceVersion": "1"}}).encode()
-        self.batches: queue.Queue[_Response] = queue.Queue()
+        self.listing = {"items": items, "metadata": {"resourceVersion": "1"}}
+        self.batches: queue.Queue[list[Obj]] = queue.Queue()
         self.watches = 0
         self.lock = threading.Lock()
         self.closed = threading.Event()
 
-    def __call__(self, **query: Any) -> _Response:
-        if not query.get("watch"):
-            return _Response(self.listing)
+    def page(self, *, limit: int, token: str | None) -> Obj:
+        return self.listing
+
+    def events(self, *, version: str, timeout_s: int) -> Generator[Obj, None, None]:
         with self.lock:
             self.watches += 1
         while True:
             try:
-                return self.batches.get(timeout=0.05)
+                yield from self.batches.get(timeout=0.05)
+                return
             except queue.Empty:
                 if self.closed.is_set():  # the test is over: empty watches until the store stops
-                    return _Response()
+                    return
 
     def send(self, events: list[tuple[str, Obj]]) -> None:
         """The events, applied (the store has asked for the next watch) when this returns."""
         with self.lock:
             seen = self.watches
-        lines = tuple(json.dumps({"type": t, "object": o}).encode() for t, o in events)
-        self.batches.put(_Response(lines=lines))
+        self.batches.put([{"type": t, "object": o} for t, o in events])
         for _ in range(2000):
             with self.lock:
                 if self.watches > seen:
@@ -219,7 +205,7 @@ def test_the_views_answer_as_a_full_read_through_updates_and_deletes(seed: int) 
     }
     keeps = {"slices": lambda s: s, "claims": keep_claim, "nodes": keep_node, "pods": keep_pod}
     servers = {k: _Server([*objects[k].values(), *(_mine() if k == "claims" else [])]) for k in keeps}
-    stores = {k: Watched(name=k, call=servers[k], keep=keeps[k]) for k in keeps}
+    stores = {k: Watched(name=k, source=servers[k], keep=keeps[k]) for k in keeps}
     views = NodeViews()
     watch_into(
         views, slices=stores["slices"], claims=stores["claims"], nodes=stores["nodes"], pods=stores["pods"]
