@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator, MutableMapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from admission.main import Webhook
 from dra_driver.io.api_client import api_client
 from kubelet_plugin.command import build_parser
 from tests.support.catalog_slices import EXPECTED, GOOD, H100, L4, device, slice_of
+from tests.support.loopback import serving
 from tests.unit.admission.test_review import apply_patch
 
 SLICES_PATH = "/apis/resource.k8s.io/v1/resourceslices"
@@ -34,18 +34,21 @@ def group(name: str) -> dict[str, Any]:
 
 
 class ApiServer:
-    """Answers LIST ResourceSlices with `items` and discovery (/apis) with `groups`, over a real socket;
-    `discovery_status` other than 200 makes discovery fail."""
+    """Answers LIST ResourceSlices with `items` and discovery (/apis) with `groups`, over a real socket
+    (`handler()`); `discovery_status` other than 200 makes discovery fail."""
 
     def __init__(self) -> None:
         self.items: list[Any] = []
         self.groups: list[str] = ["resource.k8s.io"]
         self.discovery_status = 200
+        self.url = ""
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                path = self.path.split("?")[0].rstrip("/")  # the client asks for /apis/
+                path = self.path.split("?")[0].rstrip("/")
                 if path == "/apis" and outer.discovery_status == 200:
                     found = {"kind": "APIGroupList", "groups": [group(g) for g in outer.groups]}
                     body = json.dumps(found).encode()
@@ -66,24 +69,15 @@ class ApiServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return Handler
 
 
 @pytest.fixture
 def server() -> Iterator[ApiServer]:
     s = ApiServer()
-    yield s
-    s.stop()
+    with serving(s.handler()) as port:
+        s.url = f"http://127.0.0.1:{port}"
+        yield s
 
 
 @pytest.fixture

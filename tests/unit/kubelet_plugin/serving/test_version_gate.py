@@ -4,10 +4,10 @@ whether a shared family may be published beside the others."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from kubernetes import client as k8s
@@ -15,12 +15,13 @@ from kubernetes import client as k8s
 from dra_driver.core.settings import NodeSettings
 from dra_driver.vocabulary.names import Family
 from kubelet_plugin.serving.version_gate import gated_settings
+from tests.support.loopback import serving
 
 EVERY = frozenset(Family(f) for f in ("gpu", "vgpu", "mps", "mig"))
 EXCLUSIVE = frozenset({Family("gpu"), Family("mig")})
 
 
-def serve_version(git_version: str) -> ThreadingHTTPServer:
+def version_handler(git_version: str) -> type[BaseHTTPRequestHandler]:
     class Version(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             info = dict.fromkeys(("gitCommit", "gitTreeState", "buildDate", "goVersion", "compiler"), "x")
@@ -34,9 +35,7 @@ def serve_version(git_version: str) -> ThreadingHTTPServer:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Version)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    return Version
 
 
 ApiOf = Callable[[str | None], k8s.ApiClient]
@@ -44,21 +43,19 @@ ApiOf = Callable[[str | None], k8s.ApiClient]
 
 @pytest.fixture
 def api_of() -> Iterator[ApiOf]:
-    servers: list[ThreadingHTTPServer] = []
+    with contextlib.ExitStack() as servers:
 
-    def make(git_version: str | None) -> k8s.ApiClient:
-        config = k8s.Configuration()
-        if git_version is None:
-            config.host = "http://127.0.0.1:9"  # nothing listens: the version cannot be read
-        else:
-            servers.append(server := serve_version(git_version))
-            config.host = f"http://127.0.0.1:{server.server_address[1]}"
-        config.retries = False
-        return k8s.ApiClient(config)
+        def make(git_version: str | None) -> k8s.ApiClient:
+            config = k8s.Configuration()
+            if git_version is None:
+                config.host = "http://127.0.0.1:9"  # nothing listens: the version cannot be read
+            else:
+                port = servers.enter_context(serving(version_handler(git_version)))
+                config.host = f"http://127.0.0.1:{port}"
+            config.retries = False
+            return k8s.ApiClient(config)
 
-    yield make
-    for server in servers:
-        server.shutdown()
+        yield make
 
 
 def offered(api: k8s.ApiClient, scheduler_version: str | None = None) -> frozenset[Family]:
