@@ -9,7 +9,6 @@ review is answered.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,7 +35,7 @@ from dra_driver.io.api_objects import (
     field_at,
     path,
 )
-from dra_driver.io.rest_calls import JSON_PATCH, RestCalls
+from dra_driver.io.rest_calls import JSON_PATCH, RestCalls, status_message
 from dra_driver.vocabulary.errors import TesseraError
 from dra_driver.vocabulary.excerpt import clip
 
@@ -77,25 +76,25 @@ class Kube:
     cost ~2 CPU-s of every start)."""
 
     def __init__(self, api: Any) -> None:
-        self.rest = RestCalls(api)
+        self._rest = RestCalls(api)
         self._skipped: frozenset[Skipped] = frozenset()  # what the last catalog skipped (logged once)
 
     # ---- what the reconciler watches -------------------------------------------------------------
 
     def converted_pods(self) -> ApiSource:
         """Pods the webhook converted, in every namespace (by the label its patch adds)."""
-        return ApiSource(self.rest, PODS, labelSelector=CONVERTED_SELECTOR)
+        return ApiSource(self._rest, PODS, labelSelector=CONVERTED_SELECTOR)
 
     def templates(self) -> ApiSource:
         """Every ResourceClaimTemplate: one not labelled as ours may squat on a name the conversion gives."""
-        return ApiSource(self.rest, TEMPLATES)
+        return ApiSource(self._rest, TEMPLATES)
 
     # ---- discovery -------------------------------------------------------------------------------
 
     def serves_api_group(self, group: str) -> bool:
         """Whether the API server serves `group` (discovery, /apis: every authenticated user may read it)."""
         try:
-            groups = self.rest.get(API_GROUPS).get("groups") or []
+            groups = self._rest.get(API_GROUPS).get("groups") or []
         except ApiException as e:
             raise ApiError(f"discover API groups: {_reason(e)}", _status(e)) from e
         return any(isinstance(g, dict) and g.get("name") == group for g in groups)
@@ -108,7 +107,7 @@ class Kube:
         where = f"create ResourceClaimTemplate {namespace}/{template.name}"
         body = template.manifest(namespace, made_by_webhook=True)
         try:
-            return self.rest.create(path(NAMESPACED_TEMPLATES, namespace=namespace), body)
+            return self._rest.create(path(NAMESPACED_TEMPLATES, namespace=namespace), body)
         except ApiException as e:
             if _status(e) == 409:
                 raise AlreadyExistsError(f"{where}: it exists already") from e
@@ -117,7 +116,7 @@ class Kube:
     def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The template as stored, None when there is none."""
         try:
-            return self.rest.get(path(TEMPLATE, namespace=namespace, name=name))
+            return self._rest.get(path(TEMPLATE, namespace=namespace, name=name))
         except ApiException as e:
             if _status(e) == 404:
                 return None
@@ -127,7 +126,7 @@ class Kube:
         """Delete the template if it is still the one seen (`uid`); False when it is gone or replaced."""
         options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         try:
-            self.rest.delete(path(TEMPLATE, namespace=namespace, name=name), options)
+            self._rest.delete(path(TEMPLATE, namespace=namespace, name=name), options)
         except ApiException as e:
             if _status(e) in (404, 409):
                 return False
@@ -139,7 +138,7 @@ class Kube:
         target = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod, "uid": uid}
         event = event_body(target, reason=reason, message=message, kind="Warning", component=COMPONENT)
         try:
-            self.rest.create(path(EVENTS, namespace=namespace), event)
+            self._rest.create(path(EVENTS, namespace=namespace), event)
         except ApiException as e:
             raise ApiError(f"create Event on Pod {namespace}/{pod}: {_reason(e)}") from e
 
@@ -147,7 +146,7 @@ class Kube:
 
     def catalog(self) -> Catalog:
         try:
-            items = self.rest.get(SLICES).get("items") or []
+            items = self._rest.get(SLICES).get("items") or []
         except ApiException as e:
             raise ApiError(f"list ResourceSlices: {_reason(e)}") from e
         catalog = from_slices(items)
@@ -177,7 +176,7 @@ class Kube:
     def read_bundle(self, namespace: str, name: str) -> tuple[Bundle | None, str | None]:
         """The Secret's bundle and resourceVersion; (None, None) when there is no Secret."""
         try:
-            secret = self.rest.get(path(SECRET, namespace=namespace, name=name))
+            secret = self._rest.get(path(SECRET, namespace=namespace, name=name))
         except ApiException as e:
             if _status(e) == 404:
                 return None, None
@@ -218,9 +217,9 @@ class Kube:
         }
         try:
             if resource_version is None:
-                self.rest.create(path(SECRETS, namespace=namespace), body)
+                self._rest.create(path(SECRETS, namespace=namespace), body)
             else:
-                self.rest.replace(path(SECRET, namespace=namespace, name=name), body)
+                self._rest.replace(path(SECRET, namespace=namespace, name=name), body)
         except ApiException as e:
             if _status(e) == 409:
                 return False
@@ -231,7 +230,7 @@ class Kube:
         """Put `ca_bundle` into every webhook of the MutatingWebhookConfiguration; True if it changed."""
         encoded = base64.b64encode(ca_bundle).decode()
         try:
-            found = self.rest.get(path(MUTATING_WEBHOOK, name=configuration)).get("webhooks") or []
+            found = self._rest.get(path(MUTATING_WEBHOOK, name=configuration)).get("webhooks") or []
             webhooks = [w for w in found if isinstance(w, dict)]
             if all((w.get("clientConfig") or {}).get("caBundle") == encoded for w in webhooks):
                 return False
@@ -240,7 +239,7 @@ class Kube:
                  "path": f"/webhooks/{i}/clientConfig/caBundle", "value": encoded}
                 for i, w in enumerate(webhooks)
             ]  # fmt: skip
-            self.rest.patch(path(MUTATING_WEBHOOK, name=configuration), patch, content_type=JSON_PATCH)
+            self._rest.patch(path(MUTATING_WEBHOOK, name=configuration), patch, content_type=JSON_PATCH)
         except ApiException as e:
             raise ApiError(
                 f"set caBundle of MutatingWebhookConfiguration {configuration}: {_reason(e)}"
@@ -248,13 +247,8 @@ class Kube:
         return True
 
 
-def _reason(e: Exception) -> str:
-    body = getattr(e, "body", None)
-    if isinstance(body, bytes | str):
-        try:
-            message = json.loads(body).get("message")
-        except (ValueError, AttributeError):
-            message = None
-        if isinstance(message, str):
-            return message
+def _reason(e: ApiException) -> str:
+    message = status_message(e)
+    if message is not None:
+        return message
     return str(e).splitlines()[0] if str(e) else type(e).__name__

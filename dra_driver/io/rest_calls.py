@@ -106,6 +106,19 @@ class RestCalls:
             response.release_conn()
 
 
+def status_message(e: ApiException) -> str | None:
+    """The API server's own message in the Status body of a refused call (what kubectl prints); None when the
+    body holds no such object (an empty answer, a proxy's page, a JSON list)."""
+    if not isinstance(e.body, str):  # the client decodes the answer's bytes; None when there were none
+        return None
+    try:
+        data = json.loads(e.body)
+    except ValueError:
+        return None
+    message = data.get("message") if isinstance(data, dict) else None
+    return message if isinstance(message, str) else None
+
+
 def _lines(response: Any, *, status: int) -> Iterator[bytes]:
     """The non-blank lines of a streamed answer, however the network cuts its chunks; bounded."""
     buffer = b""

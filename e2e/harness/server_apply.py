@@ -11,8 +11,6 @@ timings) still run kubectl.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +19,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from dra_driver.io.api_objects import Json, path
-from dra_driver.io.rest_calls import RestCalls
+from dra_driver.io.rest_calls import RestCalls, status_message
 from e2e.kubelet_standin.errors import StandInError
 
 APPLY_PATCH = "application/apply-patch+yaml"  # JSON is YAML: the client sends the dict as JSON
@@ -47,8 +45,7 @@ class ServerApply:
 
     def __init__(self, api: ApiClient) -> None:
         self._rest = RestCalls(api)
-        self._kinds: dict[tuple[str, str], Resource] = {}
-        self._lock = threading.Lock()
+        self._kinds: dict[tuple[str, str], Resource] = {}  # a dict's get and update are atomic: no lock
 
     def apply(self, documents: Iterable[Mapping[str, Any]], *, namespace: str | None = None) -> list[Json]:
         """Each object as stored, in order; StandInError naming the object and the API server's message at
@@ -80,12 +77,10 @@ class ServerApply:
             raise StandInError(f"apply {what} failed ({e.status}): {_message(e)}") from e
 
     def _resource(self, api_version: str, kind: str) -> Resource:
-        with self._lock:
-            found = self._kinds.get((api_version, kind))
+        found = self._kinds.get((api_version, kind))
         if found is None:
             self._discover(api_version)
-            with self._lock:
-                found = self._kinds.get((api_version, kind))
+            found = self._kinds.get((api_version, kind))
         if found is None:
             raise StandInError(f"apply: the API server serves no kind {kind} in {api_version}")
         return found
@@ -103,14 +98,9 @@ class ServerApply:
             for r in listing.get("resources") or []
             if isinstance(r, dict) and "/" not in str(r.get("name")) and r.get("kind")
         }
-        with self._lock:
-            self._kinds.update(found)
+        self._kinds.update(found)
 
 
 def _message(e: ApiException) -> str:
     """The API server's Status message (what kubectl prints), else the exception's own words."""
-    try:
-        message = json.loads(e.body or "{}").get("message")
-    except (ValueError, AttributeError):
-        message = None
-    return str(message) if message else str(e.reason)
+    return status_message(e) or str(e.reason)

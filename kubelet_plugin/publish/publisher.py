@@ -30,6 +30,7 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.core.cluster_features import numa_list_advice, sharing_advice
 from dra_driver.core.families.published import has_numa_list, numa_list_unkept, scalar_numa
+from dra_driver.io.rest_calls import status_message
 from dra_driver.vocabulary.errors import PublishError, SliceRefusedError
 from dra_driver.vocabulary.names import DRIVER_NAME, UNHEALTHY_TAINT_KEY
 from kubelet_plugin import metrics
@@ -443,10 +444,7 @@ def _is_taint(dropped: str) -> bool:
 
 def _status_message(e: ApiException) -> str:
     """The API server's own message in a Status body, else the reason."""
-    try:
-        return str(json.loads(e.body or "{}").get("message") or e.reason)
-    except ValueError:
-        return str(e.reason)
+    return status_message(e) or str(e.reason)
 
 
 def with_probe_taint(slices: Sequence[Json]) -> list[Json]:

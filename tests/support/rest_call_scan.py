@@ -2,7 +2,7 @@
 needs: what the charts' roles are checked against (tests/unit/deploy/test_rbac_calls.py for the node plugin,
 tests/unit/admission/test_chart.py, tests/unit/scheduler_extender/test_chart.py).
 
-A call is `rest.<method>(TEMPLATE ...)` on a receiver named `rest` or `_rest` (also `self.rest`), or an
+A call is `rest.<method>(TEMPLATE ...)` on a receiver named `rest` or `_rest`, or an
 `ApiSource(rest, TEMPLATE, ...)` (admission/watch.py: a list, then watches), where TEMPLATE is a module
 constant holding an API path, the component's or dra_driver/io/api_objects.py's, possibly through
 `path(TEMPLATE, ...)` and `+ "/sub"`. A call on a path the scan cannot read fails it.
