@@ -34,6 +34,7 @@ from tests.support.kubelet_client import DraClient
 from tests.support.open_watch import SPECIAL_KINDS, OpenWatch, can_make, make_special
 from tests.support.plugin_process import NODE, PluginProcess, cleanup
 from tests.support.sample_claims import allocated_claim, claim_ref, vgpu_claim
+from tests.support.swept_dirs import swept_names
 from tests.support.tenant_container import fill_entries
 
 pytestmark = pytest.mark.timeout(120)
@@ -53,10 +54,7 @@ def claims_root_entries(p: PluginProcess) -> list[str]:
 
 def swept_entries(p: PluginProcess, *, timeout: float = 60) -> list[str]:
     """The claims root once the daemon's background sweeper has removed what was set aside (or timed out)."""
-    end = time.monotonic() + timeout
-    while (left := claims_root_entries(p)) and any(is_temp(n) for n in left) and time.monotonic() < end:
-        time.sleep(0.02)
-    return left
+    return swept_names(p.paths.claims_dir, timeout_s=timeout)
 
 
 def deep_tree(top: Path, depth: int, *, link_to: Path) -> None:

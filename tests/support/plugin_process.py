@@ -25,6 +25,7 @@ from tests.support.claim_files import DirectoryClaimSource
 from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from tests.support.faults import FAULT_CLAIM_ENV, FAULT_ENV
 from tests.support.kubelet_client import is_served, register, wait_for_socket
+from tests.support.swept_dirs import swept_names
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_FILE = REPO / "e2e" / "nodes" / "h100x8.yaml"
@@ -169,7 +170,7 @@ def node_backend(p: PluginProcess) -> Iterator[GpuBackend]:
 def node_state(p: PluginProcess) -> tuple[list[str], list[str], list[str], list[tuple[int, int]], list[bool]]:
     """(CDI dir entries, claim dirs, checkpoint claims, MIG instances, MIG mode per GPU)."""
     cdi = sorted(x.name for x in p.paths.cdi_dir.iterdir()) if p.paths.cdi_dir.exists() else []
-    dirs = sorted(x.name for x in p.paths.claims_dir.iterdir()) if p.paths.claims_dir.exists() else []
+    dirs = swept_names(p.paths.claims_dir)  # removal hands trees to a background sweeper
     store = CheckpointStore(path=p.paths.checkpoint_file)
     entries = sorted(str(u) for u in store.load(boot_id="-").claims) if store.path.exists() else []
     with node_backend(p) as backend:

@@ -6,7 +6,6 @@ The backend is the simulated one or the NVML one driving the fake libnvidia-ml i
 
 from __future__ import annotations
 
-import time
 import uuid as uuidlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,7 +18,6 @@ from dra_driver.backends.base import GpuBackend
 from dra_driver.core.families import mig
 from dra_driver.core.families.base import NO_SETTINGS, FamilySettings
 from dra_driver.core.families.mig import MigRecord
-from dra_driver.io.files import is_temp
 from dra_driver.vocabulary.inventory import Inventory
 from dra_driver.vocabulary.names import CONFIG_API_VERSION, DRIVER_NAME, ClaimUID
 from kubelet_plugin.claims.api import NullClaimStatusWriter
@@ -33,6 +31,7 @@ from tests.support.claim_files import DirectoryClaimSource
 from tests.support.doubles.fake_mps import FAKE_MPS_CONTROL
 from tests.support.doubles.fake_nvml import FakeNvmlNode, pynvml_on_fake
 from tests.support.faults import Faults
+from tests.support.swept_dirs import swept_names
 
 BACKENDS = ("simulated", "nvml")
 POOL = "node-a"
@@ -174,13 +173,7 @@ class Env:
 
     def claim_dirs(self) -> list[str]:
         """The claims root once the background sweepers removed what was set aside (10 s at most)."""
-        d = self.paths.claims_dir
-        end = time.monotonic() + 10
-        while True:
-            names = sorted(p.name for p in d.iterdir()) if d.exists() else []
-            if not any(is_temp(n) for n in names) or time.monotonic() > end:
-                return names
-            time.sleep(0.01)
+        return swept_names(self.paths.claims_dir)
 
     def checkpoint(self) -> Checkpoint:
         from kubelet_plugin.record.checkpoint_store import CheckpointStore  # noqa: PLC0415
