@@ -8,8 +8,8 @@
 
 The options are `tessera plugin`'s. What goes: CDI specs of ours, claim directories, GPU views, MPS control
 daemons and their directory, MIG instances Tessera created and MIG mode it switched on (never an
-administrator's), the installed libtessera.so, the checkpoint, lock and stale sockets in the plugin
-directory. docs/install.md, "Uninstalling".
+administrator's), the installed libtessera.so, the checkpoint, locks, stale sockets and ready files in the
+plugin directory. docs/install.md, "Uninstalling".
 """
 
 from __future__ import annotations

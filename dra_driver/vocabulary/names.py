@@ -232,6 +232,22 @@ def is_dra_socket_name(name: str) -> bool:
     return name == "dra.sock" or (name.startswith("dra-") and name.endswith(".sock"))
 
 
+_READY_FILE = ".ready"
+
+
+def ready_file_name(pod_uid: str | None = None) -> str:
+    """The file a plugin instance keeps in the plugin directory while it is ready (its readinessProbe's)."""
+    return f"{_READY_FILE}-{pod_uid}" if pod_uid else _READY_FILE
+
+
+def ready_file_owner(name: str) -> str | None:
+    """The pod UID whose ready file `name` is ("" for an instance without one), or None for any other name."""
+    if name == _READY_FILE:
+        return ""
+    prefix = f"{_READY_FILE}-"
+    return name[len(prefix) :] if name.startswith(prefix) and len(name) > len(prefix) else None
+
+
 # ---- device health and metrics -------------------------------------------------------------------
 
 UNHEALTHY_TAINT_KEY = f"{DRIVER_NAME}/unhealthy"  # the device taint of every device on an unhealthy GPU

@@ -325,6 +325,25 @@ class ChartPlugin:
             raise RealNodeError(f"no Ready plugin pod on {self.name}: {self.pods()}")
         return ready[-1]
 
+    def wait_settled(self, *, timeout_s: float = 120.0) -> PluginPod:
+        """Until the plugin's rollout is over: one plugin pod on the node, Ready, its pool complete. A
+        `helm upgrade` keeps the old pod serving beside the new one until the new one is Ready (wait_ready
+        may answer with either); a scenario that kills `current` must not start before the old one is
+        gone."""
+
+        def single() -> PluginPod | None:
+            pods = self.pods()
+            return pods[0] if len(pods) == 1 and pods[0].ready else None
+
+        pod: PluginPod = wait_for(
+            f"one Ready plugin pod on {self.name} (the rollout over)",
+            single,
+            timeout_s=timeout_s,
+            interval_s=0.5,
+        )
+        wait_for(f"the pool of {self.name}", lambda: pool_complete(driver_slices(self.api, self.name)))
+        return pod
+
     def wait_ready(self, *, timeout_s: float = 120.0, labels: str = PLUGIN_LABELS) -> PluginPod:
         pod: PluginPod = wait_for(
             f"a Ready pod of the chart on {self.name}",

@@ -10,6 +10,7 @@ from dra_driver.vocabulary.names import (
     ClaimUID,
     cdi_spec_file_name,
     dra_socket_name,
+    ready_file_name,
     registration_socket_name,
 )
 
@@ -69,7 +70,7 @@ class PluginPaths:
     @property
     def ready_file(self) -> Path:
         """Written while this instance is registered and published (kubelet_plugin.serving.readiness)."""
-        return self.plugin_dir / (f".ready-{self.pod_uid}" if self.pod_uid else ".ready")
+        return self.plugin_dir / ready_file_name(self.pod_uid)
 
     @property
     def checkpoint_file(self) -> Path:

@@ -15,7 +15,9 @@ class LeftoverKind(StrEnum):
     CLAIM_DIR = "claim-dir"  # a claim's limits directory, or a staging/set-aside one
     GPU_VIEW = "gpu-view"  # a shared GPU's view directory
     LIBRARY = "library"  # the interception library installed on the host (and its install's temp file)
-    PLUGIN_STATE = "plugin-state"  # the checkpoint, its set-aside copies and temp files, the plugin lock
+    PLUGIN_STATE = (
+        "plugin-state"  # the checkpoint, its copies and temp files, the locks, a crash's ready file
+    )
     SOCKET = "socket"  # a socket of ours nobody serves any more
     DIRECTORY = "directory"  # a directory only Tessera uses, removed once empty
 

@@ -4,8 +4,8 @@
 Only names Tessera writes are listed: our CDI specs (never another vendor's), the claim directories and GPU
 views, what the host parts keep and run (the MPS control daemons and their directories), the installed
 library and its install's temp file, the checkpoint (with its set-aside copies and temp files) and the plugin
-lock, sockets of ours that nobody serves (a served one belongs to a running instance), and the directories
-only Tessera uses, last.
+lock, sockets of ours that nobody serves (a served one belongs to a running instance) and the ready files
+of instances gone without removing them (a crash's), and the directories only Tessera uses, last.
 """
 
 from __future__ import annotations
@@ -17,7 +17,12 @@ from cdi.writer import list_specs, stale_temp_files
 from dra_driver.io.files import is_temp
 from dra_driver.vocabulary.errors import InventoryError
 from dra_driver.vocabulary.inventory import Inventory
-from dra_driver.vocabulary.names import is_dra_socket_name, is_registration_socket_name
+from dra_driver.vocabulary.names import (
+    dra_socket_name,
+    is_dra_socket_name,
+    is_registration_socket_name,
+    ready_file_owner,
+)
 from kubelet_plugin.claims.node_state import NodeState
 from kubelet_plugin.claims.recovery import marked_claims
 from kubelet_plugin.node.paths import PluginPaths
@@ -61,6 +66,16 @@ def _sockets(paths: PluginPaths) -> tuple[list[Path], list[Path]]:
     return stale, served
 
 
+def _stale_ready_files(paths: PluginPaths, served: list[Path]) -> list[Path]:
+    """Ready files whose instance serves no DRA socket: a SIGKILLed instance's, its pod since deleted."""
+    stale = []
+    for name in _names(paths.plugin_dir):
+        owner = ready_file_owner(name)
+        if owner is not None and paths.plugin_dir / dra_socket_name(owner or None) not in served:
+            stale.append(paths.plugin_dir / name)
+    return stale
+
+
 def _plugin_state(paths: PluginPaths) -> list[Path]:
     checkpoint = paths.checkpoint_file.name
     found = [paths.checkpoint_file]
@@ -102,7 +117,7 @@ def survey_node(state: NodeState, cp: Checkpoint, *, serving: bool = False) -> N
         *_found(LeftoverKind.CLAIM_DIR, [paths.claims_dir / n for n in _names(paths.claims_dir)]),
         *_found(LeftoverKind.GPU_VIEW, [paths.gpus_dir / n for n in _names(paths.gpus_dir)]),
         *_found(LeftoverKind.LIBRARY, library_files(paths.library_path)),
-        *_found(LeftoverKind.PLUGIN_STATE, _plugin_state(paths)),
+        *_found(LeftoverKind.PLUGIN_STATE, [*_plugin_state(paths), *_stale_ready_files(paths, served)]),
         *_found(LeftoverKind.SOCKET, stale),
     ]
     host_dirs = [d for part in state.hosts for d in part.state_dirs()]

@@ -18,7 +18,7 @@ import pytest
 
 from dra_driver.backends import open_backend
 from dra_driver.core.families import mig, mps, vgpu
-from dra_driver.vocabulary.names import GpuUUID
+from dra_driver.vocabulary.names import GpuUUID, ready_file_name
 from kubelet_plugin.host_parts.mps.control import MpsControl
 from kubelet_plugin.node.host_process import wait_gone
 from kubelet_plugin.record.results import ClaimRef
@@ -217,6 +217,9 @@ def test_serve_mode_refuses_prepares_serves_unprepares_and_cleans_the_node_after
     assert gpus[FAKE_GPU0][0] is True  # Tessera switched MIG mode on
     views = sorted(p.name for p in node.paths.gpus_dir.iterdir())
     assert views == [FAKE_GPU1]
+    # what a SIGKILLed instance leaves when its pod is then deleted: its ready file, its socket not served
+    crashed = node.paths.plugin_dir / ready_file_name("0f1e-crashed")
+    crashed.write_bytes(b"ready\n")
 
     remover = CleanupProcess(root=node.root, pod_uid="cleanup", node_file=node.plugin.node_file)
     remover.start()
@@ -265,6 +268,7 @@ def test_serve_mode_refuses_prepares_serves_unprepares_and_cleans_the_node_after
                 f"gpu-view {node.paths.gpus_dir / FAKE_GPU1}",
                 f"library {node.paths.library_path}",
                 f"plugin-state {node.paths.checkpoint_file}",
+                f"plugin-state {crashed}",
                 f"directory {node.paths.family_dir(mps.NAME)}",
             ):
                 assert expected in went, went

@@ -73,6 +73,8 @@ def real_node(bed: SimCluster, request: pytest.FixtureRequest) -> Iterator[RealN
 
 @pytest.fixture
 def real_ns(bed: SimCluster, real_node: RealNode) -> Iterator[str]:
+    # Every scenario starts from one plugin pod: an upgrade of the one before may still be rolling.
+    real_node.chart.wait_settled()
     # The kubelet unprepares before it finalizes a pod, so nothing may remain once the pods are gone.
     with scenario_namespace(bed, prefix="real", timeout_s=120, left=real_node.leftovers, clean_s=30) as name:
         yield name

@@ -57,7 +57,7 @@ def doubled(real_node: RealNode) -> Iterator[dict[str, dict[str, str]]]:
     finally:
         chart.set_node_group(metrics_port=real_node.metrics_port)
         _published(real_node, doubled=False)
-        chart.wait_ready()
+        chart.wait_settled()
 
 
 def _big(name: str) -> list[Json]:

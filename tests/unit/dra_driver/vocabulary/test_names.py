@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 from dra_driver.core.families import mig
 from dra_driver.core.families.mig import ProfileSize, profile_size
 from dra_driver.vocabulary.errors import InvalidNameError
-from dra_driver.vocabulary.names import ClaimUID, cdi_spec_file_name, parse_cdi_spec_file_name
+from dra_driver.vocabulary.names import (
+    ClaimUID,
+    cdi_spec_file_name,
+    parse_cdi_spec_file_name,
+    ready_file_name,
+    ready_file_owner,
+)
 
 
 @pytest.mark.parametrize("uid", ["0b1c2d3e-aaaa-bbbb-cccc-000000000001", "u1", "A-9", "x" * 128])
@@ -66,3 +72,13 @@ def test_profile_size_round_trips_through_device_names(compute: int, memory: int
     assert profile_size(profile) == ProfileSize(compute, memory, media)
     detail = mig.FAMILY.parse_name(mig.mig_device_name(0, profile, 0).removeprefix("gpu-0-"))
     assert isinstance(detail, mig.MigName) and detail.profile == profile
+
+
+@given(st.one_of(st.none(), st.from_regex(r"[a-z0-9][a-z0-9-]{0,40}", fullmatch=True)))
+def test_ready_file_names_parse_back_to_their_pod_uid(pod_uid: str | None) -> None:
+    assert ready_file_owner(ready_file_name(pod_uid)) == (pod_uid or "")
+
+
+@pytest.mark.parametrize("name", [".ready-", ".readyx", "ready", "dra.sock", "checkpoint.json", ".ready.tmp"])
+def test_other_names_are_no_ready_files(name: str) -> None:
+    assert ready_file_owner(name) is None
