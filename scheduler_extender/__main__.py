@@ -34,7 +34,7 @@ from scheduler_extender.server import ExtenderServer
 
 log = structlog.get_logger()
 SHIPPED_MIX = "mixes/openb.csv"  # the openb trace's requests (scheduler_extender/mix.py)
-UNIT = 2.0  # thousandths of a GPU of growth per point (docs/performance.md: the lever table)
+UNIT = 40.0  # thousandths of a GPU of growth per point (docs/performance.md: ten seeds of the full cluster)
 
 
 def keep_claim(claim: Obj) -> Obj:

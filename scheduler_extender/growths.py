@@ -31,7 +31,8 @@ class Growths:
         self._memories = sorted({t.memory for t in mix})
         self._values: dict[tuple[tuple[Gpu, ...], Demand | None, Ranks, Ranks], float] = {}
 
-    def _ranks(self, room: Room | None) -> Ranks:
+    def ranks(self, room: Room | None) -> Ranks:
+        """Which requests of the mix `room` holds, as two counts (None: no room known)."""
         if room is None:
             return None
         return bisect_right(self._cpus, room.cpu_milli), bisect_right(self._memories, room.memory)
@@ -56,7 +57,7 @@ class Growths:
             return None
         gpus = tuple(gpus)
         left = None if room is None else room.less(cpu_milli, memory)
-        key = (gpus, demand, self._ranks(room), self._ranks(left))
+        key = (gpus, demand, self.ranks(room), self.ranks(left))
         found = self._values.get(key)
         if found is not None:
             return found

@@ -18,12 +18,15 @@ import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from e2e.benches.trace.inputs import add_trace_arguments, load_trace, smoke_inputs
 from e2e.benches.trace.offline import Lever, replay_offline
 from e2e.benches.trace.replay import arrival_order, at, curve
 from scheduler_extender.fragmentation import Mix
 from scheduler_extender.mix import parse_mix
+
+GPU_POD_SHARE = 7064 / 8152  # the openb trace's pods that ask for a GPU
 
 
 def shipped_mix() -> Mix:
@@ -32,18 +35,25 @@ def shipped_mix() -> Mix:
 
 
 def levers(mix: Mix) -> dict[str, Lever]:
-    """The levers by name: kube-scheduler alone; the extender as it was (GPUs alone, the mix learned from
-    the pods placed, min-max scores); FGD's measure (CPU and memory counted) with min-max scores, or with a
-    unit of growth per point (`u100`: 100 thousandths of a GPU) at several weights; the learned mix; pods
-    without a GPU scored too (`cpupods`); and with kube-scheduler's spreading of CPU and memory turned off
-    (`nospread`: NodeResourcesFit's and BalancedAllocation's scores disabled, as the shipped
-    deploy/scheduler/kube-scheduler-extender-config.yaml does; `nospread-u2-w25` is what ships), without
-    scoring CPU-only pods (`gpupods`), without DynamicResources' score (`nodra`), or keeping the spreading
-    for CPU-only pods alone (`gpuprofile`, as a second scheduler profile for GPU pods would). `fgd-policy`
-    is no configuration of kube-scheduler: FGD's own choice (the node of least growth, ties at random) for
-    reference, with the allocator's placement inside the node."""
+    """The levers by name: kube-scheduler alone; a node at random among those that fit (no score: the paper's
+    Random, a check of the model against its published figure); the extender as it was (GPUs alone, the
+    mix learned from the pods placed, min-max scores); FGD's measure (CPU and memory counted) with min-max
+    scores, or with a unit of growth per point (`u100`: 100 thousandths of a GPU) at several weights; the
+    learned mix; pods without a GPU scored too (`cpupods`); and with kube-scheduler's spreading of CPU and
+    memory turned off (`nospread`: NodeResourcesFit's and BalancedAllocation's scores disabled, as the
+    shipped deploy/scheduler/kube-scheduler-extender-config.yaml does; `nospread-u40-w25` is what ships,
+    `nospread-u2-w25` what shipped before 2026-11-29), without scoring CPU-only pods (`gpupods`), without
+    DynamicResources' score (`nodra`), or keeping the spreading for CPU-only pods alone (`gpuprofile`, as
+    a second scheduler profile for GPU pods would). `fgd-policy` is no configuration of kube-scheduler:
+    FGD's own choice (the node of least growth, ties at random) for reference, with the allocator's
+    placement inside the node, or FGD's own inside it too (`-fgd-inside`); `fgd-sigmoid` scores as FGD's
+    simulator does (offline.sigmoid_score), its choice inside the node too. `-best-fit`: a share goes to
+    the node's fullest GPU that takes it (a device order republished by free capacity) instead of the
+    first in the published order (e2e.benches.trace.offline.INSIDE)."""
+    shipped: dict[str, Any] = {"weight": 25, "mix": mix, "unit": 2, "cpu_pods": True, "spread": False}
     found = [
         Lever("default"),
+        Lever("random", spread=False, dra_score=False),
         Lever("gpu-only-minmax-w10", weight=10, cpu_memory=False, mix=None),
         Lever("fgd-minmax-w10", weight=10, mix=mix),
         *(Lever(f"fgd-u100-w{w}", weight=w, mix=mix, unit=100) for w in (2, 5, 10, 20)),
@@ -51,10 +61,7 @@ def levers(mix: Mix) -> dict[str, Lever]:
         Lever("fgd-learned-u100-w10", weight=10, mix=None, unit=100),
         Lever("fgd-cpupods-u100-w10", weight=10, mix=mix, unit=100, cpu_pods=True),
         *(Lever(f"fgd-cpupods-u{u}-w25", weight=25, mix=mix, unit=u, cpu_pods=True) for u in (2, 10)),
-        *(
-            Lever(f"nospread-u{u}-w25", weight=25, mix=mix, unit=u, cpu_pods=True, spread=False)
-            for u in (1, 2, 5, 10, 25, 50, 100)
-        ),
+        *(Lever(f"nospread-u{u}-w25", **{**shipped, "unit": u}) for u in (1, 2, 5, 10, 25, 40, 50, 100)),
         Lever("nospread-u2-w5", weight=5, mix=mix, unit=2, cpu_pods=True, spread=False),
         Lever("nospread-gpupods-u2-w25", weight=25, mix=mix, unit=2, spread=False),
         Lever(
@@ -62,6 +69,20 @@ def levers(mix: Mix) -> dict[str, Lever]:
         ),
         Lever("gpuprofile-u2-w25", weight=25, mix=mix, unit=2, spread=False, spread_cpu_pods=True),
         Lever("fgd-policy", weight=1, mix=mix, cpu_pods=True, fgd_policy=True),
+        Lever("fgd-policy-fgd-inside", weight=1, mix=mix, cpu_pods=True, fgd_policy=True, inside="fgd"),
+        Lever(
+            "fgd-sigmoid",
+            weight=1,
+            mix=mix,
+            cpu_pods=True,
+            fgd_policy=True,
+            inside="fgd",
+            fgd_sigmoid=GPU_POD_SHARE,
+        ),
+        Lever("fgd-policy-best-fit", weight=1, mix=mix, cpu_pods=True, fgd_policy=True, inside="best-fit"),
+        Lever("nospread-u2-w25-best-fit", **shipped, inside="best-fit"),
+        Lever("nospread-u2-w25-fgd-inside", **shipped, inside="fgd"),
+        Lever("default-best-fit", inside="best-fit"),
     ]
     return {lever.name: lever for lever in found}
 

@@ -8,14 +8,17 @@ The model:
   `sharesPerGpu`); a pod fits where its CPU and memory fit and its GPUs do (whole GPUs on untouched ones, a
   share on a GPU with that much left), on a model its `gpu_spec` allows;
 - inside a node Tessera's device order places (`scheduler_extender.fragmentation.place`: a share on the
-  first GPU that takes it, whole GPUs from the last);
+  first GPU that takes it, whole GPUs from the last), or, as a lever (`INSIDE`), the fullest GPU that takes
+  it or FGD's own choice;
 - every feasible node is scored (`percentageOfNodesToScore: 100`) by what tells the trace's nodes apart
   in kube-scheduler 1.37's default profile: NodeResourcesFit LeastAllocated on CPU and memory (weight 1),
   NodeResourcesBalancedAllocation (1), DynamicResources (2: the `firstAvailable` alternative a share gets,
   the bench's claims listing one per model of the cluster in sorted order, e2e.benches.trace.kube_objects);
   the extender adds its 0 to 10 times its weight times 10, as kube-scheduler adds an extender's. The highest
   total wins, ties broken by the seeded generator (kube-scheduler's own is another).
-The extender's score is its own code (`scheduler_extender.fragmentation`) on the model's nodes. What the
+The extender's score is its own code (`scheduler_extender.fragmentation`) on the model's nodes, its
+growths remembered as the extender remembers them (`scheduler_extender.growths`: nodes alike cost one
+computation, so a seed of the full cluster takes a minute or two, not half an hour). What the
 model leaves out: the allocator's exact capacity arithmetic (MiB and percent rounding of a share), and
 kube-scheduler's random tie-breaks, so a seed here is not the real run's; docs/performance.md sets the two
 side by side.
@@ -26,7 +29,7 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from e2e.benches.trace.records import Ask, TraceNode, TracePod
@@ -43,10 +46,17 @@ from scheduler_extender.fragmentation import (
     fragmentation,
     node_scores,
     place,
+    takes,
 )
+from scheduler_extender.growths import MAX_KEPT, Growths, Ranks
 from scheduler_extender.mix import MIB
 
 SHARES_PER_GPU = 10
+# Where a share goes inside its node: "first", the first GPU that takes it in Tessera's published order (the
+# allocator's first fit, today); "best-fit", the GPU with the least free capacity that takes it (first fit
+# over an order republished by free capacity); "fgd", the GPU whose share raises the node's fragmentation the
+# least (FGD's own choice; no device order gives it). Whole GPUs: untouched ones, alike for the measure.
+INSIDE = ("first", "best-fit", "fgd")
 MAX_SCORE = 100  # a plugin's
 FIRST_AVAILABLE_MAX = 8  # resourceapi.FirstAvailableDeviceRequestMaxSize
 LEARNED_KINDS = 32
@@ -69,6 +79,8 @@ class Lever:
     spread_cpu_pods: bool = False  # those scores for pods without a GPU even when not `spread`
     dra_score: bool = True  # DynamicResources' score (its firstAvailable preference)
     fgd_policy: bool = False  # FGD's own policy: the least growth wins, no other score (not kube-scheduler)
+    inside: str = "first"  # where a share goes inside the node (INSIDE)
+    fgd_sigmoid: float | None = None  # with fgd_policy: FGD's own truncated score (sigmoid_score)
 
 
 @dataclass(slots=True)
@@ -144,37 +156,124 @@ def learned_mix(placed: Counter[Typical], own: Typical | None) -> dict[Typical, 
     return mix
 
 
-def growths(nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix) -> dict[str, float | None]:
-    """How much placing `pod` raises each node's fragmentation (None: its GPUs do not take it)."""
+def growths(
+    nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix, memo: Memo | None = None
+) -> dict[str, float | None]:
+    """How much placing `pod` raises each node's fragmentation (None: its GPUs do not take it). `memo`:
+    the growths against a fixed mix, remembered (nodes alike cost one computation; the same floats)."""
     demand = demand_of(pod)
+    memory = pod.memory_mib * MIB
     grown: dict[str, float | None] = {}
     for n in nodes:
         room = n.room() if lever.cpu_memory else None
+        if lever.inside == "fgd" and memo is not None:
+            least = least_growth(n, pod, mix, room, memo)
+            grown[n.trace.name] = None if least is None else least[0]
+            continue
+        if memo is not None and lever.mix is not None:
+            before = _before(n, mix, room)
+            grown[n.trace.name] = memo.growth(
+                n.gpus, demand, room=room, cpu_milli=pod.cpu_milli, memory=memory, before=before
+            )
+            continue
         after = n.gpus if demand is None else place(n.gpus, demand)
         if after is None:
             grown[n.trace.name] = None
             continue
-        left = None if room is None else room.less(pod.cpu_milli, pod.memory_mib * MIB)
+        left = None if room is None else room.less(pod.cpu_milli, memory)
         if n.before is None or lever.mix is None:
             n.before = fragmentation(n.gpus, mix, room)
         grown[n.trace.name] = fragmentation(after, mix, left) - n.before
     return grown
 
 
-def extender_scores(nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix) -> list[int]:
+LeastKey = tuple[tuple[Gpu, ...], Demand | None, Ranks, Ranks]
+
+
+class Memo(Growths):
+    """The growths of one replay against its lever's fixed mix, and FGD's choices inside a node."""
+
+    def __init__(self, mix: Mix) -> None:
+        super().__init__(mix)
+        self.least: dict[LeastKey, tuple[float, tuple[Gpu, ...]]] = {}
+
+
+def least_growth(
+    node: ModelNode, pod: TracePod, mix: Mix, room: Room | None, memo: Memo
+) -> tuple[float, tuple[Gpu, ...]] | None:
+    """FGD's choice inside `node`: the least growth over the GPUs that take the pod's share, and the GPUs
+    after it (a whole-GPU or CPU-only pod has one placement); None where it does not fit."""
+    demand = demand_of(pod)
+    left = None if room is None else room.less(pod.cpu_milli, pod.memory_mib * MIB)
+    key = (node.gpus, demand, memo.ranks(room), memo.ranks(left))
+    found = memo.least.get(key)
+    if found is not None:
+        return found
+    if demand is None or isinstance(demand, Whole):
+        after = node.gpus if demand is None else place(node.gpus, demand)
+        options = [] if after is None else [after]
+    else:
+        options = [
+            _canonical((*node.gpus[:i], _less(g, demand), *node.gpus[i + 1 :]))
+            for i, g in enumerate(node.gpus)
+            if takes(g, demand) and g not in node.gpus[:i]
+        ]
+    if not options:
+        return None
+    before = _before(node, mix, room)()
+    best = min(((fragmentation(a, mix, left) - before, a) for a in options), key=lambda v: v[0])
+    if len(memo.least) >= MAX_KEPT:
+        memo.least.clear()
+    memo.least[key] = best
+    return best
+
+
+def _less(gpu: Gpu, share: Share) -> Gpu:
+    return Gpu(free=gpu.free - share.milli, shares_left=gpu.shares_left - 1)
+
+
+def _canonical(gpus: tuple[Gpu, ...]) -> tuple[Gpu, ...]:
+    """The GPUs ordered by free capacity, least first (the order "best-fit" republishes; fragmentation does
+    not depend on the order, so nodes alike meet in the memo)."""
+    return tuple(sorted(gpus, key=lambda g: (g.free, g.shares_left)))
+
+
+def _before(node: ModelNode, mix: Mix, room: Room | None) -> Callable[[], float]:
+    def before() -> float:
+        if node.before is None:
+            node.before = fragmentation(node.gpus, mix, room)
+        return node.before
+
+    return before
+
+
+def extender_scores(
+    nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix, memo: Memo | None = None
+) -> list[int]:
     if lever.weight <= 0 or (demand_of(pod) is None and not lever.cpu_pods):
         return [0] * len(nodes)
-    scores = node_scores(growths(nodes, pod, lever, mix), unit=lever.unit)
+    scores = node_scores(growths(nodes, pod, lever, mix, memo), unit=lever.unit)
     return [scores[n.trace.name] * lever.weight * 10 for n in nodes]
 
 
 def totals(
-    nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix, models: Sequence[str]
+    nodes: Sequence[ModelNode],
+    pod: TracePod,
+    lever: Lever,
+    mix: Mix,
+    models: Sequence[str],
+    *,
+    memo: Memo | None = None,
 ) -> list[float]:
     """Each candidate's total score, the highest wins: kube-scheduler's plugins' and the extender's, or for
     `fgd_policy` the growth alone, unscaled (the least wins)."""
     if lever.fgd_policy:
-        grown = growths(nodes, pod, lever, mix)
+        grown = growths(nodes, pod, lever, mix, memo)
+        if lever.fgd_sigmoid is not None:
+            return [
+                -math.inf if (g := grown[n.trace.name]) is None else sigmoid_score(g, pod, lever)
+                for n in nodes
+            ]
         return [-math.inf if (g := grown[n.trace.name]) is None else -g for n in nodes]
     spread = lever.spread or (lever.spread_cpu_pods and pod.ask is Ask.CPU)
     return [
@@ -182,18 +281,32 @@ def totals(
         for d, f, e in zip(
             (default_score(n, pod) if spread else 0 for n in nodes),
             first_available_scores(nodes, pod, models) if lever.dra_score else [0] * len(nodes),
-            extender_scores(nodes, pod, lever, mix),
+            extender_scores(nodes, pod, lever, mix, memo),
             strict=True,
         )
     ]
 
 
-def _place(node: ModelNode, pod: TracePod) -> None:
+def sigmoid_score(growth: float, pod: TracePod, lever: Lever) -> int:
+    """FGD's node score as its simulator computes it: 0..100, the sigmoid of the fragmentation it removes in
+    whole GPUs, truncated, so that nodes within a few hundredths of a GPU tie (and chance decides). Its
+    fragmentation weighs the typical requests by their share of all pods, those without a GPU included (each
+    counts a node's whole free GPU capacity, wherever a pod goes): `fgd_sigmoid` is that share of GPU pods."""
+    share = lever.fgd_sigmoid or 1.0
+    removed = -(growth * share - (1 - share) * pod.request_milli)
+    return int(100 / (1 + math.exp(-removed / 1000)))
+
+
+def _place(node: ModelNode, pod: TracePod, lever: Lever, mix: Mix, memo: Memo | None) -> None:
     demand = demand_of(pod)
     if demand is not None:
-        after = place(node.gpus, demand)
+        if lever.inside == "fgd" and memo is not None:
+            least = least_growth(node, pod, mix, node.room() if lever.cpu_memory else None, memo)
+            after = None if least is None else least[1]
+        else:
+            after = place(node.gpus, demand)
         assert after is not None  # it was feasible
-        node.gpus = after
+        node.gpus = after if lever.inside == "first" else _canonical(after)
     node.cpu += pod.cpu_milli
     node.memory += pod.memory_mib
     node.before = None
@@ -210,6 +323,7 @@ def replay_offline(
     models = sorted({n.model for n in nodes if n.gpus})
     rng = random.Random(seed)
     placed: Counter[Typical] = Counter()
+    memo = None if lever.mix is None else Memo(lever.mix)
     outcomes: list[tuple[int, bool]] = []
     for arrival in arrivals:
         pod = arrival.pod
@@ -222,10 +336,10 @@ def replay_offline(
         if len(candidates) == 1:  # kube-scheduler scores nothing then
             chosen = candidates[0]
         else:
-            scored = totals(candidates, pod, lever, mix, models)
+            scored = totals(candidates, pod, lever, mix, models, memo=memo)
             best = max(scored)
             chosen = rng.choice([n for n, t in zip(candidates, scored, strict=True) if t == best])
-        _place(chosen, pod)
+        _place(chosen, pod, lever, mix, memo)
         if own is not None:
             placed[own] += 1
         outcomes.append((pod.request_milli, True))

@@ -65,7 +65,7 @@ def test_on_two_replicas_run_the_extender_from_the_image_behind_its_service() ->
     assert container["command"] == ["python3", "-m", "scheduler_extender"]
     assert container["args"] == [
         "--port=8888",
-        "--unit=2",
+        "--unit=40",
         "--score-cpu-pods",
         "--log-format=json",
         "--log-level=info",

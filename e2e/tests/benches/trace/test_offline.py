@@ -9,10 +9,13 @@ from hypothesis import strategies as st
 
 from e2e.benches.trace.offline import (
     Lever,
+    Memo,
     ModelNode,
     default_score,
     first_available_scores,
+    least_growth,
     replay_offline,
+    sigmoid_score,
     totals,
 )
 from e2e.benches.trace.records import TraceNode, TracePod
@@ -80,6 +83,43 @@ def test_without_spreading_the_extender_decides_and_fgd_policy_takes_the_least_g
     assert totals(both, cpu_pod, nospread, WHOLE_8_CPUS, ["T4"]) == [0, 0]
 
 
+def test_inside_a_node_first_fit_best_fit_and_fgds_choice_by_hand() -> None:
+    """One node of two GPUs. 600 thousandths go to GPU 0, 900 to GPU 1 (400 and 100 left); then 100: first
+    fit in the published order takes GPU 0 (300 left), so the last pod, 400, fits nowhere; best fit takes the
+    fuller GPU 1, and so does FGD's choice against a mix of 400-thousandth shares (GPU 0 keeps its 400
+    usable and GPU 1's unusable 100 goes: growth -100, where on GPU 0 it would be +300), and the last pod
+    fits."""
+    nodes = [TraceNode("n", 64000, 65536, 2, "T4")]
+    pods = _arrivals(*(TracePod(f"s{k}", 1000, 1024, 1, m) for k, m in enumerate((600, 900, 100, 400))))
+    first = replay_offline(nodes, pods, Lever("first"), seed=1)
+    best_fit = replay_offline(nodes, pods, Lever("best", inside="best-fit"), seed=1)
+    mix = {Typical(Share(400)): 1.0}
+    fgd = replay_offline(nodes, pods, Lever("fgd", weight=1, mix=mix, fgd_policy=True, inside="fgd"), seed=1)
+    assert first == [(600, True), (900, True), (100, True), (400, False)]
+    assert best_fit == fgd == [(600, True), (900, True), (100, True), (400, True)]
+    node = ModelNode(nodes[0], gpus=(Gpu(free=400, shares_left=9), Gpu(free=100, shares_left=9)))
+    memo = Memo(mix)
+    assert least_growth(node, TracePod("p", 1000, 1024, 1, 100), mix, node.room(), memo) == (
+        -100.0,
+        (Gpu(free=0, shares_left=8), Gpu(free=400, shares_left=9)),
+    )
+    assert least_growth(node, TracePod("q", 1000, 1024, 1, 500), mix, node.room(), memo) is None
+
+
+def test_fgds_own_score_by_hand() -> None:
+    """FGD's simulator scores a node int(100 x sigmoid(fragmentation removed / 1000)); typical requests
+    without a GPU (half the pods here) count a node's whole free capacity, so a pod's own GPUs come off
+    the fragmentation at that share."""
+    whole = TracePod("w", 1000, 1024, 1, 1000)
+    alone = Lever("s", weight=1, mix=WHOLE_8_CPUS, fgd_policy=True, fgd_sigmoid=1.0)
+    half = Lever("h", weight=1, mix=WHOLE_8_CPUS, fgd_policy=True, fgd_sigmoid=0.5)
+    assert sigmoid_score(0.0, whole, alone) == 50  # 100 / (1 + e^0)
+    assert sigmoid_score(-1000.0, whole, alone) == 73  # a GPU's worth removed: 100 / (1 + e^-1) = 73.1
+    assert sigmoid_score(1000.0, whole, alone) == 26
+    assert sigmoid_score(0.0, whole, half) == 62  # 500 removed: 100 / (1 + e^-0.5) = 62.2
+    assert sigmoid_score(-10.0, whole, alone) == sigmoid_score(-30.0, whole, alone) == 50  # a tie
+
+
 trace_pods = st.lists(
     st.builds(
         lambda k, cpu, gpu: TracePod(f"p{k}", cpu, 1024, gpu[0], gpu[1]),
@@ -108,6 +148,8 @@ levers = st.sampled_from(
         Lever("c", weight=2, mix=WHOLE_8_CPUS, unit=100, cpu_pods=True),
         Lever("n", weight=25, mix=WHOLE_8_CPUS, unit=2, cpu_pods=True, spread=False),
         Lever("p", weight=1, mix=WHOLE_8_CPUS, cpu_pods=True, fgd_policy=True),
+        Lever("pi", weight=1, mix=WHOLE_8_CPUS, cpu_pods=True, fgd_policy=True, inside="fgd"),
+        Lever("nb", weight=25, mix=WHOLE_8_CPUS, unit=2, cpu_pods=True, spread=False, inside="best-fit"),
     ]
 )
 
