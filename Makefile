@@ -117,8 +117,8 @@ test-e2e: dev cluster
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m e2e e2e
 
 # The C library's tests beside pytest: they mostly wait (fixed-length runs, arbiter start-ups: 70 s, 16 CPU-s)
-# and check SM shares against what a busy machine cannot break (interceptor/tests/run.sh); their lines come
-# after pytest's, and either failing fails make test.
+# and check SM shares against what a busy machine cannot break (interceptor/tests/run.sh, built by dev); their
+# lines come after pytest's, and either failing fails make test. No $(MAKE) on that line: make -n would run it.
 test: dev promtool
 	$(MAKE) lint
 	$(VOLCANO_OR_SKIP)
@@ -128,7 +128,7 @@ test: dev promtool
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
 	@echo "$(BIN)/pytest -q $(PYTEST_PARALLEL) tests e2e, and the C library's tests beside it"
-	@log=$$(mktemp); $(MAKE) -s test-interceptor >$$log 2>&1 & c=$$!; \
+	@log=$$(mktemp); (cd interceptor && PYTHON='$(abspath $(BIN)/python)' bash tests/run.sh) >$$log 2>&1 & c=$$!; \
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests e2e; p=$$?; \
 	wait $$c; i=$$?; cat $$log; rm -f $$log; \
 	[ $$i -eq 0 ] || echo "make test: the C library's tests failed (above)" >&2; \

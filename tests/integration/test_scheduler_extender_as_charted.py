@@ -88,7 +88,7 @@ def test_the_extender_runs_as_the_chart_starts_it(tmp_path: Path) -> None:
         assert http_status(port, "/readyz") == 503  # the readiness probe: not scoring from an empty view
         scoring = logged(log, process, "scoring")
         # the mounted mix's two shapes (not openb's), and the chart's defaults for the shipped configuration
-        assert (scoring["kinds"], scoring["unit"], scoring["cpu_pods"]) == (2, 2.0, True)
+        assert (scoring["kinds"], scoring["unit"], scoring["cpu_pods"]) == (2, 40.0, True)
     finally:
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=30)
