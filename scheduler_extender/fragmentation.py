@@ -104,6 +104,11 @@ def takes(gpu: Gpu, share: Share) -> bool:
     return gpu.free >= share.milli and gpu.shares_left > 0
 
 
+def taken(gpu: Gpu, share: Share) -> Gpu:
+    """`gpu` once `share` is placed on it (it must take it)."""
+    return replace(gpu, free=gpu.free - share.milli, shares_left=gpu.shares_left - 1)
+
+
 def fits(gpus: Sequence[Gpu], demand: Demand) -> bool:
     if isinstance(demand, Share):
         return any(takes(g, demand) for g in gpus)
@@ -148,9 +153,7 @@ def place(gpus: Sequence[Gpu], demand: Demand) -> tuple[Gpu, ...] | None:
     placed = list(gpus)
     if isinstance(demand, Share):
         i = next(i for i, g in enumerate(placed) if takes(g, demand))
-        placed[i] = replace(
-            placed[i], free=placed[i].free - demand.milli, shares_left=placed[i].shares_left - 1
-        )
+        placed[i] = taken(placed[i], demand)
         return tuple(placed)
     left = demand.count
     for i in reversed(range(len(placed))):  # the last untouched GPUs, as Tessera's device order gives them

@@ -22,11 +22,10 @@ from typing import Any
 
 from e2e.benches.trace.inputs import add_trace_arguments, load_trace, smoke_inputs
 from e2e.benches.trace.offline import Lever, replay_offline
+from e2e.benches.trace.records import Ask
 from e2e.benches.trace.replay import arrival_order, at, curve
 from scheduler_extender.fragmentation import Mix
 from scheduler_extender.mix import parse_mix
-
-GPU_POD_SHARE = 7064 / 8152  # the openb trace's pods that ask for a GPU
 
 
 def shipped_mix() -> Mix:
@@ -34,7 +33,7 @@ def shipped_mix() -> Mix:
     return parse_mix(text, what="scheduler_extender/mixes/openb.csv")
 
 
-def levers(mix: Mix) -> dict[str, Lever]:
+def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
     """The levers by name: kube-scheduler alone; a node at random among those that fit (no score: the paper's
     Random, a check of the model against its published figure); the extender as it was (GPUs alone, the
     mix learned from the pods placed, min-max scores); FGD's measure (CPU and memory counted) with min-max
@@ -47,9 +46,10 @@ def levers(mix: Mix) -> dict[str, Lever]:
     a second scheduler profile for GPU pods would). `fgd-policy` is no configuration of kube-scheduler:
     FGD's own choice (the node of least growth, ties at random) for reference, with the allocator's
     placement inside the node, or FGD's own inside it too (`-fgd-inside`); `fgd-sigmoid` scores as FGD's
-    simulator does (offline.sigmoid_score), its choice inside the node too. `-best-fit`: a share goes to
-    the node's fullest GPU that takes it (a device order republished by free capacity) instead of the
-    first in the published order (e2e.benches.trace.offline.INSIDE)."""
+    simulator does (offline.sigmoid_score: `gpu_pod_share` the replayed pods' share that ask for a GPU),
+    its choice inside the node too. `-best-fit`: a share goes to the node's fullest GPU that takes it (a
+    device order republished by free capacity) instead of the first in the published order
+    (e2e.benches.trace.offline.INSIDE)."""
     shipped: dict[str, Any] = {"weight": 25, "mix": mix, "unit": 2, "cpu_pods": True, "spread": False}
     found = [
         Lever("default"),
@@ -77,7 +77,7 @@ def levers(mix: Mix) -> dict[str, Lever]:
             cpu_pods=True,
             fgd_policy=True,
             inside="fgd",
-            fgd_sigmoid=GPU_POD_SHARE,
+            fgd_sigmoid=gpu_pod_share,
         ),
         Lever("fgd-policy-best-fit", weight=1, mix=mix, cpu_pods=True, fgd_policy=True, inside="best-fit"),
         Lever("nospread-u2-w25-best-fit", **shipped, inside="best-fit"),
@@ -100,7 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     smoke_inputs(args)
     nodes, pods = load_trace(parser, args)
     mix = parse_mix(args.mix.read_text(encoding="utf-8"), what=str(args.mix)) if args.mix else shipped_mix()
-    known = levers(mix)
+    # FGD weighs its typical requests by their share of all pods, those without a GPU among them
+    asking = sum(1 for p in pods if p.ask is not Ask.CPU) / max(len(pods), 1)
+    known = levers(mix, gpu_pod_share=asking)
     chosen = list(known) if not args.levers else [n.strip() for n in args.levers.split(",") if n.strip()]
     unknown = [n for n in chosen if n not in known]
     if unknown:

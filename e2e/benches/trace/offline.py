@@ -31,6 +31,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from e2e.benches.trace.records import Ask, TraceNode, TracePod
 from e2e.benches.trace.replay import Arrival
@@ -46,6 +47,7 @@ from scheduler_extender.fragmentation import (
     fragmentation,
     node_scores,
     place,
+    taken,
     takes,
 )
 from scheduler_extender.growths import MAX_KEPT, Growths, Ranks
@@ -56,7 +58,8 @@ SHARES_PER_GPU = 10
 # allocator's first fit, today); "best-fit", the GPU with the least free capacity that takes it (first fit
 # over an order republished by free capacity); "fgd", the GPU whose share raises the node's fragmentation the
 # least (FGD's own choice; no device order gives it). Whole GPUs: untouched ones, alike for the measure.
-INSIDE = ("first", "best-fit", "fgd")
+Inside = Literal["first", "best-fit", "fgd"]
+INSIDE: tuple[Inside, ...] = get_args(Inside)
 MAX_SCORE = 100  # a plugin's
 FIRST_AVAILABLE_MAX = 8  # resourceapi.FirstAvailableDeviceRequestMaxSize
 LEARNED_KINDS = 32
@@ -79,7 +82,7 @@ class Lever:
     spread_cpu_pods: bool = False  # those scores for pods without a GPU even when not `spread`
     dra_score: bool = True  # DynamicResources' score (its firstAvailable preference)
     fgd_policy: bool = False  # FGD's own policy: the least growth wins, no other score (not kube-scheduler)
-    inside: str = "first"  # where a share goes inside the node (INSIDE)
+    inside: Inside = "first"  # where a share goes inside the node (INSIDE)
     fgd_sigmoid: float | None = None  # with fgd_policy: FGD's own truncated score (sigmoid_score)
 
 
@@ -214,7 +217,7 @@ def least_growth(
         options = [] if after is None else [after]
     else:
         options = [
-            _canonical((*node.gpus[:i], _less(g, demand), *node.gpus[i + 1 :]))
+            _canonical((*node.gpus[:i], taken(g, demand), *node.gpus[i + 1 :]))
             for i, g in enumerate(node.gpus)
             if takes(g, demand) and g not in node.gpus[:i]
         ]
@@ -226,10 +229,6 @@ def least_growth(
         memo.least.clear()
     memo.least[key] = best
     return best
-
-
-def _less(gpu: Gpu, share: Share) -> Gpu:
-    return Gpu(free=gpu.free - share.milli, shares_left=gpu.shares_left - 1)
 
 
 def _canonical(gpus: tuple[Gpu, ...]) -> tuple[Gpu, ...]:
