@@ -429,3 +429,32 @@ def test_notes_on_a_release_without_sharing_name_the_gates_and_components(tmp_pa
 def test_notes_on_a_release_with_sharing_say_every_family_is_served(tmp_path: Path, kube: str) -> None:
     text = " ".join(notes(tmp_path, kube).split())
     assert f"Kubernetes v{kube} serves every family" in text and "DRAPartitionableDevices" not in text
+
+
+@needs_helm
+def test_the_install_step_keeps_the_same_library_and_replaces_another(tmp_path: Path) -> None:
+    """The rendered init container's script, run by /bin/sh with its two mounts moved under tmp_path: the
+    same bytes leave the host's file (its inode) alone, for runc may be bind-mounting it into a starting
+    container; other bytes replace it by a rename, leaving no temp file."""
+    (ds,) = by_kind(render(), "DaemonSet").values()
+    (init,) = [c for c in ds["spec"]["template"]["spec"]["initContainers"] if c["name"] == "install-library"]
+    image, host = tmp_path / "opt" / "tessera" / "lib", tmp_path / "host-lib"
+    image.mkdir(parents=True)
+    host.mkdir()
+    script = init["args"][0].replace("/opt/tessera/lib", str(image)).replace("/host-lib", str(host))
+
+    def install() -> None:
+        done = subprocess.run([*init["command"], script], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+
+    (image / "libtessera.so").write_bytes(b"\x7fELF one")
+    install()
+    assert (host / "libtessera.so").read_bytes() == b"\x7fELF one"
+    inode = (host / "libtessera.so").stat().st_ino
+    install()
+    assert (host / "libtessera.so").stat().st_ino == inode
+    (image / "libtessera.so").write_bytes(b"\x7fELF two")
+    install()
+    assert (host / "libtessera.so").read_bytes() == b"\x7fELF two"
+    assert (host / "libtessera.so").stat().st_ino != inode
+    assert sorted(p.name for p in host.iterdir()) == ["libtessera.so"]
