@@ -116,23 +116,17 @@ test-e2e: dev cluster
 	bash deploy/image/build.sh
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m e2e e2e
 
-# The C library's tests beside pytest: they mostly wait (fixed-length runs, arbiter start-ups: 70 s, 16 CPU-s)
-# and check SM shares against what a busy machine cannot break (interceptor/tests/run.sh, built by dev); their
-# lines come after pytest's, and either failing fails make test. No $(MAKE) on that line: make -n would run it.
+# lint and the C library's tests side by side: the library's tests mostly wait (fixed-length runs, arbiter
+# start-ups) while mypy works
 test: dev promtool
-	$(MAKE) lint
+	$(MAKE) -j2 --output-sync=target lint test-interceptor
 	$(VOLCANO_OR_SKIP)
 	K8S_VERSION=$(KV) bash e2e/cluster/build.sh
 	K8S_VERSION=$(LEGACY_KV) bash e2e/cluster/build.sh
 	$(REALNODE_OR_SKIP)
 	bash deploy/helm/build-helm.sh
 	bash deploy/image/build.sh
-	@echo "$(BIN)/pytest -q $(PYTEST_PARALLEL) tests e2e, and the C library's tests beside it"
-	@log=$$(mktemp); (cd interceptor && PYTHON='$(abspath $(BIN)/python)' bash tests/run.sh) >$$log 2>&1 & c=$$!; \
-	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests e2e; p=$$?; \
-	wait $$c; i=$$?; cat $$log; rm -f $$log; \
-	[ $$i -eq 0 ] || echo "make test: the C library's tests failed (above)" >&2; \
-	[ $$p -eq 0 ] && [ $$i -eq 0 ]
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) tests e2e
 
 # One release of the version matrix (docs/install.md, "Tested releases"): the e2e cluster tests and the
 # simulated-node scenarios of every family on it, e.g. make test-k8s K8S_VERSION=1.35.4 [GATES=default].
