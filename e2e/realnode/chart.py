@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dra_driver.core.families import mps
 from e2e.controlplane.processes import is_alive
-from e2e.harness.kube import Json, wait_for
+from e2e.harness.kube import Json, WaitTimeoutError, wait_for
 from e2e.harness.node import REPO_ROOT, driver_slices, pool_complete
 from e2e.harness.plugin_identity import SYSTEM_NS
 from e2e.harness.webhook import ca_bundle
@@ -96,6 +96,24 @@ class PluginPod:
                         found.append(json.loads(line))
                     except json.JSONDecodeError:
                         continue
+        return found
+
+    def logged(self, event: str, *, timeout_s: float = 10.0, **fields: str) -> list[Json]:
+        """The records of `event` whose `fields` match, waiting up to `timeout_s` for a first one: the
+        runtime copies the container's stderr to its log file on its own time, so a line can land a moment
+        after what it tells of (an admission answer, a Ready probe) was seen. Empty if none came."""
+
+        def matching() -> list[Json]:
+            return [
+                e
+                for e in self.events()
+                if e.get("event") == event and all(e.get(k) == v for k, v in fields.items())
+            ]
+
+        try:
+            found: list[Json] = wait_for(f"{event} {fields} in the log", matching, timeout_s=timeout_s)
+        except WaitTimeoutError:
+            return []
         return found
 
     def registrations(self) -> int:

@@ -83,7 +83,7 @@ def hami_pod(name: str, node: RealNode, limits: dict[str, Any]) -> Json:
 
 def logged(pod: PluginPod, event: str, name: str) -> bool:
     """Whether the webhook pod logged `event` for the Pod `name` (it answered that very call)."""
-    return any(e.get("event") == event and e.get("name") == name for e in pod.events())
+    return bool(pod.logged(event, name=name))
 
 
 def test_the_webhook_pod_made_its_certificate_and_serves_through_the_service(
@@ -245,4 +245,5 @@ def test_a_replaced_webhook_pod_keeps_the_certificate_and_admits(
     pod = running(real_node, real_ns, "hami-again")
     [entry] = pod["spec"]["resourceClaims"]
     assert entry["resourceClaimTemplateName"]
-    assert logged(new, "pod converted", "hami-again") and not logged(webhook, "pod converted", "hami-again")
+    assert logged(new, "pod converted", "hami-again")
+    assert not webhook.logged("pod converted", timeout_s=0, name="hami-again")

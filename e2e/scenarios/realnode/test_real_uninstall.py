@@ -93,7 +93,7 @@ def test_uninstall_keeps_pods_running_and_cleanup_leaves_nothing(
             timeout_s=120,
         )
         cleanup = real_node.chart.wait_ready(labels=CLEANUP_LABELS, timeout_s=120)
-        clean = [e for e in cleanup.events() if e.get("event") == "node clean"]
+        clean = cleanup.logged("node clean")
         assert clean, [e.get("event") for e in cleanup.events()]
         log.info("realnode.cleanup", **{k: v for k, v in clean[-1].items() if k not in ("event", "level")})
         assert real_node.leftovers() == []
