@@ -1,17 +1,6 @@
-"""The admission component's commands: `tessera convert` and `tessera webhook` (only its parser here).
-
-`tessera convert FILE…`: HAMi/Volcano workloads → the same workloads on Tessera, with their templates;
-ResourceClaims and ResourceClaimTemplates written for NVIDIA's DRA driver (gpu.nvidia.com, mig.nvidia.com)
-→ the same claims on Tessera's DeviceClasses (docs/migration-from-nvidia-dra.md).
-
-    tessera convert deploy/*.yaml [--slices SLICES.yaml] [--high-priority-class CLASS] [-o yaml|json]
-    tessera convert --summary FILE…
-
-prints, for each file, the ResourceClaimTemplates to apply first and every object as Tessera runs it (objects
-that ask for no foreign GPU unchanged), with the conversion the webhook makes at admission. `--summary`
-prints what each container gets instead. Exit 0: converted; 2: a file cannot be read or converted (the
-message names the file, the object and the field).
-"""
+"""The admission component's commands: `tessera convert` and `tessera webhook` (only the webhook's parser
+here: the server's modules load when the command runs, so other `tessera` commands do not pay for them).
+Their help is CONVERT_DOC and WEBHOOK_DOC."""
 
 from __future__ import annotations
 
@@ -187,12 +176,26 @@ def workload_claims(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+CONVERT_DOC = """`tessera convert FILE…`: HAMi/Volcano workloads → the same workloads on Tessera, with their
+templates; ResourceClaims and ResourceClaimTemplates written for NVIDIA's DRA driver (gpu.nvidia.com,
+mig.nvidia.com) → the same claims on Tessera's DeviceClasses (docs/migration-from-nvidia-dra.md).
+
+    tessera convert deploy/*.yaml [--slices SLICES.yaml] [--high-priority-class CLASS] [-o yaml|json]
+    tessera convert --summary FILE…
+
+prints, for each file, the ResourceClaimTemplates to apply first and every object as Tessera runs it (objects
+that ask for no foreign GPU unchanged), with the conversion the webhook makes at admission. `--summary`
+prints what each container gets instead. Exit 0: converted; 2: a file cannot be read or converted (the
+message names the file, the object and the field).
+"""
+
+
 def add_convert_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`tessera convert`; kubelet_plugin.command adds it to `tessera`."""
     p = subparsers.add_parser(
         "convert",
         help="print HAMi/Volcano workloads and NVIDIA DRA claims as they run on Tessera (templates first)",
-        description=__doc__,
+        description=CONVERT_DOC,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
@@ -223,13 +226,12 @@ WEBHOOK_DOC = """`tessera webhook`: the mutating admission webhook, as the chart
 Serves POST /mutate over HTTPS, writing nothing while it answers; keeps its own certificate in SECRET (or
 reloads --cert-dir); refreshes the catalog of offered GPU products from the ResourceSlices every
 --catalog-refresh seconds; makes the claim templates of converted pods the API server admitted, and deletes
-those it made once no live pod references them for --template-grace seconds. Only the parser
-lives here: the server's modules load when the command runs, so other `tessera` commands do not pay for them.
+those it made once no live pod references them for --template-grace seconds.
 """
 
 
 def _run(args: argparse.Namespace) -> int:
-    from admission.main import run  # noqa: PLC0415 - deferred on purpose: see WEBHOOK_DOC
+    from admission.main import run  # noqa: PLC0415 - deferred on purpose: see the module's doc
 
     return run(args)
 

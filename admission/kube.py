@@ -96,7 +96,7 @@ class Kube:
         try:
             groups = self._rest.get(API_GROUPS).get("groups") or []
         except ApiException as e:
-            raise ApiError(f"discover API groups: {_reason(e)}", _status(e)) from e
+            raise ApiError(f"discover API groups: {status_message(e)}", _status(e)) from e
         return any(isinstance(g, dict) and g.get("name") == group for g in groups)
 
     # ---- templates -------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ class Kube:
         except ApiException as e:
             if _status(e) == 409:
                 raise AlreadyExistsError(f"{where}: it exists already") from e
-            raise ApiError(f"{where}: {_reason(e)}", _status(e)) from e
+            raise ApiError(f"{where}: {status_message(e)}", _status(e)) from e
 
     def read_template(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The template as stored, None when there is none."""
@@ -120,7 +120,7 @@ class Kube:
         except ApiException as e:
             if _status(e) == 404:
                 return None
-            raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
+            raise ApiError(f"read ResourceClaimTemplate {namespace}/{name}: {status_message(e)}") from e
 
     def delete_template(self, namespace: str, name: str, uid: str) -> bool:
         """Delete the template if it is still the one seen (`uid`); False when it is gone or replaced."""
@@ -130,7 +130,7 @@ class Kube:
         except ApiException as e:
             if _status(e) in (404, 409):
                 return False
-            raise ApiError(f"delete ResourceClaimTemplate {namespace}/{name}: {_reason(e)}") from e
+            raise ApiError(f"delete ResourceClaimTemplate {namespace}/{name}: {status_message(e)}") from e
         return True
 
     def warn_pod(self, namespace: str, pod: str, uid: str, reason: str, message: str) -> None:
@@ -140,7 +140,7 @@ class Kube:
         try:
             self._rest.create(path(EVENTS, namespace=namespace), event)
         except ApiException as e:
-            raise ApiError(f"create Event on Pod {namespace}/{pod}: {_reason(e)}") from e
+            raise ApiError(f"create Event on Pod {namespace}/{pod}: {status_message(e)}") from e
 
     # ---- catalog ---------------------------------------------------------------------------------
 
@@ -148,7 +148,7 @@ class Kube:
         try:
             items = self._rest.get(SLICES).get("items") or []
         except ApiException as e:
-            raise ApiError(f"list ResourceSlices: {_reason(e)}") from e
+            raise ApiError(f"list ResourceSlices: {status_message(e)}") from e
         catalog = from_slices(items)
         self._log_skipped(catalog.skipped)
         return catalog
@@ -180,7 +180,7 @@ class Kube:
         except ApiException as e:
             if _status(e) == 404:
                 return None, None
-            raise ApiError(f"read Secret {namespace}/{name}: {_reason(e)}") from e
+            raise ApiError(f"read Secret {namespace}/{name}: {status_message(e)}") from e
         version = str(field_at(secret, "metadata", "resourceVersion") or "")
         try:
             data = {k: base64.b64decode(v, validate=True) for k, v in (secret.get("data") or {}).items()}
@@ -223,7 +223,7 @@ class Kube:
         except ApiException as e:
             if _status(e) == 409:
                 return False
-            raise ApiError(f"write Secret {namespace}/{name}: {_reason(e)}") from e
+            raise ApiError(f"write Secret {namespace}/{name}: {status_message(e)}") from e
         return True
 
     def set_ca_bundle(self, configuration: str, ca_bundle: bytes) -> bool:
@@ -242,13 +242,6 @@ class Kube:
             self._rest.patch(path(MUTATING_WEBHOOK, name=configuration), patch, content_type=JSON_PATCH)
         except ApiException as e:
             raise ApiError(
-                f"set caBundle of MutatingWebhookConfiguration {configuration}: {_reason(e)}"
+                f"set caBundle of MutatingWebhookConfiguration {configuration}: {status_message(e)}"
             ) from e
         return True
-
-
-def _reason(e: ApiException) -> str:
-    message = status_message(e)
-    if message is not None:
-        return message
-    return str(e).splitlines()[0] if str(e) else type(e).__name__

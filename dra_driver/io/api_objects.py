@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from dra_driver.vocabulary.errors import InvalidNameError
 from dra_driver.vocabulary.excerpt import clip
 
 Json = dict[str, Any]
@@ -35,7 +36,12 @@ API_GROUPS = "/apis"  # discovery: the groups served
 
 
 def path(template: str, **names: str) -> str:
-    """`template` with each {name} filled in, quoted for a URL path segment."""
+    """`template` with each {name} filled in, quoted for a URL path segment. A name that quoting cannot keep
+    one segment of its own (empty, `.` or `..`, which a URL resolves away) raises InvalidNameError: no
+    object of the API server is named so, and the path would name another."""
+    for key, value in names.items():
+        if value in ("", ".", ".."):
+            raise InvalidNameError(f"{key} {value!r} is no object's name: the path {template} needs one")
     return template.format(**{k: quote(v, safe="") for k, v in names.items()})
 
 

@@ -106,17 +106,22 @@ class RestCalls:
             response.release_conn()
 
 
-def status_message(e: ApiException) -> str | None:
-    """The API server's own message in the Status body of a refused call (what kubectl prints); None when the
-    body holds no such object (an empty answer, a proxy's page, a JSON list)."""
-    if not isinstance(e.body, str):  # the client decodes the answer's bytes; None when there were none
-        return None
-    try:
-        data = json.loads(e.body)
-    except ValueError:
-        return None
-    message = data.get("message") if isinstance(data, dict) else None
-    return message if isinstance(message, str) else None
+def status_message(e: ApiException) -> str:
+    """What a refused call says, for a log line or an error: the API server's own message in the Status body
+    (what kubectl prints), else the HTTP reason, else the exception's first line (an empty answer, a proxy's
+    page, a JSON list hold no message)."""
+    message = None
+    if isinstance(e.body, str):  # the client decodes the answer's bytes; None when there were none
+        try:
+            data = json.loads(e.body)
+        except ValueError:
+            data = None
+        message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, str) and message:
+        return message
+    if e.reason:
+        return str(e.reason)
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def _lines(response: Any, *, status: int) -> Iterator[bytes]:

@@ -74,7 +74,7 @@ class ServerApply:
                 fieldValidation="Strict",  # kubectl's default: an unknown field is an error, not dropped
             )
         except ApiException as e:
-            raise StandInError(f"apply {what} failed ({e.status}): {_message(e)}") from e
+            raise StandInError(f"apply {what} failed ({e.status}): {status_message(e)}") from e
 
     def _resource(self, api_version: str, kind: str) -> Resource:
         found = self._kinds.get((api_version, kind))
@@ -92,15 +92,12 @@ class ServerApply:
         except ApiException as e:
             if e.status == 404:
                 return  # the group version is not served (yet): the caller names the kind
-            raise StandInError(f"apply: discovery of {api_version} failed ({e.status}): {_message(e)}") from e
+            raise StandInError(
+                f"apply: discovery of {api_version} failed ({e.status}): {status_message(e)}"
+            ) from e
         found = {
             (api_version, str(r["kind"])): Resource(base, str(r["name"]), bool(r.get("namespaced")))
             for r in listing.get("resources") or []
             if isinstance(r, dict) and "/" not in str(r.get("name")) and r.get("kind")
         }
         self._kinds.update(found)
-
-
-def _message(e: ApiException) -> str:
-    """The API server's Status message (what kubectl prints), else the exception's own words."""
-    return status_message(e) or str(e.reason)

@@ -19,6 +19,7 @@ from urllib3.exceptions import HTTPError as TransportError
 
 from dra_driver.io.api_objects import CLAIM, EVENTS, event_body, field_at, path
 from dra_driver.io.rest_calls import RestCalls
+from dra_driver.vocabulary.errors import InvalidNameError
 from dra_driver.vocabulary.names import DRIVER_NAME
 
 MAX_PODS = 8
@@ -59,7 +60,7 @@ class ClaimEvents:
         """A Warning Event on the claim of that UID and on its pods; how many were written."""
         try:
             claim = self._rest.get(path(CLAIM, namespace=namespace, name=name))
-        except (ApiException, TransportError) as e:
+        except (ApiException, TransportError, InvalidNameError) as e:
             log.warning("claim event not written", claim=f"{namespace}/{name}", reason=reason, error=str(e))
             return 0
         if field_at(claim, "metadata", "uid") != uid:

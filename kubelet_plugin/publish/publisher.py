@@ -179,7 +179,7 @@ class SlicePublisher:
                 break
             except ApiException as e:
                 if e.status == 422:
-                    refused = f"ResourceSlices of node {self._node}: {_status_message(e)}"
+                    refused = f"ResourceSlices of node {self._node}: {status_message(e)}"
                     raise SliceRefusedError(f"the API server refused {refused}") from e
                 if e.status != 409 or conflicts >= self._max_conflicts:
                     raise PublishError(
@@ -292,7 +292,7 @@ class SlicePublisher:
                     raise PublishError(
                         f"probing ResourceSlices of node {self._node}: {e.status} {e.reason}"
                     ) from e
-                dropped.append(f"{name}: refused: {_status_message(e)}")
+                dropped.append(f"{name}: refused: {status_message(e)}")
                 continue
             except TransportError as e:
                 raise PublishError(f"probing ResourceSlices of node {self._node}: {e}") from e
@@ -440,11 +440,6 @@ class SlicePublisher:
 def _is_taint(dropped: str) -> bool:
     """Whether a dropped field (`<slice>: spec.devices[3].taints`) is a device's taints."""
     return dropped.rsplit(".", 1)[-1] == "taints" or ".taints[" in dropped
-
-
-def _status_message(e: ApiException) -> str:
-    """The API server's own message in a Status body, else the reason."""
-    return status_message(e) or str(e.reason)
 
 
 def with_probe_taint(slices: Sequence[Json]) -> list[Json]:

@@ -165,3 +165,17 @@ def test_help_lists_every_subcommand(capsys: pytest.CaptureFixture[str]) -> None
     expected = ("inventory", "plugin", "cleanup", "convert", "webhook", "explain", "gpu", "sim")
     assert "{" + ",".join(expected) + "}" in shown
     assert all(f"\n    {name} " in shown for name in expected)
+
+
+@pytest.mark.usefixtures("columns")
+@pytest.mark.parametrize(("command", "other"), [("convert", "webhook"), ("webhook", "convert")])
+def test_a_subcommands_help_tells_of_it_alone(
+    command: str, other: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The admission component's two commands share a module: each one's help is its own, with nothing of
+    the module's insides (its description once printed the module's notes and the other command's name)."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    shown = capsys.readouterr().out
+    assert f"`tessera {command}" in shown
+    assert f"tessera {other}" not in shown and "parser" not in shown

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dra_driver.io.api_objects import CLAIM, NODE, field_at, path
+from dra_driver.vocabulary.errors import InvalidNameError
 
 
 def test_a_path_fills_its_template() -> None:
@@ -13,7 +15,17 @@ def test_a_path_fills_its_template() -> None:
     assert path(CLAIM, namespace="ns", name="c") == "/apis/resource.k8s.io/v1/namespaces/ns/resourceclaims/c"
 
 
-@given(st.text(min_size=1))
+@pytest.mark.parametrize("name", ["", ".", ".."])
+def test_a_name_a_url_resolves_away_is_refused(name: str) -> None:
+    with pytest.raises(
+        InvalidNameError, match=r"name .* is no object's name: the path /api/v1/nodes/\{name\}"
+    ):
+        path(NODE, name=name)
+    with pytest.raises(InvalidNameError, match="namespace"):
+        path(CLAIM, namespace=name, name="c")
+
+
+@given(st.text(min_size=1).filter(lambda s: s not in (".", "..")))
 def test_a_name_stays_one_segment_and_reads_back(name: str) -> None:
     segment = path(NODE, name=name).removeprefix("/api/v1/nodes/")
     assert "/" not in segment and "?" not in segment and "#" not in segment

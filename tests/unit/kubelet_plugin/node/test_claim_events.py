@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes.client import ApiClient
 
-from kubelet_plugin.node.claim_events import MAX_PODS, reserved_pods
+from kubelet_plugin.node.claim_events import MAX_PODS, ClaimEvents, reserved_pods
+
+
+class NoCalls(ApiClient):
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"an API call: {args[:2]}")
 
 
 def claim_for(*consumers: Any) -> dict[str, Any]:
@@ -59,3 +66,9 @@ def test_at_most_max_pods_are_named(names: list[str]) -> None:
     found = reserved_pods(claim_for(*(pod(n, f"uid-{n}") for n in names)))
     assert len(found) == min(MAX_PODS, len(set(names)))
     assert list(found) == sorted(found)
+
+
+@pytest.mark.parametrize(("namespace", "name"), [("", "c"), ("ns", ".."), (".", "c")])
+def test_a_claim_no_object_can_be_named_gets_no_event_and_no_call(namespace: str, name: str) -> None:
+    events = ClaimEvents(api=NoCalls(), node_name="node-1")
+    assert events.warn(namespace=namespace, name=name, uid="u", reason="R", message="m") == 0
