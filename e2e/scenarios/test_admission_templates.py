@@ -200,19 +200,27 @@ def test_a_pod_a_later_admission_step_refuses_leaves_no_template(
     }))  # fmt: skip
     try:
         pod = example("hami-card-type.yaml")
+        # a Pod the webhook leaves alone finds when the policy is in force: a GPU Pod admitted before then
+        # would rightly get its template, which outlives it by the grace period
+        plain = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "no-gpu"},
+            "spec": {"containers": [{"name": "c", "image": pod["spec"]["containers"][0]["image"]}]},
+        }
 
-        def refused() -> bool:
+        def refused(what: Json) -> bool:
             try:
-                apply(bed, ns, [pod])
+                apply(bed, ns, [what])
             except StandInError as e:
                 assert "refused by a later admission step" in str(e)
                 return True
-            k8s.CoreV1Api(bed.api).delete_namespaced_pod(pod["metadata"]["name"], ns, grace_period_seconds=0)
+            k8s.CoreV1Api(bed.api).delete_namespaced_pod(what["metadata"]["name"], ns, grace_period_seconds=0)
             return False  # the policy was not in force yet
 
-        wait_for("the policy to refuse the pod", refused, timeout_s=20)
-        for _ in range(20):  # a few more, as a controller retrying would
-            assert refused()
+        wait_for("the policy to refuse a pod", lambda: refused(plain), timeout_s=20)
+        for _ in range(20):  # a few, as a controller retrying would
+            assert refused(pod)
         time.sleep(3)  # three resyncs of the reconciler
         assert templates(bed, ns) == {}
     finally:
