@@ -83,6 +83,14 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
         Lever("nospread-u2-w25-best-fit", **shipped, inside="best-fit"),
         Lever("nospread-u2-w25-fgd-inside", **shipped, inside="fgd"),
         Lever("default-best-fit", inside="best-fit"),
+        *(Lever(f"nospread-u{u}-w25", **{**shipped, "unit": u}) for u in (30, 60)),
+        Lever("nospread-u40-w10", **{**shipped, "unit": 40, "weight": 10}),
+        Lever("pack-u40-w25", **{**shipped, "unit": 40}, pack=True),
+        Lever("nospread-nodra-u40-w25", **{**shipped, "unit": 40}, dra_score=False),
+        *(
+            Lever(f"nospread-u40-w25-{o}", **{**shipped, "unit": 40}, model_order=o)
+            for o in ("few-gpus", "many-gpus")
+        ),
     ]
     return {lever.name: lever for lever in found}
 

@@ -60,6 +60,11 @@ SHARES_PER_GPU = 10
 # least (FGD's own choice; no device order gives it). Whole GPUs: untouched ones, alike for the measure.
 Inside = Literal["first", "best-fit", "fgd"]
 INSIDE: tuple[Inside, ...] = get_args(Inside)
+# The order a share's claim lists its alternatives, one per GPU model (DynamicResources prefers the first):
+# "name", sorted by name (the bench's claims); "few-gpus", the models of fewest GPUs per node first (a
+# share then goes where a whole GPU is least wanted, among nodes alike for the extender); "many-gpus",
+# the other way round.
+ModelOrder = Literal["name", "few-gpus", "many-gpus"]
 MAX_SCORE = 100  # a plugin's
 FIRST_AVAILABLE_MAX = 8  # resourceapi.FirstAvailableDeviceRequestMaxSize
 LEARNED_KINDS = 32
@@ -80,10 +85,12 @@ class Lever:
     unit: float | None = None  # node_scores' unit (None: min-max)
     spread: bool = True  # the default profile's NodeResourcesFit and BalancedAllocation scores
     spread_cpu_pods: bool = False  # those scores for pods without a GPU even when not `spread`
+    pack: bool = False  # NodeResourcesFit MostAllocated on CPU and memory (weight 1) in place of `spread`
     dra_score: bool = True  # DynamicResources' score (its firstAvailable preference)
     fgd_policy: bool = False  # FGD's own policy: the least growth wins, no other score (not kube-scheduler)
     inside: Inside = "first"  # where a share goes inside the node (INSIDE)
     fgd_sigmoid: float | None = None  # with fgd_policy: FGD's own truncated score (sigmoid_score)
+    model_order: ModelOrder = "name"  # the order of a share's firstAvailable alternatives (model_order)
 
 
 @dataclass(slots=True)
@@ -129,6 +136,16 @@ def feasible(node: ModelNode, pod: TracePod) -> bool:
 
 def least_allocated(used: int, capacity: int) -> int:
     return 0 if capacity <= 0 or used > capacity else (capacity - used) * MAX_SCORE // capacity
+
+
+def most_allocated(used: int, capacity: int) -> int:
+    return 0 if capacity <= 0 or used > capacity else used * MAX_SCORE // capacity
+
+
+def packing_score(node: ModelNode, pod: TracePod) -> int:
+    """NodeResourcesFit, MostAllocated strategy, CPU and memory weighted 1 each, the pod counted in."""
+    cpu, memory = node.cpu + pod.cpu_milli, node.memory + pod.memory_mib
+    return (most_allocated(cpu, node.trace.cpu_milli) + most_allocated(memory, node.trace.memory_mib)) // 2
 
 
 def default_score(node: ModelNode, pod: TracePod) -> int:
@@ -278,7 +295,7 @@ def totals(
     return [
         d + f + e
         for d, f, e in zip(
-            (default_score(n, pod) if spread else 0 for n in nodes),
+            (default_score(n, pod) if spread else packing_score(n, pod) if lever.pack else 0 for n in nodes),
             first_available_scores(nodes, pod, models) if lever.dra_score else [0] * len(nodes),
             extender_scores(nodes, pod, lever, mix, memo),
             strict=True,
@@ -311,6 +328,19 @@ def _place(node: ModelNode, pod: TracePod, lever: Lever, mix: Mix, memo: Memo | 
     node.before = None
 
 
+def model_order(nodes: Sequence[TraceNode], order: ModelOrder) -> list[str]:
+    """The cluster's GPU models in the order a share's claim lists them (ModelOrder)."""
+    per_node: dict[str, list[int]] = {}
+    for n in nodes:
+        if n.gpus:
+            per_node.setdefault(n.model, []).append(n.gpus)
+    named = sorted(per_node)
+    if order == "name":
+        return named
+    typical = {m: sorted(counts)[len(counts) // 2] for m, counts in per_node.items()}
+    return sorted(named, key=lambda m: typical[m] if order == "few-gpus" else -typical[m])
+
+
 def replay_offline(
     nodes: Sequence[TraceNode], arrivals: Sequence[Arrival], lever: Lever, *, seed: int
 ) -> list[tuple[int, bool]]:
@@ -319,7 +349,7 @@ def replay_offline(
     state = [
         ModelNode(trace=n, gpus=tuple(Gpu(shares_left=SHARES_PER_GPU) for _ in range(n.gpus))) for n in nodes
     ]
-    models = sorted({n.model for n in nodes if n.gpus})
+    models = model_order(nodes, lever.model_order)
     rng = random.Random(seed)
     placed: Counter[Typical] = Counter()
     memo = None if lever.mix is None else Memo(lever.mix)
