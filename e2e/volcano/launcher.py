@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,15 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from dra_driver.io.api_objects import field_at, path
+from dra_driver.io.rest_calls import RestCalls, status_message
 from e2e.controlplane.errors import ControlPlaneError
 from e2e.controlplane.files import write_atomic
 from e2e.controlplane.launcher import ControlPlane, ReadyCheck
 from e2e.controlplane.processes import Component, spawn
 from e2e.controlplane.readiness import wait_for_http_ok, wait_until
-from e2e.harness.kube import Kubectl
+from e2e.harness.kube import wait_for
+from e2e.harness.server_apply import ServerApply
 from e2e.volcano.binaries import VolcanoBinaries
 from e2e.volcano.config import SCHEDULER_NAME, gates_flag, scheduler_conf, scheduler_gates
 
@@ -47,6 +51,15 @@ def _queue_exists(api: k8s.ApiClient, name: str) -> bool:
             return False
         raise ControlPlaneError(f"reading Volcano queue {name!r} failed: {e.status} {e.reason}") from e
     return True
+
+
+CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+
+
+def _established(rest: RestCalls, name: str) -> bool:
+    crd = rest.get(path(CRD, name=name))
+    conditions = field_at(crd, "status", "conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
 
 
 class Volcano:
@@ -101,11 +114,22 @@ class Volcano:
         return self
 
     def apply_crds(self) -> None:
-        kubectl = Kubectl(binary=self.plane.binaries.kubectl, kubeconfig=self.plane.kubeconfig)
-        for path in self.binaries.crd_files():
-            # Server-side: the CRDs' schemas are too large for the last-applied annotation of a client apply.
-            kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(path))
-        kubectl.run("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        """Server-side, from this process (e2e.harness.server_apply; the CRDs' schemas are too large for a
+        client apply's last-applied annotation), then until the API server serves each (Established)."""
+        documents = self._crds()
+        with self.plane.api_client() as api:
+            ServerApply(api).apply(documents)
+            rest = RestCalls(api)
+            for name in (str(doc["metadata"]["name"]) for doc in documents):
+                wait_for(f"CRD {name} established", partial(_established, rest, name), timeout_s=60)
+
+    def _crds(self) -> list[Any]:
+        return [
+            doc
+            for p in self.binaries.crd_files()
+            for doc in yaml.safe_load_all(p.read_text(encoding="utf-8"))
+            if doc
+        ]
 
     def stop(self) -> None:
         """Stops both components and deletes the CRDs (their objects with them), leaving the plane as it was
@@ -113,9 +137,14 @@ class Volcano:
         finishes the deletion in the background (about 15 s of removing the CRDs' objects not waited for)."""
         for name in (SCHEDULER, CONTROLLER_MANAGER):
             self.plane.remove(name, grace_s=5.0)
-        kubectl = Kubectl(binary=self.plane.binaries.kubectl, kubeconfig=self.plane.kubeconfig)
-        for path in self.binaries.crd_files():
-            kubectl.run("delete", "--ignore-not-found", "--wait=false", "-f", str(path))
+        with self.plane.api_client() as api:
+            rest = RestCalls(api)
+            for name in (str(doc["metadata"]["name"]) for doc in self._crds()):
+                try:
+                    rest.delete(path(CRD, name=name))
+                except ApiException as e:
+                    if e.status != 404:
+                        raise ControlPlaneError(f"deleting CRD {name} failed: {status_message(e)}") from e
         log.info("volcano.stopped")
 
     def use_conf(self, conf: dict[str, Any]) -> None:
