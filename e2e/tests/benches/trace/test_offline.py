@@ -14,6 +14,8 @@ from e2e.benches.trace.offline import (
     default_score,
     first_available_scores,
     least_growth,
+    model_order,
+    packing_score,
     replay_offline,
     sigmoid_score,
     totals,
@@ -43,6 +45,31 @@ def test_the_default_scores_by_hand() -> None:
     g2 = ModelNode(TraceNode("g2", 96000, 393216, 8, "G2"), gpus=(Gpu(),) * 8)
     assert first_available_scores([g2, roomy], share, ["G2", "T4"]) == [200, 2 * 100 * 7 // 8]
     assert first_available_scores([g2, roomy], TracePod("w", 1000, 1024, 1, 1000), ["G2", "T4"]) == [0, 0]
+
+
+def test_packing_and_the_model_order_by_hand() -> None:
+    starved = ModelNode(TraceNode("starved", 6000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    roomy = ModelNode(TraceNode("roomy", 64000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    share = TracePod("s", 1000, 1024, 1, 500)
+    # MostAllocated: CPU 1000*100//6000 = 16 (1000*100//64000 = 1), memory 1024*100//65536 = 1; the mean
+    assert (packing_score(starved, share), packing_score(roomy, share)) == ((16 + 1) // 2, (1 + 1) // 2)
+    # a pod that does not fit scores 0 for that resource, as kube-scheduler's does
+    assert packing_score(starved, TracePod("big", 7000, 1024, 0, 0)) == 0
+    # in place of the spreading: the fuller node wins
+    packing = Lever("p", spread=False, pack=True)
+    assert totals([starved, roomy], share, packing, WHOLE_8_CPUS, ["T4"]) == [8, 1]
+    nodes = [
+        TraceNode("a", 64000, 65536, 8, "G2"),
+        TraceNode("b", 64000, 65536, 2, "T4"),
+        TraceNode("c", 64000, 65536, 4, "V100M16"),
+        TraceNode("d", 64000, 65536, 2, "V100M16"),
+        TraceNode("e", 64000, 65536, 4, "V100M16"),
+        TraceNode("cpu", 64000, 65536, 0, "T4"),
+    ]
+    assert model_order(nodes, "name") == ["G2", "T4", "V100M16"]
+    # a model's typical node: the median of its nodes' GPU counts (V100M16: 2, 4, 4 -> 4)
+    assert model_order(nodes, "few-gpus") == ["T4", "V100M16", "G2"]
+    assert model_order(nodes, "many-gpus") == ["G2", "V100M16", "T4"]
 
 
 def test_counting_cpu_the_extender_keeps_a_node_whole_for_a_two_gpu_pod() -> None:
