@@ -49,7 +49,10 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
     simulator does (offline.sigmoid_score: `gpu_pod_share` the replayed pods' share that ask for a GPU),
     its choice inside the node too. `-best-fit`: a share goes to the node's fullest GPU that takes it (a
     device order republished by free capacity) instead of the first in the published order
-    (e2e.benches.trace.offline.INSIDE)."""
+    (e2e.benches.trace.offline.INSIDE). `pack`: NodeResourcesFit's MostAllocated in place of the spreading;
+    `-few-gpus`/`-many-gpus`: a share's firstAvailable alternatives in another order than by name
+    (offline.model_order); `-cpuN`: unit N for pods without a GPU (docs/performance.md, "What else was
+    tried")."""
     shipped: dict[str, Any] = {"weight": 25, "mix": mix, "unit": 2, "cpu_pods": True, "spread": False}
     found = [
         Lever("default"),
@@ -83,9 +86,13 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
         Lever("nospread-u2-w25-best-fit", **shipped, inside="best-fit"),
         Lever("nospread-u2-w25-fgd-inside", **shipped, inside="fgd"),
         Lever("default-best-fit", inside="best-fit"),
-        *(Lever(f"nospread-u{u}-w25", **{**shipped, "unit": u}) for u in (30, 60)),
+        *(Lever(f"nospread-u{u}-w25", **{**shipped, "unit": u}) for u in (30, 35, 45, 60)),
         Lever("nospread-u40-w10", **{**shipped, "unit": 40, "weight": 10}),
         Lever("pack-u40-w25", **{**shipped, "unit": 40}, pack=True),
+        *(
+            Lever(f"nospread-u{u}-cpu{c}-w25", **{**shipped, "unit": u}, cpu_unit=c)
+            for u, c in ((50, 40), (60, 40), (80, 40), (100, 40), (40, 10), (40, 2))
+        ),
         Lever("nospread-nodra-u40-w25", **{**shipped, "unit": 40}, dra_score=False),
         *(
             Lever(f"nospread-u40-w25-{o}", **{**shipped, "unit": 40}, model_order=o)

@@ -83,6 +83,7 @@ class Lever:
     mix: Mix | None = None
     cpu_pods: bool = False
     unit: float | None = None  # node_scores' unit (None: min-max)
+    cpu_unit: float | None = None  # the unit for pods without a GPU, where it differs from `unit`
     spread: bool = True  # the default profile's NodeResourcesFit and BalancedAllocation scores
     spread_cpu_pods: bool = False  # those scores for pods without a GPU even when not `spread`
     pack: bool = False  # NodeResourcesFit MostAllocated on CPU and memory (weight 1) in place of `spread`
@@ -268,7 +269,8 @@ def extender_scores(
 ) -> list[int]:
     if lever.weight <= 0 or (demand_of(pod) is None and not lever.cpu_pods):
         return [0] * len(nodes)
-    scores = node_scores(growths(nodes, pod, lever, mix, memo), unit=lever.unit)
+    unit = lever.cpu_unit if lever.cpu_unit is not None and demand_of(pod) is None else lever.unit
+    scores = node_scores(growths(nodes, pod, lever, mix, memo), unit=unit)
     return [scores[n.trace.name] * lever.weight * 10 for n in nodes]
 
 

@@ -12,6 +12,7 @@ from e2e.benches.trace.offline import (
     Memo,
     ModelNode,
     default_score,
+    extender_scores,
     first_available_scores,
     least_growth,
     model_order,
@@ -70,6 +71,23 @@ def test_packing_and_the_model_order_by_hand() -> None:
     # a model's typical node: the median of its nodes' GPU counts (V100M16: 2, 4, 4 -> 4)
     assert model_order(nodes, "few-gpus") == ["T4", "V100M16", "G2"]
     assert model_order(nodes, "many-gpus") == ["G2", "V100M16", "T4"]
+
+
+def test_pods_without_a_gpu_take_their_own_unit() -> None:
+    """A 60-CPU pod leaves `small` 4 CPUs, too few for the typical 8-CPU request: both its GPUs are stranded
+    (growth 2,000 thousandths); `big` keeps room. At unit 1,000 that is two points; at a CPU unit of 4,000
+    half a point, which rounds to none. A GPU pod keeps the unit."""
+    small = ModelNode(TraceNode("small", 64000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    big = ModelNode(TraceNode("big", 128000, 65536, 2, "T4"), gpus=(Gpu(), Gpu()))
+    cpu_pod = TracePod("c", 60000, 1024, 0, 0)
+    lever = Lever("u", weight=1, mix=WHOLE_8_CPUS, unit=1000, cpu_pods=True)
+    assert extender_scores([small, big], cpu_pod, lever, WHOLE_8_CPUS) == [80, 100]
+    coarse = Lever("c", weight=1, mix=WHOLE_8_CPUS, unit=1000, cpu_pods=True, cpu_unit=4000)
+    assert extender_scores([small, big], cpu_pod, coarse, WHOLE_8_CPUS) == [100, 100]
+    gpu_pod = TracePod("g", 60000, 1024, 1, 1000)
+    assert extender_scores([small, big], gpu_pod, coarse, WHOLE_8_CPUS) == extender_scores(
+        [small, big], gpu_pod, lever, WHOLE_8_CPUS
+    )
 
 
 def test_counting_cpu_the_extender_keeps_a_node_whole_for_a_two_gpu_pod() -> None:
