@@ -51,8 +51,8 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
     device order republished by free capacity) instead of the first in the published order
     (e2e.benches.trace.offline.INSIDE). `pack`: NodeResourcesFit's MostAllocated in place of the spreading;
     `-few-gpus`/`-many-gpus`: a share's firstAvailable alternatives in another order than by name
-    (offline.model_order); `-cpuN`: unit N for pods without a GPU (docs/performance.md, "What else was
-    tried")."""
+    (offline.model_order), `-whole-…` whole-GPU claims listing one per model too; `-cpuN`: unit N for
+    pods without a GPU (docs/performance.md, "What else was tried")."""
     shipped: dict[str, Any] = {"weight": 25, "mix": mix, "unit": 2, "cpu_pods": True, "spread": False}
     found = [
         Lever("default"),
@@ -97,6 +97,10 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
         *(
             Lever(f"nospread-u40-w25-{o}", **{**shipped, "unit": 40}, model_order=o)
             for o in ("few-gpus", "many-gpus")
+        ),
+        *(
+            Lever(f"nospread-u40-w25-whole-{o}", **{**shipped, "unit": 40}, whole_order=o)
+            for o in ("name", "few-gpus", "many-gpus")
         ),
     ]
     return {lever.name: lever for lever in found}

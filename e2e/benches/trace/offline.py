@@ -92,6 +92,7 @@ class Lever:
     inside: Inside = "first"  # where a share goes inside the node (INSIDE)
     fgd_sigmoid: float | None = None  # with fgd_policy: FGD's own truncated score (sigmoid_score)
     model_order: ModelOrder = "name"  # the order of a share's firstAvailable alternatives (model_order)
+    whole_order: ModelOrder | None = None  # whole-GPU claims listing one alternative per model too
 
 
 @dataclass(slots=True)
@@ -159,11 +160,15 @@ def default_score(node: ModelNode, pod: TracePod) -> int:
     return fit + balanced
 
 
-def first_available_scores(nodes: Sequence[ModelNode], pod: TracePod, models: Sequence[str]) -> list[int]:
+def first_available_scores(
+    nodes: Sequence[ModelNode], pod: TracePod, models: Sequence[str], whole: Sequence[str] | None = None
+) -> list[int]:
     """DynamicResources' score, normalized to 0..100 and weighted 2: a share's claim lists one alternative
-    per model it may use, and an earlier one scores higher (FIRST_AVAILABLE_MAX - its index)."""
-    allowed = [m for m in models if not pod.gpu_spec or m in pod.gpu_spec]
-    if pod.ask is not Ask.SHARE or len(allowed) < 2:
+    per model it may use, and an earlier one scores higher (FIRST_AVAILABLE_MAX - its index); a whole-GPU
+    claim too where `whole` gives its order."""
+    listed = models if pod.ask is Ask.SHARE else whole if pod.ask is Ask.WHOLE else None
+    allowed = [m for m in listed or () if not pod.gpu_spec or m in pod.gpu_spec]
+    if len(allowed) < 2:
         return [0] * len(nodes)
     raw = [FIRST_AVAILABLE_MAX - allowed.index(n.trace.model) for n in nodes]
     top = max(raw)
@@ -282,6 +287,7 @@ def totals(
     models: Sequence[str],
     *,
     memo: Memo | None = None,
+    whole_models: Sequence[str] | None = None,
 ) -> list[float]:
     """Each candidate's total score, the highest wins: kube-scheduler's plugins' and the extender's, or for
     `fgd_policy` the growth alone, unscaled (the least wins)."""
@@ -298,7 +304,7 @@ def totals(
         d + f + e
         for d, f, e in zip(
             (default_score(n, pod) if spread else packing_score(n, pod) if lever.pack else 0 for n in nodes),
-            first_available_scores(nodes, pod, models) if lever.dra_score else [0] * len(nodes),
+            first_available_scores(nodes, pod, models, whole_models) if lever.dra_score else [0] * len(nodes),
             extender_scores(nodes, pod, lever, mix, memo),
             strict=True,
         )
@@ -352,6 +358,7 @@ def replay_offline(
         ModelNode(trace=n, gpus=tuple(Gpu(shares_left=SHARES_PER_GPU) for _ in range(n.gpus))) for n in nodes
     ]
     models = model_order(nodes, lever.model_order)
+    whole_models = None if lever.whole_order is None else model_order(nodes, lever.whole_order)
     rng = random.Random(seed)
     placed: Counter[Typical] = Counter()
     memo = None if lever.mix is None else Memo(lever.mix)
@@ -367,7 +374,7 @@ def replay_offline(
         if len(candidates) == 1:  # kube-scheduler scores nothing then
             chosen = candidates[0]
         else:
-            scored = totals(candidates, pod, lever, mix, models, memo=memo)
+            scored = totals(candidates, pod, lever, mix, models, memo=memo, whole_models=whole_models)
             best = max(scored)
             chosen = rng.choice([n for n, t in zip(candidates, scored, strict=True) if t == best])
         _place(chosen, pod, lever, mix, memo)

@@ -45,7 +45,11 @@ def test_the_default_scores_by_hand() -> None:
     # DynamicResources, weight 2: the share's claim lists G2 first, then T4 (the cluster's models, sorted)
     g2 = ModelNode(TraceNode("g2", 96000, 393216, 8, "G2"), gpus=(Gpu(),) * 8)
     assert first_available_scores([g2, roomy], share, ["G2", "T4"]) == [200, 2 * 100 * 7 // 8]
-    assert first_available_scores([g2, roomy], TracePod("w", 1000, 1024, 1, 1000), ["G2", "T4"]) == [0, 0]
+    whole = TracePod("w", 1000, 1024, 1, 1000)
+    assert first_available_scores([g2, roomy], whole, ["G2", "T4"]) == [0, 0]
+    # a whole-GPU claim listing one alternative per model too (Lever.whole_order), T4 first here
+    assert first_available_scores([g2, roomy], whole, ["G2", "T4"], ["T4", "G2"]) == [2 * 100 * 7 // 8, 200]
+    assert first_available_scores([g2, roomy], share, ["G2", "T4"], ["T4", "G2"]) == [200, 2 * 100 * 7 // 8]
 
 
 def test_packing_and_the_model_order_by_hand() -> None:
