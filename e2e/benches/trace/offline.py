@@ -337,7 +337,8 @@ def _place(node: ModelNode, pod: TracePod, lever: Lever, mix: Mix, memo: Memo | 
 
 
 def model_order(nodes: Sequence[TraceNode], order: ModelOrder) -> list[str]:
-    """The cluster's GPU models in the order a share's claim lists them (ModelOrder)."""
+    """The cluster's GPU models in the order a claim lists them as alternatives (ModelOrder): a share's
+    (`Lever.model_order`), and a whole-GPU claim's where `Lever.whole_order` gives one."""
     per_node: dict[str, list[int]] = {}
     for n in nodes:
         if n.gpus:
