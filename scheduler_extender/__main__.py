@@ -1,9 +1,10 @@
 """`python -m scheduler_extender`: the fragmentation-aware scheduler extender (docs/scheduling.md).
 
-kube-scheduler calls POST /prioritize (configured as in deploy/scheduler/kube-scheduler-extender-config.yaml,
-`ignorable: true`); the answers come from the ResourceSlices, ResourceClaims, Nodes and Pods it watches and
-the mix of typical requests it is given (`--mix`, read once at start), so it runs with as many replicas as
-wanted behind one Service, each needing only list and watch on those four kinds.
+kube-scheduler calls POST /prioritize and POST /fill (two extender stanzas, configured as in
+deploy/scheduler/kube-scheduler-extender-config.yaml, `ignorable: true`); the answers come from the
+ResourceSlices, ResourceClaims, Nodes and Pods it watches and the mix of typical requests it is given
+(`--mix`, read once at start), so it runs with as many replicas as wanted behind one Service, each needing
+only list and watch on those four kinds.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from scheduler_extender.fragmentation import Mix
 from scheduler_extender.mix import parse_mix
 from scheduler_extender.node_room import keep_node, keep_pod
 from scheduler_extender.node_views import NodeViews, watch_into
-from scheduler_extender.prioritize import Scoring
+from scheduler_extender.prioritize import Scoring, Verb
 from scheduler_extender.server import ExtenderServer
 
 log = structlog.get_logger()
@@ -103,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     views = NodeViews()  # each node's view, kept as the watches' events arrive (node_views.py)
     watch_into(views, slices=slices, claims=claims, nodes=nodes, pods=pods)
 
-    def answer(body: Any) -> list[dict[str, Any]]:
-        return views.prioritize(body, lookup=claims.get, scoring=scoring)
+    def answer(verb: Verb, body: Any) -> list[dict[str, Any]]:
+        return views.prioritize(body, lookup=claims.get, scoring=scoring, verb=verb)
 
     server = ExtenderServer(args.address, args.port, answer, ready=lambda: all(w.synced for w in watches))
     stop = threading.Event()

@@ -16,7 +16,7 @@ to untouched GPUs, which are alike for this measure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from dra_driver.vocabulary.errors import ConfigError
@@ -163,6 +163,13 @@ def place(gpus: Sequence[Gpu], demand: Demand) -> tuple[Gpu, ...] | None:
     return tuple(placed)
 
 
+def free_after(gpus: Sequence[Gpu], demand: Demand | None) -> int | None:
+    """The node's free GPU capacity (thousandths) once `demand` is placed (None: a pod without a GPU);
+    None where it does not fit."""
+    after = tuple(gpus) if demand is None else place(gpus, demand)
+    return None if after is None else sum(g.free for g in after)
+
+
 def growth(
     gpus: Sequence[Gpu],
     demand: Demand | None,
@@ -202,3 +209,20 @@ def node_scores(grown: Mapping[str, float | None], *, unit: float | None = None)
         name: 0 if g is None else MAX_SCORE if span <= 1e-9 else round(MAX_SCORE * (high - g) / span)
         for name, g in grown.items()
     }
+
+
+def fill_scores(
+    grown: Mapping[str, float | None], left: Callable[[str], int | None], *, unit: float | None = None
+) -> dict[str, int]:
+    """0..MAX_SCORE per node, the tie-break among the nodes that node_scores scores highest: the node left
+    with the least free GPU capacity once the pod is placed (`left`, thousandths, asked of those nodes
+    only) MAX_SCORE, the next value one point less, and so on; 0 for every other node. Ranks, not a scale,
+    so that the fullest node stands out however many nodes tie (docs/scheduling.md, "The fill score")."""
+    top = node_scores(grown, unit=unit)
+    best = max(top.values(), default=0)
+    if best <= 0:
+        return dict.fromkeys(grown, 0)
+    lefts = {name: left(name) for name, g in grown.items() if g is not None and top[name] == best}
+    ranked = sorted({v for v in lefts.values() if v is not None})
+    rank = {v: max(0, MAX_SCORE - i) for i, v in enumerate(ranked)}
+    return {name: 0 if (v := lefts.get(name)) is None else rank[v] for name in grown}

@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 from dra_driver.vocabulary.names import DRIVER_NAME
 from scheduler_extender.cluster_view import NodeGpus, Obj, demand_of, held, node_gpus, read_slices
-from scheduler_extender.fragmentation import Demand, Gpu, Room, node_scores
+from scheduler_extender.fragmentation import Demand, Gpu, Room
 from scheduler_extender.growths import Growths
 from scheduler_extender.node_room import requests_of
-from scheduler_extender.prioritize import ClaimLookup, Scoring, node_names, pod_claims
+from scheduler_extender.prioritize import ClaimLookup, Scoring, Verb, node_names, pod_claims, scores_of
 
 Key = tuple[str, str]
 
@@ -189,9 +189,9 @@ class NodeViews:
         return NodeView(node=node, gpus=gpus, room=room)
 
     def prioritize(
-        self, args: Mapping[str, Any], *, lookup: ClaimLookup, scoring: Scoring
+        self, args: Mapping[str, Any], *, lookup: ClaimLookup, scoring: Scoring, verb: Verb = "prioritize"
     ) -> list[dict[str, Any]]:
-        """prioritize.prioritize's answer, from the views of the named nodes."""
+        """prioritize.prioritize's answer for `verb`, from the views of the named nodes."""
         names = node_names(args)
         pod = _map(args.get("Pod"))
         own = pod_claims(pod, lookup)
@@ -203,6 +203,7 @@ class NodeViews:
             growths = self._growths = Growths(scoring.mix)
         demands: dict[tuple[str, int], Demand | None] = {}  # demand_of reads a node's model and memory
         grown: dict[str, float | None] = {}
+        placed: dict[str, tuple[tuple[Gpu, ...], Demand | None]] = {}
         for name in names:
             view = self.view(name)
             node, demand = view.node, None
@@ -214,10 +215,11 @@ class NodeViews:
             if own and demand is None:  # not a node of Tessera's GPUs, or a request not weighed
                 grown[name] = None
                 continue
+            placed[name] = (view.gpus, demand)
             grown[name] = view.growth(demand, growths, cpu_milli=cpu, memory=memory)
         if all(g is None for g in grown.values()):
             return [{"Host": n, "Score": 0} for n in names]
-        scores = node_scores(grown, unit=scoring.unit)
+        scores = scores_of(verb, grown, placed, unit=scoring.unit)
         return [{"Host": n, "Score": scores[n]} for n in names]
 
 

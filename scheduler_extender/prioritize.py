@@ -5,21 +5,36 @@ kube-scheduler sends `ExtenderArgs` (`Pod`, and `NodeNames` with `nodeCacheCapab
 NodeList) and takes a `HostPriorityList` (`[{"Host": …, "Score": 0..10}]`). A pod that asks for no Tessera
 GPU gets 0 everywhere (this extender then changes nothing) unless `Scoring.cpu_pods`: then it goes where its
 CPU and memory strand the fewest GPUs.
+
+Two verbs, configured as two extenders of one service (deploy/scheduler/kube-scheduler-extender-config.yaml):
+`prioritize`, the fragmentation score; `fill`, the tie-break between the nodes `prioritize` scores highest
+(fragmentation.fill_scores: the fullest node once the pod is placed), 0 everywhere for a whole-GPU pod.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from dra_driver.vocabulary.errors import ConfigError
 from scheduler_extender.cluster_view import Obj, demand_of, held, node_gpus, read_slices
-from scheduler_extender.fragmentation import Mix, growth, node_scores
+from scheduler_extender.fragmentation import (
+    Demand,
+    Gpu,
+    Mix,
+    Whole,
+    fill_scores,
+    free_after,
+    growth,
+    node_scores,
+)
 from scheduler_extender.node_room import requests_of, rooms
 
 ClaimLookup = Callable[[str, str], Obj | None]
 MAX_NODES = 20_000
+Verb = Literal["prioritize", "fill"]
+VERBS: tuple[Verb, ...] = get_args(Verb)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +85,21 @@ def pod_claims(pod: Mapping[str, Any], lookup: ClaimLookup) -> list[Obj]:
     return claims
 
 
+def scores_of(
+    verb: Verb,
+    grown: Mapping[str, float | None],
+    placed: Mapping[str, tuple[tuple[Gpu, ...], Demand | None]],
+    *,
+    unit: float | None,
+) -> dict[str, int]:
+    """Each node's 0-10 for `verb` from its growth and, for `fill`, its GPUs and the pod's demand there."""
+    if verb == "prioritize":
+        return node_scores(grown, unit=unit)
+    if any(isinstance(demand, Whole) for _, demand in placed.values()):
+        return dict.fromkeys(grown, 0)  # chance places whole GPUs better than filling (docs/scheduling.md)
+    return fill_scores(grown, lambda name: free_after(*placed[name]), unit=unit)
+
+
 def prioritize(
     args: Mapping[str, Any],
     *,
@@ -79,8 +109,10 @@ def prioritize(
     scoring: Scoring,
     nodes: Iterable[Obj] = (),
     pods: Iterable[Obj] = (),
+    verb: Verb = "prioritize",
 ) -> list[dict[str, Any]]:
-    """The HostPriorityList for one ExtenderArgs body; `nodes` and `pods` as node_room keeps them."""
+    """The HostPriorityList of `verb` for one ExtenderArgs body; `nodes` and `pods` as node_room keeps
+    them."""
     names = node_names(args)
     pod = _map(args.get("Pod"))
     own = pod_claims(pod, lookup)
@@ -94,6 +126,7 @@ def prioritize(
     room_of = rooms(nodes, pods)
     cpu, memory = requests_of(pod)
     grown: dict[str, float | None] = {}
+    placed: dict[str, tuple[tuple[Gpu, ...], Demand | None]] = {}
     for name in names:
         node = gpus_of.get(name)
         demand = None if node is None or not own else demand_of(own, node=node)
@@ -101,8 +134,9 @@ def prioritize(
             grown[name] = None
             continue
         gpus = () if node is None else node_gpus(node, by_node.get(name, ()))
+        placed[name] = (gpus, demand)
         grown[name] = growth(gpus, demand, scoring.mix, room=room_of.get(name), cpu_milli=cpu, memory=memory)
     if all(g is None for g in grown.values()):
         return [{"Host": n, "Score": 0} for n in names]
-    scores = node_scores(grown, unit=scoring.unit)
+    scores = scores_of(verb, grown, placed, unit=scoring.unit)
     return [{"Host": n, "Score": scores[n]} for n in names]

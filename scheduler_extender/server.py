@@ -1,5 +1,6 @@
-"""The extender's HTTP edge: POST /prioritize takes kube-scheduler's ExtenderArgs; GET /healthz, /readyz,
-and /stats (the calls answered, refused and failed, as JSON).
+"""The extender's HTTP edge: POST /prioritize and POST /fill (prioritize.VERBS) take kube-scheduler's
+ExtenderArgs; GET /healthz, /readyz, and /stats (the calls answered per verb, refused and failed, as
+JSON).
 
 Standard library only. It holds no state of its own: every answer comes from the ResourceSlices and
 ResourceClaims it watches (admission.watch.Watched), so any number of replicas answer alike. kube-scheduler
@@ -23,11 +24,12 @@ import structlog
 
 from dra_driver.vocabulary.errors import ConfigError
 from dra_driver.vocabulary.excerpt import clip
+from scheduler_extender.prioritize import VERBS, Verb
 
 log = structlog.get_logger()
 MAX_BODY = 8 * 1024 * 1024  # a Pod and up to MAX_NODES names, or a NodeList of a few hundred nodes
 READ_TIMEOUT_S = 10.0
-Answer = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+Answer = Callable[[Verb, Mapping[str, Any]], list[dict[str, Any]]]
 
 
 class _Server(ThreadingHTTPServer):
@@ -36,7 +38,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], answer: Answer, ready: Callable[[], bool]) -> None:
         super().__init__(address, _Handler)
         self.answer, self.ready = answer, ready
-        self.counts = {"prioritized": 0, "refused": 0, "failed": 0}
+        self.counts = {"prioritized": 0, "filled": 0, "refused": 0, "failed": 0}
         self.lock = threading.Lock()
 
     def count(self, what: str) -> None:
@@ -79,9 +81,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.BAD_REQUEST, json.dumps({"Error": reason}).encode())
 
     def do_POST(self) -> None:
-        if self.path.rstrip("/").rsplit("/", 1)[-1] != "prioritize":
+        verb = next((v for v in VERBS if v == self.path.rstrip("/").rsplit("/", 1)[-1]), None)
+        if verb is None:
             self.close_connection = True
-            self._send(HTTPStatus.NOT_FOUND, b"not found: this extender answers /prioritize\n", "text/plain")
+            self._send(
+                HTTPStatus.NOT_FOUND,
+                b"not found: this extender answers /prioritize and /fill\n",
+                "text/plain",
+            )
             return
         try:
             length = int(self.headers.get("Content-Length") or "0")
@@ -102,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         started = time.perf_counter()
         try:
-            answer = self.server.answer(args)
+            answer = self.server.answer(verb, args)
         except ConfigError as e:
             self._refuse(clip(str(e), 300))
             return
@@ -111,8 +118,8 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("prioritize failed", error=clip(repr(e), 300))
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b'{"Error": "the extender failed on this pod"}')
             return
-        self.server.count("prioritized")
-        log.debug("prioritized", nodes=len(answer), ms=round((time.perf_counter() - started) * 1000, 1))
+        self.server.count("prioritized" if verb == "prioritize" else "filled")
+        log.debug(verb, nodes=len(answer), ms=round((time.perf_counter() - started) * 1000, 1))
         self._send(HTTPStatus.OK, json.dumps(answer, separators=(",", ":")).encode())
 
 

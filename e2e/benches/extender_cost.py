@@ -10,8 +10,9 @@ the extender's watches fill (admission.watch.Watched, through a listing). Then a
 and one asking for a whole GPU are scored, every node named (`nodeCacheCapable`), `--calls` times after a
 first call, three ways: `uncached`, every object re-read per call (`prioritize`, the extender before issue
 #32); `views`, the node views (scheduler_extender.node_views) and the same pod every call (a ReplicaSet's
-pods one after another); `views-new`, the views and another CPU and memory request every call. The views'
-answers are checked against the full read's on the first and last call of each.
+pods one after another); `views-new`, the views and another CPU and memory request every call; `fill-new`,
+the same for the `fill` verb (the shipped configuration's second extender stanza, a second call per pod).
+The views' answers are checked against the full read's on the first and last call of each.
 
     extender-cost nodes=1213 gpus=6212 objects=… pod=share path=views first=…ms median=…ms p95=…ms calls=50
 
@@ -44,7 +45,7 @@ from scheduler_extender.fragmentation import Mix, Share, Whole
 from scheduler_extender.mix import MIB
 from scheduler_extender.node_room import keep_node, keep_pod
 from scheduler_extender.node_views import NodeViews, watch_into
-from scheduler_extender.prioritize import Scoring, prioritize
+from scheduler_extender.prioritize import Scoring, Verb, prioritize
 
 Obj = dict[str, Any]
 Answer = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
@@ -165,7 +166,7 @@ def measure(nodes: Sequence[TraceNode], *, calls: int, seed: int) -> list[str]:
             if not store.wait_synced(120):
                 raise RuntimeError(f"the {store.name} store was not filled")
 
-        def uncached(args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        def uncached(args: Mapping[str, Any], verb: Verb = "prioritize") -> list[dict[str, Any]]:
             return prioritize(
                 args,
                 slices=stores["slices"].items(),
@@ -174,17 +175,23 @@ def measure(nodes: Sequence[TraceNode], *, calls: int, seed: int) -> list[str]:
                 scoring=scoring,
                 nodes=stores["nodes"].items(),
                 pods=stores["pods"].items(),
+                verb=verb,
             )
 
-        def cached(args: Mapping[str, Any]) -> list[dict[str, Any]]:
-            return views.prioritize(args, lookup=stores["claims"].get, scoring=scoring)
+        def cached(args: Mapping[str, Any], verb: Verb = "prioritize") -> list[dict[str, Any]]:
+            return views.prioritize(args, lookup=stores["claims"].get, scoring=scoring, verb=verb)
 
         names = [n.name for n in nodes]
         header = (
             f"extender-cost nodes={len(nodes)} gpus={sum(n.gpus for n in nodes)} "
             f"objects={sum(len(v) for v in objects.values())}"
         )
-        paths = (("uncached", uncached, False), ("views", cached, False), ("views-new", cached, True))
+        paths: tuple[tuple[str, Callable[..., list[dict[str, Any]]], bool, Verb], ...] = (
+            ("uncached", uncached, False, "prioritize"),
+            ("views", cached, False, "prioritize"),
+            ("views-new", cached, True, "prioritize"),
+            ("fill-new", cached, True, "fill"),  # the second stanza's call, the views, another request
+        )
         lines = []
         for pod in ("share", "whole"):
 
@@ -199,18 +206,18 @@ def measure(nodes: Sequence[TraceNode], *, calls: int, seed: int) -> list[str]:
                 )
                 return {"Pod": body, "NodeNames": names}
 
-            for path, answer, vary in paths:
+            for path, answer, vary, verb in paths:
                 times, bodies = [], [args_of(k if vary else 0) for k in range(calls + 1)]
                 for body in bodies:
                     started = time.perf_counter()
-                    answer(body)
+                    answer(body, verb)
                     times.append((time.perf_counter() - started) * 1000)
                 lines.append(
                     f"{header} pod={pod} path={path} first={times[0]:.1f}ms {_ms(times[1:])} calls={calls}"
                 )
                 print(lines[-1], flush=True)
                 for body in (bodies[0], bodies[-1]):
-                    if cached(body) != uncached(body):
+                    if cached(body, verb) != uncached(body, verb):
                         raise RuntimeError(
                             f"the node views answered otherwise than a full read ({pod}, {path})"
                         )

@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
+from scheduler_extender.prioritize import Verb
 from scheduler_extender.server import ExtenderServer
 
 
-def _answer(args: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _answer(verb: Verb, args: Mapping[str, Any]) -> list[dict[str, Any]]:
     if args.get("Pod") == "boom":
         raise RuntimeError("a bug")
-    return [{"Host": n, "Score": 7} for n in args["NodeNames"]]
+    return [{"Host": n, "Score": 7 if verb == "prioritize" else 3} for n in args["NodeNames"]]
 
 
 @pytest.fixture
@@ -51,15 +52,20 @@ def test_prioritize_answers_and_refuses_and_counts(server: ExtenderServer) -> No
         200,
         [{"Host": "a", "Score": 7}],
     )
+    # the second verb, as kube-scheduler's second extender stanza calls it (urlPrefix + "/" + verb)
+    assert _post(port, "/fill", json.dumps({"Pod": {}, "NodeNames": ["a"]}).encode()) == (
+        200,
+        [{"Host": "a", "Score": 3}],
+    )
     status, body = _post(port, "/prioritize", b"{not json")
     assert status == 400 and b"not JSON" in body
     status, body = _post(port, "/prioritize", b"[1]")
     assert status == 400 and b"not an ExtenderArgs" in body
     status, body = _post(port, "/prioritize", json.dumps({"Pod": "boom", "NodeNames": []}).encode())
     assert status == 500 and b"failed on this pod" in body
-    status, _ = _post(port, "/filter", b"{}")
-    assert status == 404
+    status, body = _post(port, "/filter", b"{}")
+    assert status == 404 and b"/prioritize and /fill" in body
     assert _get(port, "/healthz") == (200, b"ok\n")
     assert _get(port, "/readyz") == (200, b"ok\n")
     status, stats = _get(port, "/stats")
-    assert status == 200 and json.loads(stats) == {"prioritized": 1, "refused": 2, "failed": 1}
+    assert status == 200 and json.loads(stats) == {"prioritized": 1, "filled": 1, "refused": 2, "failed": 1}

@@ -27,6 +27,8 @@ from e2e.benches.trace.replay import arrival_order, at, curve
 from scheduler_extender.fragmentation import Mix
 from scheduler_extender.mix import parse_mix
 
+SHIPPED = "nospread-u40-w120-fill1-dra10"  # deploy/scheduler/kube-scheduler-extender-config.yaml's lever
+
 
 def shipped_mix() -> Mix:
     text = resources.files("scheduler_extender").joinpath("mixes/openb.csv").read_text(encoding="utf-8")
@@ -40,8 +42,8 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
     scores, or with a unit of growth per point (`u100`: 100 thousandths of a GPU) at several weights; the
     learned mix; pods without a GPU scored too (`cpupods`); and with kube-scheduler's spreading of CPU and
     memory turned off (`nospread`: NodeResourcesFit's and BalancedAllocation's scores disabled, as the
-    shipped deploy/scheduler/kube-scheduler-extender-config.yaml does; `nospread-u40-w25` is what ships,
-    `nospread-u2-w25` what shipped before 2026-11-29), without scoring CPU-only pods (`gpupods`), without
+    shipped deploy/scheduler/kube-scheduler-extender-config.yaml does; `nospread-u40-w25` shipped before the
+    fill score, `nospread-u2-w25` before that), without scoring CPU-only pods (`gpupods`), without
     DynamicResources' score (`nodra`), or keeping the spreading for CPU-only pods alone (`gpuprofile`, as
     a second scheduler profile for GPU pods would). `fgd-policy` is no configuration of kube-scheduler:
     FGD's own choice (the node of least growth, ties at random) for reference, with the allocator's
@@ -52,7 +54,9 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
     (e2e.benches.trace.offline.INSIDE). `pack`: NodeResourcesFit's MostAllocated in place of the spreading;
     `-few-gpus`/`-many-gpus`: a share's firstAvailable alternatives in another order than by name
     (offline.model_order), `-whole-…` whole-GPU claims listing one per model too; `-cpuN`: unit N for
-    pods without a GPU (docs/performance.md, "What else was tried")."""
+    pods without a GPU (docs/performance.md, "What else was tried"). `nospread-u40-w120-fill1-dra10` (SHIPPED)
+    ships since 2026-11-29 (docs/performance.md, "The fill score"): the extender at weight 120,
+    DynamicResources at 10 and the extender's fill score as a second extender at 1, deciding in that order."""
     shipped: dict[str, Any] = {"weight": 25, "mix": mix, "unit": 2, "cpu_pods": True, "spread": False}
     found = [
         Lever("default"),
@@ -101,6 +105,12 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
         *(
             Lever(f"nospread-u40-w25-whole-{o}", **{**shipped, "unit": 40}, whole_order=o)
             for o in ("name", "few-gpus", "many-gpus")
+        ),
+        Lever(
+            "nospread-u40-w120-fill1-dra10",
+            **{**shipped, "unit": 40, "weight": 120},
+            fill_weight=1,
+            dra_weight=10,
         ),
     ]
     return {lever.name: lever for lever in found}

@@ -43,8 +43,10 @@ from scheduler_extender.fragmentation import (
     Share,
     Typical,
     Whole,
+    fill_scores,
     fits,
     fragmentation,
+    free_after,
     node_scores,
     place,
     taken,
@@ -93,6 +95,8 @@ class Lever:
     fgd_sigmoid: float | None = None  # with fgd_policy: FGD's own truncated score (sigmoid_score)
     model_order: ModelOrder = "name"  # the order of a share's firstAvailable alternatives (model_order)
     whole_order: ModelOrder | None = None  # whole-GPU claims listing one alternative per model too
+    dra_weight: int = 2  # DynamicResources' score weight (kube-scheduler's default: 2)
+    fill_weight: int = 0  # the extender's fill score (`/fill`) as a second extender at this weight; 0: none
 
 
 @dataclass(slots=True)
@@ -161,18 +165,23 @@ def default_score(node: ModelNode, pod: TracePod) -> int:
 
 
 def first_available_scores(
-    nodes: Sequence[ModelNode], pod: TracePod, models: Sequence[str], whole: Sequence[str] | None = None
+    nodes: Sequence[ModelNode],
+    pod: TracePod,
+    models: Sequence[str],
+    whole: Sequence[str] | None = None,
+    *,
+    weight: int = 2,
 ) -> list[int]:
-    """DynamicResources' score, normalized to 0..100 and weighted 2: a share's claim lists one alternative
-    per model it may use, and an earlier one scores higher (FIRST_AVAILABLE_MAX - its index); a whole-GPU
-    claim too where `whole` gives its order."""
+    """DynamicResources' score, normalized to 0..100 (integer, as kube-scheduler's DefaultNormalizeScore) and
+    weighted: a share's claim lists one alternative per model it may use, and an earlier one scores higher
+    (FIRST_AVAILABLE_MAX - its index); a whole-GPU claim too where `whole` gives its order."""
     listed = models if pod.ask is Ask.SHARE else whole if pod.ask is Ask.WHOLE else None
     allowed = [m for m in listed or () if not pod.gpu_spec or m in pod.gpu_spec]
     if len(allowed) < 2:
         return [0] * len(nodes)
     raw = [FIRST_AVAILABLE_MAX - allowed.index(n.trace.model) for n in nodes]
     top = max(raw)
-    return [2 * MAX_SCORE * r // top for r in raw]
+    return [weight * (MAX_SCORE * r // top) for r in raw]
 
 
 def learned_mix(placed: Counter[Typical], own: Typical | None) -> dict[Typical, float]:
@@ -275,8 +284,14 @@ def extender_scores(
     if lever.weight <= 0 or (demand_of(pod) is None and not lever.cpu_pods):
         return [0] * len(nodes)
     unit = lever.cpu_unit if lever.cpu_unit is not None and demand_of(pod) is None else lever.unit
-    scores = node_scores(growths(nodes, pod, lever, mix, memo), unit=unit)
-    return [scores[n.trace.name] * lever.weight * 10 for n in nodes]
+    grown = growths(nodes, pod, lever, mix, memo)
+    scores = node_scores(grown, unit=unit)
+    points = [scores[n.trace.name] * lever.weight * 10 for n in nodes]
+    if lever.fill_weight <= 0 or pod.ask is Ask.WHOLE:
+        return points
+    by_name = {n.trace.name: n for n in nodes}
+    filled = fill_scores(grown, lambda name: free_after(by_name[name].gpus, demand_of(pod)), unit=unit)
+    return [p + filled[n.trace.name] * lever.fill_weight * 10 for p, n in zip(points, nodes, strict=True)]
 
 
 def totals(
@@ -304,7 +319,9 @@ def totals(
         d + f + e
         for d, f, e in zip(
             (default_score(n, pod) if spread else packing_score(n, pod) if lever.pack else 0 for n in nodes),
-            first_available_scores(nodes, pod, models, whole_models) if lever.dra_score else [0] * len(nodes),
+            first_available_scores(nodes, pod, models, whole_models, weight=lever.dra_weight)
+            if lever.dra_score
+            else [0] * len(nodes),
             extender_scores(nodes, pod, lever, mix, memo),
             strict=True,
         )

@@ -95,7 +95,7 @@ def test_a_scheduler_configuration_of_ours_keeps_its_fields_but_not_its_client(s
     extenders = base.get("extenders", [])
     assert isinstance(extenders, list)
     # a down extender must never hold a pod
-    assert all(e["ignorable"] is True and e["prioritizeVerb"] == "prioritize" for e in extenders)
+    assert all(e["ignorable"] is True and e["prioritizeVerb"] in ("prioritize", "fill") for e in extenders)
 
 
 def test_a_scheduler_configuration_that_is_not_one_is_refused(tmp_path: Path) -> None:

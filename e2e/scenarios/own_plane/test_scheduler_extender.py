@@ -204,7 +204,9 @@ def test_two_replicas_as_charted_answer_alike_and_scheduling_goes_on_without_the
 
             run_pod(cluster, "second-half", half)
             assert node_of(cluster, "second-half") == "ext-a"  # on b, a whole GPU would be broken
-            assert extender_stats(port_a).get("prioritized", 0) >= 1  # kube-scheduler asked replica A
+            # kube-scheduler asked replica A, both verbs (the shipped configuration's two stanzas)
+            stats = extender_stats(port_a)
+            assert stats.get("prioritized", 0) >= 1 and stats.get("filled", 0) >= 1, stats
             # the chart's ClusterRole is all it needs: not one list or watch refused since it was Ready
             for log, offset in zip(logs, ready_at, strict=True):
                 failed = [

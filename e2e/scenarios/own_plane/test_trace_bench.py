@@ -48,14 +48,14 @@ def test_the_smoke_replay_matches_the_hand_count() -> None:
     assert "published FGD: at100=4.77% at130=4.60%" in out
 
 
-EXTENDER = re.compile(r"^extender failed=(\d+) prioritized=(\d+) refused=(\d+)$")
+EXTENDER = re.compile(r"^extender failed=(\d+) filled=(\d+) prioritized=(\d+) refused=(\d+)$")
 
 
 @covers("make bench-trace SMOKE=1 EXTENDER=1")
 @pytest.mark.timeout(300)
 def test_the_smoke_replay_with_the_shipped_extender_configuration_counts_the_same() -> None:
     """kube-scheduler runs deploy/scheduler/kube-scheduler-extender-config.yaml as it ships (its score
-    plugins disabled, the extender's stanza pointed at a local replica)."""
+    plugins disabled, DynamicResources reweighted, the extender's two stanzas pointed at a local replica)."""
     done = make_smoke("bench-trace", "EXTENDER=1", timeout=280)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
@@ -64,4 +64,6 @@ def test_the_smoke_replay_with_the_shipped_extender_configuration_counts_the_sam
     assert "trace median seeds=1 at100=9.50% at130=9.50%" in out, out
     # the extender ran beside the plane and answered every call it got (here no pod has two feasible nodes)
     calls = [m.groups() for line in out.splitlines() if (m := EXTENDER.match(line))]
-    assert len(calls) == 1 and calls[0][0] == "0" and calls[0][2] == "0", out
+    assert len(calls) == 1 and calls[0][0] == "0" and calls[0][3] == "0", out
+    # kube-scheduler calls an extender only when a pod has more than one feasible node: both verbs or none
+    assert calls[0][1] == calls[0][2], out

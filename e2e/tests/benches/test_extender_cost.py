@@ -33,11 +33,11 @@ def test_the_fill_holds_about_half_the_gpus_each_on_a_published_device_with_a_bo
 
 @covers("make bench-extender SMOKE=1")
 @pytest.mark.timeout(120)
-def test_the_smoke_bench_prints_both_paths_for_both_pods() -> None:
+def test_the_smoke_bench_prints_every_path_for_both_pods() -> None:
     done = make_smoke("bench-extender", timeout=110)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = [line for line in done.stdout.splitlines() if line.startswith("extender-cost ")]
     assert [(line.split(" pod=")[1].split()[0], line.split(" path=")[1].split()[0]) for line in lines] == [
-        (pod, path) for pod in ("share", "whole") for path in ("uncached", "views", "views-new")
+        (pod, path) for pod in ("share", "whole") for path in ("uncached", "views", "views-new", "fill-new")
     ], done.stdout
     assert all(" median=" in line and " p95=" in line for line in lines), done.stdout

@@ -187,8 +187,8 @@ def test_values_that_cannot_work_are_refused(extra: tuple[str, ...], message: st
 
 
 def test_the_shipped_scheduler_configuration_names_the_service_the_install_docs_make() -> None:
-    """kube-scheduler-extender-config.yaml's urlPrefix is the chart's Service in the namespace docs/install.md
-    installs the chart into, at the default port."""
+    """kube-scheduler-extender-config.yaml's urlPrefix (both verbs') is the chart's Service in the namespace
+    docs/install.md installs the chart into, at the default port."""
     install = (ROOT / "docs" / "install.md").read_text()
     [namespace] = set(re.findall(r"^helm install tessera deploy/helm/tessera -n (\S+)", install, re.M))
     objs = render(*ON, namespace=namespace)
@@ -197,10 +197,12 @@ def test_the_shipped_scheduler_configuration_names_the_service_the_install_docs_
     configuration = yaml.safe_load(
         (ROOT / "deploy" / "scheduler" / "kube-scheduler-extender-config.yaml").read_text()
     )
-    (stanza,) = configuration["extenders"]
-    assert stanza["urlPrefix"] == f"http://{NAME}.{service['metadata']['namespace']}.svc:{port}/"
-    # down or failing, it is skipped: a pod never waits for it
-    assert stanza["ignorable"] is True
+    stanzas = configuration["extenders"]
+    assert [s["prioritizeVerb"] for s in stanzas] == ["prioritize", "fill"]
+    for stanza in stanzas:
+        assert stanza["urlPrefix"] == f"http://{NAME}.{service['metadata']['namespace']}.svc:{port}/"
+        # down or failing, it is skipped: a pod never waits for it
+        assert stanza["ignorable"] is True
 
 
 def notes(tmp_path: Path, *extra: str) -> str:

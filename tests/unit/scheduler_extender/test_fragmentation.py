@@ -16,8 +16,10 @@ from scheduler_extender.fragmentation import (
     Share,
     Typical,
     Whole,
+    fill_scores,
     fits,
     fragmentation,
+    free_after,
     growth,
     node_scores,
     place,
@@ -167,6 +169,46 @@ def test_with_a_unit_a_point_is_that_much_more_growth_than_the_least(grown: dict
         low = min(fitting.values())
         for n, g in fitting.items():
             assert scores[n] == max(0, MAX_SCORE - round((g - low) / 100))
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=5),
+        st.tuples(st.one_of(st.none(), st.floats(-500, 500)), st.integers(0, 8000)),
+    )
+)
+def test_fill_ranks_the_fullest_of_the_best_nodes_first(nodes: dict[str, tuple[float | None, int]]) -> None:
+    grown = {n: g for n, (g, _) in nodes.items()}
+    asked: list[str] = []
+
+    def left(name: str) -> int:
+        asked.append(name)
+        return nodes[name][1]
+
+    filled = fill_scores(grown, left, unit=40)
+    top = node_scores(grown, unit=40)
+    best = {n for n, s in top.items() if grown[n] is not None and s == MAX_SCORE}
+    assert set(asked) == best  # the free capacity is asked of the best nodes only
+    assert all(filled[n] == 0 for n in nodes if n not in best)
+    if best:
+        fullest = min(nodes[n][1] for n in best)
+        assert {filled[n] for n in best if nodes[n][1] == fullest} == {MAX_SCORE}
+        for a in best:
+            for b in best:
+                if nodes[a][1] < nodes[b][1]:
+                    assert filled[a] >= filled[b] and (filled[a] > filled[b] or filled[b] == 0)
+
+
+def test_fill_by_hand() -> None:
+    # a and b tie for fragmentation (2 and 20: half a unit of 40 apart); c is a point worse; d does not fit
+    grown: dict[str, float | None] = {"a": 2.0, "b": 20.0, "c": 60.0, "d": None}
+    left = {"a": 900, "b": 150, "c": 0}
+    assert fill_scores(grown, left.__getitem__, unit=40) == {"a": 9, "b": 10, "c": 0, "d": 0}
+    # free_after: a share of 300 on a GPU with 400 free and an untouched one; a pod without a GPU
+    gpus = (Gpu(free=400, shares_left=3), Gpu())
+    assert free_after(gpus, Share(300)) == 100 + MILLI
+    assert free_after(gpus, None) == 400 + MILLI
+    assert free_after(gpus, Whole(2)) is None
 
 
 def test_nodes_nearly_alike_score_alike_with_a_unit_and_far_apart_without() -> None:

@@ -5,6 +5,7 @@ every object the stores hold."""
 
 from __future__ import annotations
 
+import itertools
 import queue
 import random
 import threading
@@ -20,7 +21,7 @@ from scheduler_extender.__main__ import keep_claim
 from scheduler_extender.fragmentation import Share, Typical, Whole
 from scheduler_extender.node_room import keep_node, keep_pod
 from scheduler_extender.node_views import NodeViews, watch_into
-from scheduler_extender.prioritize import Scoring, prioritize
+from scheduler_extender.prioritize import VERBS, Scoring, prioritize
 from tests.support.inventories import make_gpu, make_inventory
 
 Obj = dict[str, Any]
@@ -143,7 +144,9 @@ def _compare(stores: dict[str, Watched], views: NodeViews, rng: random.Random) -
     for own in [*_mine(), None]:
         pod = _pod(rng, "me", own=own)
         args = {"Pod": pod, "NodeNames": names}
-        for scoring in (Scoring(mix=MIX, unit=100), Scoring(mix=MIX, unit=None, cpu_pods=True)):
+        for scoring, verb in itertools.product(
+            (Scoring(mix=MIX, unit=100), Scoring(mix=MIX, unit=None, cpu_pods=True)), VERBS
+        ):
             full = prioritize(
                 args,
                 slices=stores["slices"].items(),
@@ -152,11 +155,10 @@ def _compare(stores: dict[str, Watched], views: NodeViews, rng: random.Random) -
                 scoring=scoring,
                 nodes=stores["nodes"].items(),
                 pods=stores["pods"].items(),
+                verb=verb,
             )
-            assert views.prioritize(args, lookup=stores["claims"].get, scoring=scoring) == full, (
-                own,
-                scoring,
-            )
+            answer = views.prioritize(args, lookup=stores["claims"].get, scoring=scoring, verb=verb)
+            assert answer == full, (own, scoring, verb)
             compared += any(s["Score"] for s in full)
     return compared
 

@@ -11,7 +11,7 @@ from dra_driver.core.slices import build_slices
 from dra_driver.vocabulary.errors import ConfigError
 from scheduler_extender.fragmentation import Share, Typical, Whole
 from scheduler_extender.node_room import keep_node, keep_pod
-from scheduler_extender.prioritize import Scoring, node_names, prioritize
+from scheduler_extender.prioritize import Scoring, Verb, node_names, prioritize
 from tests.support.inventories import make_gpu, make_inventory
 
 Obj = dict[str, Any]
@@ -112,6 +112,31 @@ def test_a_pod_without_a_gpu_is_scored_only_when_asked_and_goes_where_it_strands
     )
     # on a or b its 5 CPUs leave 3: every typical request loses the node's 2 free GPUs; on cpu-only nothing
     assert scored == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}, {"Host": "cpu-only", "Score": 10}]
+
+
+def test_fill_breaks_the_tie_for_the_fuller_node_and_leaves_whole_gpus_to_chance() -> None:
+    """b holds a share of 30 % on GPU 0, a holds nothing: for a pod without a GPU (whose CPU strands no GPU
+    on either) the two are alike for fragmentation, and `fill` prefers b, left with less free GPU
+    capacity. A pod of one whole GPU gets 0 everywhere from `fill`."""
+    held = [_claim("s", HALF, {"pool": "b", "device": "gpu-0-vgpu", "consumedCapacity": {"cores": "30"}})]
+    mine = _claim("mine", WHOLE)
+    claims = {("ns", c["metadata"]["name"]): c for c in [*held, mine]}
+    scoring = Scoring(mix=MIX.mix, unit=40, cpu_pods=True)
+
+    def ask(pod: Obj, verb: Verb) -> list[dict[str, Any]]:
+        return prioritize(
+            {"Pod": pod, "NodeNames": ["a", "b"]},
+            slices=_slices("a", "b"),
+            claims=[*held, mine],
+            lookup=lambda ns, n: claims.get((ns, n)),
+            scoring=scoring,
+            verb=verb,
+        )
+
+    assert ask(_pod(None), "prioritize") == [{"Host": "a", "Score": 10}, {"Host": "b", "Score": 10}]
+    assert ask(_pod(None), "fill") == [{"Host": "a", "Score": 9}, {"Host": "b", "Score": 10}]
+    whole = ask(_pod("mine"), "fill")
+    assert whole == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
 
 
 def test_a_pod_without_a_tessera_claim_gets_no_preference() -> None:

@@ -3,11 +3,19 @@ clusters, and the protocol's invariants on random ones."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from e2e.benches.trace.extender import SHIPPED as SHIPPED_CONFIGURATION
+from e2e.benches.trace.levers import SHIPPED, shipped_mix
+from e2e.benches.trace.levers import levers as named_levers
 from e2e.benches.trace.offline import (
+    FIRST_AVAILABLE_MAX,
+    MAX_SCORE,
     Lever,
     Memo,
     ModelNode,
@@ -23,6 +31,7 @@ from e2e.benches.trace.offline import (
 )
 from e2e.benches.trace.records import TraceNode, TracePod
 from e2e.benches.trace.replay import Arrival
+from scheduler_extender.__main__ import UNIT
 from scheduler_extender.fragmentation import Gpu, Share, Typical, Whole
 from scheduler_extender.mix import MIB
 from tests.support.smoke import covers, make_smoke
@@ -44,12 +53,14 @@ def test_the_default_scores_by_hand() -> None:
     assert default_score(roomy, share) == 98 + 100
     # DynamicResources, weight 2: the share's claim lists G2 first, then T4 (the cluster's models, sorted)
     g2 = ModelNode(TraceNode("g2", 96000, 393216, 8, "G2"), gpus=(Gpu(),) * 8)
-    assert first_available_scores([g2, roomy], share, ["G2", "T4"]) == [200, 2 * 100 * 7 // 8]
+    # normalized to 0..100 first (an integer, as kube-scheduler's DefaultNormalizeScore), then weighted
+    assert first_available_scores([g2, roomy], share, ["G2", "T4"]) == [200, 2 * (100 * 7 // 8)]
+    assert first_available_scores([g2, roomy], share, ["G2", "T4"], weight=10) == [1000, 870]
     whole = TracePod("w", 1000, 1024, 1, 1000)
     assert first_available_scores([g2, roomy], whole, ["G2", "T4"]) == [0, 0]
     # a whole-GPU claim listing one alternative per model too (Lever.whole_order), T4 first here
-    assert first_available_scores([g2, roomy], whole, ["G2", "T4"], ["T4", "G2"]) == [2 * 100 * 7 // 8, 200]
-    assert first_available_scores([g2, roomy], share, ["G2", "T4"], ["T4", "G2"]) == [200, 2 * 100 * 7 // 8]
+    assert first_available_scores([g2, roomy], whole, ["G2", "T4"], ["T4", "G2"]) == [2 * (100 * 7 // 8), 200]
+    assert first_available_scores([g2, roomy], share, ["G2", "T4"], ["T4", "G2"]) == [200, 2 * (100 * 7 // 8)]
 
 
 def test_packing_and_the_model_order_by_hand() -> None:
@@ -91,6 +102,32 @@ def test_pods_without_a_gpu_take_their_own_unit() -> None:
     gpu_pod = TracePod("g", 60000, 1024, 1, 1000)
     assert extender_scores([small, big], gpu_pod, coarse, WHOLE_8_CPUS) == extender_scores(
         [small, big], gpu_pod, lever, WHOLE_8_CPUS
+    )
+
+
+def test_the_fill_score_by_hand() -> None:
+    """Three G2 nodes alike for fragmentation for a pod without a GPU (its CPU strands nothing on any):
+    the fill score ranks the node left with the least free GPU capacity 10, the next 9; weighted 1 it adds
+    10 points a rank, under DynamicResources' smallest step at weight 10. Whole-GPU pods get none."""
+    mix = {Typical(Whole(1), cpu_milli=1000): 1.0}
+    empty, half, full = (
+        ModelNode(TraceNode(n, 96000, 393216, 2, "G2"), gpus=g)
+        for n, g in (
+            ("empty", (Gpu(), Gpu())),
+            ("half", (Gpu(free=500, shares_left=9), Gpu())),
+            ("full", (Gpu(free=0, shares_left=0), Gpu(free=100, shares_left=8))),
+        )
+    )
+    lever = Lever(
+        "f", weight=120, mix=mix, unit=40, cpu_pods=True, spread=False, fill_weight=1, dra_weight=10
+    )
+    cpu_pod = TracePod("c", 1000, 1024, 0, 0)
+    # growth: none strands a GPU (1,000 millicores leave room); the free capacity left: 2000, 1500, 100
+    assert extender_scores([empty, half, full], cpu_pod, lever, mix) == [12000 + 80, 12000 + 90, 12000 + 100]
+    whole = TracePod("w", 1000, 1024, 1, 1000)
+    unfilled = dataclasses.replace(lever, fill_weight=0)
+    assert extender_scores([empty, half], whole, lever, mix) == extender_scores(
+        [empty, half], whole, unfilled, mix
     )
 
 
@@ -231,3 +268,25 @@ def test_the_smoke_replay_gives_the_hand_count_for_every_lever() -> None:
     medians = [line for line in done.stdout.splitlines() if " median " in line]
     assert len(medians) >= 10, done.stdout
     assert all(line.endswith("median seeds=1 at100=9.50% at130=9.50%") for line in medians), done.stdout
+
+
+def test_the_shipped_lever_is_the_shipped_configuration() -> None:
+    """The lever the docs give as what ships is deploy/scheduler/kube-scheduler-extender-config.yaml with the
+    extender's defaults, and its weights keep the three scores in order: a point of fragmentation above
+    DynamicResources' range and the fill score's together, DynamicResources' smallest step (12 of 100,
+    eight alternatives at most) above the fill score's range."""
+    configuration = yaml.safe_load(SHIPPED_CONFIGURATION.read_text(encoding="utf-8"))
+    lever = named_levers(shipped_mix())[SHIPPED]
+    assert {e["prioritizeVerb"]: e["weight"] for e in configuration["extenders"]} == {
+        "prioritize": lever.weight,
+        "fill": lever.fill_weight,
+    }
+    (profile,) = configuration["profiles"]
+    score = profile["plugins"]["score"]
+    assert {p["name"] for p in score["disabled"]} == {"NodeResourcesFit", "NodeResourcesBalancedAllocation"}
+    assert not lever.spread and not lever.pack
+    assert {p["name"]: p["weight"] for p in score["enabled"]} == {"DynamicResources": lever.dra_weight}
+    assert (lever.unit, lever.cpu_pods, lever.cpu_unit, lever.mix) == (UNIT, True, None, shipped_mix())
+    point, dra_range, fill_range = 10 * lever.weight, 100 * lever.dra_weight, 10 * 10 * lever.fill_weight
+    assert point > dra_range + fill_range
+    assert (MAX_SCORE * 1 // FIRST_AVAILABLE_MAX) * lever.dra_weight > fill_range
