@@ -211,18 +211,16 @@ def node_scores(grown: Mapping[str, float | None], *, unit: float | None = None)
     }
 
 
-def fill_scores(
-    grown: Mapping[str, float | None], left: Callable[[str], int | None], *, unit: float | None = None
-) -> dict[str, int]:
-    """0..MAX_SCORE per node, the tie-break among the nodes that node_scores scores highest: the node left
-    with the least free GPU capacity once the pod is placed (`left`, thousandths, asked of those nodes
-    only) MAX_SCORE, the next value one point less, and so on; 0 for every other node. Ranks, not a scale,
-    so that the fullest node stands out however many nodes tie (docs/scheduling.md, "The fill score")."""
-    top = node_scores(grown, unit=unit)
-    best = max(top.values(), default=0)
+def fill_scores(scores: Mapping[str, int], left: Callable[[str], int | None]) -> dict[str, int]:
+    """0..MAX_SCORE per node, the tie-break among the nodes that `scores` (node_scores') scores highest: the
+    node left with the least free GPU capacity once the pod is placed (`left`, thousandths, asked of those
+    nodes only) MAX_SCORE, the next value one point less, and so on; 0 for every other node (node_scores
+    gives a node the pod does not fit 0, never the best). Ranks, not a scale, so that the fullest node
+    stands out however many nodes tie (docs/scheduling.md, "The fill score")."""
+    best = max(scores.values(), default=0)
     if best <= 0:
-        return dict.fromkeys(grown, 0)
-    lefts = {name: left(name) for name, g in grown.items() if g is not None and top[name] == best}
+        return dict.fromkeys(scores, 0)
+    lefts = {name: left(name) for name, s in scores.items() if s == best}
     ranked = sorted({v for v in lefts.values() if v is not None})
     rank = {v: max(0, MAX_SCORE - i) for i, v in enumerate(ranked)}
-    return {name: 0 if (v := lefts.get(name)) is None else rank[v] for name in grown}
+    return {name: 0 if (v := lefts.get(name)) is None else rank[v] for name in scores}

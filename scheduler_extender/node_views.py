@@ -29,7 +29,16 @@ from scheduler_extender.cluster_view import NodeGpus, Obj, demand_of, held, node
 from scheduler_extender.fragmentation import Demand, Gpu, Room
 from scheduler_extender.growths import Growths
 from scheduler_extender.node_room import requests_of
-from scheduler_extender.prioritize import ClaimLookup, Scoring, Verb, node_names, pod_claims, scores_of
+from scheduler_extender.prioritize import (
+    ClaimLookup,
+    Scoring,
+    Verb,
+    no_preference,
+    node_names,
+    pod_claims,
+    scores_of,
+    unfilled,
+)
 
 Key = tuple[str, str]
 
@@ -196,7 +205,7 @@ class NodeViews:
         pod = _map(args.get("Pod"))
         own = pod_claims(pod, lookup)
         if not own and not scoring.cpu_pods:
-            return [{"Host": n, "Score": 0} for n in names]
+            return no_preference(names)
         cpu, memory = requests_of(pod)
         growths = self._growths
         if growths is None or growths.mix is not scoring.mix:
@@ -215,10 +224,12 @@ class NodeViews:
             if own and demand is None:  # not a node of Tessera's GPUs, or a request not weighed
                 grown[name] = None
                 continue
+            if unfilled(verb, demand):
+                return no_preference(names)
             placed[name] = (view.gpus, demand)
             grown[name] = view.growth(demand, growths, cpu_milli=cpu, memory=memory)
         if all(g is None for g in grown.values()):
-            return [{"Host": n, "Score": 0} for n in names]
+            return no_preference(names)
         scores = scores_of(verb, grown, placed, unit=scoring.unit)
         return [{"Host": n, "Score": scores[n]} for n in names]
 

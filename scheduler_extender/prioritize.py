@@ -85,6 +85,17 @@ def pod_claims(pod: Mapping[str, Any], lookup: ClaimLookup) -> list[Obj]:
     return claims
 
 
+def no_preference(names: Iterable[str]) -> list[dict[str, Any]]:
+    """The HostPriorityList that changes nothing: 0 everywhere."""
+    return [{"Host": n, "Score": 0} for n in names]
+
+
+def unfilled(verb: Verb, demand: Demand | None) -> bool:
+    """Whether `fill` answers no_preference for the pod before any growth is computed: a whole-GPU pod
+    (chance places whole GPUs better than filling nodes up, docs/scheduling.md)."""
+    return verb == "fill" and isinstance(demand, Whole)
+
+
 def scores_of(
     verb: Verb,
     grown: Mapping[str, float | None],
@@ -93,11 +104,10 @@ def scores_of(
     unit: float | None,
 ) -> dict[str, int]:
     """Each node's 0-10 for `verb` from its growth and, for `fill`, its GPUs and the pod's demand there."""
+    scores = node_scores(grown, unit=unit)
     if verb == "prioritize":
-        return node_scores(grown, unit=unit)
-    if any(isinstance(demand, Whole) for _, demand in placed.values()):
-        return dict.fromkeys(grown, 0)  # chance places whole GPUs better than filling (docs/scheduling.md)
-    return fill_scores(grown, lambda name: free_after(*placed[name]), unit=unit)
+        return scores
+    return fill_scores(scores, lambda name: free_after(*placed[name]))
 
 
 def prioritize(
@@ -117,7 +127,7 @@ def prioritize(
     pod = _map(args.get("Pod"))
     own = pod_claims(pod, lookup)
     if not own and not scoring.cpu_pods:
-        return [{"Host": n, "Score": 0} for n in names]
+        return no_preference(names)
     gpus_of = read_slices(slices)
     by_node: dict[str, list[Any]] = {}
     for claim in claims:
@@ -133,10 +143,12 @@ def prioritize(
         if own and demand is None:  # not a node of Tessera's GPUs, or a request not weighed
             grown[name] = None
             continue
+        if unfilled(verb, demand):
+            return no_preference(names)
         gpus = () if node is None else node_gpus(node, by_node.get(name, ()))
         placed[name] = (gpus, demand)
         grown[name] = growth(gpus, demand, scoring.mix, room=room_of.get(name), cpu_milli=cpu, memory=memory)
     if all(g is None for g in grown.values()):
-        return [{"Host": n, "Score": 0} for n in names]
+        return no_preference(names)
     scores = scores_of(verb, grown, placed, unit=scoring.unit)
     return [{"Host": n, "Score": scores[n]} for n in names]

@@ -48,7 +48,7 @@ from scheduler_extender.node_views import NodeViews, watch_into
 from scheduler_extender.prioritize import Scoring, Verb, prioritize
 
 Obj = dict[str, Any]
-Answer = Callable[[Mapping[str, Any]], list[dict[str, Any]]]
+Answer = Callable[[Mapping[str, Any], Verb], list[dict[str, Any]]]
 NAMESPACE = "bench"
 DRIVER = "gpu.tessera.dev"
 
@@ -186,7 +186,7 @@ def measure(nodes: Sequence[TraceNode], *, calls: int, seed: int) -> list[str]:
             f"extender-cost nodes={len(nodes)} gpus={sum(n.gpus for n in nodes)} "
             f"objects={sum(len(v) for v in objects.values())}"
         )
-        paths: tuple[tuple[str, Callable[..., list[dict[str, Any]]], bool, Verb], ...] = (
+        paths: tuple[tuple[str, Answer, bool, Verb], ...] = (
             ("uncached", uncached, False, "prioritize"),
             ("views", cached, False, "prioritize"),
             ("views-new", cached, True, "prioritize"),

@@ -107,7 +107,7 @@ def levers(mix: Mix, *, gpu_pod_share: float = 1.0) -> dict[str, Lever]:
             for o in ("name", "few-gpus", "many-gpus")
         ),
         Lever(
-            "nospread-u40-w120-fill1-dra10",
+            SHIPPED,
             **{**shipped, "unit": 40, "weight": 120},
             fill_weight=1,
             dra_weight=10,

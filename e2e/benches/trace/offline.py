@@ -289,8 +289,8 @@ def extender_scores(
     points = [scores[n.trace.name] * lever.weight * 10 for n in nodes]
     if lever.fill_weight <= 0 or pod.ask is Ask.WHOLE:
         return points
-    by_name = {n.trace.name: n for n in nodes}
-    filled = fill_scores(grown, lambda name: free_after(by_name[name].gpus, demand_of(pod)), unit=unit)
+    by_name, demand = {n.trace.name: n for n in nodes}, demand_of(pod)
+    filled = fill_scores(scores, lambda name: free_after(by_name[name].gpus, demand))
     return [p + filled[n.trace.name] * lever.fill_weight * 10 for p, n in zip(points, nodes, strict=True)]
 
 

@@ -185,8 +185,8 @@ def test_fill_ranks_the_fullest_of_the_best_nodes_first(nodes: dict[str, tuple[f
         asked.append(name)
         return nodes[name][1]
 
-    filled = fill_scores(grown, left, unit=40)
     top = node_scores(grown, unit=40)
+    filled = fill_scores(top, left)
     best = {n for n, s in top.items() if grown[n] is not None and s == MAX_SCORE}
     assert set(asked) == best  # the free capacity is asked of the best nodes only
     assert all(filled[n] == 0 for n in nodes if n not in best)
@@ -203,7 +203,7 @@ def test_fill_by_hand() -> None:
     # a and b tie for fragmentation (2 and 20: half a unit of 40 apart); c is a point worse; d does not fit
     grown: dict[str, float | None] = {"a": 2.0, "b": 20.0, "c": 60.0, "d": None}
     left = {"a": 900, "b": 150, "c": 0}
-    assert fill_scores(grown, left.__getitem__, unit=40) == {"a": 9, "b": 10, "c": 0, "d": 0}
+    assert fill_scores(node_scores(grown, unit=40), left.__getitem__) == {"a": 9, "b": 10, "c": 0, "d": 0}
     # free_after: a share of 300 on a GPU with 400 free and an untouched one; a pod without a GPU
     gpus = (Gpu(free=400, shares_left=3), Gpu())
     assert free_after(gpus, Share(300)) == 100 + MILLI
