@@ -58,12 +58,15 @@ def curve_line(points: Sequence[Point]) -> str:
     return "  curve " + " ".join(f"{p.mark}%={p.unallocated_pct:.2f}" for p in points)
 
 
-def seed_lines(run: SeedRun, points: Sequence[Point]) -> list[str]:
-    lines = [
-        f"  arrived>={p.mark}% tried={p.tried} placed={p.placed} arrived={p.arrived_pct:.2f}% "
+def point_line(p: Point) -> str:
+    return (
+        f"arrived>={p.mark}% tried={p.tried} placed={p.placed} arrived={p.arrived_pct:.2f}% "
         f"unallocated={p.unallocated_pct:.2f}%"
-        for p in points
-    ]
+    )
+
+
+def seed_lines(run: SeedRun, points: Sequence[Point]) -> list[str]:
+    lines = [f"  {point_line(p)}" for p in points]
     tried = len(run.outcomes)
     per_s = run.placed / run.wall_s if run.wall_s > 0 else float("nan")
     at100, at130 = at(points, 100), at(points, 130)
@@ -137,7 +140,6 @@ def main(argv: list[str] | None = None) -> int:
                 root=Path(tmp),
                 binaries=binaries,
                 nodes=nodes,
-                nodes_file=args.nodes,
                 settings=args.settings,
                 scheduler_configuration=scheduler_configuration,
                 extender=args.extender,
@@ -146,7 +148,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cluster nodes={len(nodes)} publish_s={cluster.publish_s:.0f}", flush=True)
             arrivals = arrival_order(pods, seed=seed, cluster_milli=cluster_milli)
             print(f"seed={seed} pods={len(arrivals)} padded={len(arrivals) - len(pods)}", flush=True)
-            run = replay_seed(cluster, arrivals, seed=seed, models=models)
+            run = replay_seed(
+                cluster,
+                arrivals,
+                seed=seed,
+                models=models,
+                cluster_milli=cluster_milli,
+                on_point=lambda p: print(f"  so far {point_line(p)}", flush=True),
+            )
             if cluster.extender_port is not None:
                 stats = extender_stats(cluster.extender_port)
                 print("extender " + " ".join(f"{k}={v}" for k, v in sorted(stats.items())), flush=True)

@@ -1,6 +1,6 @@
 """The trace's nodes on the real control plane: a Node object each (its CPU and memory allocatable) whose
-pool the node plugin's real publisher writes, from a few publisher processes and no daemon
-(e2e.benches.trace.publishers, up to 100 nodes each). Nothing runs on them: pods are only placed."""
+pool the node plugin's real publisher writes once, from the bench's process and no daemon
+(e2e.benches.trace.publishers). Nothing runs on them: pods are only placed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import contextlib
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -21,22 +21,20 @@ from dra_driver.io.settings_file import load_settings
 from e2e.benches.meters import total_use
 from e2e.benches.scale.cluster import list_pools, pool_shape
 from e2e.benches.trace.extender import start_extender, with_extender_at
-from e2e.benches.trace.publishers import inventory_of
+from e2e.benches.trace.publishers import inventory_of, publish_pools
 from e2e.benches.trace.records import TraceNode
 from e2e.controlplane.binaries import Binaries
 from e2e.controlplane.launcher import ControlPlane, start_control_plane
 from e2e.controlplane.nodes import create_node
-from e2e.controlplane.processes import is_alive, log_tail, stop_record
+from e2e.controlplane.processes import stop_record
 from e2e.controlplane.settings import PRODUCTION
 from e2e.controlplane.state import ComponentRecord
 from e2e.harness.kube import WaitTimeoutError
-from e2e.harness.node import spawn_python
 from e2e.harness.testbed import make_testbed
 from tests.support.loopback import free_port
 
 log = structlog.get_logger(__name__)
 
-NODES_PER_PROCESS = 100
 LABEL = "tessera.dev/trace"
 PODS_PER_NODE = "1000"  # the paper's simulator bounds nothing but CPU, memory and GPUs
 
@@ -46,22 +44,15 @@ class TraceCluster:
     plane: ControlPlane
     api: k8s.ApiClient
     nodes: list[TraceNode]
-    publishers: list[ComponentRecord] = field(default_factory=list)
-    publish_s: float = 0.0  # publishers started → every pool complete
+    publish_s: float = 0.0  # the first pool written → every pool complete
     extender: ComponentRecord | None = None
     extender_port: int | None = None
-
-    def publisher_pids(self) -> list[int]:
-        return [p.pid for p in self.publishers]
 
     def cpu_s(self, component: str) -> float:
         pid = next(c.process.pid for c in self.plane.components if c.name == component)
         return total_use([pid]).cpu_s
 
     def stop(self) -> None:
-        for record in self.publishers:
-            stop_record(record, grace_s=20.0)
-        self.publishers.clear()
         if self.extender is not None:
             stop_record(self.extender, grace_s=5.0)
             self.extender = None
@@ -87,9 +78,6 @@ def _wait_published(
     shapes = _shapes(nodes, settings)
     deadline = time.monotonic() + timeout_s
     while True:
-        for record in cluster.publishers:
-            if not is_alive(record.pid):
-                raise WaitTimeoutError(f"{record.name} exited:\n{log_tail(Path(record.log))}")
         try:
             pools = list_pools(cluster.api)
         except (ApiException, TransportError) as e:  # a busy API server may cut a long list
@@ -125,16 +113,15 @@ def trace_cluster(
     root: Path,
     binaries: Binaries,
     nodes: Sequence[TraceNode],
-    nodes_file: Path,
     settings: Path | None = None,
     scheduler_configuration: Mapping[str, object] | None = None,
     extender: bool = False,
 ) -> Iterator[TraceCluster]:
-    """A fresh control plane (production client rates) with `nodes`, every pool published; `nodes_file` is
-    the CSV the publisher processes read them from, `settings` the NodeSettings file every node publishes
-    with (None: the defaults), `scheduler_configuration` the KubeSchedulerConfiguration kube-scheduler runs
-    with (None: the release's default). With `extender`, Tessera's scheduler extender runs beside it on a
-    port of its own, which the configuration's extender URLs are pointed at."""
+    """A fresh control plane (production client rates) with `nodes`, every pool published; `settings` the
+    NodeSettings file every node publishes with (None: the defaults), `scheduler_configuration` the
+    KubeSchedulerConfiguration kube-scheduler runs with (None: the release's default). With `extender`,
+    Tessera's scheduler extender runs beside it on a port of its own, which the configuration's extender
+    URLs are pointed at."""
     port = free_port() if extender else None
     if port is not None:
         scheduler_configuration = with_extender_at(scheduler_configuration, port)
@@ -155,26 +142,9 @@ def trace_cluster(
             cluster.extender_port = port
         _create_nodes(api, nodes)
         started = time.monotonic()
-        gpu_nodes = [n for n in nodes if n.gpus]
-        # one process at a time, each waited for: a thousand nodes listing and writing at once time out
-        for k in range(0, len(gpu_nodes), NODES_PER_PROCESS):
-            chunk = gpu_nodes[k : k + NODES_PER_PROCESS]
-            cluster.publishers.append(
-                spawn_python(
-                    name=f"trace-publishers-{k // NODES_PER_PROCESS}",
-                    args=[
-                        "-m",
-                        "e2e.benches.trace.publishers",
-                        f"--kubeconfig={plane.kubeconfig}",
-                        f"--nodes={nodes_file.resolve()}",
-                        f"--names={','.join(n.name for n in chunk)}",
-                        *([f"--settings={settings.resolve()}"] if settings else []),
-                    ],
-                    log_path=root / "logs" / f"publishers-{k // NODES_PER_PROCESS}.log",
-                    die_with_parent=True,
-                )
-            )
-            _wait_published(cluster, chunk, settings=settings, timeout_s=900)
+        written = publish_pools(api=api, nodes=nodes, settings=settings)
+        _wait_published(cluster, [n for n in nodes if n.gpus], settings=settings, timeout_s=120)
+        log.info("trace.published", nodes=len(nodes), slices=written)
         cluster.publish_s = time.monotonic() - started
         yield cluster
     finally:

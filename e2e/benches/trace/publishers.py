@@ -1,17 +1,22 @@
-"""`python -m e2e.benches.trace.publishers`: the node plugin's real slice publisher for many trace nodes in
-one process (e2e.benches.scale.publishers), each node's inventory that of the simulated backend for its GPUs.
+"""The trace's GPU nodes' pools, each written once by the node plugin's real slice publisher
+(`SlicePublisher.publish`, what the daemon runs first), each node's inventory that of the simulated backend
+for its GPUs.
 
 A trace node of `gpu` GPUs of `model` becomes a simulated node with that many GPUs of the model's product
 (e2e.benches.trace.gpu_models), UUIDs seeded by the node's name; it publishes with the default NodeSettings
-(or `--settings`) as the daemon would. It runs until SIGTERM."""
+(or the bench's `--settings`) as the daemon would. Nothing is left watching the pools afterwards: the
+daemon's watch answers changes made by others, and a replay makes none, while 1,213 watches relisting every
+10 s are more than a 2-core control plane serves (docs/performance.md, "A production trace")."""
 
 from __future__ import annotations
 
-import argparse
-import signal
-import sys
-import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+import structlog
+from kubernetes import client as k8s
 
 from dra_driver.backends.sim_node import (
     DEFAULT_CUDA_DRIVER_VERSION,
@@ -21,12 +26,17 @@ from dra_driver.backends.sim_node import (
     gpu_uuid,
 )
 from dra_driver.backends.simulated import SimulatedBackend
-from dra_driver.io.logs import configure
+from dra_driver.core.slices import build_slices
 from dra_driver.io.settings_file import load_settings
+from dra_driver.vocabulary.errors import PublishError
 from dra_driver.vocabulary.inventory import Inventory
-from e2e.benches.scale.publishers import publish_inventories, run_until_stopped
 from e2e.benches.trace.gpu_models import model
-from e2e.benches.trace.records import TraceNode, parse_nodes
+from e2e.benches.trace.records import TraceNode
+from kubelet_plugin.publish.publisher import SlicePublisher
+
+log = structlog.get_logger(__name__)
+
+PUBLISH_ATTEMPTS = 5  # a busy API server may time a write out; the publisher's own retry is for conflicts
 
 
 def simulated_node(node: TraceNode) -> SimulatedNode:
@@ -60,29 +70,27 @@ def inventory_of(node: TraceNode) -> Inventory:
         backend.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m e2e.benches.trace.publishers", description=__doc__)
-    parser.add_argument("--kubeconfig", type=Path, required=True)
-    parser.add_argument("--nodes", type=Path, required=True, help="the trace's node list (CSV)")
-    parser.add_argument("--settings", type=Path, help="NodeSettings file, as the daemon's --settings")
-    parser.add_argument("--names", required=True, help="comma-separated names of the nodes to publish")
-    args = parser.parse_args(argv)
-    configure(level="warning")
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    names = {n for n in args.names.split(",") if n}
-    nodes = [
-        n
-        for n in parse_nodes(args.nodes.read_text(encoding="utf-8"), what=str(args.nodes))
-        if n.name in names
-    ]
-    missing = names - {n.name for n in nodes}
-    if missing:
-        parser.error(f"{args.nodes} has no node {sorted(missing)[0]}")
-    published = [(n.name, inventory_of(n), load_settings(args.settings, n.name)) for n in nodes]
-    threads = publish_inventories(kubeconfig=args.kubeconfig, nodes=published, stop=stop)
-    return run_until_stopped(threads, stop, nodes=len(published))
+def publish_pool(*, api: k8s.ApiClient, node: TraceNode, settings: Path | None) -> int:
+    """`node`'s pool as its daemon would write it; the slices written."""
+    slices = build_slices(inventory_of(node), load_settings(settings, node.name))
+    publisher = SlicePublisher(api=k8s.ResourceV1Api(api), node_name=node.name)
+    attempt = 1
+    while True:
+        try:
+            return publisher.publish(slices).writes
+        except PublishError as e:
+            if attempt >= PUBLISH_ATTEMPTS:
+                raise
+            log.warning("trace.publish_retry", node=node.name, attempt=attempt, error=str(e))
+            time.sleep(0.5 * 2**attempt)
+            attempt += 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def publish_pools(
+    *, api: k8s.ApiClient, nodes: Sequence[TraceNode], settings: Path | None, workers: int = 8
+) -> int:
+    """Every GPU node's pool, `workers` nodes at a time; the slices written in all."""
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return sum(
+            pool.map(lambda n: publish_pool(api=api, node=n, settings=settings), [n for n in nodes if n.gpus])
+        )

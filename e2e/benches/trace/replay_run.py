@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +24,7 @@ from dra_driver.core.profiles import GpuProduct
 from e2e.benches.trace.cluster import LABEL, TraceCluster
 from e2e.benches.trace.kube_objects import claim_object, pod_object
 from e2e.benches.trace.records import Ask
-from e2e.benches.trace.replay import Arrival
+from e2e.benches.trace.replay import MARKS, Arrival, Point, curve
 from e2e.controlplane.pytest_fixture import wait_for_service_account
 
 log = structlog.get_logger(__name__)
@@ -170,6 +170,24 @@ class _Dropper:
         self._pool.shutdown(wait=True)
 
 
+def _report(
+    outcomes: Sequence[tuple[int, bool]],
+    *,
+    arrived: int,
+    cluster_milli: int,
+    reported: int,
+    on_point: Callable[[Point], None],
+) -> int:
+    """Hands over the curve's points past the first `reported` (`arrived`: the GPU-milli of `outcomes`);
+    how many there are now."""
+    if reported >= len(MARKS) or 100 * arrived < MARKS[reported] * cluster_milli:
+        return reported  # the common case: no new point, and no curve drawn
+    points = curve(outcomes, cluster_milli=cluster_milli)
+    for point in points[reported:]:
+        on_point(point)
+    return len(points)
+
+
 def replay_seed(
     cluster: TraceCluster,
     arrivals: Sequence[Arrival],
@@ -178,7 +196,11 @@ def replay_seed(
     models: Sequence[GpuProduct],
     verdict_timeout_s: float = 120.0,
     progress_every: int = 250,
+    cluster_milli: int = 0,
+    on_point: Callable[[Point], None] | None = None,
 ) -> SeedRun:
+    """With `on_point` (and the cluster's GPU-milli), each point of the curve is handed over as soon as the
+    arrivals reach it, so that a long run shows its figures before it ends."""
     namespace = f"trace-{seed}"
     api = cluster.api
     core = k8s.CoreV1Api(api)
@@ -195,6 +217,7 @@ def replay_seed(
     stuck = 0
     cpu_before = cluster.cpu_s("kube-scheduler")
     started = time.monotonic()
+    reported = arrived = 0
     for a in arrivals:
         name, claim = f"t{a.index:05d}", claims.get(a.index)
         pod = pod_object(a.pod, name=name, claim=claim, node_selector={LABEL: "true"})
@@ -206,6 +229,11 @@ def replay_seed(
         if verdict != BOUND:
             dropper.drop(name, claim)
         outcomes.append((a.pod.request_milli, verdict == BOUND))
+        arrived += a.pod.request_milli
+        if on_point is not None and cluster_milli > 0:
+            reported = _report(
+                outcomes, arrived=arrived, cluster_milli=cluster_milli, reported=reported, on_point=on_point
+            )
         if progress_every and len(outcomes) % progress_every == 0:
             placed = sum(1 for _, p in outcomes if p)
             log.warning(

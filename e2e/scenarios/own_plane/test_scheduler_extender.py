@@ -161,15 +161,12 @@ def test_two_replicas_as_charted_answer_alike_and_scheduling_goes_on_without_the
     ]
     identity = [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
 
-    nodes_file = tmp_path / "nodes.csv"
-    nodes_file.write_text(NODES, encoding="utf-8")
     recommended = load_scheduler_configuration(REPO / "deploy" / "scheduler" / "kube-scheduler-config.yaml")
     port_a, port_b = free_port(), free_port()
     with trace_cluster(
         root=tmp_path / "cluster",
         binaries=ensure_built(allow_build=False),
-        nodes=parse_nodes(NODES, what=str(nodes_file)),
-        nodes_file=nodes_file,
+        nodes=parse_nodes(NODES, what="the test's nodes"),
         scheduler_configuration=with_extender_at(recommended, port_a),  # kube-scheduler calls replica A
     ) as cluster:
         ServerApply(cluster.api).apply(identity)
