@@ -29,6 +29,8 @@ from scheduler_extender.prioritize import VERBS, Verb
 log = structlog.get_logger()
 MAX_BODY = 8 * 1024 * 1024  # a Pod and up to MAX_NODES names, or a NodeList of a few hundred nodes
 READ_TIMEOUT_S = 10.0
+# /stats' name for each verb's calls
+COUNTED: dict[Verb, str] = {"prioritize": "prioritized", "fill": "filled"}
 Answer = Callable[[Verb, Mapping[str, Any]], list[dict[str, Any]]]
 
 
@@ -38,7 +40,7 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], answer: Answer, ready: Callable[[], bool]) -> None:
         super().__init__(address, _Handler)
         self.answer, self.ready = answer, ready
-        self.counts = {"prioritized": 0, "filled": 0, "refused": 0, "failed": 0}
+        self.counts = dict.fromkeys((*COUNTED.values(), "refused", "failed"), 0)
         self.lock = threading.Lock()
 
     def count(self, what: str) -> None:
@@ -84,11 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
         verb = next((v for v in VERBS if v == self.path.rstrip("/").rsplit("/", 1)[-1]), None)
         if verb is None:
             self.close_connection = True
-            self._send(
-                HTTPStatus.NOT_FOUND,
-                b"not found: this extender answers /prioritize and /fill\n",
-                "text/plain",
-            )
+            served = " and ".join(f"/{v}" for v in VERBS)
+            message = f"not found: this extender answers {served}\n"
+            self._send(HTTPStatus.NOT_FOUND, message.encode(), "text/plain")
             return
         try:
             length = int(self.headers.get("Content-Length") or "0")
@@ -118,7 +118,7 @@ class _Handler(BaseHTTPRequestHandler):
             log.warning("prioritize failed", error=clip(repr(e), 300))
             self._send(HTTPStatus.INTERNAL_SERVER_ERROR, b'{"Error": "the extender failed on this pod"}')
             return
-        self.server.count("prioritized" if verb == "prioritize" else "filled")
+        self.server.count(COUNTED[verb])
         log.debug(verb, nodes=len(answer), ms=round((time.perf_counter() - started) * 1000, 1))
         self._send(HTTPStatus.OK, json.dumps(answer, separators=(",", ":")).encode())
 

@@ -54,6 +54,7 @@ from scheduler_extender.fragmentation import (
 )
 from scheduler_extender.growths import MAX_KEPT, Growths, Ranks
 from scheduler_extender.mix import MIB
+from scheduler_extender.prioritize import unfilled
 
 SHARES_PER_GPU = 10
 # Where a share goes inside its node: "first", the first GPU that takes it in Tessera's published order (the
@@ -281,15 +282,16 @@ def _before(node: ModelNode, mix: Mix, room: Room | None) -> Callable[[], float]
 def extender_scores(
     nodes: Sequence[ModelNode], pod: TracePod, lever: Lever, mix: Mix, memo: Memo | None = None
 ) -> list[int]:
-    if lever.weight <= 0 or (demand_of(pod) is None and not lever.cpu_pods):
+    demand = demand_of(pod)
+    if lever.weight <= 0 or (demand is None and not lever.cpu_pods):
         return [0] * len(nodes)
-    unit = lever.cpu_unit if lever.cpu_unit is not None and demand_of(pod) is None else lever.unit
+    unit = lever.cpu_unit if lever.cpu_unit is not None and demand is None else lever.unit
     grown = growths(nodes, pod, lever, mix, memo)
     scores = node_scores(grown, unit=unit)
     points = [scores[n.trace.name] * lever.weight * 10 for n in nodes]
-    if lever.fill_weight <= 0 or pod.ask is Ask.WHOLE:
+    if lever.fill_weight <= 0 or unfilled("fill", demand):  # the extender's own rule for whole-GPU pods
         return points
-    by_name, demand = {n.trace.name: n for n in nodes}, demand_of(pod)
+    by_name = {n.trace.name: n for n in nodes}
     filled = fill_scores(scores, lambda name: free_after(by_name[name].gpus, demand))
     return [p + filled[n.trace.name] * lever.fill_weight * 10 for p, n in zip(points, nodes, strict=True)]
 
