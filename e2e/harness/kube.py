@@ -106,6 +106,23 @@ def wait_for(what: str, check: Callable[[], Any], *, timeout_s: float = 30.0, in
         time.sleep(interval_s)
 
 
+def scheduled_by(api: k8s.ApiClient, namespace: str, pod: str, *, timeout_s: float = 30.0) -> set[str]:
+    """The components that reported a `Scheduled` event for `pod`, once there is one: a scheduler records its
+    events through a broadcaster after the bind, so a pod can be Running before its event can be read."""
+
+    def reporters() -> set[str]:
+        about = f"involvedObject.name={pod}"
+        listed = k8s.CoreV1Api(api).list_namespaced_event(namespace, field_selector=about)
+        return {
+            e.reporting_component or (e.source.component if e.source else "") or ""
+            for e in listed.items
+            if e.reason == "Scheduled"
+        }
+
+    found: set[str] = wait_for(f"a Scheduled event for {namespace}/{pod}", reporters, timeout_s=timeout_s)
+    return found
+
+
 def is_running(pod: Json | None) -> bool:
     if pod is None:
         return False

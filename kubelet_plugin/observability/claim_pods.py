@@ -78,6 +78,7 @@ class ClaimPods:
         self._pods: dict[ClaimUID, str] = {}
         self._read_at: dict[ClaimUID, float] = {}
         self._version = 0
+        self._prepared: set[ClaimUID] = set()  # the prepared claims as the last round saw them
         self._lock = threading.Lock()
 
     def pods(self, uid: ClaimUID) -> str:
@@ -109,14 +110,21 @@ class ClaimPods:
             self.note(ClaimUID(uid), pods)
 
     def due(self, claims: Sequence[ClaimRef]) -> list[ClaimRef]:
-        """The claims to read this round, never read ones first; forgets claims no longer prepared."""
+        """The claims to read this round, never read ones first; forgets claims no longer prepared.
+
+        A claim noted but not yet among the prepared ones is being prepared (prepare reads the claim before
+        its checkpoint records it): it is kept until `RECHECK_S` has passed, so a round between the two does
+        not blank the label its pod's first scrape shows."""
         now = self._clock()
         live = {c.uid for c in claims}
         with self._lock:
             for uid in [u for u in self._read_at if u not in live]:
+                if uid not in self._prepared and now - self._read_at[uid] < RECHECK_S:
+                    continue
                 del self._read_at[uid]
                 if self._pods.pop(uid, ""):
                     self._version += 1
+            self._prepared = live
             read_at = dict(self._read_at)
         never = [c for c in claims if c.uid not in read_at]
         stale = sorted(

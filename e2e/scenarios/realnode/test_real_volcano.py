@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 from admission.convert.names import CONVERTED_ANNOTATION
 from dra_driver.core.families.mps import PINNED_MEMORY_ENV, THREAD_PERCENTAGE_ENV
 from dra_driver.vocabulary.names import DRIVER_NAME, Cap
-from e2e.harness.kube import Json, WaitTimeoutError, wait_for
+from e2e.harness.kube import Json, WaitTimeoutError, scheduled_by, wait_for
 from e2e.harness.testbed import SimCluster
 from e2e.realnode.config import PROBE_IMAGE
 from e2e.realnode.layouts import Layout, Layouts
@@ -118,12 +118,7 @@ def placed_by_volcano(node: RealNode, ns: str, name: str) -> Json:
     print(f"{name}: placed by Volcano and running in {time.monotonic() - started:.1f}s")
     assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
     assert pod["spec"]["nodeName"] == node.name
-    events = k8s.CoreV1Api(node.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}")
-    scheduled = {
-        e.reporting_component or (e.source.component if e.source else "") or ""
-        for e in events.items
-        if e.reason == "Scheduled"
-    }
+    scheduled = scheduled_by(node.api, ns, name)
     assert scheduled == {SCHEDULER_NAME}, scheduled
     return pod
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 import time
 
 import pytest
-from kubernetes import client as k8s
 
 from dra_driver.core.families.mps import THREAD_PERCENTAGE_ENV
 from dra_driver.libtessera.names import HamiEnv
 from dra_driver.vocabulary.names import DRIVER_NAME, Attr, Cap
-from e2e.harness.kube import Json
+from e2e.harness.kube import Json, scheduled_by
 from e2e.harness.testbed import SimCluster
 from e2e.scenarios.probes import H100, apply, attribute, consumed, container, results, running
 from e2e.volcano.config import SCHEDULER_NAME
@@ -21,23 +20,13 @@ from e2e.volcano.workloads import claim_template, pod_with_template, volcano_pod
 pytestmark = [pytest.mark.e2e, pytest.mark.mixes_families, pytest.mark.timeout(240)]
 
 
-def scheduled_by(bed: SimCluster, ns: str, pod: str) -> set[str]:
-    """The components that reported a `Scheduled` event for `pod`."""
-    events = k8s.CoreV1Api(bed.api).list_namespaced_event(ns, field_selector=f"involvedObject.name={pod}")
-    return {
-        (e.reporting_component or (e.source.component if e.source else "") or "")
-        for e in events.items
-        if e.reason == "Scheduled"
-    }
-
-
 def placed_by_volcano(bed: SimCluster, ns: str, name: str) -> Json:
     started = time.monotonic()
     pod = running(bed, ns, name, timeout_s=120)
     print(f"{name}: placed by Volcano and running in {time.monotonic() - started:.1f}s")
     assert pod["spec"]["schedulerName"] == SCHEDULER_NAME
     assert pod["spec"]["nodeName"] == H100
-    assert scheduled_by(bed, ns, name) == {SCHEDULER_NAME}
+    assert scheduled_by(bed.api, ns, name) == {SCHEDULER_NAME}
     return pod
 
 

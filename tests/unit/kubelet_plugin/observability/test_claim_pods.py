@@ -162,3 +162,25 @@ def test_unreadable_claims_keep_what_was_known_and_gone_claims_are_forgotten() -
     version = pods.version()
     pods.refresh([], claims)  # unprepared
     assert pods.pods(ClaimUID("uid-a")) == "" and pods.version() == version + 1
+
+
+def test_a_claim_noted_by_its_prepare_keeps_its_pods_until_the_checkpoint_lists_it() -> None:
+    now = [0.0]
+    claims, pods = Claims(), ClaimPods(clock=lambda: now[0])
+    claims.set("a", "web")
+    claims.set("b", "batch")
+    PodNotingSource(claims, pods).get(namespace="ns", name="a")  # prepare's read, before its commit
+    pods.refresh([], claims)  # a round before the checkpoint records the claim
+    assert pods.pods(ClaimUID("uid-a")) == "web"
+    claims.reads.clear()
+    pods.refresh([prepared("a")], claims)  # committed: already known, not read again
+    assert claims.reads == [] and pods.pods(ClaimUID("uid-a")) == "web"
+    pods.refresh([], claims)  # unprepared: forgotten at once
+    assert pods.pods(ClaimUID("uid-a")) == ""
+    PodNotingSource(claims, pods).get(namespace="ns", name="b")  # a prepare that failed: never listed
+    now[0] += RECHECK_S - 1
+    pods.refresh([], claims)
+    assert pods.pods(ClaimUID("uid-b")) == "batch"
+    now[0] += 1
+    pods.refresh([], claims)
+    assert pods.pods(ClaimUID("uid-b")) == ""
